@@ -1,0 +1,446 @@
+//! The one error type, its stable codes (contract §11) and their context.
+//!
+//! Every refusal is an [`Error`]: a [`ErrorKind`] naming what went wrong with its own
+//! fields, plus the context every refusal shares (session id and seq, where known).
+//! [`Error::code`] returns the contract's stable code; it is what callers and the CLI
+//! match on, never the message text.
+
+use std::fmt;
+
+/// Convenience alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A refusal: what went wrong and where. Boxed, so `Result<T>` stays small.
+pub struct Error(Box<Inner>);
+
+struct Inner {
+    kind: ErrorKind,
+    session: Option<String>,
+    seq: Option<u64>,
+}
+
+/// What went wrong. Each variant maps to exactly one stable code ([`ErrorKind::code`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// `ENVELOPE_INVALID`: an event object breaks the envelope table (contract §2).
+    EnvelopeInvalid {
+        /// Which rule.
+        reason: String,
+    },
+    /// `SEQ_NOT_CONTIGUOUS`: the seq is not the expected next one (contract §4 step 1).
+    SeqNotContiguous {
+        /// The seq the log needs next.
+        expected: u64,
+        /// The seq given, as written.
+        found: String,
+    },
+    /// `DATA_INVALID_JSON`: a JSON text is not valid RFC 8259 JSON (contract §2.1).
+    /// surfacelog's own code: the contract requires validity but names no code.
+    DataInvalidJson {
+        /// Byte offset of the fault within the text.
+        offset: usize,
+        /// The grammar rule that failed.
+        reason: &'static str,
+    },
+    /// `DATA_DUPLICATE_KEY`: an object repeats a key (contract §2.1).
+    DataDuplicateKey {
+        /// The repeated key, decoded.
+        key: String,
+        /// Byte offset of the second occurrence.
+        offset: usize,
+    },
+    /// `DATA_NOT_LOSSLESS`: a `-0` where the entry point refuses it (contract §2.1).
+    DataNotLossless {
+        /// Byte offset of the number.
+        offset: usize,
+    },
+    /// `EVENT_TOO_LARGE`: the event exceeds `max_event_bytes` (contract §2.1).
+    EventTooLarge {
+        /// Size of the event text in bytes.
+        len: usize,
+        /// The configured bound.
+        max: usize,
+    },
+    /// `LEGACY_EVENT`: a retired event kind (contract §3).
+    LegacyEvent {
+        /// Which legacy form.
+        reason: &'static str,
+    },
+    /// `MESSAGE_SHAPE`: a surface event's message breaks the shape rules (contract §3).
+    MessageShape {
+        /// The event type.
+        event_type: String,
+        /// The rule that failed.
+        rule: &'static str,
+    },
+    /// `REQUEST_HEADER_SHAPE`: a `request/header` breaks its rules (contract §3).
+    RequestHeaderShape {
+        /// The rule that failed.
+        rule: &'static str,
+    },
+    /// `SURFACE_OP_FORBIDDEN`: `surfaceOp` on a type that is not surface-eligible.
+    SurfaceOpForbidden {
+        /// The event type.
+        event_type: String,
+    },
+    /// `SOURCES_FORBIDDEN`: `sourceEventSeqs` on a type that is not surface-eligible.
+    SourcesForbidden {
+        /// The event type.
+        event_type: String,
+    },
+    /// `SURFACE_OP_REQUIRED`: a surface-eligible type without `surfaceOp`.
+    SurfaceOpRequired {
+        /// The event type.
+        event_type: String,
+    },
+    /// `SURFACE_OP_INVALID`: `surfaceOp` is neither `"append"` nor a replace object.
+    SurfaceOpInvalid,
+    /// `SOURCES_INVALID`: `sourceEventSeqs` is not an array of non-negative safe integers.
+    SourcesInvalid,
+    /// `SOURCES_EMPTY`: `[]` on a type other than `assistant/message`.
+    SourcesEmpty,
+    /// `SOURCES_DUPLICATE`: a source seq is cited twice.
+    SourcesDuplicate {
+        /// The repeated seq.
+        source: u64,
+    },
+    /// `SOURCES_NOT_EARLIER`: a source is not smaller than the event's own seq.
+    SourcesNotEarlier {
+        /// The offending seq.
+        source: u64,
+    },
+    /// `REPLACE_START_NOT_ON_SURFACE`.
+    ReplaceStartNotOnSurface {
+        /// The replace's `start`.
+        start: u64,
+    },
+    /// `REPLACE_END_NOT_ON_SURFACE`.
+    ReplaceEndNotOnSurface {
+        /// The replace's `end`.
+        end: u64,
+    },
+    /// `REPLACE_REVERSED`: `start` sits after `end` on the surface.
+    ReplaceReversed {
+        /// The replace's `start`.
+        start: u64,
+        /// The replace's `end`.
+        end: u64,
+    },
+    /// `REPLACE_SOURCES_INCOMPLETE`: shadowed nodes missing from `sourceEventSeqs`.
+    ReplaceSourcesIncomplete {
+        /// The shadowed seqs not cited, in surface order.
+        missing: Vec<u64>,
+    },
+    /// `TOOL_REWRITE_NOT_SINGLE`: a `tool/result` replacement shadows more than one node.
+    ToolRewriteNotSingle {
+        /// How many nodes the range covers.
+        shadowed: usize,
+    },
+    /// `TOOL_REWRITE_TARGET`: a `tool/result` replacement shadows another type.
+    ToolRewriteTarget {
+        /// The shadowed seq.
+        target: u64,
+    },
+    /// `TOOL_REWRITE_CHANGED`: a tool-output prune changes more than the output.
+    ToolRewriteChanged {
+        /// The shadowed seq.
+        target: u64,
+    },
+    /// An `INV_*` code: the optional invariants refused the event (contract §9).
+    Invariant {
+        /// Which invariant.
+        violation: Invariant,
+    },
+    /// `HEADER_INVALID`: the session header breaks its table (contract §6).
+    HeaderInvalid {
+        /// Which rule.
+        reason: String,
+    },
+    /// `FORMAT_VERSION`: a version this build does not read (contract §6).
+    FormatVersion {
+        /// The version found, as written.
+        found: String,
+        /// `true` when it is newer than this build ("upgrade"); `false` when older.
+        newer: bool,
+    },
+    /// `SESSION_EXISTS`: the id names an existing session (contract §7).
+    SessionExists {
+        /// The id.
+        id: String,
+    },
+    /// `SESSION_NOT_FOUND`: no session has this id.
+    SessionNotFound {
+        /// The id.
+        id: String,
+    },
+    /// `INVALID_BOUNDARY`: a fork boundary is not a seq of the source (contract §7).
+    InvalidBoundary {
+        /// The boundary as given.
+        boundary: String,
+    },
+    /// `OPEN_TURN`: a fork boundary falls inside a turn (contract §7).
+    OpenTurn {
+        /// The boundary.
+        boundary: u64,
+        /// The seq of the `turn/start` left open.
+        turn_start: u64,
+    },
+}
+
+/// The optional invariants of contract §9, one per stable `INV_*` code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Invariant {
+    /// `INV_SEQ_ORDER`.
+    SeqOrder,
+    /// `INV_TURN_ALREADY_OPEN`.
+    TurnAlreadyOpen,
+    /// `INV_TURN_NUMBER`.
+    TurnNumber,
+    /// `INV_TURN_END_MISMATCH`.
+    TurnEndMismatch,
+    /// `INV_TURN_END_STEP_OPEN`.
+    TurnEndStepOpen,
+    /// `INV_STEP_TURN`.
+    StepTurn,
+    /// `INV_STEP_ALREADY_OPEN`.
+    StepAlreadyOpen,
+    /// `INV_STEP_NUMBER`.
+    StepNumber,
+    /// `INV_OUTSIDE_STEP`.
+    OutsideStep,
+    /// `INV_TOOL_RESULT_UNMATCHED`.
+    ToolResultUnmatched,
+    /// `INV_REPLACEMENT_OUTSIDE_TURN`.
+    ReplacementOutsideTurn,
+    /// `INV_OUTSIDE_TURN`.
+    OutsideTurn,
+}
+
+impl Invariant {
+    /// The stable code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::SeqOrder => "INV_SEQ_ORDER",
+            Self::TurnAlreadyOpen => "INV_TURN_ALREADY_OPEN",
+            Self::TurnNumber => "INV_TURN_NUMBER",
+            Self::TurnEndMismatch => "INV_TURN_END_MISMATCH",
+            Self::TurnEndStepOpen => "INV_TURN_END_STEP_OPEN",
+            Self::StepTurn => "INV_STEP_TURN",
+            Self::StepAlreadyOpen => "INV_STEP_ALREADY_OPEN",
+            Self::StepNumber => "INV_STEP_NUMBER",
+            Self::OutsideStep => "INV_OUTSIDE_STEP",
+            Self::ToolResultUnmatched => "INV_TOOL_RESULT_UNMATCHED",
+            Self::ReplacementOutsideTurn => "INV_REPLACEMENT_OUTSIDE_TURN",
+            Self::OutsideTurn => "INV_OUTSIDE_TURN",
+        }
+    }
+}
+
+impl ErrorKind {
+    /// The stable code of contract §11 (or of the section that defines it).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::EnvelopeInvalid { .. } => "ENVELOPE_INVALID",
+            Self::SeqNotContiguous { .. } => "SEQ_NOT_CONTIGUOUS",
+            Self::DataInvalidJson { .. } => "DATA_INVALID_JSON",
+            Self::DataDuplicateKey { .. } => "DATA_DUPLICATE_KEY",
+            Self::DataNotLossless { .. } => "DATA_NOT_LOSSLESS",
+            Self::EventTooLarge { .. } => "EVENT_TOO_LARGE",
+            Self::LegacyEvent { .. } => "LEGACY_EVENT",
+            Self::MessageShape { .. } => "MESSAGE_SHAPE",
+            Self::RequestHeaderShape { .. } => "REQUEST_HEADER_SHAPE",
+            Self::SurfaceOpForbidden { .. } => "SURFACE_OP_FORBIDDEN",
+            Self::SourcesForbidden { .. } => "SOURCES_FORBIDDEN",
+            Self::SurfaceOpRequired { .. } => "SURFACE_OP_REQUIRED",
+            Self::SurfaceOpInvalid => "SURFACE_OP_INVALID",
+            Self::SourcesInvalid => "SOURCES_INVALID",
+            Self::SourcesEmpty => "SOURCES_EMPTY",
+            Self::SourcesDuplicate { .. } => "SOURCES_DUPLICATE",
+            Self::SourcesNotEarlier { .. } => "SOURCES_NOT_EARLIER",
+            Self::ReplaceStartNotOnSurface { .. } => "REPLACE_START_NOT_ON_SURFACE",
+            Self::ReplaceEndNotOnSurface { .. } => "REPLACE_END_NOT_ON_SURFACE",
+            Self::ReplaceReversed { .. } => "REPLACE_REVERSED",
+            Self::ReplaceSourcesIncomplete { .. } => "REPLACE_SOURCES_INCOMPLETE",
+            Self::ToolRewriteNotSingle { .. } => "TOOL_REWRITE_NOT_SINGLE",
+            Self::ToolRewriteTarget { .. } => "TOOL_REWRITE_TARGET",
+            Self::ToolRewriteChanged { .. } => "TOOL_REWRITE_CHANGED",
+            Self::Invariant { violation } => violation.code(),
+            Self::HeaderInvalid { .. } => "HEADER_INVALID",
+            Self::FormatVersion { .. } => "FORMAT_VERSION",
+            Self::SessionExists { .. } => "SESSION_EXISTS",
+            Self::SessionNotFound { .. } => "SESSION_NOT_FOUND",
+            Self::InvalidBoundary { .. } => "INVALID_BOUNDARY",
+            Self::OpenTurn { .. } => "OPEN_TURN",
+        }
+    }
+}
+
+impl Error {
+    /// The stable code (contract §11).
+    pub fn code(&self) -> &'static str {
+        self.0.kind.code()
+    }
+
+    /// What went wrong, with its fields.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.0.kind
+    }
+
+    /// The session the refusal concerns, when known.
+    pub fn session(&self) -> Option<&str> {
+        self.0.session.as_deref()
+    }
+
+    /// The seq of the refused event, when the refusal concerns one.
+    pub fn seq(&self) -> Option<u64> {
+        self.0.seq
+    }
+
+    /// Adds the session id, unless one is already set.
+    #[must_use]
+    pub fn in_session(mut self, session: &str) -> Self {
+        if self.0.session.is_none() {
+            self.0.session = Some(session.to_owned());
+        }
+        self
+    }
+
+    /// Adds the seq, unless one is already set.
+    #[must_use]
+    pub fn at_seq(mut self, seq: u64) -> Self {
+        if self.0.seq.is_none() {
+            self.0.seq = Some(seq);
+        }
+        self
+    }
+}
+
+impl From<ErrorKind> for Error {
+    fn from(kind: ErrorKind) -> Self {
+        Self(Box::new(Inner { kind, session: None, seq: None }))
+    }
+}
+
+impl From<Invariant> for Error {
+    fn from(violation: Invariant) -> Self {
+        ErrorKind::Invariant { violation }.into()
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::EnvelopeInvalid { reason } => write!(f, "invalid event envelope: {reason}"),
+            Self::SeqNotContiguous { expected, found } => {
+                write!(f, "seq is not the next one expected={expected} found={found}")
+            }
+            Self::DataInvalidJson { offset, reason } => {
+                write!(f, "invalid json: {reason} offset={offset}")
+            }
+            Self::DataDuplicateKey { key, offset } => {
+                write!(f, "object repeats a key key={key:?} offset={offset}")
+            }
+            Self::DataNotLossless { offset } => {
+                write!(f, "negative zero cannot be written back losslessly offset={offset}")
+            }
+            Self::EventTooLarge { len, max } => {
+                write!(f, "event is too large len_bytes={len} max_event_bytes={max}")
+            }
+            Self::LegacyEvent { reason } => write!(f, "legacy event refused: {reason}"),
+            Self::MessageShape { event_type, rule } => {
+                write!(f, "message shape violated type={event_type} rule={rule:?}")
+            }
+            Self::RequestHeaderShape { rule } => {
+                write!(f, "request header shape violated rule={rule:?}")
+            }
+            Self::SurfaceOpForbidden { event_type } => {
+                write!(f, "surfaceOp on a type that is not surface-eligible type={event_type}")
+            }
+            Self::SourcesForbidden { event_type } => write!(
+                f,
+                "sourceEventSeqs on a type that is not surface-eligible type={event_type}"
+            ),
+            Self::SurfaceOpRequired { event_type } => {
+                write!(f, "surface-eligible event without surfaceOp type={event_type}")
+            }
+            Self::SurfaceOpInvalid => {
+                write!(f, "surfaceOp is neither \"append\" nor {{op:\"replace\",start,end}}")
+            }
+            Self::SourcesInvalid => {
+                write!(f, "sourceEventSeqs is not an array of non-negative safe integers")
+            }
+            Self::SourcesEmpty => write!(f, "sourceEventSeqs is empty"),
+            Self::SourcesDuplicate { source } => {
+                write!(f, "sourceEventSeqs repeats a seq source={source}")
+            }
+            Self::SourcesNotEarlier { source } => {
+                write!(f, "sourceEventSeqs cites a seq that is not earlier source={source}")
+            }
+            Self::ReplaceStartNotOnSurface { start } => {
+                write!(f, "replace start is not on the surface start={start}")
+            }
+            Self::ReplaceEndNotOnSurface { end } => {
+                write!(f, "replace end is not on the surface end={end}")
+            }
+            Self::ReplaceReversed { start, end } => {
+                write!(f, "replace start sits after end on the surface start={start} end={end}")
+            }
+            Self::ReplaceSourcesIncomplete { missing } => {
+                write!(f, "replace does not cite every shadowed node missing={missing:?}")
+            }
+            Self::ToolRewriteNotSingle { shadowed } => {
+                write!(f, "tool/result replacement must shadow one node shadowed={shadowed}")
+            }
+            Self::ToolRewriteTarget { target } => {
+                write!(f, "tool/result replacement must shadow a tool/result target={target}")
+            }
+            Self::ToolRewriteChanged { target } => write!(
+                f,
+                "tool/result replacement changes more than the tool output target={target}"
+            ),
+            Self::Invariant { violation } => {
+                write!(f, "invariant violated code={}", violation.code())
+            }
+            Self::HeaderInvalid { reason } => write!(f, "invalid session header: {reason}"),
+            Self::FormatVersion { found, newer: true } => {
+                write!(f, "format version is newer than this build, upgrade found={found}")
+            }
+            Self::FormatVersion { found, newer: false } => {
+                write!(f, "format version is older and has no upgrade path found={found}")
+            }
+            Self::SessionExists { id } => write!(f, "session already exists id={id:?}"),
+            Self::SessionNotFound { id } => write!(f, "session not found id={id:?}"),
+            Self::InvalidBoundary { boundary } => {
+                write!(f, "fork boundary is not a seq of the source boundary={boundary}")
+            }
+            Self::OpenTurn { boundary, turn_start } => write!(
+                f,
+                "fork boundary falls inside a turn boundary={boundary} turn_start={turn_start}"
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0.kind, f)?;
+        if let Some(session) = &self.0.session {
+            write!(f, " session={session:?}")?;
+        }
+        if let Some(seq) = self.0.seq {
+            write!(f, " seq={seq}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Error[{}]: {self}", self.code())
+    }
+}
+
+impl std::error::Error for Error {}
+

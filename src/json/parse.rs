@@ -1,0 +1,302 @@
+//! The iterative RFC 8259 parser that builds the tape.
+
+use super::{JSON_TEXT_BYTES_MAX, Json, JsonError, JsonErrorKind, Kind, Node, decode_string};
+
+/// Objects with more keys than this are checked for duplicates by sorting, smaller ones
+/// pairwise.
+const DUPLICATE_SCAN_KEYS_MAX: usize = 8;
+
+pub(super) fn parse(text: &str) -> Result<Json<'_>, JsonError> {
+    if text.len() > JSON_TEXT_BYTES_MAX {
+        return Err(JsonError { offset: 0, kind: JsonErrorKind::TooLarge });
+    }
+    let mut parser = Parser { bytes: text.as_bytes(), pos: 0, nodes: Vec::new(), neg_zero: None };
+    parser.document()?;
+    Ok(Json { text, nodes: parser.nodes, negative_zero: parser.neg_zero })
+}
+
+/// The binary64 value of a number token (correctly rounded, like `JSON.parse`).
+pub(super) fn number_value(token: &str) -> f64 {
+    // The token passed the grammar check, which Rust's float syntax accepts; the fallback
+    // is unreachable but keeps this function total.
+    token.parse::<f64>().unwrap_or(f64::NAN)
+}
+
+struct Parser<'t> {
+    bytes: &'t [u8],
+    pos: usize,
+    nodes: Vec<Node>,
+    neg_zero: Option<usize>,
+}
+
+/// Open containers, innermost last: (tape index, is object).
+type Stack = Vec<(u32, bool)>;
+
+impl Parser<'_> {
+    fn document(&mut self) -> Result<(), JsonError> {
+        let mut stack: Stack = Vec::new();
+        'value: loop {
+            self.skip_ws();
+            match self.peek() {
+                Some(b'{') => {
+                    stack.push((self.open(Kind::Object), true));
+                    self.skip_ws();
+                    if self.peek() == Some(b'}') {
+                        self.pos += 1;
+                        self.close(&mut stack)?;
+                    } else {
+                        self.key()?;
+                        continue 'value;
+                    }
+                }
+                Some(b'[') => {
+                    stack.push((self.open(Kind::Array), false));
+                    self.skip_ws();
+                    if self.peek() == Some(b']') {
+                        self.pos += 1;
+                        self.close(&mut stack)?;
+                    } else {
+                        continue 'value;
+                    }
+                }
+                _ => self.scalar()?,
+            }
+            // A value just ended: continue the innermost open container, or finish.
+            loop {
+                let Some(&(_, is_object)) = stack.last() else {
+                    self.skip_ws();
+                    if self.pos != self.bytes.len() {
+                        return Err(self.error("unexpected text after the value"));
+                    }
+                    return Ok(());
+                };
+                self.skip_ws();
+                match (self.peek(), is_object) {
+                    (Some(b','), true) => {
+                        self.pos += 1;
+                        self.skip_ws();
+                        self.key()?;
+                        continue 'value;
+                    }
+                    (Some(b','), false) => {
+                        self.pos += 1;
+                        continue 'value;
+                    }
+                    (Some(b'}'), true) | (Some(b']'), false) => {
+                        self.pos += 1;
+                        self.close(&mut stack)?;
+                    }
+                    _ => return Err(self.error("expected ',' or the end of the container")),
+                }
+            }
+        }
+    }
+
+    /// Parses `"key" :` inside an object.
+    fn key(&mut self) -> Result<(), JsonError> {
+        if self.peek() != Some(b'"') {
+            return Err(self.error("expected a string key"));
+        }
+        self.string()?;
+        self.skip_ws();
+        if self.peek() != Some(b':') {
+            return Err(self.error("expected ':' after a key"));
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
+    fn scalar(&mut self) -> Result<(), JsonError> {
+        match self.peek() {
+            Some(b'"') => self.string(),
+            Some(b't') => self.literal("true", Kind::Bool, true),
+            Some(b'f') => self.literal("false", Kind::Bool, false),
+            Some(b'n') => self.literal("null", Kind::Null, false),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(_) => Err(self.error("expected a value")),
+            None => Err(self.error("unexpected end of text")),
+        }
+    }
+
+    fn open(&mut self, kind: Kind) -> u32 {
+        let index = self.push(kind, false, self.pos, self.pos + 1);
+        self.pos += 1;
+        index
+    }
+
+    /// Ends the innermost container: fixes its span and subtree end, checks its keys.
+    fn close(&mut self, stack: &mut Stack) -> Result<(), JsonError> {
+        let (index, is_object) = stack.pop().expect("close is called with an open container");
+        let next = to_u32(self.nodes.len());
+        let node = &mut self.nodes[index as usize];
+        node.end = to_u32(self.pos);
+        node.next = next;
+        if is_object {
+            self.check_duplicate_keys(index)?;
+        }
+        Ok(())
+    }
+
+    fn literal(&mut self, word: &str, kind: Kind, flag: bool) -> Result<(), JsonError> {
+        if !self.bytes[self.pos..].starts_with(word.as_bytes()) {
+            return Err(self.error("invalid literal"));
+        }
+        let start = self.pos;
+        self.pos += word.len();
+        self.push(kind, flag, start, self.pos);
+        Ok(())
+    }
+
+    fn number(&mut self) -> Result<(), JsonError> {
+        let start = self.pos;
+        let negative = self.eat(b'-');
+        match self.peek() {
+            Some(b'0') => self.pos += 1,
+            Some(b'1'..=b'9') => self.digits(),
+            _ => return Err(self.error("expected a digit")),
+        }
+        if self.eat(b'.') {
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return Err(self.error("expected a digit after '.'"));
+            }
+            self.digits();
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.pos += 1;
+            if matches!(self.peek(), Some(b'+' | b'-')) {
+                self.pos += 1;
+            }
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return Err(self.error("expected a digit in the exponent"));
+            }
+            self.digits();
+        }
+        if negative && self.neg_zero.is_none() {
+            let token = std::str::from_utf8(&self.bytes[start..self.pos]).unwrap_or("");
+            if number_value(token) == 0.0 {
+                self.neg_zero = Some(start);
+            }
+        }
+        self.push(Kind::Number, false, start, self.pos);
+        Ok(())
+    }
+
+    fn string(&mut self) -> Result<(), JsonError> {
+        let start = self.pos;
+        self.pos += 1;
+        let mut escaped = false;
+        loop {
+            let Some(&byte) = self.bytes.get(self.pos) else {
+                return Err(self.error("unterminated string"));
+            };
+            match byte {
+                b'"' => break,
+                b'\\' => {
+                    escaped = true;
+                    self.escape()?;
+                }
+                0x00..=0x1f => return Err(self.error("control character in a string")),
+                _ => self.pos += 1,
+            }
+        }
+        self.pos += 1;
+        self.push(Kind::String, escaped, start, self.pos);
+        Ok(())
+    }
+
+    fn escape(&mut self) -> Result<(), JsonError> {
+        self.pos += 1;
+        match self.peek() {
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.pos += 1,
+            Some(b'u') => {
+                let hex = self.bytes.get(self.pos + 1..self.pos + 5);
+                if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                    return Err(self.error("invalid \\u escape"));
+                }
+                self.pos += 5;
+            }
+            _ => return Err(self.error("invalid escape")),
+        }
+        Ok(())
+    }
+
+    fn digits(&mut self) {
+        while matches!(self.peek(), Some(b'0'..=b'9')) {
+            self.pos += 1;
+        }
+    }
+
+    fn skip_ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.pos += 1;
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> bool {
+        let hit = self.peek() == Some(byte);
+        if hit {
+            self.pos += 1;
+        }
+        hit
+    }
+
+    fn push(&mut self, kind: Kind, flag: bool, start: usize, end: usize) -> u32 {
+        let index = to_u32(self.nodes.len());
+        let next = index + 1;
+        self.nodes.push(Node { kind, flag, start: to_u32(start), end: to_u32(end), next });
+        index
+    }
+
+    fn error(&self, what: &'static str) -> JsonError {
+        JsonError { offset: self.pos, kind: JsonErrorKind::Syntax(what) }
+    }
+
+    /// Refuses an object that repeats a key (contract §2.1: `DATA_DUPLICATE_KEY`).
+    fn check_duplicate_keys(&self, object: u32) -> Result<(), JsonError> {
+        let mut keys: Vec<(&[u8], u32)> = Vec::new();
+        let mut owned: Vec<(Vec<u8>, u32)> = Vec::new();
+        let mut at = object + 1;
+        let end = self.nodes[object as usize].next;
+        while at < end {
+            let key = self.nodes[at as usize];
+            let inner = &self.bytes[key.start as usize + 1..key.end as usize - 1];
+            if key.flag {
+                let text = std::str::from_utf8(inner).unwrap_or("");
+                owned.push((decode_string(text), key.start));
+            } else {
+                keys.push((inner, key.start));
+            }
+            at = self.nodes[at as usize + 1].next;
+        }
+        keys.extend(owned.iter().map(|(k, at)| (k.as_slice(), *at)));
+        if keys.len() <= DUPLICATE_SCAN_KEYS_MAX {
+            for (i, (a, _)) in keys.iter().enumerate() {
+                if let Some((_, at)) = keys[i + 1..].iter().find(|(b, _)| a == b) {
+                    return Err(duplicate(a, *at));
+                }
+            }
+            return Ok(());
+        }
+        keys.sort_unstable();
+        match keys.windows(2).find(|w| w[0].0 == w[1].0) {
+            Some(pair) => Err(duplicate(pair[1].0, pair[0].1.max(pair[1].1))),
+            None => Ok(()),
+        }
+    }
+}
+
+fn duplicate(key: &[u8], at: u32) -> JsonError {
+    JsonError {
+        offset: at as usize,
+        kind: JsonErrorKind::DuplicateKey(String::from_utf8_lossy(key).into_owned()),
+    }
+}
+
+fn to_u32(n: usize) -> u32 {
+    // parse() refuses texts longer than u32::MAX, and there is at most one node per byte.
+    u32::try_from(n).expect("offsets fit in u32 after the size check")
+}

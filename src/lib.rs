@@ -1,0 +1,3 @@
+//! surfacelog (work in progress skeleton)
+pub mod error;
+pub mod json;
