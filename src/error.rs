@@ -179,6 +179,26 @@ pub enum ErrorKind {
         /// The boundary as given.
         boundary: String,
     },
+    /// `COMPACTION_UNBALANCED`: a compaction range cuts a tool call from its result
+    /// (contract §10). surfacelog's own code: the contract requires the check but names
+    /// no code.
+    CompactionUnbalanced {
+        /// The range's first node.
+        start: u64,
+        /// The range's last node.
+        end: u64,
+        /// Open tool calls counted before `start`.
+        open_before: i64,
+        /// Open tool calls counted through `end`.
+        open_after: i64,
+    },
+    /// `CORRUPT`: stored or imported data fails its structure (contract §11).
+    Corrupt {
+        /// Where: a file and offset, a record index, a line.
+        location: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// `OPEN_TURN`: a fork boundary falls inside a turn (contract §7).
     OpenTurn {
         /// The boundary.
@@ -272,6 +292,8 @@ impl ErrorKind {
             Self::SessionExists { .. } => "SESSION_EXISTS",
             Self::SessionNotFound { .. } => "SESSION_NOT_FOUND",
             Self::InvalidBoundary { .. } => "INVALID_BOUNDARY",
+            Self::CompactionUnbalanced { .. } => "COMPACTION_UNBALANCED",
+            Self::Corrupt { .. } => "CORRUPT",
             Self::OpenTurn { .. } => "OPEN_TURN",
         }
     }
@@ -320,6 +342,22 @@ impl Error {
 impl From<ErrorKind> for Error {
     fn from(kind: ErrorKind) -> Self {
         Self(Box::new(Inner { kind, session: None, seq: None }))
+    }
+}
+
+impl From<crate::json::JsonError> for Error {
+    fn from(error: crate::json::JsonError) -> Self {
+        use crate::json::JsonErrorKind;
+        let offset = error.offset;
+        match error.kind {
+            JsonErrorKind::Syntax(reason) => ErrorKind::DataInvalidJson { offset, reason },
+            JsonErrorKind::DuplicateKey(key) => ErrorKind::DataDuplicateKey { key, offset },
+            JsonErrorKind::TooLarge => ErrorKind::EventTooLarge {
+                len: offset,
+                max: crate::json::JSON_TEXT_BYTES_MAX,
+            },
+        }
+        .into()
     }
 }
 
@@ -415,6 +453,12 @@ impl fmt::Display for ErrorKind {
             Self::InvalidBoundary { boundary } => {
                 write!(f, "fork boundary is not a seq of the source boundary={boundary}")
             }
+            Self::CompactionUnbalanced { start, end, open_before, open_after } => write!(
+                f,
+                "compaction range is not tool-pairing balanced start={start} end={end} \
+                 open_before={open_before} open_after={open_after}"
+            ),
+            Self::Corrupt { location, reason } => write!(f, "corrupt data: {reason} at={location}"),
             Self::OpenTurn { boundary, turn_start } => write!(
                 f,
                 "fork boundary falls inside a turn boundary={boundary} turn_start={turn_start}"

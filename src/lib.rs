@@ -1,3 +1,51 @@
-//! surfacelog (work in progress skeleton)
+//! surfacelog: the storage engine agent hosts embed to keep their sessions.
+//!
+//! An agent session is an append-only, event-sourced log. The **surface** is the derived,
+//! ordered list of the events that become LLM messages; history manipulation (compaction,
+//! pruning) never deletes, it appends an event that replaces a range of the surface and
+//! cites what it shadowed. The normative behaviour is the contract (`contract.md`, vendored
+//! with the conformance vectors under `tests/data/`), cited here as "contract §N".
+//!
+//! # The data path
+//!
+//! An event enters through a [`session::Session`] entry point (append, seed, reopen), is
+//! validated as lossless JSON ([`json`]), read as an envelope and projected through the
+//! vocabulary ([`event`]), checked against the surface ([`surface`]) and the optional
+//! invariants, and only then committed to the log. Views (messages, transcript, as-of)
+//! read the log through [`event::EventSource`] and return slices of stored JSON text.
+//!
+//! ```
+//! use surfacelog::session::{kinds, NoSurface, Options, Session, SurfaceIntent};
+//!
+//! let mut session = Session::create("demo", None, None, Options::default())?;
+//! session.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)?;
+//! let seq = session.append::<kinds::UserMessage>(
+//!     r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#,
+//!     SurfaceIntent::append(),
+//! )?;
+//! assert_eq!(session.messages()[0].seq, seq);
+//! # Ok::<(), surfacelog::Error>(())
+//! ```
+//!
+//! # Architecture invariants
+//!
+//! - Dependencies point backwards along the path: [`json`], [`event`] and [`surface`] see
+//!   no I/O, clock or randomness, so they are deterministic and fuzzable. The clock is
+//!   injected ([`clock`]).
+//! - The surface refers to events by seq and never owns their bytes.
+//! - Nothing recurses on input: JSON of any depth is parsed, compared, written and
+//!   dropped iteratively.
+//! - A refused event leaves no trace: entry points admit completely, then commit.
+//! - Two words, two meanings: *recovery* is byte-level (the log, later), *repair* is
+//!   event-level ([`session::repair`], contract §8).
+
+pub mod adapters;
+pub mod clock;
 pub mod error;
+pub mod event;
 pub mod json;
+pub mod limits;
+pub mod session;
+pub mod surface;
+
+pub use error::{Error, ErrorKind, Result};

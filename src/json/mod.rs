@@ -44,7 +44,7 @@ pub enum JsonErrorKind {
     Syntax(&'static str),
     /// An object repeats a key (after decoding escapes).
     DuplicateKey(String),
-    /// The text is longer than [`JSON_TEXT_BYTES_MAX`].
+    /// The text is longer than [`JSON_TEXT_BYTES_MAX`]; the offset is the text's length.
     TooLarge,
 }
 

@@ -8,7 +8,7 @@ const DUPLICATE_SCAN_KEYS_MAX: usize = 8;
 
 pub(super) fn parse(text: &str) -> Result<Json<'_>, JsonError> {
     if text.len() > JSON_TEXT_BYTES_MAX {
-        return Err(JsonError { offset: 0, kind: JsonErrorKind::TooLarge });
+        return Err(JsonError { offset: text.len(), kind: JsonErrorKind::TooLarge });
     }
     let mut parser = Parser { bytes: text.as_bytes(), pos: 0, nodes: Vec::new(), neg_zero: None };
     parser.document()?;

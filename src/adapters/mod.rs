@@ -1,0 +1,3 @@
+//! Adapters for the DSH interchange formats (`dsh-formats.md`).
+
+pub mod rows;

@@ -1,0 +1,301 @@
+//! Packed chunk rows (contract §12, `dsh-formats.md` §4, ROW-1 to ROW-13): runs of three
+//! or more streaming-delta `assistant/chunk` events stored as one record, and back.
+//!
+//! Both directions write JSON exactly as the reference's `JSON.stringify` does, so packed
+//! lines and expanded events are byte-exact.
+
+use crate::error::{ErrorKind, Result};
+use crate::json::{Json, Kind, Value, push_js_number, push_js_string, write_js};
+
+/// The fewest members a row this writer produces has (ROW-4).
+pub const ROW_MEMBERS_MIN: usize = 3;
+
+const SAFE_MAX: i64 = 9_007_199_254_740_991;
+
+/// The three delta kinds and their row tags (ROW-6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeltaKind {
+    Text,
+    Reasoning,
+    ToolCall,
+}
+
+impl DeltaKind {
+    fn from_chunk_type(chunk_type: Value<'_, '_>) -> Option<Self> {
+        [Self::Text, Self::Reasoning, Self::ToolCall].into_iter().find(|k| chunk_type.is_str(k.chunk_type()))
+    }
+
+    fn from_row_tag(tag: Value<'_, '_>) -> Option<Self> {
+        [Self::Text, Self::Reasoning, Self::ToolCall].into_iter().find(|k| tag.is_str(k.row_tag()))
+    }
+
+    fn chunk_type(self) -> &'static str {
+        match self {
+            Self::Text => "text-delta",
+            Self::Reasoning => "reasoning-delta",
+            Self::ToolCall => "tool-call-delta",
+        }
+    }
+
+    fn row_tag(self) -> &'static str {
+        match self {
+            Self::Text => "text-chunks",
+            Self::Reasoning => "reasoning-chunks",
+            Self::ToolCall => "tool-call-chunks",
+        }
+    }
+}
+
+/// A packable event (ROW-2), its fields borrowed from the parsed text.
+#[derive(Debug, Clone, Copy)]
+struct Delta<'j, 'a> {
+    kind: DeltaKind,
+    seq: i64,
+    time: i64,
+    turn: Value<'j, 'a>,
+    step: Value<'j, 'a>,
+    index: Value<'j, 'a>,
+    /// `id` of a tool-call delta.
+    id: Option<Value<'j, 'a>>,
+    /// `name` of a tool-call delta, when present.
+    name: Option<Value<'j, 'a>>,
+    /// `text` or `argumentsDelta`.
+    payload: Value<'j, 'a>,
+}
+
+/// Packs one write batch of events (JSON texts) into storage records (ROW-3 to ROW-7,
+/// ROW-12): every run of three or more packable deltas becomes one row; every other
+/// event is written as `JSON.stringify` would write it.
+///
+/// # Errors
+/// A text that is not JSON.
+pub fn pack(events: &[&str]) -> Result<Vec<String>> {
+    let parsed: Vec<Json<'_>> = events.iter().map(|t| Json::parse(t)).collect::<Result<_, _>>()?;
+    let deltas: Vec<Option<Delta<'_, '_>>> = parsed.iter().map(|j| delta(j.root())).collect();
+    let mut records = Vec::with_capacity(events.len());
+    let mut at = 0;
+    while at < parsed.len() {
+        let mut end = at + 1;
+        if let Some(first) = deltas[at] {
+            while end < parsed.len() && deltas[end].is_some_and(|next| continues(&first, &deltas[end - 1].expect("in run"), &next)) {
+                end += 1;
+            }
+        }
+        if end - at >= ROW_MEMBERS_MIN {
+            let run: Vec<Delta<'_, '_>> = deltas[at..end].iter().map(|d| d.expect("in run")).collect();
+            records.push(row(&run));
+        } else {
+            for json in &parsed[at..end] {
+                let mut text = String::new();
+                write_js(&mut text, json.root());
+                records.push(text);
+            }
+        }
+        at = end;
+    }
+    Ok(records)
+}
+
+/// Decodes storage records (JSON texts) into event texts (ROW-8 to ROW-10): rows expand
+/// to their members, every other record passes through unchanged and unchecked.
+///
+/// # Errors
+/// `CORRUPT` for the whole batch when any row is malformed (ROW-9), including a row whose
+/// member seqs or times leave the safe-integer range (contract §12); a JSON code for a
+/// record that is not JSON.
+pub fn unpack(records: &[&str]) -> Result<Vec<String>> {
+    let mut events = Vec::with_capacity(records.len());
+    for (index, text) in records.iter().enumerate() {
+        let json = Json::parse(text)?;
+        let root = json.root();
+        let tag = root.get("type").filter(|_| root.kind() == Kind::Object);
+        match tag.and_then(DeltaKind::from_row_tag) {
+            Some(kind) => expand(kind, root, &mut events).map_err(|reason| {
+                ErrorKind::Corrupt { location: format!("record {index}"), reason: format!("malformed packed row: {reason}") }
+            })?,
+            None => events.push((*text).to_owned()),
+        }
+    }
+    Ok(events)
+}
+
+/// ROW-2: the event is an `assistant/chunk` of exactly `type, seq, time, data`, with
+/// `data` exactly `turn, step, chunk` and a delta chunk of an exact key set.
+fn delta<'j, 'a>(event: Value<'j, 'a>) -> Option<Delta<'j, 'a>> {
+    exact_keys(event, &["type", "seq", "time", "data"], &[])?;
+    if !event.get("type")?.is_str("assistant/chunk") {
+        return None;
+    }
+    let seq = event.get("seq")?.as_safe_int().filter(|s| *s >= 0)?;
+    let time = event.get("time")?.as_safe_int()?;
+    let data = event.get("data")?;
+    exact_keys(data, &["turn", "step", "chunk"], &[])?;
+    let (turn, step) = (number(data.get("turn")?)?, number(data.get("step")?)?);
+    let chunk = data.get("chunk")?;
+    let kind = DeltaKind::from_chunk_type(chunk.get("type")?)?;
+    let index = number(chunk.get("index")?)?;
+    let (id, name, payload) = if kind == DeltaKind::ToolCall {
+        exact_keys(chunk, &["type", "index", "id", "argumentsDelta"], &["name"])?;
+        let name = match chunk.get("name") {
+            None => None,
+            Some(name) => Some(string(name)?),
+        };
+        (Some(string(chunk.get("id")?)?), name, string(chunk.get("argumentsDelta")?)?)
+    } else {
+        exact_keys(chunk, &["type", "index", "text"], &[])?;
+        (None, None, string(chunk.get("text")?)?)
+    };
+    Some(Delta { kind, seq, time, turn, step, index, id, name, payload })
+}
+
+/// ROW-3: `next` continues a run that started at `first` and last reached `prev`.
+fn continues(first: &Delta<'_, '_>, prev: &Delta<'_, '_>, next: &Delta<'_, '_>) -> bool {
+    let same_number = |a: Value<'_, '_>, b: Value<'_, '_>| a.as_f64() == b.as_f64();
+    let same_string = |a: Option<Value<'_, '_>>, b: Option<Value<'_, '_>>| match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.as_wtf8() == b.as_wtf8(),
+        _ => false,
+    };
+    next.kind == first.kind
+        && next.seq == prev.seq + 1
+        && (next.time - prev.time).abs() <= SAFE_MAX
+        && same_number(next.turn, prev.turn)
+        && same_number(next.step, prev.step)
+        && same_number(next.index, prev.index)
+        && same_string(next.id, prev.id)
+        && same_string(next.name, prev.name)
+}
+
+/// ROW-6: the row record of a run.
+fn row(run: &[Delta<'_, '_>]) -> String {
+    let first = run[0];
+    let mut out = format!("{{\"type\":\"{}\",\"seq0\":{},\"time0\":{},\"data\":{{\"turn\":", first.kind.row_tag(), first.seq, first.time);
+    push_number(&mut out, first.turn);
+    out.push_str(",\"step\":");
+    push_number(&mut out, first.step);
+    out.push_str(",\"index\":");
+    push_number(&mut out, first.index);
+    out.push_str(",\"dt\":[");
+    for (i, pair) in run.windows(2).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&(pair[1].time - pair[0].time).to_string());
+    }
+    out.push(']');
+    if let Some(id) = first.id {
+        out.push_str(",\"id\":");
+        push_string(&mut out, id);
+    }
+    if let Some(name) = first.name {
+        out.push_str(",\"name\":");
+        push_string(&mut out, name);
+    }
+    out.push_str(if first.kind == DeltaKind::ToolCall { ",\"args\":[" } else { ",\"texts\":[" });
+    for (i, member) in run.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_string(&mut out, member.payload);
+    }
+    out.push_str("]}}");
+    out
+}
+
+/// ROW-9 and ROW-10: validates a row and appends its members.
+fn expand(kind: DeltaKind, row: Value<'_, '_>, events: &mut Vec<String>) -> Result<(), &'static str> {
+    exact_keys(row, &["type", "seq0", "time0", "data"], &[]).ok_or("row keys are not type, seq0, time0, data")?;
+    let seq0 = row.get("seq0").and_then(|s| s.as_safe_int()).filter(|s| *s >= 0).ok_or("seq0 is not a non-negative safe integer")?;
+    let time0 = row.get("time0").and_then(|t| t.as_safe_int()).ok_or("time0 is not a safe integer")?;
+    let data = row.get("data").ok_or("data is missing")?;
+    let (id, name, members) = if kind == DeltaKind::ToolCall {
+        exact_keys(data, &["turn", "step", "index", "id", "dt", "args"], &["name"]).ok_or("data keys do not match the tag")?;
+        let id = data.get("id").and_then(string).ok_or("id is not a string")?;
+        let name = data.get("name").map(|n| string(n).ok_or("name is not a string")).transpose()?;
+        (Some(id), name, data.get("args"))
+    } else {
+        exact_keys(data, &["turn", "step", "index", "dt", "texts"], &[]).ok_or("data keys do not match the tag")?;
+        (None, None, data.get("texts"))
+    };
+    let numbers = ["turn", "step", "index"].map(|k| data.get(k).and_then(number));
+    let [Some(turn), Some(step), Some(index)] = numbers else {
+        return Err("turn, step or index is not a number");
+    };
+    let members: Vec<Value<'_, '_>> = members.filter(|m| m.kind() == Kind::Array).ok_or("members are not an array")?.elements().collect();
+    if members.is_empty() || members.iter().any(|m| m.kind() != Kind::String) {
+        return Err("members are not a non-empty array of strings");
+    }
+    let dt = data.get("dt").filter(|d| d.kind() == Kind::Array).ok_or("dt is not an array")?;
+    let dt: Vec<i64> = dt.elements().map(|d| d.as_safe_int()).collect::<Option<_>>().ok_or("dt holds a value that is not a safe integer")?;
+    if dt.len() + 1 != members.len() {
+        return Err("dt length is not the member count minus one");
+    }
+    let mut time = time0;
+    for (k, payload) in members.iter().enumerate() {
+        if k > 0 {
+            time = time.checked_add(dt[k - 1]).filter(|t| t.abs() <= SAFE_MAX).ok_or("a member time leaves the safe-integer range")?;
+        }
+        let seq = seq0 + i64::try_from(k).unwrap_or(i64::MAX);
+        if seq > SAFE_MAX {
+            return Err("a member seq leaves the safe-integer range");
+        }
+        let member = Delta { kind, seq, time, turn, step, index, id, name, payload: *payload };
+        events.push(member_event(&member));
+    }
+    Ok(())
+}
+
+/// ROW-10: one member as an `assistant/chunk` event, key orders of `dsh-formats.md` §2.3.
+fn member_event(member: &Delta<'_, '_>) -> String {
+    let mut out = format!("{{\"type\":\"assistant/chunk\",\"seq\":{},\"time\":{},\"data\":{{\"turn\":", member.seq, member.time);
+    push_number(&mut out, member.turn);
+    out.push_str(",\"step\":");
+    push_number(&mut out, member.step);
+    out.push_str(&format!(",\"chunk\":{{\"type\":\"{}\",\"index\":", member.kind.chunk_type()));
+    push_number(&mut out, member.index);
+    if let Some(id) = member.id {
+        out.push_str(",\"id\":");
+        push_string(&mut out, id);
+    }
+    if let Some(name) = member.name {
+        out.push_str(",\"name\":");
+        push_string(&mut out, name);
+    }
+    out.push_str(if member.kind == DeltaKind::ToolCall { ",\"argumentsDelta\":" } else { ",\"text\":" });
+    push_string(&mut out, member.payload);
+    out.push_str("}}}");
+    out
+}
+
+/// `Some(())` when `object` is an object whose keys are all of `required` plus any of
+/// `optional`, and nothing else.
+fn exact_keys(object: Value<'_, '_>, required: &[&str], optional: &[&str]) -> Option<()> {
+    if object.kind() != Kind::Object {
+        return None;
+    }
+    let mut found = 0;
+    for (key, _) in object.members() {
+        if required.iter().any(|k| key.is_str(k)) {
+            found += 1;
+        } else if !optional.iter().any(|k| key.is_str(k)) {
+            return None;
+        }
+    }
+    (found == required.len()).then_some(())
+}
+
+fn number<'j, 'a>(value: Value<'j, 'a>) -> Option<Value<'j, 'a>> {
+    (value.kind() == Kind::Number).then_some(value)
+}
+
+fn string<'j, 'a>(value: Value<'j, 'a>) -> Option<Value<'j, 'a>> {
+    (value.kind() == Kind::String).then_some(value)
+}
+
+fn push_number(out: &mut String, value: Value<'_, '_>) {
+    push_js_number(out, value.as_f64().unwrap_or(f64::NAN));
+}
+
+fn push_string(out: &mut String, value: Value<'_, '_>) {
+    push_js_string(out, &value.as_wtf8().unwrap_or_default());
+}

@@ -1,0 +1,223 @@
+//! Events: the stored form, the borrowed view, and the small trait every log implements.
+//!
+//! An [`Event`] is the exact JSON text of one log entry plus the envelope fields the
+//! engine needs without parsing (seq, time, type, surface fields) and the byte spans of
+//! `data` and of the derived message inside that text. Everything above this module reads
+//! events through [`EventSource`], so the surface and the views work the same over the
+//! in-memory log here and the on-disk log, and a derived message is always a slice of
+//! stored text.
+
+pub mod envelope;
+pub mod header;
+pub mod vocabulary;
+
+pub use envelope::{Candidate, Field};
+pub use header::Header;
+pub use vocabulary::{Origin, Projection, SurfaceType, Vocabulary};
+
+use std::ops::Range;
+
+/// How a surface event entered the surface (contract §2, §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SurfaceOp {
+    /// Appended at the tail.
+    Append,
+    /// Replaced the surface range `start..=end` (by position), both named by seq.
+    Replace {
+        /// The first shadowed node.
+        start: u64,
+        /// The last shadowed node.
+        end: u64,
+    },
+}
+
+/// One accepted event as the engine keeps it.
+///
+/// Invariant: `text` is a valid JSON object whose `data` member is exactly
+/// `text[data]`, and `message`, when set, lies inside `data`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    text: Box<str>,
+    event_type: Box<str>,
+    seq: u64,
+    time: i64,
+    data: Range<u32>,
+    message: Option<Range<u32>>,
+    surface_op: Option<SurfaceOp>,
+    sources: Option<Box<[u64]>>,
+    ignorable: bool,
+}
+
+/// The parts of an [`Event`] other than its text and spans, as given to [`Event::new`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventFields {
+    /// The type, decoded.
+    pub event_type: String,
+    /// The seq.
+    pub seq: u64,
+    /// The time, Unix epoch milliseconds.
+    pub time: i64,
+    /// The surface operation, for surface events.
+    pub surface_op: Option<SurfaceOp>,
+    /// The provenance seqs, when given.
+    pub sources: Option<Vec<u64>>,
+    /// The `ignorable: true` marker.
+    pub ignorable: bool,
+}
+
+/// A borrowed view of one event, from any [`EventSource`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventRef<'a> {
+    /// The event's exact JSON text.
+    pub text: &'a str,
+    /// The type.
+    pub event_type: &'a str,
+    /// The seq (index in the log).
+    pub seq: u64,
+    /// The time, Unix epoch milliseconds.
+    pub time: i64,
+    /// The surface operation, for surface events.
+    pub surface_op: Option<SurfaceOp>,
+    /// The provenance seqs, when given.
+    pub sources: Option<&'a [u64]>,
+    /// The `ignorable: true` marker.
+    pub ignorable: bool,
+    data: (u32, u32),
+    message: Option<(u32, u32)>,
+}
+
+/// Read access to a log of events by seq. Implemented by the in-memory log and by the
+/// on-disk log.
+///
+/// Implementations **must** return `Some` for exactly the seqs `0..seq_next()`, and the
+/// event at a seq **must** never change once returned (the log is append-only).
+pub trait EventSource {
+    /// The number of events, which is also the next seq.
+    fn seq_next(&self) -> u64;
+
+    /// The event at `seq`, or `None` past the end.
+    fn event(&self, seq: u64) -> Option<EventRef<'_>>;
+}
+
+impl Event {
+    /// Assembles an event from its text, the span of `data` and of the message inside
+    /// the text, and its envelope fields.
+    ///
+    /// # Panics
+    /// If a span lies outside the text or the message outside the data: the callers
+    /// compute spans from a parse of this very text.
+    pub fn new(
+        text: String,
+        data: Range<usize>,
+        message: Option<Range<usize>>,
+        fields: EventFields,
+    ) -> Self {
+        assert!(data.end <= text.len(), "data span outside the event text");
+        if let Some(m) = &message {
+            assert!(data.start <= m.start && m.end <= data.end, "message outside data");
+        }
+        let span = |r: Range<usize>| span32(r.start)..span32(r.end);
+        Self {
+            text: text.into_boxed_str(),
+            event_type: fields.event_type.into_boxed_str(),
+            seq: fields.seq,
+            time: fields.time,
+            data: span(data),
+            message: message.map(span),
+            surface_op: fields.surface_op,
+            sources: fields.sources.map(Vec::into_boxed_slice),
+            ignorable: fields.ignorable,
+        }
+    }
+
+    /// A borrowed view.
+    pub fn as_ref(&self) -> EventRef<'_> {
+        EventRef {
+            text: &self.text,
+            event_type: &self.event_type,
+            seq: self.seq,
+            time: self.time,
+            surface_op: self.surface_op,
+            sources: self.sources.as_deref(),
+            ignorable: self.ignorable,
+            data: (self.data.start, self.data.end),
+            message: self.message.as_ref().map(|m| (m.start, m.end)),
+        }
+    }
+
+    /// The seq.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The event's exact JSON text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl<'a> EventRef<'a> {
+    /// The exact JSON text of `data`.
+    pub fn data(&self) -> &'a str {
+        &self.text[self.data.0 as usize..self.data.1 as usize]
+    }
+
+    /// The exact JSON text of the message this event projects to, if any.
+    pub fn message(&self) -> Option<&'a str> {
+        self.message.map(|(start, end)| &self.text[start as usize..end as usize])
+    }
+
+    /// The byte span of `data` within [`EventRef::text`].
+    pub fn data_span(&self) -> Range<usize> {
+        self.data.0 as usize..self.data.1 as usize
+    }
+
+    /// The byte span of the message within [`EventRef::text`].
+    pub fn message_span(&self) -> Option<Range<usize>> {
+        self.message.map(|(start, end)| start as usize..end as usize)
+    }
+}
+
+/// The in-memory log: a vector of events. The on-disk log offers the same trait.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemLog {
+    events: Vec<Event>,
+}
+
+impl MemLog {
+    /// An empty log.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends an event.
+    ///
+    /// # Panics
+    /// If `event.seq()` is not the next seq: the session checks contiguity first, so a
+    /// mismatch here is a bug that would corrupt the log.
+    pub fn push(&mut self, event: Event) {
+        let seq_next = self.seq_next();
+        assert!(event.seq == seq_next, "append out of order: seq={} seq_next={seq_next}", event.seq);
+        self.events.push(event);
+    }
+
+    /// The events in log order.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+}
+
+impl EventSource for MemLog {
+    fn seq_next(&self) -> u64 {
+        self.events.len() as u64
+    }
+
+    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+        let index = usize::try_from(seq).ok()?;
+        self.events.get(index).map(Event::as_ref)
+    }
+}
+
+fn span32(offset: usize) -> u32 {
+    u32::try_from(offset).expect("event texts are bounded by max_event_bytes < 4 GiB")
+}

@@ -1,0 +1,229 @@
+//! Admission: every check an entry point runs before an event is committed, in the order
+//! of contract §5 (JSON rules, envelope, legacy events, shapes, surface, invariants).
+//!
+//! Admission never mutates the session; it returns an [`Admitted`] that
+//! [`super::Session`] commits, so a refused event leaves no trace.
+
+use std::borrow::Cow;
+
+use super::invariants::InvariantState;
+use super::{Session, json_error};
+use crate::error::{ErrorKind, Result};
+use crate::event::envelope::{Envelope, check_event_type_str, read_sources, read_surface_op};
+use crate::event::vocabulary::{check_legacy, check_request_header};
+use crate::event::{Candidate, Event, EventFields, Field, SurfaceOp};
+use crate::json::{Json, Value, push_js_string};
+use crate::surface::Step;
+
+/// How an entry point treats `-0` (contract §2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lossless {
+    /// `append` and seeds: refused with `DATA_NOT_LOSSLESS`.
+    Strict,
+    /// Import and reopen: accepted and read as `0`.
+    Lenient,
+}
+
+/// An event that passed every check, with the state changes it implies.
+#[derive(Debug)]
+pub(crate) struct Admitted {
+    pub event: Event,
+    pub step: Step,
+    pub invariants: Option<InvariantState>,
+}
+
+/// The surface intent of an append: the two surface fields as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SurfaceFields<'a> {
+    pub surface_op: Field<SurfaceOp>,
+    pub sources: Field<Cow<'a, [u64]>>,
+}
+
+impl Session {
+    /// Admits one event given as a JSON object (seed, import and reopen paths).
+    pub(crate) fn admit_json(&self, text: &str, lossless: Lossless) -> Result<Admitted> {
+        self.check_size(text.len())?;
+        let json = Json::parse(text).map_err(json_error)?;
+        if let (Lossless::Strict, Some(offset)) = (lossless, json.negative_zero()) {
+            return Err(ErrorKind::DataNotLossless { offset }.into());
+        }
+        let root = json.root();
+        let envelope = Envelope::read(root)?;
+        envelope.check()?;
+        let candidate = envelope.candidate();
+        let data = envelope.data.expect("checked: data is present");
+        let (step, invariants) = self.check_event(&candidate, data)?;
+        let base = root.span().start;
+        let message = self.message_span(&candidate.event_type, data);
+        let fields = fields_of(&candidate, &envelope);
+        let local = |span: std::ops::Range<usize>| span.start - base..span.end - base;
+        let event = Event::new(root.raw().to_owned(), local(data.span()), message.map(local), fields);
+        Ok(Admitted { event, step, invariants })
+    }
+
+    /// Admits an event built by `append` from its type, data and surface fields.
+    pub(crate) fn admit_append(
+        &self,
+        event_type: &str,
+        data: &str,
+        surface: SurfaceFields<'_>,
+        time: i64,
+    ) -> Result<Admitted> {
+        check_event_type_str(event_type)?;
+        self.check_size(data.len() + event_type.len())?;
+        let json = Json::parse(data).map_err(json_error)?;
+        if let Some(offset) = json.negative_zero() {
+            return Err(ErrorKind::DataNotLossless { offset }.into());
+        }
+        let seq = self.surface.seq_next();
+        let candidate = Candidate {
+            seq: Ok(seq),
+            event_type: event_type.into(),
+            surface_op: surface.surface_op,
+            sources: surface.sources,
+            data: json.root().raw(),
+        };
+        let (step, invariants) = self.check_event(&candidate, json.root())?;
+        let (text, data_span) = build_text(&candidate, seq, time);
+        self.check_size(text.len())?;
+        let message = self.message_span(event_type, json.root());
+        let base = data_span.start;
+        let shift = |span: std::ops::Range<usize>| span.start + base..span.end + base;
+        let fields = EventFields {
+            event_type: event_type.to_owned(),
+            seq,
+            time,
+            surface_op: valid(&candidate.surface_op).copied(),
+            sources: valid(&candidate.sources).map(|s| s.to_vec()),
+            ignorable: false,
+        };
+        let event = Event::new(text, data_span, message.map(shift), fields);
+        Ok(Admitted { event, step, invariants })
+    }
+
+    /// Admits an `append` whose surface fields arrive as JSON texts (`null` included), as
+    /// a JSON entry point receives them.
+    pub(crate) fn admit_append_json(
+        &self,
+        event_type: &str,
+        data: &str,
+        surface_op: Option<&str>,
+        sources: Option<&str>,
+        time: i64,
+    ) -> Result<Admitted> {
+        let op_json = surface_op.map(Json::parse).transpose().map_err(json_error)?;
+        let sources_json = sources.map(Json::parse).transpose().map_err(json_error)?;
+        for json in op_json.iter().chain(sources_json.iter()) {
+            if let Some(offset) = json.negative_zero() {
+                return Err(ErrorKind::DataNotLossless { offset }.into());
+            }
+        }
+        let surface = SurfaceFields {
+            surface_op: op_json.as_ref().map_or(Field::Absent, |j| read_surface_op(j.root())),
+            sources: sources_json.as_ref().map_or(Field::Absent, |j| owned(read_sources(j.root()))),
+        };
+        self.admit_append(event_type, data, surface, time)
+    }
+
+    /// Legacy events, shapes, the surface and the invariants, in that order.
+    fn check_event(
+        &self,
+        candidate: &Candidate<'_>,
+        data: Value<'_, '_>,
+    ) -> Result<(Step, Option<InvariantState>)> {
+        let at = |e: crate::Error| match candidate.seq {
+            Ok(seq) => e.at_seq(seq),
+            Err(_) => e,
+        };
+        let event_type = candidate.event_type.as_ref();
+        check_legacy(event_type, data).map_err(|reason| at(ErrorKind::LegacyEvent { reason }.into()))?;
+        if let Some(surface_type) = self.options.vocabulary.surface_type(event_type) {
+            surface_type.check_shape(data).map_err(|rule| {
+                at(ErrorKind::MessageShape { event_type: event_type.to_owned(), rule }.into())
+            })?;
+        }
+        if event_type == "request/header" {
+            check_request_header(data).map_err(|rule| at(ErrorKind::RequestHeaderShape { rule }.into()))?;
+        }
+        let step = self.surface.check(candidate, &self.options.vocabulary, &self.log)?;
+        let invariants = match &self.invariants {
+            Some(state) => {
+                let seq = self.surface.seq_next();
+                let replace = matches!(candidate.surface_op, Field::Valid(SurfaceOp::Replace { .. }));
+                Some(state.next(seq, event_type, data, replace).map_err(|e| at(e.into()))?)
+            }
+            None => None,
+        };
+        Ok((step, invariants))
+    }
+
+    fn message_span(&self, event_type: &str, data: Value<'_, '_>) -> Option<std::ops::Range<usize>> {
+        let surface_type = self.options.vocabulary.surface_type(event_type)?;
+        surface_type.project(data).map(|m| m.span())
+    }
+
+    fn check_size(&self, len: usize) -> Result<()> {
+        let max = self.options.max_event_bytes;
+        if len > max {
+            return Err(ErrorKind::EventTooLarge { len, max }.into());
+        }
+        Ok(())
+    }
+}
+
+/// The text of an appended event, keys in the engine's order (contract §2, "Key order"):
+/// `type, seq, time, data, sourceEventSeqs, surfaceOp`. Returns the span of `data`.
+fn build_text(candidate: &Candidate<'_>, seq: u64, time: i64) -> (String, std::ops::Range<usize>) {
+    let mut text = String::with_capacity(candidate.data.len() + 96);
+    text.push_str("{\"type\":");
+    push_js_string(&mut text, candidate.event_type.as_bytes());
+    text.push_str(&format!(",\"seq\":{seq},\"time\":{time},\"data\":"));
+    let start = text.len();
+    text.push_str(candidate.data);
+    let data_span = start..text.len();
+    if let Some(sources) = valid(&candidate.sources) {
+        text.push_str(",\"sourceEventSeqs\":[");
+        for (i, source) in sources.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(&source.to_string());
+        }
+        text.push(']');
+    }
+    match valid(&candidate.surface_op) {
+        Some(SurfaceOp::Append) => text.push_str(",\"surfaceOp\":\"append\""),
+        Some(SurfaceOp::Replace { start, end }) => {
+            text.push_str(&format!(",\"surfaceOp\":{{\"op\":\"replace\",\"start\":{start},\"end\":{end}}}"));
+        }
+        None => {}
+    }
+    text.push('}');
+    (text, data_span)
+}
+
+fn fields_of(candidate: &Candidate<'_>, envelope: &Envelope<'_, '_>) -> EventFields {
+    EventFields {
+        event_type: candidate.event_type.clone().into_owned(),
+        seq: *candidate.seq.as_ref().expect("checked: seq is contiguous"),
+        time: envelope.time.and_then(|t| t.as_safe_int()).expect("checked: time is a safe integer"),
+        surface_op: valid(&candidate.surface_op).copied(),
+        sources: valid(&candidate.sources).map(|s| s.to_vec()),
+        ignorable: envelope.ignorable.is_some(),
+    }
+}
+
+fn valid<T>(field: &Field<T>) -> Option<&T> {
+    match field {
+        Field::Valid(value) => Some(value),
+        Field::Absent | Field::Invalid => None,
+    }
+}
+
+fn owned(field: Field<Cow<'_, [u64]>>) -> Field<Cow<'static, [u64]>> {
+    match field {
+        Field::Absent => Field::Absent,
+        Field::Invalid => Field::Invalid,
+        Field::Valid(seqs) => Field::Valid(Cow::Owned(seqs.into_owned())),
+    }
+}

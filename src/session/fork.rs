@@ -1,0 +1,124 @@
+//! Fork (contract §7) and a small in-memory store that owns sessions by id.
+
+use std::collections::BTreeMap;
+
+use super::{Options, Session, now_created_at};
+use crate::error::{ErrorKind, Result};
+use crate::event::{EventSource, Header};
+use crate::json::Json;
+
+/// Where a fork cuts the source log: an inclusive seq, or its last event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Boundary {
+    /// The source's last event (an empty seed when the source has none).
+    Last,
+    /// This seq, inclusive.
+    Seq(u64),
+}
+
+impl Boundary {
+    /// Reads a boundary given as JSON (contract §7 step 3): a non-negative safe integer.
+    /// `null` is a given boundary, and invalid, never "no boundary".
+    ///
+    /// # Errors
+    /// `INVALID_BOUNDARY` for anything else.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let json = Json::parse(text).ok();
+        let seq = json.as_ref().and_then(|j| j.root().as_safe_u64());
+        seq.map(Self::Seq).ok_or_else(|| ErrorKind::InvalidBoundary { boundary: text.trim().to_owned() }.into())
+    }
+}
+
+impl Session {
+    /// Forks this session into a new session `child_id` holding events `0..=boundary`
+    /// through the seed path, with the header of contract §7. The source is unchanged.
+    /// Does not check whether `child_id` exists: [`MemStore::fork`] does.
+    ///
+    /// # Errors
+    /// `INVALID_BOUNDARY`, `OPEN_TURN`, or a seed refusal of the child.
+    pub fn fork(&self, boundary: Boundary, child_id: &str) -> Result<Session> {
+        let len = match boundary {
+            Boundary::Last => self.seq_next(),
+            Boundary::Seq(seq) if seq < self.seq_next() => seq + 1,
+            Boundary::Seq(seq) => {
+                return Err(ErrorKind::InvalidBoundary { boundary: seq.to_string() }.into());
+            }
+        };
+        if let Some(turn_start) = self.open_turn_at(len) {
+            return Err(ErrorKind::OpenTurn { boundary: len - 1, turn_start }.into());
+        }
+        let now = now_created_at(&*self.options.clock);
+        let header = Header::for_fork(child_id, now, self.header.cwd(), self.id(), len);
+        let seed: Vec<&str> = (0..len).filter_map(|seq| self.log.event(seq)).map(|e| e.text).collect();
+        Session::create(child_id, Some(header.text()), Some(&seed), self.options.clone())
+    }
+
+    /// The seq of the `turn/start` left open by the first `len` events, if any: the last
+    /// `turn/start` or `turn/end` among them is a `turn/start` (contract §7 step 4).
+    fn open_turn_at(&self, len: u64) -> Option<u64> {
+        (0..len).rev().find_map(|seq| {
+            let event = self.log.event(seq)?;
+            match event.event_type {
+                "turn/start" => Some(Some(seq)),
+                "turn/end" => Some(None),
+                _ => None,
+            }
+        })?
+    }
+}
+
+/// Sessions held in memory, by id.
+#[derive(Debug, Default)]
+pub struct MemStore {
+    sessions: BTreeMap<String, Session>,
+    options: Options,
+}
+
+impl MemStore {
+    /// An empty store whose sessions use `options`.
+    pub fn new(options: Options) -> Self {
+        Self { sessions: BTreeMap::new(), options }
+    }
+
+    /// Creates a session (see [`Session::create`]).
+    ///
+    /// # Errors
+    /// `SESSION_EXISTS`, or the creation's refusal.
+    pub fn create(&mut self, id: &str, header: Option<&str>, seed: Option<&[&str]>) -> Result<&mut Session> {
+        if self.sessions.contains_key(id) {
+            return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
+        }
+        let session = Session::create(id, header, seed, self.options.clone())?;
+        Ok(self.sessions.entry(id.to_owned()).or_insert(session))
+    }
+
+    /// The session `id`.
+    pub fn get(&self, id: &str) -> Option<&Session> {
+        self.sessions.get(id)
+    }
+
+    /// The session `id`, mutably.
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut Session> {
+        self.sessions.get_mut(id)
+    }
+
+    /// The ids, in order.
+    pub fn ids(&self) -> impl Iterator<Item = &str> {
+        self.sessions.keys().map(String::as_str)
+    }
+
+    /// Forks `source` into `child` (contract §7), checking in order: `SESSION_EXISTS`,
+    /// `SESSION_NOT_FOUND`, `INVALID_BOUNDARY`, `OPEN_TURN`.
+    ///
+    /// # Errors
+    /// The first failed check; the store is unchanged.
+    pub fn fork(&mut self, source: &str, boundary: Boundary, child: &str) -> Result<&Session> {
+        if self.sessions.contains_key(child) {
+            return Err(ErrorKind::SessionExists { id: child.to_owned() }.into());
+        }
+        let parent = self.sessions.get(source);
+        let parent = parent.ok_or_else(|| ErrorKind::SessionNotFound { id: source.to_owned() })?;
+        let session = parent.fork(boundary, child).map_err(|e| e.in_session(source))?;
+        Ok(self.sessions.entry(child.to_owned()).or_insert(session))
+    }
+}

@@ -1,0 +1,312 @@
+//! A session: one log, its header and its surface, behind the entry points of
+//! contract §5 (append, seed, import, resume) and the views of §4.
+//!
+//! Every entry point admits an event completely (see `admit`) before committing it, so a
+//! refused event takes no seq and changes nothing: not the log, not the surface, not
+//! `replace_generation`, not the invariant state.
+
+mod admit;
+mod fork;
+mod history;
+mod invariants;
+pub mod repair;
+mod typed;
+
+pub use fork::{Boundary, MemStore};
+pub use history::{Compaction, Prune};
+pub use invariants::InvariantState;
+pub use typed::{EventKind, NoSurface, SurfaceIntent, kinds};
+
+use std::sync::Arc;
+
+use admit::{Admitted, Lossless, SurfaceFields};
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{ErrorKind, Result};
+use crate::event::{EventRef, EventSource, Field, Header, MemLog, Vocabulary};
+use crate::event::header::NegativeZero;
+use crate::json::JsonError;
+use crate::limits::MAX_EVENT_BYTES_DEFAULT;
+use crate::surface::{self, Message, Surface};
+
+/// The type of the end-seed marker (contract §5).
+pub const END_SEED_TYPE: &str = "session/end-seed";
+
+/// Per-session configuration.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Which types are surface-eligible and how they project. Default: `dsh-v0`.
+    pub vocabulary: Arc<Vocabulary>,
+    /// The largest accepted event, in bytes of JSON text; larger ones are refused with
+    /// `EVENT_TOO_LARGE`. Default: 64 MiB. Values above 4 GiB − 1 are clamped.
+    pub max_event_bytes: usize,
+    /// Check the invariants of contract §9 before every commit. Costs one parse of
+    /// each event's data. Default: off.
+    pub invariants: bool,
+    /// Where "now" comes from. Default: the system clock.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            vocabulary: Arc::new(Vocabulary::dsh_v0()),
+            max_event_bytes: MAX_EVENT_BYTES_DEFAULT,
+            invariants: false,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// One session held in memory.
+#[derive(Debug, Clone)]
+pub struct Session {
+    header: Header,
+    log: MemLog,
+    surface: Surface,
+    /// `Some` exactly when `options.invariants` is set.
+    invariants: Option<InvariantState>,
+    first_live_seq: u64,
+    options: Options,
+}
+
+/// The state of a session after event N (contract §4, "as of seq N").
+#[derive(Debug, Clone)]
+pub struct Snapshot<'a> {
+    /// The surface after event N.
+    pub surface: Surface,
+    /// The messages after event N.
+    pub messages: Vec<Message<'a>>,
+    /// The transcript up to and including event N.
+    pub transcript: Vec<u64>,
+}
+
+/// What reopening a stored log did (crash repair, contract §8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reopened {
+    /// The number of stored events.
+    pub stored: u64,
+    /// The number of repair closers appended.
+    pub closers: u64,
+}
+
+impl Session {
+    /// Creates session `id` (contract §5). Without `header`, the header is
+    /// `{version: 0, id, createdAt: now}`. With `seed` (even empty), every seed event goes
+    /// through the seed path and the end-seed marker follows unless the seed already ends
+    /// with one; without it the log starts empty.
+    ///
+    /// # Errors
+    /// The first refused seed event or header rule; nothing is created.
+    pub fn create(id: &str, header: Option<&str>, seed: Option<&[&str]>, options: Options) -> Result<Self> {
+        let header = match header {
+            Some(text) => Header::parse(text, id, NegativeZero::Refuse),
+            None => Ok(Header::new(id, now_created_at(&*options.clock))),
+        };
+        let mut session = Self::empty(header.map_err(|e| e.in_session(id))?, options);
+        if let Some(seed) = seed {
+            for text in seed {
+                session.ingest(text, Lossless::Strict)?;
+            }
+            session.first_live_seq = session.log.seq_next();
+            session.end_seed()?;
+        }
+        Ok(session)
+    }
+
+    /// Reopens a stored log (contract §5, import/reopen row): every event is checked with
+    /// `-0` accepted, then crash repair appends the closers of contract §8. No end-seed
+    /// marker is written; [`Session::resume`] adds it.
+    ///
+    /// # Errors
+    /// The header's or the first refused event's code; nothing is kept.
+    pub fn reopen(id: &str, header: &str, events: &[&str], options: Options) -> Result<(Self, Reopened)> {
+        let header = Header::parse(header, id, NegativeZero::Accept).map_err(|e| e.in_session(id))?;
+        let mut session = Self::empty(header, options);
+        for text in events {
+            session.ingest(text, Lossless::Lenient)?;
+        }
+        session.first_live_seq = session.log.seq_next();
+        let closers = repair::closers(&session.log);
+        for text in &closers {
+            session.ingest(text, Lossless::Strict)?;
+        }
+        let stored = session.first_live_seq;
+        Ok((session, Reopened { stored, closers: closers.len() as u64 }))
+    }
+
+    /// Reopens a stored log to continue the conversation: [`Session::reopen`], then the
+    /// end-seed marker (contract §5).
+    ///
+    /// # Errors
+    /// As [`Session::reopen`].
+    pub fn resume(id: &str, header: &str, events: &[&str], options: Options) -> Result<(Self, Reopened)> {
+        let (mut session, report) = Self::reopen(id, header, events, options)?;
+        session.end_seed()?;
+        Ok((session, report))
+    }
+
+    /// Appends an event whose type is known statically; the compiler requires a
+    /// [`SurfaceIntent`] exactly for surface types (contract §5, "Type-level API").
+    /// `data` is JSON text, stored as given. Returns the new seq.
+    ///
+    /// # Errors
+    /// The first failed check of contract §5; nothing is appended.
+    pub fn append<K: EventKind>(&mut self, data: &str, intent: K::Intent) -> Result<u64> {
+        self.append_dynamic(K::TYPE, data, intent.into())
+    }
+
+    /// Appends an event whose type is a runtime string. `intent` must be `Some` exactly
+    /// for surface-eligible types (`SURFACE_OP_REQUIRED`, `SURFACE_OP_FORBIDDEN`).
+    ///
+    /// # Errors
+    /// The first failed check of contract §5; nothing is appended.
+    pub fn append_dynamic(&mut self, event_type: &str, data: &str, intent: Option<SurfaceIntent>) -> Result<u64> {
+        let surface = match intent {
+            Some(intent) => SurfaceFields {
+                surface_op: Field::Valid(intent.op),
+                sources: intent.sources.map_or(Field::Absent, |s| Field::Valid(s.into())),
+            },
+            None => SurfaceFields { surface_op: Field::Absent, sources: Field::Absent },
+        };
+        let time = self.options.clock.now_ms();
+        let admitted = self.admit_append(event_type, data, surface, time);
+        self.commit(admitted)
+    }
+
+    /// Appends an event whose surface fields arrive as JSON texts, as a JSON entry point
+    /// receives them: `None` is a missing key, `Some("null")` a present, invalid one.
+    ///
+    /// # Errors
+    /// The first failed check of contract §5; nothing is appended.
+    pub fn append_json(&mut self, event_type: &str, data: &str, surface_op: Option<&str>, sources: Option<&str>) -> Result<u64> {
+        let time = self.options.clock.now_ms();
+        let admitted = self.admit_append_json(event_type, data, surface_op, sources, time);
+        self.commit(admitted)
+    }
+
+    /// The header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The session id.
+    pub fn id(&self) -> &str {
+        self.header.id()
+    }
+
+    /// The next seq, equal to the number of events.
+    pub fn seq_next(&self) -> u64 {
+        self.log.seq_next()
+    }
+
+    /// The number of seed or stored events the session started from (contract §5).
+    pub fn first_live_seq(&self) -> u64 {
+        self.first_live_seq
+    }
+
+    /// The event at `seq`.
+    pub fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+        self.log.event(seq)
+    }
+
+    /// The log.
+    pub fn log(&self) -> &MemLog {
+        &self.log
+    }
+
+    /// The surface.
+    pub fn surface(&self) -> &Surface {
+        &self.surface
+    }
+
+    /// The options.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// The messages: the projections of the surface nodes, each tagged with its seq.
+    pub fn messages(&self) -> Vec<Message<'_>> {
+        surface::messages(&self.surface, &self.log)
+    }
+
+    /// The transcript: seqs of events appended with `surfaceOp: "append"`, in log order.
+    pub fn transcript(&self) -> Vec<u64> {
+        surface::transcript(&self.log, self.log.seq_next()).collect()
+    }
+
+    /// The surface, messages and transcript exactly as they were after event `seq`
+    /// (time travel). Cost: a fold of events `0..=seq`.
+    ///
+    /// # Errors
+    /// `INVALID_BOUNDARY` when `seq` is not in the log.
+    pub fn as_of(&self, seq: u64) -> Result<Snapshot<'_>> {
+        if seq >= self.log.seq_next() {
+            return Err(ErrorKind::InvalidBoundary { boundary: seq.to_string() }.into());
+        }
+        let prefix = Prefix { log: &self.log, len: seq + 1 };
+        let surface = Surface::fold(&prefix, &self.options.vocabulary)?;
+        let messages = surface::messages(&surface, &self.log);
+        let transcript = surface::transcript(&self.log, seq + 1).collect();
+        Ok(Snapshot { surface, messages, transcript })
+    }
+
+    fn empty(header: Header, options: Options) -> Self {
+        let invariants = options.invariants.then(InvariantState::default);
+        Self { header, log: MemLog::new(), surface: Surface::new(), invariants, first_live_seq: 0, options }
+    }
+
+    /// Admits and commits one event given as JSON.
+    fn ingest(&mut self, text: &str, lossless: Lossless) -> Result<u64> {
+        let admitted = self.admit_json(text, lossless);
+        self.commit(admitted)
+    }
+
+    /// Appends the end-seed marker unless the last event already is one (contract §5).
+    fn end_seed(&mut self) -> Result<()> {
+        let last_is_marker = self.log.seq_next().checked_sub(1).and_then(|seq| self.log.event(seq));
+        if last_is_marker.is_some_and(|e| e.event_type == END_SEED_TYPE) {
+            return Ok(());
+        }
+        self.append_dynamic(END_SEED_TYPE, "{}", None).map(|_| ())
+    }
+
+    fn commit(&mut self, admitted: Result<Admitted>) -> Result<u64> {
+        let admitted = admitted.map_err(|e| e.in_session(self.header.id()))?;
+        let seq = admitted.event.seq();
+        self.surface.apply(admitted.step);
+        self.log.push(admitted.event);
+        if admitted.invariants.is_some() {
+            self.invariants = admitted.invariants;
+        }
+        Ok(seq)
+    }
+}
+
+/// The first `len` events of a log, for time travel.
+struct Prefix<'a> {
+    log: &'a MemLog,
+    len: u64,
+}
+
+impl EventSource for Prefix<'_> {
+    fn seq_next(&self) -> u64 {
+        self.len
+    }
+
+    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+        if seq < self.len { self.log.event(seq) } else { None }
+    }
+}
+
+/// Maps a JSON parse failure to its contract code.
+pub(crate) fn json_error(error: JsonError) -> crate::Error {
+    error.into()
+}
+
+fn now_created_at(clock: &dyn Clock) -> u64 {
+    u64::try_from(clock.now_ms()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests;

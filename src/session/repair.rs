@@ -1,0 +1,199 @@
+//! Crash repair (contract §8): the events that close a turn a crash left open.
+//!
+//! Repair is event-level; byte-level recovery (dropping a torn tail) belongs to the log.
+//! [`closers`] is a pure function of the log: one forward scan, then the closers as JSON
+//! texts with the exact key order and texts of contract §8 (`dsh-formats.md` §9.5), so
+//! that an export reproduces the reference's bytes.
+
+use crate::event::EventSource;
+use crate::json::{Json, Kind, Value, push_js_string, write_js};
+
+/// The text of a closer for a call that never started.
+pub const NOT_STARTED_TEXT: &str = "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed.";
+
+/// The text of a closer for a call whose outcome is unknown.
+pub const OUTCOME_UNKNOWN_TEXT: &str = "The tool call was interrupted after it was recorded, but no result was durably recorded. Its outcome is unknown. Decide whether to retry from the tool semantics: retry only if the operation is read-only or idempotent; if it may have side effects, first verify external state or ask the user. Do not retry blindly.";
+
+/// A `data.turn` or `data.step` value as `JSON.stringify` writes it; `None` when the key
+/// is absent (JavaScript's `undefined`, which drops the key from the closer).
+type Number = Option<String>;
+
+#[derive(Debug, Clone)]
+struct Pending {
+    call_id: Vec<u8>,
+    step: Number,
+    call_seq: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Scan {
+    /// `Some(turn)` while a turn is open.
+    open_turn: Option<Number>,
+    /// `Some(step)` while a step is open.
+    open_step: Option<Number>,
+    /// In registration order.
+    pending: Vec<Pending>,
+}
+
+/// The closers for `source`: empty when the log is empty or no turn is open; otherwise
+/// one `tool/result` per pending call, then `step/end` if a step is open, then
+/// `turn/end`, numbered from the next seq and stamped with the last event's time.
+///
+/// Cost: one scan of the log; only the data of bracket and tool events is parsed.
+/// Call ids that are not strings are not tracked (a `tool/result` can only answer a
+/// string id, contract §3).
+pub fn closers(source: &impl EventSource) -> Vec<String> {
+    let seq_next = source.seq_next();
+    let Some(last) = seq_next.checked_sub(1).and_then(|seq| source.event(seq)) else {
+        return Vec::new();
+    };
+    let mut scan = Scan::default();
+    for seq in 0..seq_next {
+        if let Some(event) = source.event(seq) {
+            scan.observe(seq, event.event_type, event.data());
+        }
+    }
+    let Some(turn) = scan.open_turn else {
+        return Vec::new();
+    };
+    let time = last.time;
+    let mut seq = seq_next;
+    let mut out = Vec::with_capacity(scan.pending.len() + 2);
+    for call in &scan.pending {
+        out.push(tool_result_closer(seq, time, turn.as_deref(), call));
+        seq += 1;
+    }
+    if let Some(step) = scan.open_step {
+        let mut text = head("step/end", seq, time);
+        push_members(&mut text, &[("turn", turn.as_deref()), ("step", step.as_deref())]);
+        text.push_str("}}");
+        out.push(text);
+        seq += 1;
+    }
+    let mut text = head("turn/end", seq, time);
+    push_members(&mut text, &[("turn", turn.as_deref())]);
+    text.push_str(if turn.is_some() { "," } else { "" });
+    text.push_str("\"reason\":{\"kind\":\"interrupted\"}}}");
+    out.push(text);
+    out
+}
+
+impl Scan {
+    fn observe(&mut self, seq: u64, event_type: &str, data: &str) {
+        let relevant = matches!(
+            event_type,
+            "turn/start" | "turn/end" | "step/start" | "step/end" | "assistant/message" | "tool/call" | "tool/result"
+        );
+        if !relevant {
+            return;
+        }
+        let Ok(json) = Json::parse(data) else { return };
+        let data = json.root();
+        match event_type {
+            "turn/start" => {
+                self.open_turn = Some(js_member(data, "turn"));
+                self.open_step = None;
+                self.pending.clear();
+            }
+            "turn/end" => {
+                self.open_turn = None;
+                self.open_step = None;
+                self.pending.clear();
+            }
+            "step/start" => self.open_step = Some(js_member(data, "step")),
+            "step/end" => {
+                self.open_step = None;
+                self.pending.clear();
+            }
+            "assistant/message" => self.register_calls(data),
+            "tool/call" => {
+                let id = data.get("callId").and_then(|c| c.as_wtf8());
+                if let Some(call) = id.and_then(|id| self.pending.iter_mut().find(|p| *p.call_id == *id)) {
+                    call.call_seq = Some(seq);
+                }
+            }
+            _ => {
+                let id = data.get("message").and_then(|m| m.get("source")).and_then(|s| s.get("callId"));
+                if let Some(id) = id.and_then(|id| id.as_wtf8()) {
+                    self.pending.retain(|p| *p.call_id != *id);
+                }
+            }
+        }
+    }
+
+    /// Every `tool-call` block registers its id; re-registering keeps the position and
+    /// drops the recorded call seq.
+    fn register_calls(&mut self, data: Value<'_, '_>) {
+        let step = js_member(data, "step");
+        let content = data.get("message").and_then(|m| m.get("content"));
+        for block in content.iter().flat_map(Value::elements) {
+            if !block.get("type").is_some_and(|t| t.is_str("tool-call")) {
+                continue;
+            }
+            let Some(id) = block.get("id").filter(|i| i.kind() == Kind::String).and_then(|i| i.as_wtf8()) else {
+                continue;
+            };
+            let entry = Pending { call_id: id.into_owned(), step: step.clone(), call_seq: None };
+            match self.pending.iter_mut().find(|p| p.call_id == entry.call_id) {
+                Some(existing) => *existing = entry,
+                None => self.pending.push(entry),
+            }
+        }
+    }
+}
+
+fn tool_result_closer(seq: u64, time: i64, turn: Option<&str>, call: &Pending) -> String {
+    let mut message_id = b"interrupted-tool-result-".to_vec();
+    message_id.extend_from_slice(&call.call_id);
+    message_id.extend_from_slice(format!("-{seq}").as_bytes());
+    let (error_name, code, text) = match call.call_seq {
+        None => ("ToolNotStartedError", "TOOL_NOT_STARTED", NOT_STARTED_TEXT),
+        Some(_) => ("ToolOutcomeUnknownError", "TOOL_OUTCOME_UNKNOWN", OUTCOME_UNKNOWN_TEXT),
+    };
+    let mut out = head("tool/result", seq, time);
+    push_members(&mut out, &[("turn", turn), ("step", call.step.as_deref())]);
+    if turn.is_some() || call.step.is_some() {
+        out.push(',');
+    }
+    out.push_str("\"message\":{\"id\":");
+    push_js_string(&mut out, &message_id);
+    out.push_str(",\"role\":\"user\",\"source\":{\"kind\":\"tool\",\"callId\":");
+    push_js_string(&mut out, &call.call_id);
+    out.push_str("},\"content\":[{\"type\":\"tool-result\",\"toolCallId\":");
+    push_js_string(&mut out, &call.call_id);
+    out.push_str(",\"isError\":true,\"content\":[{\"type\":\"text\",\"text\":");
+    push_js_string(&mut out, text.as_bytes());
+    out.push_str(&format!("}}]}}]}},\"error\":{{\"name\":\"{error_name}\",\"code\":\"{code}\"}}}},\"surfaceOp\":\"append\""));
+    if let Some(call_seq) = call.call_seq {
+        out.push_str(&format!(",\"sourceEventSeqs\":[{call_seq}]"));
+    }
+    out.push('}');
+    out
+}
+
+/// `{"type":T,"seq":S,"time":T,"data":{` — the shared start of every closer.
+fn head(event_type: &str, seq: u64, time: i64) -> String {
+    format!("{{\"type\":\"{event_type}\",\"seq\":{seq},\"time\":{time},\"data\":{{")
+}
+
+/// Writes `"k":v` pairs separated by commas, skipping absent values (no trailing comma).
+fn push_members(out: &mut String, members: &[(&str, Option<&str>)]) {
+    let mut first = true;
+    for (key, value) in members {
+        if let Some(value) = value {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push_str(&format!("\"{key}\":{value}"));
+        }
+    }
+}
+
+fn js_member(data: Value<'_, '_>, key: &str) -> Number {
+    data.get(key).map(|value| {
+        let mut out = String::new();
+        write_js(&mut out, value);
+        out
+    })
+}

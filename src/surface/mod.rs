@@ -1,0 +1,394 @@
+//! The surface (contract §4): the ordered seqs whose events produce LLM messages, kept by
+//! an incremental fold over the log.
+//!
+//! Each event is first *checked* ([`Surface::check`], no mutation) and then *applied*
+//! ([`Surface::apply`]), so a refused event leaves the surface untouched. Work per event
+//! is independent of the log length; a replace costs O(log n) to locate its endpoints plus
+//! a move of the nodes after it.
+//!
+//! The surface refers to events by seq and never owns their bytes: checks that need an
+//! earlier event (the tool-output rewrite rule) read it through [`EventSource`].
+
+mod views;
+
+pub use views::{Message, Transcript, messages, transcript};
+
+use std::collections::HashSet;
+
+use crate::error::{ErrorKind, Result};
+use crate::event::envelope::Envelope;
+use crate::event::{Candidate, Event, EventFields, EventSource, Field, MemLog, Origin, SurfaceOp, Vocabulary};
+use crate::json::{Json, Kind, Value, equal_except};
+
+/// Sources lists longer than this are checked for duplicates with a hash set.
+const SOURCES_PAIRWISE_MAX: usize = 16;
+
+/// The surface of one log.
+///
+/// Every node has a *key*: the seq of the appended event whose position it holds. An
+/// appended node's key is its own seq; a replacement inherits the key of the node at the
+/// start of the range it shadowed. Invariant: keys strictly increase along `nodes`, so a
+/// node's position is found by binary search on keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Surface {
+    /// Invariant: node keys strictly increase (see the type's doc).
+    nodes: Vec<u64>,
+    /// Every replace applied, in log order (so sorted by seq).
+    replacements: Vec<ReplaceEntry>,
+    /// The shadowed seqs of all replacements, concatenated in log order.
+    shadowed: Vec<u64>,
+    seq_next: u64,
+}
+
+/// One replace in the fold result: `{seq, start, end, shadowedSeqs}` (contract §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replacement<'s> {
+    /// The replacing event.
+    pub seq: u64,
+    /// The range's first node.
+    pub start: u64,
+    /// The range's last node.
+    pub end: u64,
+    /// The nodes taken off the surface, in surface order.
+    pub shadowed: &'s [u64],
+}
+
+/// What an accepted event does to the surface; produced by [`Surface::check`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A log-only event: the surface is unchanged.
+    LogOnly {
+        /// The event's seq.
+        seq: u64,
+    },
+    /// The seq goes to the tail.
+    Append {
+        /// The event's seq.
+        seq: u64,
+    },
+    /// Positions `first..=last` are replaced by the seq.
+    Replace {
+        /// The event's seq.
+        seq: u64,
+        /// Position of `start`.
+        first: usize,
+        /// Position of `end`.
+        last: usize,
+        /// The `start` seq.
+        start: u64,
+        /// The `end` seq.
+        end: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ReplaceEntry {
+    seq: u64,
+    start: u64,
+    end: u64,
+    key: u64,
+    /// End of this entry's run in `Surface::shadowed`.
+    shadowed_end: usize,
+}
+
+impl Surface {
+    /// An empty surface expecting seq 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Folds a whole log from seq 0 (the *pure fold* of contract §4).
+    ///
+    /// # Errors
+    /// The first refused event's code, with its seq.
+    pub fn fold(source: &impl EventSource, vocabulary: &Vocabulary) -> Result<Self> {
+        let mut surface = Self::new();
+        surface.catch_up(source, vocabulary)?;
+        Ok(surface)
+    }
+
+    /// The pure fold of a complete log given as JSON texts (contract §4): only steps
+    /// 1–5 run; envelope keys, message shapes and the JSON number rules are not checked.
+    /// Returns the surface and the events as an in-memory log.
+    ///
+    /// # Errors
+    /// A text that is not JSON, an event that is not an object, or the first refused
+    /// event's code.
+    pub fn fold_json(events: &[&str], vocabulary: &Vocabulary) -> Result<(Self, MemLog)> {
+        let mut surface = Self::new();
+        let mut log = MemLog::new();
+        for text in events {
+            let json = Json::parse(text)?;
+            let envelope = Envelope::read(json.root())?;
+            let candidate = envelope.candidate();
+            let step = surface.check(&candidate, vocabulary, &log)?;
+            let base = json.root().span().start;
+            let local = |span: std::ops::Range<usize>| span.start - base..span.end - base;
+            let data = envelope.data.map_or(0..0, |d| local(d.span()));
+            let message = envelope.data.and_then(|d| {
+                vocabulary.surface_type(&candidate.event_type)?.project(d).map(|m| local(m.span()))
+            });
+            let fields = EventFields {
+                event_type: candidate.event_type.into_owned(),
+                seq: surface.seq_next,
+                time: envelope.time.and_then(|t| t.as_safe_int()).unwrap_or(0),
+                surface_op: match candidate.surface_op {
+                    Field::Valid(op) => Some(op),
+                    Field::Absent | Field::Invalid => None,
+                },
+                sources: match candidate.sources {
+                    Field::Valid(sources) => Some(sources.into_owned()),
+                    Field::Absent | Field::Invalid => None,
+                },
+                ignorable: envelope.ignorable.is_some_and(|i| i.is_true()),
+            };
+            surface.apply(step);
+            log.push(Event::new(json.root().raw().to_owned(), data, message, fields));
+        }
+        Ok((surface, log))
+    }
+
+    /// Folds the events of `source` past [`Surface::seq_next`]: the incremental fold.
+    ///
+    /// # Errors
+    /// The first refused event's code; the events before it stay applied.
+    pub fn catch_up(&mut self, source: &impl EventSource, vocabulary: &Vocabulary) -> Result<()> {
+        while let Some(event) = source.event(self.seq_next) {
+            let candidate = Candidate {
+                seq: Ok(event.seq),
+                event_type: event.event_type.into(),
+                surface_op: event.surface_op.map_or(Field::Absent, Field::Valid),
+                sources: event.sources.map_or(Field::Absent, |s| Field::Valid(s.into())),
+                data: event.data(),
+            };
+            let step = self.check(&candidate, vocabulary, source)?;
+            self.apply(step);
+        }
+        Ok(())
+    }
+
+    /// Checks one candidate event against contract §4, steps 1–5, in order, without
+    /// changing anything.
+    ///
+    /// # Errors
+    /// The first failing rule's code, with the seq when it is known.
+    pub fn check(
+        &self,
+        event: &Candidate<'_>,
+        vocabulary: &Vocabulary,
+        source: &dyn EventSource,
+    ) -> Result<Step> {
+        let seq = match &event.seq {
+            Ok(seq) if *seq == self.seq_next => *seq,
+            Ok(seq) => return Err(self.not_contiguous(seq.to_string())),
+            Err(text) => return Err(self.not_contiguous(text.clone())),
+        };
+        self.check_at(seq, event, vocabulary, source).map_err(|e| e.at_seq(seq))
+    }
+
+    /// Applies a step returned by [`Surface::check`] on this very state.
+    ///
+    /// # Panics
+    /// If the step was not checked against the current state (a bug, not bad input).
+    pub fn apply(&mut self, step: Step) {
+        match step {
+            Step::LogOnly { seq } | Step::Append { seq } => {
+                assert!(seq == self.seq_next, "apply out of order: seq={seq} seq_next={}", self.seq_next);
+                if matches!(step, Step::Append { .. }) {
+                    self.nodes.push(seq);
+                }
+            }
+            Step::Replace { seq, first, last, start, end } => {
+                assert!(seq == self.seq_next, "apply out of order: seq={seq} seq_next={}", self.seq_next);
+                assert!(self.nodes[first] == start && self.nodes[last] == end, "stale replace step");
+                let key = self.key_of(start);
+                self.shadowed.extend_from_slice(&self.nodes[first..=last]);
+                self.nodes.splice(first..=last, [seq]);
+                let shadowed_end = self.shadowed.len();
+                self.replacements.push(ReplaceEntry { seq, start, end, key, shadowed_end });
+            }
+        }
+        self.seq_next += 1;
+        debug_assert!(self.keys_increase(), "surface keys out of order after seq {}", self.seq_next - 1);
+    }
+
+    /// The seqs on the surface, in surface order.
+    pub fn nodes(&self) -> &[u64] {
+        &self.nodes
+    }
+
+    /// The number of replaces applied.
+    pub fn replace_generation(&self) -> u64 {
+        self.replacements.len() as u64
+    }
+
+    /// The next seq the fold expects.
+    pub fn seq_next(&self) -> u64 {
+        self.seq_next
+    }
+
+    /// Every replace applied, in log order.
+    pub fn replacements(&self) -> impl ExactSizeIterator<Item = Replacement<'_>> + '_ {
+        self.replacements.iter().enumerate().map(|(i, entry)| {
+            let begin = if i == 0 { 0 } else { self.replacements[i - 1].shadowed_end };
+            Replacement {
+                seq: entry.seq,
+                start: entry.start,
+                end: entry.end,
+                shadowed: &self.shadowed[begin..entry.shadowed_end],
+            }
+        })
+    }
+
+    /// The position of `seq` on the surface, or `None` when it is not a node.
+    /// Cost: O(log n · log r) for n nodes and r replaces.
+    pub fn position(&self, seq: u64) -> Option<usize> {
+        let key = self.key_of(seq);
+        let at = self.nodes.binary_search_by_key(&key, |node| self.key_of(*node)).ok()?;
+        (self.nodes[at] == seq).then_some(at)
+    }
+
+    /// Bytes of heap memory held, for the memory budget (nodes plus replace history).
+    pub fn heap_bytes(&self) -> usize {
+        self.nodes.capacity() * size_of::<u64>()
+            + self.replacements.capacity() * size_of::<ReplaceEntry>()
+            + self.shadowed.capacity() * size_of::<u64>()
+    }
+
+    fn check_at(
+        &self,
+        seq: u64,
+        event: &Candidate<'_>,
+        vocabulary: &Vocabulary,
+        source: &dyn EventSource,
+    ) -> Result<Step> {
+        let event_type = event.event_type.as_ref();
+        let Some(surface_type) = vocabulary.surface_type(event_type) else {
+            if event.surface_op.is_present() {
+                return Err(ErrorKind::SurfaceOpForbidden { event_type: event_type.into() }.into());
+            }
+            if event.sources.is_present() {
+                return Err(ErrorKind::SourcesForbidden { event_type: event_type.into() }.into());
+            }
+            return Ok(Step::LogOnly { seq });
+        };
+        let op = match event.surface_op {
+            Field::Absent => {
+                return Err(ErrorKind::SurfaceOpRequired { event_type: event_type.into() }.into());
+            }
+            Field::Invalid => return Err(ErrorKind::SurfaceOpInvalid.into()),
+            Field::Valid(op) => op,
+        };
+        let sources: &[u64] = match &event.sources {
+            Field::Absent => &[],
+            Field::Invalid => return Err(ErrorKind::SourcesInvalid.into()),
+            Field::Valid(sources) => {
+                check_sources(seq, sources, surface_type.origin == Origin::Model)?;
+                sources
+            }
+        };
+        let SurfaceOp::Replace { start, end } = op else {
+            return Ok(Step::Append { seq });
+        };
+        let first = self.position(start).ok_or(ErrorKind::ReplaceStartNotOnSurface { start })?;
+        let last = self.position(end).ok_or(ErrorKind::ReplaceEndNotOnSurface { end })?;
+        if first > last {
+            return Err(ErrorKind::ReplaceReversed { start, end }.into());
+        }
+        let shadowed = &self.nodes[first..=last];
+        check_covered(shadowed, sources)?;
+        if surface_type.origin == Origin::Tool {
+            check_tool_rewrite(event_type, event.data, shadowed, source)?;
+        }
+        Ok(Step::Replace { seq, first, last, start, end })
+    }
+
+    fn key_of(&self, seq: u64) -> u64 {
+        match self.replacements.binary_search_by_key(&seq, |r| r.seq) {
+            Ok(at) => self.replacements[at].key,
+            Err(_) => seq,
+        }
+    }
+
+    fn keys_increase(&self) -> bool {
+        self.nodes.windows(2).all(|w| self.key_of(w[0]) < self.key_of(w[1]))
+    }
+
+    fn not_contiguous(&self, found: String) -> crate::Error {
+        ErrorKind::SeqNotContiguous { expected: self.seq_next, found }.into()
+    }
+}
+
+/// Contract §4 step 3, after the array shape: non-empty (unless allowed), no duplicates,
+/// every element earlier than the event.
+fn check_sources(seq: u64, sources: &[u64], empty_allowed: bool) -> Result<()> {
+    if sources.is_empty() && !empty_allowed {
+        return Err(ErrorKind::SourcesEmpty.into());
+    }
+    if sources.len() <= SOURCES_PAIRWISE_MAX {
+        for (i, a) in sources.iter().enumerate() {
+            if sources[i + 1..].contains(a) {
+                return Err(ErrorKind::SourcesDuplicate { source: *a }.into());
+            }
+        }
+    } else {
+        let mut seen = HashSet::with_capacity(sources.len());
+        if let Some(dup) = sources.iter().find(|s| !seen.insert(**s)) {
+            return Err(ErrorKind::SourcesDuplicate { source: *dup }.into());
+        }
+    }
+    match sources.iter().find(|s| **s >= seq) {
+        Some(source) => Err(ErrorKind::SourcesNotEarlier { source: *source }.into()),
+        None => Ok(()),
+    }
+}
+
+/// Contract §4 step 5: the sources must cite every shadowed node.
+fn check_covered(shadowed: &[u64], sources: &[u64]) -> Result<()> {
+    let missing: Vec<u64> = if sources.len() <= SOURCES_PAIRWISE_MAX {
+        shadowed.iter().copied().filter(|s| !sources.contains(s)).collect()
+    } else {
+        let cited: HashSet<u64> = sources.iter().copied().collect();
+        shadowed.iter().copied().filter(|s| !cited.contains(s)).collect()
+    };
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(ErrorKind::ReplaceSourcesIncomplete { missing }.into())
+    }
+}
+
+/// Contract §4 step 5, tool-output prune: one node, of the same type, and only
+/// `message.content[0].content` changed (and still an array).
+fn check_tool_rewrite(
+    event_type: &str,
+    data: &str,
+    shadowed: &[u64],
+    source: &dyn EventSource,
+) -> Result<()> {
+    let &[target] = shadowed else {
+        return Err(ErrorKind::ToolRewriteNotSingle { shadowed: shadowed.len() }.into());
+    };
+    let old = source.event(target).filter(|e| e.event_type == event_type);
+    let old = old.ok_or(ErrorKind::ToolRewriteTarget { target })?;
+    let changed = || ErrorKind::ToolRewriteChanged { target };
+    let (Ok(new_json), Ok(old_json)) = (Json::parse(data), Json::parse(old.data())) else {
+        return Err(changed().into());
+    };
+    let new_output = pruned_output(new_json.root()).filter(|c| c.kind() == Kind::Array);
+    let new_output = new_output.ok_or_else(changed)?;
+    let old_output = pruned_output(old_json.root());
+    if equal_except(new_json.root(), Some(new_output), old_json.root(), old_output) {
+        Ok(())
+    } else {
+        Err(changed().into())
+    }
+}
+
+/// `data.message.content[0].content`, the one value a prune may change.
+fn pruned_output<'j, 'a>(data: Value<'j, 'a>) -> Option<Value<'j, 'a>> {
+    data.get("message")?.get("content")?.elements().next()?.get("content")
+}
+
+#[cfg(test)]
+mod tests;
