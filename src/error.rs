@@ -6,6 +6,7 @@
 //! match on, never the message text.
 
 use std::fmt;
+use std::path::PathBuf;
 
 /// Convenience alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -199,6 +200,17 @@ pub enum ErrorKind {
         /// What is wrong.
         reason: String,
     },
+    /// `IO`: an operating-system call failed (contract §11).
+    Io {
+        /// The operation, e.g. `write` or `fsync`.
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error's kind.
+        kind: std::io::ErrorKind,
+        /// The OS error's text.
+        message: String,
+    },
     /// `OPEN_TURN`: a fork boundary falls inside a turn (contract §7).
     OpenTurn {
         /// The boundary.
@@ -294,6 +306,7 @@ impl ErrorKind {
             Self::InvalidBoundary { .. } => "INVALID_BOUNDARY",
             Self::CompactionUnbalanced { .. } => "COMPACTION_UNBALANCED",
             Self::Corrupt { .. } => "CORRUPT",
+            Self::Io { .. } => "IO",
             Self::OpenTurn { .. } => "OPEN_TURN",
         }
     }
@@ -318,6 +331,12 @@ impl Error {
     /// The seq of the refused event, when the refusal concerns one.
     pub fn seq(&self) -> Option<u64> {
         self.0.seq
+    }
+
+    /// An `IO` error for `op` on `path`.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, error: &std::io::Error) -> Self {
+        let kind = error.kind();
+        ErrorKind::Io { op, path: path.into(), kind, message: error.to_string() }.into()
     }
 
     /// Adds the session id, unless one is already set.
@@ -459,6 +478,9 @@ impl fmt::Display for ErrorKind {
                  open_before={open_before} open_after={open_after}"
             ),
             Self::Corrupt { location, reason } => write!(f, "corrupt data: {reason} at={location}"),
+            Self::Io { op, path, message, .. } => {
+                write!(f, "i/o error: {message} op={op} path={}", path.display())
+            }
             Self::OpenTurn { boundary, turn_start } => write!(
                 f,
                 "fork boundary falls inside a turn boundary={boundary} turn_start={turn_start}"
