@@ -336,7 +336,13 @@ impl Error {
     /// An `IO` error for `op` on `path`.
     pub fn io(op: &'static str, path: impl Into<PathBuf>, error: &std::io::Error) -> Self {
         let kind = error.kind();
-        ErrorKind::Io { op, path: path.into(), kind, message: error.to_string() }.into()
+        ErrorKind::Io {
+            op,
+            path: path.into(),
+            kind,
+            message: error.to_string(),
+        }
+        .into()
     }
 
     /// Adds the session id, unless one is already set.
@@ -360,7 +366,11 @@ impl Error {
 
 impl From<ErrorKind> for Error {
     fn from(kind: ErrorKind) -> Self {
-        Self(Box::new(Inner { kind, session: None, seq: None }))
+        Self(Box::new(Inner {
+            kind,
+            session: None,
+            seq: None,
+        }))
     }
 }
 
@@ -387,11 +397,15 @@ impl From<Invariant> for Error {
 }
 
 impl fmt::Display for ErrorKind {
+    #[expect(clippy::too_many_lines, reason = "one arm per error kind")]
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::EnvelopeInvalid { reason } => write!(f, "invalid event envelope: {reason}"),
             Self::SeqNotContiguous { expected, found } => {
-                write!(f, "seq is not the next one expected={expected} found={found}")
+                write!(
+                    f,
+                    "seq is not the next one expected={expected} found={found}"
+                )
             }
             Self::DataInvalidJson { offset, reason } => {
                 write!(f, "invalid json: {reason} offset={offset}")
@@ -400,10 +414,16 @@ impl fmt::Display for ErrorKind {
                 write!(f, "object repeats a key key={key:?} offset={offset}")
             }
             Self::DataNotLossless { offset } => {
-                write!(f, "negative zero cannot be written back losslessly offset={offset}")
+                write!(
+                    f,
+                    "negative zero cannot be written back losslessly offset={offset}"
+                )
             }
             Self::EventTooLarge { len, max } => {
-                write!(f, "event is too large len_bytes={len} max_event_bytes={max}")
+                write!(
+                    f,
+                    "event is too large len_bytes={len} max_event_bytes={max}"
+                )
             }
             Self::LegacyEvent { reason } => write!(f, "legacy event refused: {reason}"),
             Self::MessageShape { event_type, rule } => {
@@ -413,27 +433,42 @@ impl fmt::Display for ErrorKind {
                 write!(f, "request header shape violated rule={rule:?}")
             }
             Self::SurfaceOpForbidden { event_type } => {
-                write!(f, "surfaceOp on a type that is not surface-eligible type={event_type}")
+                write!(
+                    f,
+                    "surfaceOp on a type that is not surface-eligible type={event_type}"
+                )
             }
             Self::SourcesForbidden { event_type } => write!(
                 f,
                 "sourceEventSeqs on a type that is not surface-eligible type={event_type}"
             ),
             Self::SurfaceOpRequired { event_type } => {
-                write!(f, "surface-eligible event without surfaceOp type={event_type}")
+                write!(
+                    f,
+                    "surface-eligible event without surfaceOp type={event_type}"
+                )
             }
             Self::SurfaceOpInvalid => {
-                write!(f, "surfaceOp is neither \"append\" nor {{op:\"replace\",start,end}}")
+                write!(
+                    f,
+                    "surfaceOp is neither \"append\" nor {{op:\"replace\",start,end}}"
+                )
             }
             Self::SourcesInvalid => {
-                write!(f, "sourceEventSeqs is not an array of non-negative safe integers")
+                write!(
+                    f,
+                    "sourceEventSeqs is not an array of non-negative safe integers"
+                )
             }
             Self::SourcesEmpty => write!(f, "sourceEventSeqs is empty"),
             Self::SourcesDuplicate { source } => {
                 write!(f, "sourceEventSeqs repeats a seq source={source}")
             }
             Self::SourcesNotEarlier { source } => {
-                write!(f, "sourceEventSeqs cites a seq that is not earlier source={source}")
+                write!(
+                    f,
+                    "sourceEventSeqs cites a seq that is not earlier source={source}"
+                )
             }
             Self::ReplaceStartNotOnSurface { start } => {
                 write!(f, "replace start is not on the surface start={start}")
@@ -442,16 +477,28 @@ impl fmt::Display for ErrorKind {
                 write!(f, "replace end is not on the surface end={end}")
             }
             Self::ReplaceReversed { start, end } => {
-                write!(f, "replace start sits after end on the surface start={start} end={end}")
+                write!(
+                    f,
+                    "replace start sits after end on the surface start={start} end={end}"
+                )
             }
             Self::ReplaceSourcesIncomplete { missing } => {
-                write!(f, "replace does not cite every shadowed node missing={missing:?}")
+                write!(
+                    f,
+                    "replace does not cite every shadowed node missing={missing:?}"
+                )
             }
             Self::ToolRewriteNotSingle { shadowed } => {
-                write!(f, "tool/result replacement must shadow one node shadowed={shadowed}")
+                write!(
+                    f,
+                    "tool/result replacement must shadow one node shadowed={shadowed}"
+                )
             }
             Self::ToolRewriteTarget { target } => {
-                write!(f, "tool/result replacement must shadow a tool/result target={target}")
+                write!(
+                    f,
+                    "tool/result replacement must shadow a tool/result target={target}"
+                )
             }
             Self::ToolRewriteChanged { target } => write!(
                 f,
@@ -462,26 +509,48 @@ impl fmt::Display for ErrorKind {
             }
             Self::HeaderInvalid { reason } => write!(f, "invalid session header: {reason}"),
             Self::FormatVersion { found, newer: true } => {
-                write!(f, "format version is newer than this build, upgrade found={found}")
+                write!(
+                    f,
+                    "format version is newer than this build, upgrade found={found}"
+                )
             }
-            Self::FormatVersion { found, newer: false } => {
-                write!(f, "format version is older and has no upgrade path found={found}")
+            Self::FormatVersion {
+                found,
+                newer: false,
+            } => {
+                write!(
+                    f,
+                    "format version is older and has no upgrade path found={found}"
+                )
             }
             Self::SessionExists { id } => write!(f, "session already exists id={id:?}"),
             Self::SessionNotFound { id } => write!(f, "session not found id={id:?}"),
             Self::InvalidBoundary { boundary } => {
-                write!(f, "fork boundary is not a seq of the source boundary={boundary}")
+                write!(
+                    f,
+                    "fork boundary is not a seq of the source boundary={boundary}"
+                )
             }
-            Self::CompactionUnbalanced { start, end, open_before, open_after } => write!(
+            Self::CompactionUnbalanced {
+                start,
+                end,
+                open_before,
+                open_after,
+            } => write!(
                 f,
                 "compaction range is not tool-pairing balanced start={start} end={end} \
                  open_before={open_before} open_after={open_after}"
             ),
             Self::Corrupt { location, reason } => write!(f, "corrupt data: {reason} at={location}"),
-            Self::Io { op, path, message, .. } => {
+            Self::Io {
+                op, path, message, ..
+            } => {
                 write!(f, "i/o error: {message} op={op} path={}", path.display())
             }
-            Self::OpenTurn { boundary, turn_start } => write!(
+            Self::OpenTurn {
+                boundary,
+                turn_start,
+            } => write!(
                 f,
                 "fork boundary falls inside a turn boundary={boundary} turn_start={turn_start}"
             ),
@@ -509,4 +578,3 @@ impl fmt::Debug for Error {
 }
 
 impl std::error::Error for Error {}
-

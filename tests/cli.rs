@@ -4,23 +4,43 @@
 use std::process::Command;
 
 fn surfacelog(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_surfacelog")).args(args).output().expect("the binary runs")
+    Command::new(env!("CARGO_BIN_EXE_surfacelog"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
 }
 
 #[test]
 fn demo_shows_every_stage_and_exits_zero() {
     let output = surfacelog(&["demo"]);
-    assert!(output.status.success(), "stderr: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let stdout = String::from_utf8(output.stdout).unwrap();
-    for stage in ["== 1.", "== 2.", "== 3.", "== 4.", "== 5.", "== 6.", "== 7.", "== 8."] {
+    for stage in [
+        "== 1.", "== 2.", "== 3.", "== 4.", "== 5.", "== 6.", "== 7.", "== 8.",
+    ] {
         assert!(stdout.contains(stage), "missing {stage} in:\n{stdout}");
     }
     // The prune, the compaction and the nested compaction (start seq after end seq).
-    assert!(stdout.contains("tool/result          replace 6..=6"), "{stdout}");
-    assert!(stdout.contains("user/message         replace 1..=9"), "{stdout}");
-    assert!(stdout.contains("user/message         replace 22..=15"), "{stdout}");
+    assert!(
+        stdout.contains("tool/result          replace 6..=6"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("user/message         replace 1..=9"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("user/message         replace 22..=15"),
+        "{stdout}"
+    );
     assert!(stdout.contains("surface [26, 29, 31]"), "{stdout}");
-    assert!(stdout.contains("Nothing was deleted: 34 events in the log, 3 on the surface, replace generation 3."));
+    assert!(stdout.contains(
+        "Nothing was deleted: 34 events in the log, 3 on the surface, replace generation 3."
+    ));
 }
 
 #[test]

@@ -22,13 +22,22 @@ const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/conformance")
 /// Append cases with one op that the vectors accept and surfacelog refuses with
 /// `MESSAGE_SHAPE` (contract §5: append checks message shapes).
 const APPEND_SHAPE_DEVIATIONS: [&str; 10] = [
-    "append-008", "append-020", "append-035", "append-046", "append-077", "append-084",
-    "append-090", "append-096", "append-117", "append-118",
+    "append-008",
+    "append-020",
+    "append-035",
+    "append-046",
+    "append-077",
+    "append-084",
+    "append-090",
+    "append-096",
+    "append-117",
+    "append-118",
 ];
 
 /// Fold cases whose tool-result rewrite surfacelog refuses (contract §4).
-const FOLD_REWRITE_DEVIATIONS: [&str; 8] =
-    ["fold-004", "fold-041", "fold-043", "fold-064", "fold-078", "fold-089", "fold-101", "fold-102"];
+const FOLD_REWRITE_DEVIATIONS: [&str; 8] = [
+    "fold-004", "fold-041", "fold-043", "fold-064", "fold-078", "fold-089", "fold-101", "fold-102",
+];
 
 /// Unpack cases whose member seq leaves the safe range; surfacelog refuses the batch.
 const UNPACK_SEQ_DEVIATIONS: [&str; 2] = ["unpack-047", "unpack-118"];
@@ -40,14 +49,30 @@ struct Family {
 }
 
 impl Family {
-    fn run(name: &'static str, check: impl Fn(&str, Value<'_, '_>, Value<'_, '_>) -> Result<(), String>) -> Self {
-        let text = std::fs::read_to_string(format!("{DIR}/{name}.jsonl")).expect("vectors are vendored");
-        let mut family = Self { name, passed: 0, failures: Vec::new() };
+    fn run(
+        name: &'static str,
+        check: impl Fn(&str, Value<'_, '_>, Value<'_, '_>) -> Result<(), String>,
+    ) -> Self {
+        let text =
+            std::fs::read_to_string(format!("{DIR}/{name}.jsonl")).expect("vectors are vendored");
+        let mut family = Self {
+            name,
+            passed: 0,
+            failures: Vec::new(),
+        };
         for line in text.lines() {
             let json = Json::parse(line).expect("vector lines are JSON");
             let root = json.root();
-            let case_name = root.get("name").and_then(|n| n.as_str()).unwrap().into_owned();
-            match check(&case_name, root.get("case").unwrap(), root.get("expected").unwrap()) {
+            let case_name = root
+                .get("name")
+                .and_then(|n| n.as_str())
+                .unwrap()
+                .into_owned();
+            match check(
+                &case_name,
+                root.get("case").unwrap(),
+                root.get("expected").unwrap(),
+            ) {
                 Ok(()) => family.passed += 1,
                 Err(why) => family.failures.push(format!("{case_name}: {why}")),
             }
@@ -56,14 +81,25 @@ impl Family {
     }
 
     fn assert_all_pass(self, expected_cases: usize) {
-        eprintln!("conformance {}: {} of {} cases pass", self.name, self.passed, self.passed + self.failures.len());
-        assert!(self.failures.is_empty(), "{} failures:\n{}", self.failures.len(), self.failures.join("\n"));
+        eprintln!(
+            "conformance {}: {} of {} cases pass",
+            self.name,
+            self.passed,
+            self.passed + self.failures.len()
+        );
+        assert!(
+            self.failures.is_empty(),
+            "{} failures:\n{}",
+            self.failures.len(),
+            self.failures.join("\n")
+        );
         assert_eq!(self.passed, expected_cases, "case count of {}", self.name);
     }
 }
 
 fn is_listed(name: &str, list: &[&str]) -> bool {
-    list.iter().any(|prefix| name.starts_with(&format!("{prefix}-")))
+    list.iter()
+        .any(|prefix| name.starts_with(&format!("{prefix}-")))
 }
 
 fn expected_ok(expected: Value<'_, '_>) -> bool {
@@ -76,7 +112,11 @@ fn compare(what: &str, actual: &str, expected: Option<Value<'_, '_>>) -> Result<
     if equal(parsed.root(), expected) {
         Ok(())
     } else {
-        Err(format!("{what} differs\n  actual:   {}\n  expected: {}", clip(actual), clip(expected.raw())))
+        Err(format!(
+            "{what} differs\n  actual:   {}\n  expected: {}",
+            clip(actual),
+            clip(expected.raw())
+        ))
     }
 }
 
@@ -85,7 +125,9 @@ fn clip(text: &str) -> String {
 }
 
 fn texts<'a>(array: Option<Value<'_, 'a>>) -> Vec<&'a str> {
-    array.map(|a| a.elements().map(|e| e.raw()).collect()).unwrap_or_default()
+    array
+        .map(|a| a.elements().map(|e| e.raw()).collect())
+        .unwrap_or_default()
 }
 
 fn seq_list(seqs: impl IntoIterator<Item = u64>) -> String {
@@ -137,14 +179,21 @@ fn label_code(name: &str) -> Option<&'static str> {
 
 fn check_refusal(name: &str, error: &surfacelog::Error) -> Result<(), String> {
     match label_code(name) {
-        Some(code) if error.code() != code => Err(format!("refused with {} ({error}), label implies {code}", error.code())),
+        Some(code) if error.code() != code => Err(format!(
+            "refused with {} ({error}), label implies {code}",
+            error.code()
+        )),
         _ => Ok(()),
     }
 }
 
 fn options(now: i64, invariants: bool) -> (Options, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(now));
-    let options = Options { invariants, clock: clock.clone(), ..Options::default() };
+    let options = Options {
+        invariants,
+        clock: clock.clone(),
+        ..Options::default()
+    };
     (options, clock)
 }
 
@@ -155,10 +204,20 @@ fn now_of(case: Value<'_, '_>) -> i64 {
 /// The session state object of the README, field by field.
 fn compare_state(session: &Session, expected: Value<'_, '_>) -> Result<(), String> {
     let log = session.log();
-    let events: Vec<&str> = (0..log.seq_next()).map(|s| log.event(s).unwrap().text).collect();
-    compare("events", &format!("[{}]", events.join(",")), expected.get("events"))?;
+    let events: Vec<&str> = (0..log.seq_next())
+        .map(|s| log.event(s).unwrap().text)
+        .collect();
+    compare(
+        "events",
+        &format!("[{}]", events.join(",")),
+        expected.get("events"),
+    )?;
     compare("seq", &session.seq_next().to_string(), expected.get("seq"))?;
-    compare("firstLiveSeq", &session.first_live_seq().to_string(), expected.get("firstLiveSeq"))?;
+    compare(
+        "firstLiveSeq",
+        &session.first_live_seq().to_string(),
+        expected.get("firstLiveSeq"),
+    )?;
     compare("header", session.header().text(), expected.get("header"))?;
     let surface = session.surface();
     let surface_json = format!(
@@ -167,16 +226,44 @@ fn compare_state(session: &Session, expected: Value<'_, '_>) -> Result<(), Strin
         surface.replace_generation()
     );
     compare("surface", &surface_json, expected.get("surface"))?;
-    let ops: Vec<(u64, Option<SurfaceOp>)> = (0..log.seq_next()).map(|s| (s, log.event(s).unwrap().surface_op)).collect();
-    let appended = ops.iter().filter(|(_, op)| *op == Some(SurfaceOp::Append)).map(|(s, _)| *s);
-    compare("appendOriginSeqs", &seq_list(appended), expected.get("appendOriginSeqs"))?;
-    compare("appendOriginSeqs (transcript)", &seq_list(session.transcript()), expected.get("appendOriginSeqs"))?;
-    let replaced = ops.iter().filter(|(_, op)| matches!(op, Some(SurfaceOp::Replace { .. }))).map(|(s, _)| *s);
-    compare("replacementSeqs", &seq_list(replaced), expected.get("replacementSeqs"))?;
+    let ops: Vec<(u64, Option<SurfaceOp>)> = (0..log.seq_next())
+        .map(|s| (s, log.event(s).unwrap().surface_op))
+        .collect();
+    let appended = ops
+        .iter()
+        .filter(|(_, op)| *op == Some(SurfaceOp::Append))
+        .map(|(s, _)| *s);
+    compare(
+        "appendOriginSeqs",
+        &seq_list(appended),
+        expected.get("appendOriginSeqs"),
+    )?;
+    compare(
+        "appendOriginSeqs (transcript)",
+        &seq_list(session.transcript()),
+        expected.get("appendOriginSeqs"),
+    )?;
+    let replaced = ops
+        .iter()
+        .filter(|(_, op)| matches!(op, Some(SurfaceOp::Replace { .. })))
+        .map(|(s, _)| *s);
+    compare(
+        "replacementSeqs",
+        &seq_list(replaced),
+        expected.get("replacementSeqs"),
+    )?;
     let messages = session.messages();
     let texts: Vec<&str> = messages.iter().map(|m| m.json).collect();
-    compare("messages", &format!("[{}]", texts.join(",")), expected.get("messages"))?;
-    compare("messageSeqs", &seq_list(messages.iter().map(|m| m.seq)), expected.get("messageSeqs"))
+    compare(
+        "messages",
+        &format!("[{}]", texts.join(",")),
+        expected.get("messages"),
+    )?;
+    compare(
+        "messageSeqs",
+        &seq_list(messages.iter().map(|m| m.seq)),
+        expected.get("messageSeqs"),
+    )
 }
 
 #[test]
@@ -188,17 +275,36 @@ fn fold_family() {
         if is_listed(name, &FOLD_REWRITE_DEVIATIONS) {
             return match outcome {
                 Err(e) if e.code() == "TOOL_REWRITE_CHANGED" => Ok(()),
-                other => Err(format!("deviation case: expected TOOL_REWRITE_CHANGED, got {:?}", other.map(|_| ()))),
+                other => Err(format!(
+                    "deviation case: expected TOOL_REWRITE_CHANGED, got {:?}",
+                    other.map(|_| ())
+                )),
             };
         }
         match (outcome, expected_ok(expected)) {
             (Ok((surface, _)), true) => {
-                compare("nodes", &seq_list(surface.nodes().iter().copied()), expected.get("nodes"))?;
+                compare(
+                    "nodes",
+                    &seq_list(surface.nodes().iter().copied()),
+                    expected.get("nodes"),
+                )?;
                 let replacements: Vec<String> = surface
                     .replacements()
-                    .map(|r| format!("{{\"seq\":{},\"start\":{},\"end\":{},\"shadowedSeqs\":{}}}", r.seq, r.start, r.end, seq_list(r.shadowed.iter().copied())))
+                    .map(|r| {
+                        format!(
+                            "{{\"seq\":{},\"start\":{},\"end\":{},\"shadowedSeqs\":{}}}",
+                            r.seq,
+                            r.start,
+                            r.end,
+                            seq_list(r.shadowed.iter().copied())
+                        )
+                    })
                     .collect();
-                compare("replacements", &format!("[{}]", replacements.join(",")), expected.get("replacements"))
+                compare(
+                    "replacements",
+                    &format!("[{}]", replacements.join(",")),
+                    expected.get("replacements"),
+                )
             }
             (Err(e), false) => check_refusal(name, &e),
             (Ok(_), false) => Err("accepted, expected a refusal".into()),
@@ -239,9 +345,12 @@ fn restore_family() {
     seed_like("restore");
 }
 
+/// Per op: the committed seq and time, or the refusal.
+type OpResults = Vec<Result<(u64, i64), surfacelog::Error>>;
+
 /// Builds the source session of an append or fork case and runs its ops. Returns the
 /// store, and per op the outcome; `Err` when creation itself failed.
-fn run_ops(case: Value<'_, '_>) -> Result<(MemStore, Vec<Result<(u64, i64), surfacelog::Error>>), surfacelog::Error> {
+fn run_ops(case: Value<'_, '_>) -> Result<(MemStore, OpResults), surfacelog::Error> {
     let id = case.get("id").and_then(|i| i.as_str()).unwrap();
     let invariants = case.get("invariants").is_some_and(|i| i.is_true());
     let (options, clock) = options(now_of(case), invariants);
@@ -255,7 +364,12 @@ fn run_ops(case: Value<'_, '_>) -> Result<(MemStore, Vec<Result<(u64, i64), surf
         clock.set(time);
         let event_type = op.get("type").and_then(|t| t.as_str()).unwrap();
         let data = op.get("data").unwrap().raw();
-        let outcome = session.append_json(&event_type, data, op.get("surfaceOp").map(|v| v.raw()), op.get("sourceEventSeqs").map(|v| v.raw()));
+        let outcome = session.append_json(
+            &event_type,
+            data,
+            op.get("surfaceOp").map(|v| v.raw()),
+            op.get("sourceEventSeqs").map(|v| v.raw()),
+        );
         results.push(outcome.map(|seq| (seq, session.event(seq).unwrap().time)));
     }
     // Everything after the ops (the fork) runs at the case's `now`.
@@ -263,18 +377,36 @@ fn run_ops(case: Value<'_, '_>) -> Result<(MemStore, Vec<Result<(u64, i64), surf
     Ok((store, results))
 }
 
-fn compare_results(results: &[Result<(u64, i64), surfacelog::Error>], expected: Value<'_, '_>, upto: usize) -> Result<(), String> {
+fn compare_results(
+    results: &[Result<(u64, i64), surfacelog::Error>],
+    expected: Value<'_, '_>,
+    upto: usize,
+) -> Result<(), String> {
     let expected: Vec<_> = expected.get("results").unwrap().elements().collect();
     if expected.len() != results.len() {
-        return Err(format!("{} results, expected {}", results.len(), expected.len()));
+        return Err(format!(
+            "{} results, expected {}",
+            results.len(),
+            expected.len()
+        ));
     }
     for (i, (actual, want)) in results.iter().zip(&expected).take(upto).enumerate() {
         match (actual, expected_ok(*want)) {
-            (Ok((seq, time)), true) => compare(&format!("result {i}"), &format!("{{\"ok\":true,\"seq\":{seq},\"time\":{time}}}"), Some(*want))?,
+            (Ok((seq, time)), true) => compare(
+                &format!("result {i}"),
+                &format!("{{\"ok\":true,\"seq\":{seq},\"time\":{time}}}"),
+                Some(*want),
+            )?,
             (Err(e), false) => {
-                let code = want.get("error").and_then(|e| e.get("code")).and_then(|c| c.as_str());
+                let code = want
+                    .get("error")
+                    .and_then(|e| e.get("code"))
+                    .and_then(|c| c.as_str());
                 if code.as_deref() == Some("INVARIANT") && !e.code().starts_with("INV_") {
-                    return Err(format!("op {i}: refused with {}, expected an INV_* code", e.code()));
+                    return Err(format!(
+                        "op {i}: refused with {}, expected an INV_* code",
+                        e.code()
+                    ));
                 }
             }
             (Ok(_), false) => return Err(format!("op {i} accepted, expected a refusal")),
@@ -290,18 +422,39 @@ fn append_family() {
         let id = case.get("id").and_then(|i| i.as_str()).unwrap();
         let (store, results) = match run_ops(case) {
             Ok(ran) => ran,
-            Err(e) if !expected_ok(expected) && expected.get("stage").is_some_and(|s| s.is_str("create")) => {
-                return if e.code().starts_with("INV_") { Ok(()) } else { Err(format!("creation refused with {e:?}, expected INV_*")) };
+            Err(e)
+                if !expected_ok(expected)
+                    && expected.get("stage").is_some_and(|s| s.is_str("create")) =>
+            {
+                return if e.code().starts_with("INV_") {
+                    Ok(())
+                } else {
+                    Err(format!("creation refused with {e:?}, expected INV_*"))
+                };
             }
             Err(e) => return Err(format!("creation refused: {e:?}")),
         };
         if is_listed(name, &APPEND_SHAPE_DEVIATIONS) {
-            let wanted: Vec<bool> = expected.get("results").unwrap().elements().map(expected_ok).collect();
-            let deviating = results.iter().zip(&wanted).position(|(r, ok)| *ok && r.is_err());
-            let Some(at) = deviating else { return Err("deviation case: no op refused".into()) };
+            let wanted: Vec<bool> = expected
+                .get("results")
+                .unwrap()
+                .elements()
+                .map(expected_ok)
+                .collect();
+            let deviating = results
+                .iter()
+                .zip(&wanted)
+                .position(|(r, ok)| *ok && r.is_err());
+            let Some(at) = deviating else {
+                return Err("deviation case: no op refused".into());
+            };
             compare_results(&results, expected, at)?;
             let code = results[at].as_ref().unwrap_err().code();
-            return if code == "MESSAGE_SHAPE" { Ok(()) } else { Err(format!("op {at}: {code}, expected MESSAGE_SHAPE")) };
+            return if code == "MESSAGE_SHAPE" {
+                Ok(())
+            } else {
+                Err(format!("op {at}: {code}, expected MESSAGE_SHAPE"))
+            };
         }
         compare_results(&results, expected, results.len())?;
         compare_state(store.get(&id).unwrap(), expected)
@@ -314,14 +467,20 @@ fn repair_family() {
     Family::run("repair", |_name, case, expected| {
         let events = texts(case.get("events"));
         let header = r#"{"version":0,"id":"repair","createdAt":0}"#;
-        let (session, report) = Session::reopen("repair", header, &events, Options::default()).map_err(|e| format!("reopen refused: {e:?}"))?;
-        let closers: Vec<&str> = (report.stored..session.seq_next()).map(|s| session.event(s).unwrap().text).collect();
+        let (session, report) = Session::reopen("repair", header, &events, Options::default())
+            .map_err(|e| format!("reopen refused: {e:?}"))?;
+        let closers: Vec<&str> = (report.stored..session.seq_next())
+            .map(|s| session.event(s).unwrap().text)
+            .collect();
         let wanted = texts(expected.get("closers"));
         if closers != wanted {
-            return Err(format!("closers differ\n  actual:   {closers:?}\n  expected: {wanted:?}"));
+            return Err(format!(
+                "closers differ\n  actual:   {closers:?}\n  expected: {wanted:?}"
+            ));
         }
         // The closers are also exactly what the pure function computes over the stored log.
-        let stored = Session::create("pure", None, Some(&events), Options::default()).map_err(|e| format!("{e:?}"))?;
+        let stored = Session::create("pure", None, Some(&events), Options::default())
+            .map_err(|e| format!("{e:?}"))?;
         let mut pure = surfacelog::session::repair::closers(stored.log());
         let marker_was_added = stored.seq_next() > events.len() as u64;
         if marker_was_added && !pure.is_empty() {
@@ -344,7 +503,9 @@ fn fork_family() {
         compare_results(&results, expected, results.len())?;
         let before: Vec<String> = {
             let source = store.get(&id).unwrap();
-            (0..source.seq_next()).map(|s| source.event(s).unwrap().text.to_owned()).collect()
+            (0..source.seq_next())
+                .map(|s| source.event(s).unwrap().text.to_owned())
+                .collect()
         };
         let boundary = match case.get("boundary") {
             None => Ok(Boundary::Last),
@@ -353,19 +514,44 @@ fn fork_family() {
         let child_id = case.get("childId").and_then(|c| c.as_str()).unwrap();
         let outcome = boundary.and_then(|b| store.fork(&id, b, &child_id).map(|_| ()));
         let source = store.get(&id).unwrap();
-        let after: Vec<&str> = (0..source.seq_next()).map(|s| source.event(s).unwrap().text).collect();
+        let after: Vec<&str> = (0..source.seq_next())
+            .map(|s| source.event(s).unwrap().text)
+            .collect();
         if before != after {
             return Err("fork changed the source".into());
         }
         let source_expected = expected.get("source").unwrap();
-        compare("source.events", &format!("[{}]", after.join(",")), source_expected.get("events"))?;
-        compare("source.header", source.header().text(), source_expected.get("header"))?;
+        compare(
+            "source.events",
+            &format!("[{}]", after.join(",")),
+            source_expected.get("events"),
+        )?;
+        compare(
+            "source.header",
+            source.header().text(),
+            source_expected.get("header"),
+        )?;
         match (outcome, expected_ok(expected)) {
-            (Ok(()), true) => compare_state(store.get(&child_id).unwrap(), expected.get("child").unwrap()),
+            (Ok(()), true) => compare_state(
+                store.get(&child_id).unwrap(),
+                expected.get("child").unwrap(),
+            ),
             (Err(e), false) => {
-                let code = expected.get("error").and_then(|e| e.get("code")).and_then(|c| c.as_str()).unwrap();
-                let code = if code == "SESSION_ALREADY_EXISTS" { "SESSION_EXISTS".into() } else { code };
-                if e.code() == code { Ok(()) } else { Err(format!("refused with {}, expected {code}", e.code())) }
+                let code = expected
+                    .get("error")
+                    .and_then(|e| e.get("code"))
+                    .and_then(|c| c.as_str())
+                    .unwrap();
+                let code = if code == "SESSION_ALREADY_EXISTS" {
+                    "SESSION_EXISTS".into()
+                } else {
+                    code
+                };
+                if e.code() == code {
+                    Ok(())
+                } else {
+                    Err(format!("refused with {}, expected {code}", e.code()))
+                }
             }
             (Ok(()), false) => Err("fork accepted, expected a refusal".into()),
             (Err(e), true) => Err(format!("fork refused: {e:?}")),
@@ -379,11 +565,22 @@ fn pack_family() {
     Family::run("pack", |_name, case, expected| {
         let events = texts(case.get("events"));
         let records = rows::pack(&events).map_err(|e| format!("pack refused: {e:?}"))?;
-        let lines: Vec<String> = expected.get("lines").unwrap().elements().map(|l| l.as_str().unwrap().into_owned()).collect();
+        let lines: Vec<String> = expected
+            .get("lines")
+            .unwrap()
+            .elements()
+            .map(|l| l.as_str().unwrap().into_owned())
+            .collect();
         if records != lines {
-            return Err(format!("lines differ\n  actual:   {records:?}\n  expected: {lines:?}"));
+            return Err(format!(
+                "lines differ\n  actual:   {records:?}\n  expected: {lines:?}"
+            ));
         }
-        compare("records", &format!("[{}]", records.join(",")), expected.get("records"))
+        compare(
+            "records",
+            &format!("[{}]", records.join(",")),
+            expected.get("records"),
+        )
     })
     .assert_all_pass(120);
 }
@@ -394,10 +591,18 @@ fn unpack_family() {
         let records = texts(case.get("records"));
         let outcome = rows::unpack(&records);
         if is_listed(name, &UNPACK_SEQ_DEVIATIONS) {
-            return if outcome.is_err() { Ok(()) } else { Err("deviation case: decoded, expected a refusal".into()) };
+            return if outcome.is_err() {
+                Ok(())
+            } else {
+                Err("deviation case: decoded, expected a refusal".into())
+            };
         }
         match (outcome, expected_ok(expected)) {
-            (Ok(events), true) => compare("events", &format!("[{}]", events.join(",")), expected.get("events")),
+            (Ok(events), true) => compare(
+                "events",
+                &format!("[{}]", events.join(",")),
+                expected.get("events"),
+            ),
             (Err(_), false) => Ok(()),
             (Ok(_), false) => Err("decoded, expected a refusal".into()),
             (Err(e), true) => Err(format!("refused: {e:?}")),
@@ -414,7 +619,14 @@ fn vector_counts_match_the_manifest() {
     assert_eq!(families.kind(), Kind::Object);
     for (family, counts) in families.members() {
         let name = family.as_str().unwrap();
-        let lines = std::fs::read_to_string(format!("{DIR}/{name}.jsonl")).unwrap().lines().count();
-        assert_eq!(counts.get("cases").and_then(|c| c.as_safe_u64()), Some(lines as u64), "{name}");
+        let lines = std::fs::read_to_string(format!("{DIR}/{name}.jsonl"))
+            .unwrap()
+            .lines()
+            .count();
+        assert_eq!(
+            counts.get("cases").and_then(|c| c.as_safe_u64()),
+            Some(lines as u64),
+            "{name}"
+        );
     }
 }

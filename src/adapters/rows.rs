@@ -22,11 +22,15 @@ enum DeltaKind {
 
 impl DeltaKind {
     fn from_chunk_type(chunk_type: Value<'_, '_>) -> Option<Self> {
-        [Self::Text, Self::Reasoning, Self::ToolCall].into_iter().find(|k| chunk_type.is_str(k.chunk_type()))
+        [Self::Text, Self::Reasoning, Self::ToolCall]
+            .into_iter()
+            .find(|k| chunk_type.is_str(k.chunk_type()))
     }
 
     fn from_row_tag(tag: Value<'_, '_>) -> Option<Self> {
-        [Self::Text, Self::Reasoning, Self::ToolCall].into_iter().find(|k| tag.is_str(k.row_tag()))
+        [Self::Text, Self::Reasoning, Self::ToolCall]
+            .into_iter()
+            .find(|k| tag.is_str(k.row_tag()))
     }
 
     fn chunk_type(self) -> &'static str {
@@ -69,20 +73,30 @@ struct Delta<'j, 'a> {
 ///
 /// # Errors
 /// A text that is not JSON.
+///
+/// # Panics
+/// Never: run members are packable by construction.
 pub fn pack(events: &[&str]) -> Result<Vec<String>> {
-    let parsed: Vec<Json<'_>> = events.iter().map(|t| Json::parse(t)).collect::<Result<_, _>>()?;
+    let parsed: Vec<Json<'_>> = events
+        .iter()
+        .map(|t| Json::parse(t))
+        .collect::<Result<_, _>>()?;
     let deltas: Vec<Option<Delta<'_, '_>>> = parsed.iter().map(|j| delta(j.root())).collect();
     let mut records = Vec::with_capacity(events.len());
     let mut at = 0;
     while at < parsed.len() {
         let mut end = at + 1;
         if let Some(first) = deltas[at] {
-            while end < parsed.len() && deltas[end].is_some_and(|next| continues(&first, &deltas[end - 1].expect("in run"), &next)) {
+            while end < parsed.len()
+                && deltas[end]
+                    .is_some_and(|next| continues(&first, &deltas[end - 1].expect("in run"), &next))
+            {
                 end += 1;
             }
         }
         if end - at >= ROW_MEMBERS_MIN {
-            let run: Vec<Delta<'_, '_>> = deltas[at..end].iter().map(|d| d.expect("in run")).collect();
+            let run: Vec<Delta<'_, '_>> =
+                deltas[at..end].iter().map(|d| d.expect("in run")).collect();
             records.push(row(&run));
         } else {
             for json in &parsed[at..end] {
@@ -110,8 +124,9 @@ pub fn unpack(records: &[&str]) -> Result<Vec<String>> {
         let root = json.root();
         let tag = root.get("type").filter(|_| root.kind() == Kind::Object);
         match tag.and_then(DeltaKind::from_row_tag) {
-            Some(kind) => expand(kind, root, &mut events).map_err(|reason| {
-                ErrorKind::Corrupt { location: format!("record {index}"), reason: format!("malformed packed row: {reason}") }
+            Some(kind) => expand(kind, root, &mut events).map_err(|reason| ErrorKind::Corrupt {
+                location: format!("record {index}"),
+                reason: format!("malformed packed row: {reason}"),
             })?,
             None => events.push((*text).to_owned()),
         }
@@ -140,12 +155,26 @@ fn delta<'j, 'a>(event: Value<'j, 'a>) -> Option<Delta<'j, 'a>> {
             None => None,
             Some(name) => Some(string(name)?),
         };
-        (Some(string(chunk.get("id")?)?), name, string(chunk.get("argumentsDelta")?)?)
+        (
+            Some(string(chunk.get("id")?)?),
+            name,
+            string(chunk.get("argumentsDelta")?)?,
+        )
     } else {
         exact_keys(chunk, &["type", "index", "text"], &[])?;
         (None, None, string(chunk.get("text")?)?)
     };
-    Some(Delta { kind, seq, time, turn, step, index, id, name, payload })
+    Some(Delta {
+        kind,
+        seq,
+        time,
+        turn,
+        step,
+        index,
+        id,
+        name,
+        payload,
+    })
 }
 
 /// ROW-3: `next` continues a run that started at `first` and last reached `prev`.
@@ -169,7 +198,12 @@ fn continues(first: &Delta<'_, '_>, prev: &Delta<'_, '_>, next: &Delta<'_, '_>) 
 /// ROW-6: the row record of a run.
 fn row(run: &[Delta<'_, '_>]) -> String {
     let first = run[0];
-    let mut out = format!("{{\"type\":\"{}\",\"seq0\":{},\"time0\":{},\"data\":{{\"turn\":", first.kind.row_tag(), first.seq, first.time);
+    let mut out = format!(
+        "{{\"type\":\"{}\",\"seq0\":{},\"time0\":{},\"data\":{{\"turn\":",
+        first.kind.row_tag(),
+        first.seq,
+        first.time
+    );
     push_number(&mut out, first.turn);
     out.push_str(",\"step\":");
     push_number(&mut out, first.step);
@@ -191,7 +225,11 @@ fn row(run: &[Delta<'_, '_>]) -> String {
         out.push_str(",\"name\":");
         push_string(&mut out, name);
     }
-    out.push_str(if first.kind == DeltaKind::ToolCall { ",\"args\":[" } else { ",\"texts\":[" });
+    out.push_str(if first.kind == DeltaKind::ToolCall {
+        ",\"args\":["
+    } else {
+        ",\"texts\":["
+    });
     for (i, member) in run.iter().enumerate() {
         if i > 0 {
             out.push(',');
@@ -203,43 +241,91 @@ fn row(run: &[Delta<'_, '_>]) -> String {
 }
 
 /// ROW-9 and ROW-10: validates a row and appends its members.
-fn expand(kind: DeltaKind, row: Value<'_, '_>, events: &mut Vec<String>) -> Result<(), &'static str> {
-    exact_keys(row, &["type", "seq0", "time0", "data"], &[]).ok_or("row keys are not type, seq0, time0, data")?;
-    let seq0 = row.get("seq0").and_then(|s| s.as_safe_int()).filter(|s| *s >= 0).ok_or("seq0 is not a non-negative safe integer")?;
-    let time0 = row.get("time0").and_then(|t| t.as_safe_int()).ok_or("time0 is not a safe integer")?;
+fn expand(
+    kind: DeltaKind,
+    row: Value<'_, '_>,
+    events: &mut Vec<String>,
+) -> Result<(), &'static str> {
+    exact_keys(row, &["type", "seq0", "time0", "data"], &[])
+        .ok_or("row keys are not type, seq0, time0, data")?;
+    let seq0 = row
+        .get("seq0")
+        .and_then(|s| s.as_safe_int())
+        .filter(|s| *s >= 0)
+        .ok_or("seq0 is not a non-negative safe integer")?;
+    let time0 = row
+        .get("time0")
+        .and_then(|t| t.as_safe_int())
+        .ok_or("time0 is not a safe integer")?;
     let data = row.get("data").ok_or("data is missing")?;
     let (id, name, members) = if kind == DeltaKind::ToolCall {
-        exact_keys(data, &["turn", "step", "index", "id", "dt", "args"], &["name"]).ok_or("data keys do not match the tag")?;
-        let id = data.get("id").and_then(string).ok_or("id is not a string")?;
-        let name = data.get("name").map(|n| string(n).ok_or("name is not a string")).transpose()?;
+        exact_keys(
+            data,
+            &["turn", "step", "index", "id", "dt", "args"],
+            &["name"],
+        )
+        .ok_or("data keys do not match the tag")?;
+        let id = data
+            .get("id")
+            .and_then(string)
+            .ok_or("id is not a string")?;
+        let name = data
+            .get("name")
+            .map(|n| string(n).ok_or("name is not a string"))
+            .transpose()?;
         (Some(id), name, data.get("args"))
     } else {
-        exact_keys(data, &["turn", "step", "index", "dt", "texts"], &[]).ok_or("data keys do not match the tag")?;
+        exact_keys(data, &["turn", "step", "index", "dt", "texts"], &[])
+            .ok_or("data keys do not match the tag")?;
         (None, None, data.get("texts"))
     };
     let numbers = ["turn", "step", "index"].map(|k| data.get(k).and_then(number));
     let [Some(turn), Some(step), Some(index)] = numbers else {
         return Err("turn, step or index is not a number");
     };
-    let members: Vec<Value<'_, '_>> = members.filter(|m| m.kind() == Kind::Array).ok_or("members are not an array")?.elements().collect();
+    let members: Vec<Value<'_, '_>> = members
+        .filter(|m| m.kind() == Kind::Array)
+        .ok_or("members are not an array")?
+        .elements()
+        .collect();
     if members.is_empty() || members.iter().any(|m| m.kind() != Kind::String) {
         return Err("members are not a non-empty array of strings");
     }
-    let dt = data.get("dt").filter(|d| d.kind() == Kind::Array).ok_or("dt is not an array")?;
-    let dt: Vec<i64> = dt.elements().map(|d| d.as_safe_int()).collect::<Option<_>>().ok_or("dt holds a value that is not a safe integer")?;
+    let dt = data
+        .get("dt")
+        .filter(|d| d.kind() == Kind::Array)
+        .ok_or("dt is not an array")?;
+    let dt: Vec<i64> = dt
+        .elements()
+        .map(|d| d.as_safe_int())
+        .collect::<Option<_>>()
+        .ok_or("dt holds a value that is not a safe integer")?;
     if dt.len() + 1 != members.len() {
         return Err("dt length is not the member count minus one");
     }
     let mut time = time0;
     for (k, payload) in members.iter().enumerate() {
         if k > 0 {
-            time = time.checked_add(dt[k - 1]).filter(|t| t.abs() <= SAFE_MAX).ok_or("a member time leaves the safe-integer range")?;
+            time = time
+                .checked_add(dt[k - 1])
+                .filter(|t| t.abs() <= SAFE_MAX)
+                .ok_or("a member time leaves the safe-integer range")?;
         }
         let seq = seq0 + i64::try_from(k).unwrap_or(i64::MAX);
         if seq > SAFE_MAX {
             return Err("a member seq leaves the safe-integer range");
         }
-        let member = Delta { kind, seq, time, turn, step, index, id, name, payload: *payload };
+        let member = Delta {
+            kind,
+            seq,
+            time,
+            turn,
+            step,
+            index,
+            id,
+            name,
+            payload: *payload,
+        };
         events.push(member_event(&member));
     }
     Ok(())
@@ -247,11 +333,16 @@ fn expand(kind: DeltaKind, row: Value<'_, '_>, events: &mut Vec<String>) -> Resu
 
 /// ROW-10: one member as an `assistant/chunk` event, key orders of `dsh-formats.md` §2.3.
 fn member_event(member: &Delta<'_, '_>) -> String {
-    let mut out = format!("{{\"type\":\"assistant/chunk\",\"seq\":{},\"time\":{},\"data\":{{\"turn\":", member.seq, member.time);
+    let mut out = format!(
+        "{{\"type\":\"assistant/chunk\",\"seq\":{},\"time\":{},\"data\":{{\"turn\":",
+        member.seq, member.time
+    );
     push_number(&mut out, member.turn);
     out.push_str(",\"step\":");
     push_number(&mut out, member.step);
-    out.push_str(&format!(",\"chunk\":{{\"type\":\"{}\",\"index\":", member.kind.chunk_type()));
+    out.push_str(",\"chunk\":{\"type\":\"");
+    out.push_str(member.kind.chunk_type());
+    out.push_str("\",\"index\":");
     push_number(&mut out, member.index);
     if let Some(id) = member.id {
         out.push_str(",\"id\":");
@@ -261,7 +352,11 @@ fn member_event(member: &Delta<'_, '_>) -> String {
         out.push_str(",\"name\":");
         push_string(&mut out, name);
     }
-    out.push_str(if member.kind == DeltaKind::ToolCall { ",\"argumentsDelta\":" } else { ",\"text\":" });
+    out.push_str(if member.kind == DeltaKind::ToolCall {
+        ",\"argumentsDelta\":"
+    } else {
+        ",\"text\":"
+    });
     push_string(&mut out, member.payload);
     out.push_str("}}}");
     out

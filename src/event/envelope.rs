@@ -199,8 +199,15 @@ pub fn read_sources<'a>(value: Value<'_, 'a>) -> Field<Cow<'a, [u64]>> {
 
 /// The envelope slot of a key (`"\u0074ype"` is `type` too), or `None` for other keys.
 fn slot_of(key: Value<'_, '_>) -> Option<usize> {
-    const KEYS: [&str; 7] =
-        ["type", "seq", "time", "data", "sourceEventSeqs", "surfaceOp", "ignorable"];
+    const KEYS: [&str; 7] = [
+        "type",
+        "seq",
+        "time",
+        "data",
+        "sourceEventSeqs",
+        "surfaceOp",
+        "ignorable",
+    ];
     let raw = key.raw();
     let unquoted = &raw[1..raw.len() - 1];
     if raw.contains('\\') {
@@ -211,5 +218,8 @@ fn slot_of(key: Value<'_, '_>) -> Option<usize> {
 }
 
 fn invalid(reason: &str) -> crate::Error {
-    ErrorKind::EnvelopeInvalid { reason: reason.to_owned() }.into()
+    ErrorKind::EnvelopeInvalid {
+        reason: reason.to_owned(),
+    }
+    .into()
 }

@@ -30,7 +30,13 @@ impl Header {
     }
 
     /// The header of a fork child (contract §7): `cwd` only when the source has one.
-    pub fn for_fork(id: &str, created_at: u64, cwd: Option<&str>, parent: &str, seed_length: u64) -> Self {
+    pub fn for_fork(
+        id: &str,
+        created_at: u64,
+        cwd: Option<&str>,
+        parent: &str,
+        seed_length: u64,
+    ) -> Self {
         Self::build(id, created_at, cwd, Some(parent), Some(seed_length))
     }
 
@@ -56,11 +62,19 @@ impl Header {
         if root.kind() != Kind::Object {
             return Err(invalid("header is not an object"));
         }
-        let version = root.get("version").ok_or_else(|| invalid("version is missing"))?;
-        let version_value = version.as_f64().ok_or_else(|| invalid("version is not a number"))?;
+        let version = root
+            .get("version")
+            .ok_or_else(|| invalid("version is missing"))?;
+        let version_value = version
+            .as_f64()
+            .ok_or_else(|| invalid("version is not a number"))?;
         if version_value != 0.0 {
             let found = version.raw().to_owned();
-            return Err(ErrorKind::FormatVersion { found, newer: version_value > 0.0 }.into());
+            return Err(ErrorKind::FormatVersion {
+                found,
+                newer: version_value > 0.0,
+            }
+            .into());
         }
         let header_id = root.get("id").and_then(|v| v.as_str());
         if header_id.as_deref().is_none_or(str::is_empty) {
@@ -70,14 +84,25 @@ impl Header {
             return Err(invalid("id does not equal the session id"));
         }
         let created_at = root.get("createdAt").and_then(|v| v.as_safe_u64());
-        let created_at = created_at.ok_or_else(|| invalid("createdAt is not a non-negative safe integer"))?;
-        let cwd = optional(root, "cwd", |v| v.as_str().filter(|s| s.starts_with('/')).map(|s| s.into_owned()))?;
+        let created_at =
+            created_at.ok_or_else(|| invalid("createdAt is not a non-negative safe integer"))?;
+        let cwd = optional(root, "cwd", |v| {
+            v.as_str()
+                .filter(|s| s.starts_with('/'))
+                .map(std::borrow::Cow::into_owned)
+        })?;
         optional(root, "parentSession", |v| v.as_str().map(|_| ()))?;
         let seed_length = optional(root, "seedLength", |v| v.as_safe_u64())?;
         optional(root, "origin", |v| v.is_str("subagent").then_some(()))?;
         optional(root, "delegationDepth", |v| v.as_safe_u64())?;
         optional(root, "agentPreset", |v| v.as_str().map(|_| ()))?;
-        Ok(Self { text: root.raw().to_owned(), id: id.to_owned(), created_at, cwd, seed_length })
+        Ok(Self {
+            text: root.raw().to_owned(),
+            id: id.to_owned(),
+            created_at,
+            cwd,
+            seed_length,
+        })
     }
 
     /// The header's JSON text.
@@ -105,7 +130,13 @@ impl Header {
         self.seed_length
     }
 
-    fn build(id: &str, created_at: u64, cwd: Option<&str>, parent: Option<&str>, seed_length: Option<u64>) -> Self {
+    fn build(
+        id: &str,
+        created_at: u64,
+        cwd: Option<&str>,
+        parent: Option<&str>,
+        seed_length: Option<u64>,
+    ) -> Self {
         let mut text = String::from("{\"version\":0,\"id\":");
         push_js_string(&mut text, id.as_bytes());
         text.push_str(",\"createdAt\":");
@@ -124,12 +155,22 @@ impl Header {
             push_js_number(&mut text, seed_length as f64);
         }
         text.push('}');
-        Self { text, id: id.to_owned(), created_at, cwd: cwd.map(str::to_owned), seed_length }
+        Self {
+            text,
+            id: id.to_owned(),
+            created_at,
+            cwd: cwd.map(str::to_owned),
+            seed_length,
+        }
     }
 }
 
 /// An optional known key: absent, or a value that `read` accepts (`null` never is).
-fn optional<T>(root: Value<'_, '_>, key: &str, read: impl Fn(Value<'_, '_>) -> Option<T>) -> Result<Option<T>> {
+fn optional<T>(
+    root: Value<'_, '_>,
+    key: &str,
+    read: impl Fn(Value<'_, '_>) -> Option<T>,
+) -> Result<Option<T>> {
     match root.get(key) {
         None => Ok(None),
         Some(value) => read(value)
@@ -139,5 +180,8 @@ fn optional<T>(root: Value<'_, '_>, key: &str, read: impl Fn(Value<'_, '_>) -> O
 }
 
 fn invalid(reason: &str) -> crate::Error {
-    ErrorKind::HeaderInvalid { reason: reason.to_owned() }.into()
+    ErrorKind::HeaderInvalid {
+        reason: reason.to_owned(),
+    }
+    .into()
 }

@@ -38,7 +38,7 @@ pub enum SurfaceOp {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     text: Box<str>,
-    event_type: Box<str>,
+    type_name: Box<str>,
     seq: u64,
     time: i64,
     data: Range<u32>,
@@ -114,12 +114,15 @@ impl Event {
     ) -> Self {
         assert!(data.end <= text.len(), "data span outside the event text");
         if let Some(m) = &message {
-            assert!(data.start <= m.start && m.end <= data.end, "message outside data");
+            assert!(
+                data.start <= m.start && m.end <= data.end,
+                "message outside data"
+            );
         }
         let span = |r: Range<usize>| span32(r.start)..span32(r.end);
         Self {
             text: text.into_boxed_str(),
-            event_type: fields.event_type.into_boxed_str(),
+            type_name: fields.event_type.into_boxed_str(),
             seq: fields.seq,
             time: fields.time,
             data: span(data),
@@ -134,7 +137,7 @@ impl Event {
     pub fn as_ref(&self) -> EventRef<'_> {
         EventRef {
             text: &self.text,
-            event_type: &self.event_type,
+            event_type: &self.type_name,
             seq: self.seq,
             time: self.time,
             surface_op: self.surface_op,
@@ -164,7 +167,8 @@ impl<'a> EventRef<'a> {
 
     /// The exact JSON text of the message this event projects to, if any.
     pub fn message(&self) -> Option<&'a str> {
-        self.message.map(|(start, end)| &self.text[start as usize..end as usize])
+        self.message
+            .map(|(start, end)| &self.text[start as usize..end as usize])
     }
 
     /// The byte span of `data` within [`EventRef::text`].
@@ -174,7 +178,8 @@ impl<'a> EventRef<'a> {
 
     /// The byte span of the message within [`EventRef::text`].
     pub fn message_span(&self) -> Option<Range<usize>> {
-        self.message.map(|(start, end)| start as usize..end as usize)
+        self.message
+            .map(|(start, end)| start as usize..end as usize)
     }
 }
 
@@ -197,7 +202,11 @@ impl MemLog {
     /// mismatch here is a bug that would corrupt the log.
     pub fn push(&mut self, event: Event) {
         let seq_next = self.seq_next();
-        assert!(event.seq == seq_next, "append out of order: seq={} seq_next={seq_next}", event.seq);
+        assert!(
+            event.seq == seq_next,
+            "append out of order: seq={} seq_next={seq_next}",
+            event.seq
+        );
         self.events.push(event);
     }
 

@@ -63,24 +63,41 @@ impl Default for Vocabulary {
 impl Vocabulary {
     /// The default vocabulary `dsh-v0` (contract §3).
     pub fn dsh_v0() -> Self {
-        let entry = |event_type: &str, projection: Projection, role: &str, origin, silent| {
-            SurfaceType {
+        let entry =
+            |event_type: &str, projection: Projection, role: &str, origin, silent| SurfaceType {
                 event_type: event_type.to_owned(),
                 projection,
                 role: role.to_owned(),
                 origin,
                 empty_content_is_silent: silent,
-            }
-        };
+            };
         let message = || Projection::Member("message".to_owned());
         Self {
             name: "dsh-v0".to_owned(),
             types: vec![
                 entry("user/message", Projection::Data, "user", Origin::Any, false),
-                entry("assistant/message", message(), "assistant", Origin::Model, true),
+                entry(
+                    "assistant/message",
+                    message(),
+                    "assistant",
+                    Origin::Model,
+                    true,
+                ),
                 entry("tool/result", message(), "user", Origin::Tool, false),
-                entry("context/message", Projection::Data, "user", Origin::Any, false),
-                entry("steering/message", Projection::Data, "user", Origin::Any, false),
+                entry(
+                    "context/message",
+                    Projection::Data,
+                    "user",
+                    Origin::Any,
+                    false,
+                ),
+                entry(
+                    "steering/message",
+                    Projection::Data,
+                    "user",
+                    Origin::Any,
+                    false,
+                ),
             ],
         }
     }
@@ -104,7 +121,9 @@ impl SurfaceType {
             Projection::Member(key) => data.get(key)?,
         };
         let silent = self.empty_content_is_silent
-            && message.get("content").is_some_and(|c| c.kind() == Kind::Array && c.is_empty());
+            && message
+                .get("content")
+                .is_some_and(|c| c.kind() == Kind::Array && c.is_empty());
         (!silent).then_some(message)
     }
 
@@ -117,7 +136,9 @@ impl SurfaceType {
             Projection::Data => Some(data),
             Projection::Member(key) => data.get(key),
         };
-        let message = message.filter(|m| m.kind() == Kind::Object).ok_or("message is not an object")?;
+        let message = message
+            .filter(|m| m.kind() == Kind::Object)
+            .ok_or("message is not an object")?;
         if !non_empty_str(message.get("id")) {
             return Err("id is not a non-empty string");
         }
@@ -160,7 +181,10 @@ fn check_tool_result(source: Value<'_, '_>, content: Value<'_, '_>) -> Result<()
     if !block.get("type").is_some_and(|t| t.is_str("tool-result")) {
         return Err("tool result block is not of type tool-result");
     }
-    if !block.get("content").is_some_and(|c| c.kind() == Kind::Array) {
+    if !block
+        .get("content")
+        .is_some_and(|c| c.kind() == Kind::Array)
+    {
         return Err("tool result block content is not an array");
     }
     let answers = block.get("toolCallId").zip(call_id);
@@ -190,12 +214,17 @@ pub fn check_legacy(event_type: &str, data: Value<'_, '_>) -> Result<(), &'stati
 /// The rule that failed.
 pub fn check_request_header(data: Value<'_, '_>) -> Result<(), &'static str> {
     let header = data.get("header");
-    let config = header.and_then(|h| h.get("config")).filter(|c| c.kind() == Kind::Object);
+    let config = header
+        .and_then(|h| h.get("config"))
+        .filter(|c| c.kind() == Kind::Object);
     let config = config.ok_or("header.config is not an object")?;
     if !non_empty_str(config.get("provider")) || !non_empty_str(config.get("model")) {
         return Err("config needs non-empty provider and model");
     }
-    if config.get("reasoningEffort").is_some_and(|e| !non_empty_str(Some(e))) {
+    if config
+        .get("reasoningEffort")
+        .is_some_and(|e| !non_empty_str(Some(e)))
+    {
         return Err("reasoningEffort is not a non-empty string");
     }
     let Some(defaults) = header.and_then(|h| h.get("adapterDefaults")) else {

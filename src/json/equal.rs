@@ -57,8 +57,10 @@ pub fn equal_except(
                 if kept_a.len() != kept_b.len() {
                     return false;
                 }
-                let mut keyed_b: Vec<_> =
-                    kept_b.into_iter().map(|(k, v)| (k.as_wtf8().unwrap_or_default(), v)).collect();
+                let mut keyed_b: Vec<_> = kept_b
+                    .into_iter()
+                    .map(|(k, v)| (k.as_wtf8().unwrap_or_default(), v))
+                    .collect();
                 keyed_b.sort_unstable_by(|x, y| x.0.cmp(&y.0));
                 for (key, value_a) in kept_a {
                     let key = key.as_wtf8().unwrap_or_default();

@@ -107,7 +107,10 @@ impl<'a> Json<'a> {
 
     /// The root value.
     pub fn root(&self) -> Value<'_, 'a> {
-        Value { json: self, index: 0 }
+        Value {
+            json: self,
+            index: 0,
+        }
     }
 
     /// The whole text as given.
@@ -178,7 +181,10 @@ impl<'j, 'a> Value<'j, 'a> {
     pub fn as_safe_int(&self) -> Option<i64> {
         let value = self.as_f64()?;
         let limit = 9_007_199_254_740_991.0_f64;
-        #[expect(clippy::cast_possible_truncation, reason = "checked integral and in range")]
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "checked integral and in range"
+        )]
         (value.fract() == 0.0 && value.abs() <= limit).then_some(value as i64)
     }
 
@@ -212,7 +218,11 @@ impl<'j, 'a> Value<'j, 'a> {
         } else {
             (0, 0)
         };
-        Members { json: self.json, next, end }
+        Members {
+            json: self.json,
+            next,
+            end,
+        }
     }
 
     /// The array's elements in order (empty for other kinds).
@@ -223,7 +233,11 @@ impl<'j, 'a> Value<'j, 'a> {
         } else {
             (0, 0)
         };
-        Elements { json: self.json, next, end }
+        Elements {
+            json: self.json,
+            next,
+            end,
+        }
     }
 
     /// The number of elements of an array or members of an object; 0 for scalars.
@@ -277,10 +291,19 @@ impl<'j, 'a> Iterator for Members<'j, 'a> {
         if self.next >= self.end {
             return None;
         }
-        let key = Value { json: self.json, index: self.next };
+        let key = Value {
+            json: self.json,
+            index: self.next,
+        };
         let value_index = self.next + 1;
         self.next = self.json.node(value_index).next;
-        Some((key, Value { json: self.json, index: value_index }))
+        Some((
+            key,
+            Value {
+                json: self.json,
+                index: value_index,
+            },
+        ))
     }
 }
 
@@ -299,7 +322,10 @@ impl<'j, 'a> Iterator for Elements<'j, 'a> {
         if self.next >= self.end {
             return None;
         }
-        let value = Value { json: self.json, index: self.next };
+        let value = Value {
+            json: self.json,
+            index: self.next,
+        };
         self.next = self.json.node(self.next).next;
         Some(value)
     }

@@ -8,11 +8,23 @@ const DUPLICATE_SCAN_KEYS_MAX: usize = 8;
 
 pub(super) fn parse(text: &str) -> Result<Json<'_>, JsonError> {
     if text.len() > JSON_TEXT_BYTES_MAX {
-        return Err(JsonError { offset: text.len(), kind: JsonErrorKind::TooLarge });
+        return Err(JsonError {
+            offset: text.len(),
+            kind: JsonErrorKind::TooLarge,
+        });
     }
-    let mut parser = Parser { bytes: text.as_bytes(), pos: 0, nodes: Vec::new(), neg_zero: None };
+    let mut parser = Parser {
+        bytes: text.as_bytes(),
+        pos: 0,
+        nodes: Vec::new(),
+        neg_zero: None,
+    };
     parser.document()?;
-    Ok(Json { text, nodes: parser.nodes, negative_zero: parser.neg_zero })
+    Ok(Json {
+        text,
+        nodes: parser.nodes,
+        negative_zero: parser.neg_zero,
+    })
 }
 
 /// The binary64 value of a number token (correctly rounded, like `JSON.parse`).
@@ -247,12 +259,21 @@ impl Parser<'_> {
     fn push(&mut self, kind: Kind, flag: bool, start: usize, end: usize) -> u32 {
         let index = to_u32(self.nodes.len());
         let next = index + 1;
-        self.nodes.push(Node { kind, flag, start: to_u32(start), end: to_u32(end), next });
+        self.nodes.push(Node {
+            kind,
+            flag,
+            start: to_u32(start),
+            end: to_u32(end),
+            next,
+        });
         index
     }
 
     fn error(&self, what: &'static str) -> JsonError {
-        JsonError { offset: self.pos, kind: JsonErrorKind::Syntax(what) }
+        JsonError {
+            offset: self.pos,
+            kind: JsonErrorKind::Syntax(what),
+        }
     }
 
     /// Refuses an object that repeats a key (contract §2.1: `DATA_DUPLICATE_KEY`).

@@ -12,7 +12,10 @@ pub fn decode_string(inner: &str) -> Vec<u8> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] != b'\\' {
-            let run = bytes[i..].iter().position(|&b| b == b'\\').unwrap_or(bytes.len() - i);
+            let run = bytes[i..]
+                .iter()
+                .position(|&b| b == b'\\')
+                .unwrap_or(bytes.len() - i);
             out.extend_from_slice(&bytes[i..i + run]);
             i += run;
             continue;
@@ -34,16 +37,15 @@ pub fn decode_string(inner: &str) -> Vec<u8> {
         }
         let unit = hex4(bytes, i);
         i += 4;
-        if (0xD800..0xDC00).contains(&unit) && bytes.get(i) == Some(&b'\\') {
-            if bytes.get(i + 1) == Some(&b'u') {
-                let low = hex4(bytes, i + 2);
-                if (0xDC00..0xE000).contains(&low) {
-                    let scalar = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
-                    push_code_point(&mut out, scalar);
-                    i += 6;
-                    continue;
-                }
-            }
+        let pairs = (0xD800..0xDC00).contains(&unit)
+            && bytes.get(i) == Some(&b'\\')
+            && bytes.get(i + 1) == Some(&b'u');
+        let low = if pairs { hex4(bytes, i + 2) } else { 0 };
+        if (0xDC00..0xE000).contains(&low) {
+            let scalar = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+            push_code_point(&mut out, scalar);
+            i += 6;
+            continue;
         }
         push_code_point(&mut out, unit);
     }
@@ -116,12 +118,17 @@ fn push_unit_escape(out: &mut String, unit: u32) {
 
 fn hex4(bytes: &[u8], at: usize) -> u32 {
     let digits = bytes.get(at..at + 4).unwrap_or(b"0000");
-    digits.iter().fold(0, |acc, &d| acc * 16 + char::from(d).to_digit(16).unwrap_or(0))
+    digits.iter().fold(0, |acc, &d| {
+        acc * 16 + char::from(d).to_digit(16).unwrap_or(0)
+    })
 }
 
 /// Appends a code point (a lone surrogate included) in generalized UTF-8.
 fn push_code_point(out: &mut Vec<u8>, cp: u32) {
-    #[expect(clippy::cast_possible_truncation, reason = "each byte is masked to 8 bits")]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "each byte is masked to 8 bits"
+    )]
     match cp {
         0..=0x7F => out.push(cp as u8),
         0x80..=0x7FF => out.extend_from_slice(&[0xC0 | (cp >> 6) as u8, 0x80 | (cp & 0x3F) as u8]),

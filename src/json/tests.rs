@@ -9,7 +9,13 @@ fn js(text: &str) -> String {
 }
 
 fn syntax_error(text: &str) -> bool {
-    matches!(Json::parse(text), Err(JsonError { kind: JsonErrorKind::Syntax(_), .. }))
+    matches!(
+        Json::parse(text),
+        Err(JsonError {
+            kind: JsonErrorKind::Syntax(_),
+            ..
+        })
+    )
 }
 
 #[test]
@@ -18,8 +24,14 @@ fn accepts_rfc8259_values_and_spans_slice_the_text() {
     let json = Json::parse(text).unwrap();
     let root = json.root();
     assert_eq!(root.kind(), Kind::Object);
-    assert_eq!(root.get("a").unwrap().raw(), "[1, -2.5e3, true, false, null]");
-    assert_eq!(root.get("b").unwrap().get("c").unwrap().as_str().unwrap(), "d\n");
+    assert_eq!(
+        root.get("a").unwrap().raw(),
+        "[1, -2.5e3, true, false, null]"
+    );
+    assert_eq!(
+        root.get("b").unwrap().get("c").unwrap().as_str().unwrap(),
+        "d\n"
+    );
     assert_eq!(root.get("a").unwrap().len(), 5);
     assert!(root.get("z").is_none());
 }
@@ -27,9 +39,32 @@ fn accepts_rfc8259_values_and_spans_slice_the_text() {
 #[test]
 fn refuses_grammar_violations() {
     for bad in [
-        "", " ", "{", "[1,]", "{\"a\":1,}", "01", "1.", ".5", "+1", "1e", "tru", "nul", "\"a",
-        "\"\\x\"", "\"\\u12g4\"", "\"a\u{1}\"", "{1:2}", "[1 2]", "1 2", "\u{feff}1", "NaN",
-        "{\"a\" 1}", "-", "[", "]", "{}}",
+        "",
+        " ",
+        "{",
+        "[1,]",
+        "{\"a\":1,}",
+        "01",
+        "1.",
+        ".5",
+        "+1",
+        "1e",
+        "tru",
+        "nul",
+        "\"a",
+        "\"\\x\"",
+        "\"\\u12g4\"",
+        "\"a\u{1}\"",
+        "{1:2}",
+        "[1 2]",
+        "1 2",
+        "\u{feff}1",
+        "NaN",
+        "{\"a\" 1}",
+        "-",
+        "[",
+        "]",
+        "{}}",
     ] {
         assert!(syntax_error(bad), "accepted {bad:?}");
     }
@@ -37,9 +72,16 @@ fn refuses_grammar_violations() {
 
 #[test]
 fn refuses_duplicate_keys_after_decoding() {
-    for text in [r#"{"a":1,"a":2}"#, r#"{"a":1,"\u0061":2}"#, r#"{"k1":1,"k2":1,"k3":1,"k4":1,"k5":1,"k6":1,"k7":1,"k8":1,"k9":1,"k1":1}"#] {
+    for text in [
+        r#"{"a":1,"a":2}"#,
+        r#"{"a":1,"\u0061":2}"#,
+        r#"{"k1":1,"k2":1,"k3":1,"k4":1,"k5":1,"k6":1,"k7":1,"k8":1,"k9":1,"k1":1}"#,
+    ] {
         let err = Json::parse(text).unwrap_err();
-        assert!(matches!(err.kind, JsonErrorKind::DuplicateKey(_)), "{text}: {err:?}");
+        assert!(
+            matches!(err.kind, JsonErrorKind::DuplicateKey(_)),
+            "{text}: {err:?}"
+        );
     }
     assert!(Json::parse(r#"{"a":{"a":1},"b":[{"a":1},{"a":2}]}"#).is_ok());
     assert!(Json::parse(r#"{"\ud800":1,"\ud801":2}"#).is_ok());
@@ -57,10 +99,16 @@ fn nesting_of_200k_levels_parses_compares_writes_and_drops() {
 #[test]
 fn negative_zero_is_reported_not_refused() {
     for text in ["-0", "[1,-0.0]", "{\"a\":-0e5}", "-1e-400"] {
-        assert!(Json::parse(text).unwrap().negative_zero().is_some(), "{text}");
+        assert!(
+            Json::parse(text).unwrap().negative_zero().is_some(),
+            "{text}"
+        );
     }
     for text in ["0", "-1", "0.0", "-0.5", "[\"-0\"]"] {
-        assert!(Json::parse(text).unwrap().negative_zero().is_none(), "{text}");
+        assert!(
+            Json::parse(text).unwrap().negative_zero().is_none(),
+            "{text}"
+        );
     }
 }
 
@@ -83,7 +131,10 @@ fn lone_surrogates_are_kept_and_written_escaped() {
     assert_eq!(js(r#""\uD800x\uDFFF""#), r#""\ud800x\udfff""#);
     assert_eq!(js(r#""\ud83d\ude00""#), "\"😀\"");
     assert_eq!(js(r#""\u00e9\u2028\u007f\/""#), "\"é\u{2028}\u{7f}/\"");
-    assert_eq!(js(r#""\u0000\u000B\u001f\b\f\n\r\t\"\\""#), r#""\u0000\u000b\u001f\b\f\n\r\t\"\\""#);
+    assert_eq!(
+        js(r#""\u0000\u000B\u001f\b\f\n\r\t\"\\""#),
+        r#""\u0000\u000b\u001f\b\f\n\r\t\"\\""#
+    );
     assert_eq!(js("\"\u{d7ff}\u{e000}\""), "\"\u{d7ff}\u{e000}\"");
     let json = Json::parse(r#""\ud800""#).unwrap();
     assert!(json.root().as_str().is_none());
@@ -92,10 +143,20 @@ fn lone_surrogates_are_kept_and_written_escaped() {
 #[test]
 fn numbers_are_written_as_ecmascript_does() {
     let cases = [
-        ("1", "1"), ("1.0", "1"), ("-0", "0"), ("100", "100"), ("1e20", "100000000000000000000"),
-        ("1e21", "1e+21"), ("1.5e300", "1.5e+300"), ("0.000001234", "0.000001234"),
-        ("1e-7", "1e-7"), ("5e-324", "5e-324"), ("1e400", "null"), ("0.1", "0.1"),
-        ("123456789012345680000", "123456789012345680000"), ("-1.5", "-1.5"),
+        ("1", "1"),
+        ("1.0", "1"),
+        ("-0", "0"),
+        ("100", "100"),
+        ("1e20", "100000000000000000000"),
+        ("1e21", "1e+21"),
+        ("1.5e300", "1.5e+300"),
+        ("0.000001234", "0.000001234"),
+        ("1e-7", "1e-7"),
+        ("5e-324", "5e-324"),
+        ("1e400", "null"),
+        ("0.1", "0.1"),
+        ("123456789012345680000", "123456789012345680000"),
+        ("-1.5", "-1.5"),
         ("9007199254740993", "9007199254740992"),
     ];
     for (input, expected) in cases {
@@ -112,8 +173,16 @@ fn members_are_written_in_javascript_order() {
 
 #[test]
 fn equality_is_by_value() {
-    let eq = |a: &str, b: &str| equal(Json::parse(a).unwrap().root(), Json::parse(b).unwrap().root());
-    assert!(eq(r#"{"a":1,"b":[1.0,"x"]}"#, r#"{"b":[1,"\u0078"],"a":1e0}"#));
+    let eq = |a: &str, b: &str| {
+        equal(
+            Json::parse(a).unwrap().root(),
+            Json::parse(b).unwrap().root(),
+        )
+    };
+    assert!(eq(
+        r#"{"a":1,"b":[1.0,"x"]}"#,
+        r#"{"b":[1,"\u0078"],"a":1e0}"#
+    ));
     assert!(eq("-0", "0"));
     assert!(!eq(r#"{"a":1}"#, r#"{"a":1,"b":2}"#));
     assert!(!eq("[1,2]", "[2,1]"));
@@ -136,7 +205,9 @@ fn arb_json() -> impl Strategy<Value = String> {
         Just("null".to_string()),
         any::<bool>().prop_map(|b| b.to_string()),
         any::<i64>().prop_map(|n| n.to_string()),
-        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| format!("{f:e}")),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(|f| format!("{f:e}")),
         "[a-z\\\\\"\u{0}-\u{1f}é😀]{0,6}".prop_map(|s| {
             let mut out = String::new();
             push_js_string(&mut out, s.as_bytes());
@@ -147,7 +218,10 @@ fn arb_json() -> impl Strategy<Value = String> {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..5).prop_map(|v| format!("[{}]", v.join(" , "))),
             prop::collection::btree_map("[a-z0-9]{1,3}", inner, 0..5).prop_map(|m| {
-                let body: Vec<_> = m.into_iter().map(|(k, v)| format!("\"{k}\" : {v}")).collect();
+                let body: Vec<_> = m
+                    .into_iter()
+                    .map(|(k, v)| format!("\"{k}\" : {v}"))
+                    .collect();
                 format!("{{ {} }}", body.join(","))
             }),
         ]

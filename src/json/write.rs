@@ -73,8 +73,10 @@ type Member<'j, 'a> = (Value<'j, 'a>, Value<'j, 'a>);
 /// Members in the order JavaScript enumerates them: canonical array-index keys
 /// (`0..=4294967294`) ascending, then the rest in insertion order (JSON-11).
 fn js_member_order<'j, 'a>(object: Value<'j, 'a>) -> Vec<Member<'j, 'a>> {
-    let mut members: Vec<(Option<u32>, Member<'j, 'a>)> =
-        object.members().map(|(k, v)| (array_index(k), (k, v))).collect();
+    let mut members: Vec<(Option<u32>, Member<'j, 'a>)> = object
+        .members()
+        .map(|(k, v)| (array_index(k), (k, v)))
+        .collect();
     if members.iter().any(|(index, _)| index.is_some()) {
         // Stable: keys that are not indices keep their insertion order.
         members.sort_by_key(|(index, _)| index.map_or((1, 0), |i| (0, i)));
@@ -92,6 +94,8 @@ fn array_index(key: Value<'_, '_>) -> Option<u32> {
     if !canonical {
         return None;
     }
-    let value: u64 = digits.iter().fold(0, |acc, d| acc * 10 + u64::from(d - b'0'));
+    let value: u64 = digits
+        .iter()
+        .fold(0, |acc, d| acc * 10 + u64::from(d - b'0'));
     u32::try_from(value).ok().filter(|v| *v != u32::MAX)
 }

@@ -57,8 +57,17 @@ impl Session {
         let message = self.message_span(&candidate.event_type, data);
         let fields = fields_of(&candidate, &envelope);
         let local = |span: std::ops::Range<usize>| span.start - base..span.end - base;
-        let event = Event::new(root.raw().to_owned(), local(data.span()), message.map(local), fields);
-        Ok(Admitted { event, step, invariants })
+        let event = Event::new(
+            root.raw().to_owned(),
+            local(data.span()),
+            message.map(local),
+            fields,
+        );
+        Ok(Admitted {
+            event,
+            step,
+            invariants,
+        })
     }
 
     /// Admits an event built by `append` from its type, data and surface fields.
@@ -98,7 +107,11 @@ impl Session {
             ignorable: false,
         };
         let event = Event::new(text, data_span, message.map(shift), fields);
-        Ok(Admitted { event, step, invariants })
+        Ok(Admitted {
+            event,
+            step,
+            invariants,
+        })
     }
 
     /// Admits an `append` whose surface fields arrive as JSON texts (`null` included), as
@@ -111,7 +124,10 @@ impl Session {
         sources: Option<&str>,
         time: i64,
     ) -> Result<Admitted> {
-        let op_json = surface_op.map(Json::parse).transpose().map_err(json_error)?;
+        let op_json = surface_op
+            .map(Json::parse)
+            .transpose()
+            .map_err(json_error)?;
         let sources_json = sources.map(Json::parse).transpose().map_err(json_error)?;
         for json in op_json.iter().chain(sources_json.iter()) {
             if let Some(offset) = json.negative_zero() {
@@ -119,8 +135,12 @@ impl Session {
             }
         }
         let surface = SurfaceFields {
-            surface_op: op_json.as_ref().map_or(Field::Absent, |j| read_surface_op(j.root())),
-            sources: sources_json.as_ref().map_or(Field::Absent, |j| owned(read_sources(j.root()))),
+            surface_op: op_json
+                .as_ref()
+                .map_or(Field::Absent, |j| read_surface_op(j.root())),
+            sources: sources_json
+                .as_ref()
+                .map_or(Field::Absent, |j| owned(read_sources(j.root()))),
         };
         self.admit_append(event_type, data, surface, time)
     }
@@ -136,28 +156,47 @@ impl Session {
             Err(_) => e,
         };
         let event_type = candidate.event_type.as_ref();
-        check_legacy(event_type, data).map_err(|reason| at(ErrorKind::LegacyEvent { reason }.into()))?;
+        check_legacy(event_type, data)
+            .map_err(|reason| at(ErrorKind::LegacyEvent { reason }.into()))?;
         if let Some(surface_type) = self.options.vocabulary.surface_type(event_type) {
             surface_type.check_shape(data).map_err(|rule| {
-                at(ErrorKind::MessageShape { event_type: event_type.to_owned(), rule }.into())
+                at(ErrorKind::MessageShape {
+                    event_type: event_type.to_owned(),
+                    rule,
+                }
+                .into())
             })?;
         }
         if event_type == "request/header" {
-            check_request_header(data).map_err(|rule| at(ErrorKind::RequestHeaderShape { rule }.into()))?;
+            check_request_header(data)
+                .map_err(|rule| at(ErrorKind::RequestHeaderShape { rule }.into()))?;
         }
-        let step = self.surface.check(candidate, &self.options.vocabulary, &self.log)?;
+        let step = self
+            .surface
+            .check(candidate, &self.options.vocabulary, &self.log)?;
         let invariants = match &self.invariants {
             Some(state) => {
                 let seq = self.surface.seq_next();
-                let replace = matches!(candidate.surface_op, Field::Valid(SurfaceOp::Replace { .. }));
-                Some(state.next(seq, event_type, data, replace).map_err(|e| at(e.into()))?)
+                let replace = matches!(
+                    candidate.surface_op,
+                    Field::Valid(SurfaceOp::Replace { .. })
+                );
+                Some(
+                    state
+                        .next(seq, event_type, data, replace)
+                        .map_err(|e| at(e.into()))?,
+                )
             }
             None => None,
         };
         Ok((step, invariants))
     }
 
-    fn message_span(&self, event_type: &str, data: Value<'_, '_>) -> Option<std::ops::Range<usize>> {
+    fn message_span(
+        &self,
+        event_type: &str,
+        data: Value<'_, '_>,
+    ) -> Option<std::ops::Range<usize>> {
         let surface_type = self.options.vocabulary.surface_type(event_type)?;
         surface_type.project(data).map(|m| m.span())
     }
@@ -177,7 +216,11 @@ fn build_text(candidate: &Candidate<'_>, seq: u64, time: i64) -> (String, std::o
     let mut text = String::with_capacity(candidate.data.len() + 96);
     text.push_str("{\"type\":");
     push_js_string(&mut text, candidate.event_type.as_bytes());
-    text.push_str(&format!(",\"seq\":{seq},\"time\":{time},\"data\":"));
+    text.push_str(",\"seq\":");
+    text.push_str(&seq.to_string());
+    text.push_str(",\"time\":");
+    text.push_str(&time.to_string());
+    text.push_str(",\"data\":");
     let start = text.len();
     text.push_str(candidate.data);
     let data_span = start..text.len();
@@ -194,7 +237,11 @@ fn build_text(candidate: &Candidate<'_>, seq: u64, time: i64) -> (String, std::o
     match valid(&candidate.surface_op) {
         Some(SurfaceOp::Append) => text.push_str(",\"surfaceOp\":\"append\""),
         Some(SurfaceOp::Replace { start, end }) => {
-            text.push_str(&format!(",\"surfaceOp\":{{\"op\":\"replace\",\"start\":{start},\"end\":{end}}}"));
+            text.push_str(",\"surfaceOp\":{\"op\":\"replace\",\"start\":");
+            text.push_str(&start.to_string());
+            text.push_str(",\"end\":");
+            text.push_str(&end.to_string());
+            text.push('}');
         }
         None => {}
     }
@@ -206,7 +253,10 @@ fn fields_of(candidate: &Candidate<'_>, envelope: &Envelope<'_, '_>) -> EventFie
     EventFields {
         event_type: candidate.event_type.clone().into_owned(),
         seq: *candidate.seq.as_ref().expect("checked: seq is contiguous"),
-        time: envelope.time.and_then(|t| t.as_safe_int()).expect("checked: time is a safe integer"),
+        time: envelope
+            .time
+            .and_then(|t| t.as_safe_int())
+            .expect("checked: time is a safe integer"),
         surface_op: valid(&candidate.surface_op).copied(),
         sources: valid(&candidate.sources).map(|s| s.to_vec()),
         ignorable: envelope.ignorable.is_some(),

@@ -25,7 +25,12 @@ impl Boundary {
     pub fn from_json(text: &str) -> Result<Self> {
         let json = Json::parse(text).ok();
         let seq = json.as_ref().and_then(|j| j.root().as_safe_u64());
-        seq.map(Self::Seq).ok_or_else(|| ErrorKind::InvalidBoundary { boundary: text.trim().to_owned() }.into())
+        seq.map(Self::Seq).ok_or_else(|| {
+            ErrorKind::InvalidBoundary {
+                boundary: text.trim().to_owned(),
+            }
+            .into()
+        })
     }
 }
 
@@ -41,16 +46,31 @@ impl Session {
             Boundary::Last => self.seq_next(),
             Boundary::Seq(seq) if seq < self.seq_next() => seq + 1,
             Boundary::Seq(seq) => {
-                return Err(ErrorKind::InvalidBoundary { boundary: seq.to_string() }.into());
+                return Err(ErrorKind::InvalidBoundary {
+                    boundary: seq.to_string(),
+                }
+                .into());
             }
         };
         if let Some(turn_start) = self.open_turn_at(len) {
-            return Err(ErrorKind::OpenTurn { boundary: len - 1, turn_start }.into());
+            return Err(ErrorKind::OpenTurn {
+                boundary: len - 1,
+                turn_start,
+            }
+            .into());
         }
         let now = now_created_at(&*self.options.clock);
         let header = Header::for_fork(child_id, now, self.header.cwd(), self.id(), len);
-        let seed: Vec<&str> = (0..len).filter_map(|seq| self.log.event(seq)).map(|e| e.text).collect();
-        Session::create(child_id, Some(header.text()), Some(&seed), self.options.clone())
+        let seed: Vec<&str> = (0..len)
+            .filter_map(|seq| self.log.event(seq))
+            .map(|e| e.text)
+            .collect();
+        Session::create(
+            child_id,
+            Some(header.text()),
+            Some(&seed),
+            self.options.clone(),
+        )
     }
 
     /// The seq of the `turn/start` left open by the first `len` events, if any: the last
@@ -77,14 +97,22 @@ pub struct MemStore {
 impl MemStore {
     /// An empty store whose sessions use `options`.
     pub fn new(options: Options) -> Self {
-        Self { sessions: BTreeMap::new(), options }
+        Self {
+            sessions: BTreeMap::new(),
+            options,
+        }
     }
 
     /// Creates a session (see [`Session::create`]).
     ///
     /// # Errors
     /// `SESSION_EXISTS`, or the creation's refusal.
-    pub fn create(&mut self, id: &str, header: Option<&str>, seed: Option<&[&str]>) -> Result<&mut Session> {
+    pub fn create(
+        &mut self,
+        id: &str,
+        header: Option<&str>,
+        seed: Option<&[&str]>,
+    ) -> Result<&mut Session> {
         if self.sessions.contains_key(id) {
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
         }
@@ -114,11 +142,18 @@ impl MemStore {
     /// The first failed check; the store is unchanged.
     pub fn fork(&mut self, source: &str, boundary: Boundary, child: &str) -> Result<&Session> {
         if self.sessions.contains_key(child) {
-            return Err(ErrorKind::SessionExists { id: child.to_owned() }.into());
+            return Err(ErrorKind::SessionExists {
+                id: child.to_owned(),
+            }
+            .into());
         }
         let parent = self.sessions.get(source);
-        let parent = parent.ok_or_else(|| ErrorKind::SessionNotFound { id: source.to_owned() })?;
-        let session = parent.fork(boundary, child).map_err(|e| e.in_session(source))?;
+        let parent = parent.ok_or_else(|| ErrorKind::SessionNotFound {
+            id: source.to_owned(),
+        })?;
+        let session = parent
+            .fork(boundary, child)
+            .map_err(|e| e.in_session(source))?;
         Ok(self.sessions.entry(child.to_owned()).or_insert(session))
     }
 }

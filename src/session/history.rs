@@ -8,7 +8,7 @@ use super::typed::{EventKind, SurfaceIntent, kinds};
 use super::{Session, json_error};
 use crate::error::{ErrorKind, Result};
 use crate::event::{EventSource, Origin};
-use crate::json::{Json, Kind, push_js_string};
+use crate::json::{Json, Kind, Value, push_js_string};
 
 /// A compaction of the surface range `start..=end` into one summary message.
 #[derive(Debug, Clone, Copy)]
@@ -72,7 +72,9 @@ impl Session {
         push_js_string(&mut id, compaction.compaction_id.as_bytes());
         let summary_data = summary_data(&id, compaction, &shadowed)?;
         self.check_message(compaction.message)?;
-        let turn = compaction.turn.map_or_else(|| "null".to_owned(), |t| t.to_string());
+        let turn = compaction
+            .turn
+            .map_or_else(|| "null".to_owned(), |t| t.to_string());
         let bracket = format!("{{\"compactionId\":{id},\"turn\":{turn}}}");
         let start = self.append::<kinds::CompactionStart>(&bracket, super::NoSurface)?;
         let summary = self.append::<kinds::CompactionSummary>(&summary_data, super::NoSurface)?;
@@ -81,7 +83,12 @@ impl Session {
         let intent = SurfaceIntent::replace(compaction.start, compaction.end, sources);
         let message = self.append::<kinds::UserMessage>(compaction.message, intent)?;
         let end = self.append::<kinds::CompactionEnd>(&bracket, super::NoSurface)?;
-        Ok(Compacted { start, summary, message, end })
+        Ok(Compacted {
+            start,
+            summary,
+            message,
+            end,
+        })
     }
 
     /// Prunes the tool output of surface node `seq` (contract §10): `compaction/prune`,
@@ -91,12 +98,27 @@ impl Session {
     /// # Errors
     /// `REPLACE_START_NOT_ON_SURFACE`, `TOOL_REWRITE_TARGET`, or a JSON code for
     /// `content`; nothing is appended then.
+    ///
+    /// # Panics
+    /// Never: a surface node is always in the log.
     pub fn prune(&mut self, prune: &Prune<'_>) -> Result<u64> {
         self.range_positions(prune.seq, prune.seq)?;
-        let target = self.log.event(prune.seq).expect("surface nodes are in the log");
-        let is_tool = self.options.vocabulary.surface_type(target.event_type).is_some_and(|t| t.origin == Origin::Tool);
+        let target = self
+            .log
+            .event(prune.seq)
+            .expect("surface nodes are in the log");
+        let is_tool = self
+            .options
+            .vocabulary
+            .surface_type(target.event_type)
+            .is_some_and(|t| t.origin == Origin::Tool);
         let old = Json::parse(target.data()).map_err(json_error)?;
-        let output = old.root().get("message").and_then(|m| m.get("content")).and_then(|c| c.elements().next()).and_then(|b| b.get("content"));
+        let output = old
+            .root()
+            .get("message")
+            .and_then(|m| m.get("content"))
+            .and_then(|c| c.elements().next())
+            .and_then(|b| b.get("content"));
         let (true, Some(output)) = (is_tool, output) else {
             return Err(ErrorKind::ToolRewriteTarget { target: prune.seq }.into());
         };
@@ -106,7 +128,12 @@ impl Session {
         }
         let span = output.span();
         let data = target.data();
-        let new_data = format!("{}{}{}", &data[..span.start], content.root().raw(), &data[span.end..]);
+        let new_data = format!(
+            "{}{}{}",
+            &data[..span.start],
+            content.root().raw(),
+            &data[span.end..]
+        );
         let tool_type = target.event_type.to_owned();
         let seq = prune.seq;
         let record = format!(
@@ -114,13 +141,23 @@ impl Session {
             prune.shadowed_token_count
         );
         self.append::<kinds::CompactionPrune>(&record, super::NoSurface)?;
-        self.append_dynamic(&tool_type, &new_data, Some(SurfaceIntent::replace(seq, seq, vec![seq])))
+        self.append_dynamic(
+            &tool_type,
+            &new_data,
+            Some(SurfaceIntent::replace(seq, seq, vec![seq])),
+        )
     }
 
     /// Positions of `start` and `end` on the surface, in order.
     fn range_positions(&self, start: u64, end: u64) -> Result<(usize, usize)> {
-        let first = self.surface.position(start).ok_or(ErrorKind::ReplaceStartNotOnSurface { start })?;
-        let last = self.surface.position(end).ok_or(ErrorKind::ReplaceEndNotOnSurface { end })?;
+        let first = self
+            .surface
+            .position(start)
+            .ok_or(ErrorKind::ReplaceStartNotOnSurface { start })?;
+        let last = self
+            .surface
+            .position(end)
+            .ok_or(ErrorKind::ReplaceEndNotOnSurface { end })?;
         if first > last {
             return Err(ErrorKind::ReplaceReversed { start, end }.into());
         }
@@ -140,20 +177,40 @@ impl Session {
         }
         if open_before != 0 || open != 0 {
             let (start, end) = (compaction.start, compaction.end);
-            return Err(ErrorKind::CompactionUnbalanced { start, end, open_before, open_after: open }.into());
+            return Err(ErrorKind::CompactionUnbalanced {
+                start,
+                end,
+                open_before,
+                open_after: open,
+            }
+            .into());
         }
         Ok(())
     }
 
     fn tool_balance(&self, seq: u64) -> i64 {
-        let Some(event) = self.log.event(seq) else { return 0 };
-        match self.options.vocabulary.surface_type(event.event_type).map(|t| t.origin) {
+        let Some(event) = self.log.event(seq) else {
+            return 0;
+        };
+        match self
+            .options
+            .vocabulary
+            .surface_type(event.event_type)
+            .map(|t| t.origin)
+        {
             Some(Origin::Tool) => -1,
             Some(Origin::Model) => {
-                let Some(message) = event.message() else { return 0 };
-                let Ok(json) = Json::parse(message) else { return 0 };
+                let Some(message) = event.message() else {
+                    return 0;
+                };
+                let Ok(json) = Json::parse(message) else {
+                    return 0;
+                };
                 let content = json.root().get("content");
-                let calls = content.iter().flat_map(|c| c.elements()).filter(|b| b.get("type").is_some_and(|t| t.is_str("tool-call")));
+                let calls = content
+                    .iter()
+                    .flat_map(Value::elements)
+                    .filter(|b| b.get("type").is_some_and(|t| t.is_str("tool-call")));
                 i64::try_from(calls.count()).unwrap_or(i64::MAX)
             }
             _ => 0,
@@ -163,11 +220,16 @@ impl Session {
     /// Checks the replacing message before anything is appended.
     fn check_message(&self, message: &str) -> Result<()> {
         let message = Json::parse(message).map_err(json_error)?;
-        if let Some(user) = self.options.vocabulary.surface_type(kinds::UserMessage::TYPE) {
-            user.check_shape(message.root()).map_err(|rule| ErrorKind::MessageShape {
-                event_type: kinds::UserMessage::TYPE.to_owned(),
-                rule,
-            })?;
+        if let Some(user) = self
+            .options
+            .vocabulary
+            .surface_type(kinds::UserMessage::TYPE)
+        {
+            user.check_shape(message.root())
+                .map_err(|rule| ErrorKind::MessageShape {
+                    event_type: kinds::UserMessage::TYPE.to_owned(),
+                    rule,
+                })?;
         }
         Ok(())
     }
@@ -176,7 +238,10 @@ impl Session {
 /// The `compaction/summary` data, validated as JSON (so a bad `summary` or a key of
 /// `summary_extra` that repeats a required one is refused before anything is appended).
 fn summary_data(id: &str, compaction: &Compaction<'_>, shadowed: &[u64]) -> Result<String> {
-    let not_object = || ErrorKind::DataInvalidJson { offset: 0, reason: "summary_extra is not an object" };
+    let not_object = || ErrorKind::DataInvalidJson {
+        offset: 0,
+        reason: "summary_extra is not an object",
+    };
     let list: Vec<String> = shadowed.iter().map(u64::to_string).collect();
     let mut data = format!(
         "{{\"compactionId\":{id},\"summary\":{},\"shadowedRange\":{{\"start\":{},\"end\":{}}},\"shadowedSeqs\":[{}]",

@@ -19,7 +19,14 @@ pub struct InvariantState {
 
 impl Default for InvariantState {
     fn default() -> Self {
-        Self { last_seq: None, open_turn: None, open_step: None, next_turn: 1.0, next_step: 1.0, pending: Vec::new() }
+        Self {
+            last_seq: None,
+            open_turn: None,
+            open_step: None,
+            next_turn: 1.0,
+            next_step: 1.0,
+            pending: Vec::new(),
+        }
     }
 }
 
@@ -28,7 +35,13 @@ impl InvariantState {
     ///
     /// # Errors
     /// The first violated `INV_*` rule of contract §9.
-    pub fn next(&self, seq: u64, event_type: &str, data: Value<'_, '_>, replacement: bool) -> Result<Self, Invariant> {
+    pub fn next(
+        &self,
+        seq: u64,
+        event_type: &str,
+        data: Value<'_, '_>,
+        replacement: bool,
+    ) -> Result<Self, Invariant> {
         if self.last_seq.is_some_and(|last| seq <= last) {
             return Err(Invariant::SeqOrder);
         }
@@ -71,37 +84,31 @@ impl InvariantState {
                 }
                 next.open_step = step;
             }
+            "step/end" | "assistant/chunk" | "assistant/message" | "tool/call" if !names_step => {
+                return Err(Invariant::OutsideStep);
+            }
             "step/end" => {
-                if !names_step {
-                    return Err(Invariant::OutsideStep);
-                }
                 next.open_step = None;
                 next.pending.clear();
                 next.next_step += 1.0;
             }
-            "assistant/chunk" | "assistant/message" => {
-                if !names_step {
-                    return Err(Invariant::OutsideStep);
-                }
-            }
             "tool/call" => {
-                if !names_step {
-                    return Err(Invariant::OutsideStep);
-                }
                 if let Some(id) = data.get("callId").and_then(|c| c.as_wtf8()) {
                     next.pending.push(id.into_owned());
                 }
             }
-            "tool/result" if replacement => {
-                if self.open_turn.is_none() {
-                    return Err(Invariant::ReplacementOutsideTurn);
-                }
+            "tool/result" if replacement && self.open_turn.is_none() => {
+                return Err(Invariant::ReplacementOutsideTurn);
             }
+            "tool/result" if replacement => {}
             "tool/result" => {
                 if !names_step {
                     return Err(Invariant::OutsideStep);
                 }
-                let call_id = data.get("message").and_then(|m| m.get("source")).and_then(|s| s.get("callId"));
+                let call_id = data
+                    .get("message")
+                    .and_then(|m| m.get("source"))
+                    .and_then(|s| s.get("callId"));
                 let call_id = call_id.and_then(|c| c.as_wtf8());
                 match call_id.and_then(|id| next.pending.iter().position(|p| *p == *id)) {
                     Some(at) => {
@@ -111,10 +118,8 @@ impl InvariantState {
                     None => return Err(Invariant::ToolResultUnmatched),
                 }
             }
-            "todo/write" | "request/header" | "request/context" => {
-                if self.open_turn.is_none() {
-                    return Err(Invariant::OutsideTurn);
-                }
+            "todo/write" | "request/header" | "request/context" if self.open_turn.is_none() => {
+                return Err(Invariant::OutsideTurn);
             }
             _ => {}
         }
@@ -124,12 +129,19 @@ impl InvariantState {
 
 /// The shape of a repair closer for a call that never started (contract §9 exemption).
 fn is_not_started_closer(data: Value<'_, '_>) -> bool {
-    let first_block = data.get("message").and_then(|m| m.get("content")).and_then(|c| c.elements().next());
-    let is_error = first_block.and_then(|b| b.get("isError")).is_some_and(|e| e.is_true());
+    let first_block = data
+        .get("message")
+        .and_then(|m| m.get("content"))
+        .and_then(|c| c.elements().next());
+    let is_error = first_block
+        .and_then(|b| b.get("isError"))
+        .is_some_and(|e| e.is_true());
     let code = data.get("error").and_then(|e| e.get("code"));
     is_error && code.is_some_and(|c| c.is_str("TOOL_NOT_STARTED"))
 }
 
 fn number(value: Option<Value<'_, '_>>) -> Option<f64> {
-    value.filter(|v| v.kind() == Kind::Number).and_then(|v| v.as_f64())
+    value
+        .filter(|v| v.kind() == Kind::Number)
+        .and_then(|v| v.as_f64())
 }

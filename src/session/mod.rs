@@ -23,8 +23,8 @@ use admit::{Admitted, Lossless, SurfaceFields};
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{ErrorKind, Result};
-use crate::event::{EventRef, EventSource, Field, Header, MemLog, Vocabulary};
 use crate::event::header::NegativeZero;
+use crate::event::{EventRef, EventSource, Field, Header, MemLog, Vocabulary};
 use crate::json::JsonError;
 use crate::limits::MAX_EVENT_BYTES_DEFAULT;
 use crate::surface::{self, Message, Surface};
@@ -98,7 +98,12 @@ impl Session {
     ///
     /// # Errors
     /// The first refused seed event or header rule; nothing is created.
-    pub fn create(id: &str, header: Option<&str>, seed: Option<&[&str]>, options: Options) -> Result<Self> {
+    pub fn create(
+        id: &str,
+        header: Option<&str>,
+        seed: Option<&[&str]>,
+        options: Options,
+    ) -> Result<Self> {
         let header = match header {
             Some(text) => Header::parse(text, id, NegativeZero::Refuse),
             None => Ok(Header::new(id, now_created_at(&*options.clock))),
@@ -120,8 +125,14 @@ impl Session {
     ///
     /// # Errors
     /// The header's or the first refused event's code; nothing is kept.
-    pub fn reopen(id: &str, header: &str, events: &[&str], options: Options) -> Result<(Self, Reopened)> {
-        let header = Header::parse(header, id, NegativeZero::Accept).map_err(|e| e.in_session(id))?;
+    pub fn reopen(
+        id: &str,
+        header: &str,
+        events: &[&str],
+        options: Options,
+    ) -> Result<(Self, Reopened)> {
+        let header =
+            Header::parse(header, id, NegativeZero::Accept).map_err(|e| e.in_session(id))?;
         let mut session = Self::empty(header, options);
         for text in events {
             session.ingest(text, Lossless::Lenient)?;
@@ -132,7 +143,13 @@ impl Session {
             session.ingest(text, Lossless::Strict)?;
         }
         let stored = session.first_live_seq;
-        Ok((session, Reopened { stored, closers: closers.len() as u64 }))
+        Ok((
+            session,
+            Reopened {
+                stored,
+                closers: closers.len() as u64,
+            },
+        ))
     }
 
     /// Reopens a stored log to continue the conversation: [`Session::reopen`], then the
@@ -140,7 +157,12 @@ impl Session {
     ///
     /// # Errors
     /// As [`Session::reopen`].
-    pub fn resume(id: &str, header: &str, events: &[&str], options: Options) -> Result<(Self, Reopened)> {
+    pub fn resume(
+        id: &str,
+        header: &str,
+        events: &[&str],
+        options: Options,
+    ) -> Result<(Self, Reopened)> {
         let (mut session, report) = Self::reopen(id, header, events, options)?;
         session.end_seed()?;
         Ok((session, report))
@@ -161,13 +183,23 @@ impl Session {
     ///
     /// # Errors
     /// The first failed check of contract §5; nothing is appended.
-    pub fn append_dynamic(&mut self, event_type: &str, data: &str, intent: Option<SurfaceIntent>) -> Result<u64> {
+    pub fn append_dynamic(
+        &mut self,
+        event_type: &str,
+        data: &str,
+        intent: Option<SurfaceIntent>,
+    ) -> Result<u64> {
         let surface = match intent {
             Some(intent) => SurfaceFields {
                 surface_op: Field::Valid(intent.op),
-                sources: intent.sources.map_or(Field::Absent, |s| Field::Valid(s.into())),
+                sources: intent
+                    .sources
+                    .map_or(Field::Absent, |s| Field::Valid(s.into())),
             },
-            None => SurfaceFields { surface_op: Field::Absent, sources: Field::Absent },
+            None => SurfaceFields {
+                surface_op: Field::Absent,
+                sources: Field::Absent,
+            },
         };
         let time = self.options.clock.now_ms();
         let admitted = self.admit_append(event_type, data, surface, time);
@@ -179,7 +211,13 @@ impl Session {
     ///
     /// # Errors
     /// The first failed check of contract §5; nothing is appended.
-    pub fn append_json(&mut self, event_type: &str, data: &str, surface_op: Option<&str>, sources: Option<&str>) -> Result<u64> {
+    pub fn append_json(
+        &mut self,
+        event_type: &str,
+        data: &str,
+        surface_op: Option<&str>,
+        sources: Option<&str>,
+    ) -> Result<u64> {
         let time = self.options.clock.now_ms();
         let admitted = self.admit_append_json(event_type, data, surface_op, sources, time);
         self.commit(admitted)
@@ -242,18 +280,35 @@ impl Session {
     /// `INVALID_BOUNDARY` when `seq` is not in the log.
     pub fn as_of(&self, seq: u64) -> Result<Snapshot<'_>> {
         if seq >= self.log.seq_next() {
-            return Err(ErrorKind::InvalidBoundary { boundary: seq.to_string() }.into());
+            return Err(ErrorKind::InvalidBoundary {
+                boundary: seq.to_string(),
+            }
+            .into());
         }
-        let prefix = Prefix { log: &self.log, len: seq + 1 };
+        let prefix = Prefix {
+            log: &self.log,
+            len: seq + 1,
+        };
         let surface = Surface::fold(&prefix, &self.options.vocabulary)?;
         let messages = surface::messages(&surface, &self.log);
         let transcript = surface::transcript(&self.log, seq + 1).collect();
-        Ok(Snapshot { surface, messages, transcript })
+        Ok(Snapshot {
+            surface,
+            messages,
+            transcript,
+        })
     }
 
     fn empty(header: Header, options: Options) -> Self {
         let invariants = options.invariants.then(InvariantState::default);
-        Self { header, log: MemLog::new(), surface: Surface::new(), invariants, first_live_seq: 0, options }
+        Self {
+            header,
+            log: MemLog::new(),
+            surface: Surface::new(),
+            invariants,
+            first_live_seq: 0,
+            options,
+        }
     }
 
     /// Admits and commits one event given as JSON.
@@ -264,7 +319,11 @@ impl Session {
 
     /// Appends the end-seed marker unless the last event already is one (contract §5).
     fn end_seed(&mut self) -> Result<()> {
-        let last_is_marker = self.log.seq_next().checked_sub(1).and_then(|seq| self.log.event(seq));
+        let last_is_marker = self
+            .log
+            .seq_next()
+            .checked_sub(1)
+            .and_then(|seq| self.log.event(seq));
         if last_is_marker.is_some_and(|e| e.event_type == END_SEED_TYPE) {
             return Ok(());
         }
@@ -295,7 +354,11 @@ impl EventSource for Prefix<'_> {
     }
 
     fn event(&self, seq: u64) -> Option<EventRef<'_>> {
-        if seq < self.len { self.log.event(seq) } else { None }
+        if seq < self.len {
+            self.log.event(seq)
+        } else {
+            None
+        }
     }
 }
 

@@ -65,7 +65,10 @@ pub fn closers(source: &impl EventSource) -> Vec<String> {
     }
     if let Some(step) = scan.open_step {
         let mut text = head("step/end", seq, time);
-        push_members(&mut text, &[("turn", turn.as_deref()), ("step", step.as_deref())]);
+        push_members(
+            &mut text,
+            &[("turn", turn.as_deref()), ("step", step.as_deref())],
+        );
         text.push_str("}}");
         out.push(text);
         seq += 1;
@@ -82,7 +85,13 @@ impl Scan {
     fn observe(&mut self, seq: u64, event_type: &str, data: &str) {
         let relevant = matches!(
             event_type,
-            "turn/start" | "turn/end" | "step/start" | "step/end" | "assistant/message" | "tool/call" | "tool/result"
+            "turn/start"
+                | "turn/end"
+                | "step/start"
+                | "step/end"
+                | "assistant/message"
+                | "tool/call"
+                | "tool/result"
         );
         if !relevant {
             return;
@@ -108,12 +117,17 @@ impl Scan {
             "assistant/message" => self.register_calls(data),
             "tool/call" => {
                 let id = data.get("callId").and_then(|c| c.as_wtf8());
-                if let Some(call) = id.and_then(|id| self.pending.iter_mut().find(|p| *p.call_id == *id)) {
+                if let Some(call) =
+                    id.and_then(|id| self.pending.iter_mut().find(|p| *p.call_id == *id))
+                {
                     call.call_seq = Some(seq);
                 }
             }
             _ => {
-                let id = data.get("message").and_then(|m| m.get("source")).and_then(|s| s.get("callId"));
+                let id = data
+                    .get("message")
+                    .and_then(|m| m.get("source"))
+                    .and_then(|s| s.get("callId"));
                 if let Some(id) = id.and_then(|id| id.as_wtf8()) {
                     self.pending.retain(|p| *p.call_id != *id);
                 }
@@ -130,10 +144,18 @@ impl Scan {
             if !block.get("type").is_some_and(|t| t.is_str("tool-call")) {
                 continue;
             }
-            let Some(id) = block.get("id").filter(|i| i.kind() == Kind::String).and_then(|i| i.as_wtf8()) else {
+            let Some(id) = block
+                .get("id")
+                .filter(|i| i.kind() == Kind::String)
+                .and_then(|i| i.as_wtf8())
+            else {
                 continue;
             };
-            let entry = Pending { call_id: id.into_owned(), step: step.clone(), call_seq: None };
+            let entry = Pending {
+                call_id: id.into_owned(),
+                step: step.clone(),
+                call_seq: None,
+            };
             match self.pending.iter_mut().find(|p| p.call_id == entry.call_id) {
                 Some(existing) => *existing = entry,
                 None => self.pending.push(entry),
@@ -148,7 +170,11 @@ fn tool_result_closer(seq: u64, time: i64, turn: Option<&str>, call: &Pending) -
     message_id.extend_from_slice(format!("-{seq}").as_bytes());
     let (error_name, code, text) = match call.call_seq {
         None => ("ToolNotStartedError", "TOOL_NOT_STARTED", NOT_STARTED_TEXT),
-        Some(_) => ("ToolOutcomeUnknownError", "TOOL_OUTCOME_UNKNOWN", OUTCOME_UNKNOWN_TEXT),
+        Some(_) => (
+            "ToolOutcomeUnknownError",
+            "TOOL_OUTCOME_UNKNOWN",
+            OUTCOME_UNKNOWN_TEXT,
+        ),
     };
     let mut out = head("tool/result", seq, time);
     push_members(&mut out, &[("turn", turn), ("step", call.step.as_deref())]);
@@ -163,9 +189,19 @@ fn tool_result_closer(seq: u64, time: i64, turn: Option<&str>, call: &Pending) -
     push_js_string(&mut out, &call.call_id);
     out.push_str(",\"isError\":true,\"content\":[{\"type\":\"text\",\"text\":");
     push_js_string(&mut out, text.as_bytes());
-    out.push_str(&format!("}}]}}]}},\"error\":{{\"name\":\"{error_name}\",\"code\":\"{code}\"}}}},\"surfaceOp\":\"append\""));
+    for piece in [
+        "}]}]},\"error\":{\"name\":\"",
+        error_name,
+        "\",\"code\":\"",
+        code,
+    ] {
+        out.push_str(piece);
+    }
+    out.push_str("\"}},\"surfaceOp\":\"append\"");
     if let Some(call_seq) = call.call_seq {
-        out.push_str(&format!(",\"sourceEventSeqs\":[{call_seq}]"));
+        out.push_str(",\"sourceEventSeqs\":[");
+        out.push_str(&call_seq.to_string());
+        out.push(']');
     }
     out.push('}');
     out
@@ -185,7 +221,10 @@ fn push_members(out: &mut String, members: &[(&str, Option<&str>)]) {
                 out.push(',');
             }
             first = false;
-            out.push_str(&format!("\"{key}\":{value}"));
+            out.push('"');
+            out.push_str(key);
+            out.push_str("\":");
+            out.push_str(value);
         }
     }
 }

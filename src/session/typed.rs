@@ -15,18 +15,27 @@ pub struct SurfaceIntent {
 impl SurfaceIntent {
     /// Append at the tail, without sources.
     pub fn append() -> Self {
-        Self { op: SurfaceOp::Append, sources: None }
+        Self {
+            op: SurfaceOp::Append,
+            sources: None,
+        }
     }
 
     /// Append at the tail, citing `sources`.
     pub fn append_citing(sources: Vec<u64>) -> Self {
-        Self { op: SurfaceOp::Append, sources: Some(sources) }
+        Self {
+            op: SurfaceOp::Append,
+            sources: Some(sources),
+        }
     }
 
     /// Replace the surface range `start..=end` (by position), citing `sources`, which
     /// must include every shadowed node.
     pub fn replace(start: u64, end: u64, sources: Vec<u64>) -> Self {
-        Self { op: SurfaceOp::Replace { start, end }, sources: Some(sources) }
+        Self {
+            op: SurfaceOp::Replace { start, end },
+            sources: Some(sources),
+        }
     }
 }
 

@@ -17,7 +17,9 @@ use std::collections::HashSet;
 
 use crate::error::{ErrorKind, Result};
 use crate::event::envelope::Envelope;
-use crate::event::{Candidate, Event, EventFields, EventSource, Field, MemLog, Origin, SurfaceOp, Vocabulary};
+use crate::event::{
+    Candidate, Event, EventFields, EventSource, Field, MemLog, Origin, SurfaceOp, Vocabulary,
+};
 use crate::json::{Json, Kind, Value, equal_except};
 
 /// Sources lists longer than this are checked for duplicates with a hash set.
@@ -126,7 +128,10 @@ impl Surface {
             let local = |span: std::ops::Range<usize>| span.start - base..span.end - base;
             let data = envelope.data.map_or(0..0, |d| local(d.span()));
             let message = envelope.data.and_then(|d| {
-                vocabulary.surface_type(&candidate.event_type)?.project(d).map(|m| local(m.span()))
+                vocabulary
+                    .surface_type(&candidate.event_type)?
+                    .project(d)
+                    .map(|m| local(m.span()))
             });
             let fields = EventFields {
                 event_type: candidate.event_type.into_owned(),
@@ -143,7 +148,12 @@ impl Surface {
                 ignorable: envelope.ignorable.is_some_and(|i| i.is_true()),
             };
             surface.apply(step);
-            log.push(Event::new(json.root().raw().to_owned(), data, message, fields));
+            log.push(Event::new(
+                json.root().raw().to_owned(),
+                data,
+                message,
+                fields,
+            ));
         }
         Ok((surface, log))
     }
@@ -158,7 +168,9 @@ impl Surface {
                 seq: Ok(event.seq),
                 event_type: event.event_type.into(),
                 surface_op: event.surface_op.map_or(Field::Absent, Field::Valid),
-                sources: event.sources.map_or(Field::Absent, |s| Field::Valid(s.into())),
+                sources: event
+                    .sources
+                    .map_or(Field::Absent, |s| Field::Valid(s.into())),
                 data: event.data(),
             };
             let step = self.check(&candidate, vocabulary, source)?;
@@ -183,7 +195,8 @@ impl Surface {
             Ok(seq) => return Err(self.not_contiguous(seq.to_string())),
             Err(text) => return Err(self.not_contiguous(text.clone())),
         };
-        self.check_at(seq, event, vocabulary, source).map_err(|e| e.at_seq(seq))
+        self.check_at(seq, event, vocabulary, source)
+            .map_err(|e| e.at_seq(seq))
     }
 
     /// Applies a step returned by [`Surface::check`] on this very state.
@@ -193,23 +206,50 @@ impl Surface {
     pub fn apply(&mut self, step: Step) {
         match step {
             Step::LogOnly { seq } | Step::Append { seq } => {
-                assert!(seq == self.seq_next, "apply out of order: seq={seq} seq_next={}", self.seq_next);
+                assert!(
+                    seq == self.seq_next,
+                    "apply out of order: seq={seq} seq_next={}",
+                    self.seq_next
+                );
                 if matches!(step, Step::Append { .. }) {
                     self.nodes.push(seq);
                 }
             }
-            Step::Replace { seq, first, last, start, end } => {
-                assert!(seq == self.seq_next, "apply out of order: seq={seq} seq_next={}", self.seq_next);
-                assert!(self.nodes[first] == start && self.nodes[last] == end, "stale replace step");
+            Step::Replace {
+                seq,
+                first,
+                last,
+                start,
+                end,
+            } => {
+                assert!(
+                    seq == self.seq_next,
+                    "apply out of order: seq={seq} seq_next={}",
+                    self.seq_next
+                );
+                assert!(
+                    self.nodes[first] == start && self.nodes[last] == end,
+                    "stale replace step"
+                );
                 let key = self.key_of(start);
                 self.shadowed.extend_from_slice(&self.nodes[first..=last]);
                 self.nodes.splice(first..=last, [seq]);
                 let shadowed_end = self.shadowed.len();
-                self.replacements.push(ReplaceEntry { seq, start, end, key, shadowed_end });
+                self.replacements.push(ReplaceEntry {
+                    seq,
+                    start,
+                    end,
+                    key,
+                    shadowed_end,
+                });
             }
         }
         self.seq_next += 1;
-        debug_assert!(self.keys_increase(), "surface keys out of order after seq {}", self.seq_next - 1);
+        debug_assert!(
+            self.keys_increase(),
+            "surface keys out of order after seq {}",
+            self.seq_next - 1
+        );
     }
 
     /// The seqs on the surface, in surface order.
@@ -230,7 +270,11 @@ impl Surface {
     /// Every replace applied, in log order.
     pub fn replacements(&self) -> impl ExactSizeIterator<Item = Replacement<'_>> + '_ {
         self.replacements.iter().enumerate().map(|(i, entry)| {
-            let begin = if i == 0 { 0 } else { self.replacements[i - 1].shadowed_end };
+            let begin = if i == 0 {
+                0
+            } else {
+                self.replacements[i - 1].shadowed_end
+            };
             Replacement {
                 seq: entry.seq,
                 start: entry.start,
@@ -244,7 +288,10 @@ impl Surface {
     /// Cost: O(log n · log r) for n nodes and r replaces.
     pub fn position(&self, seq: u64) -> Option<usize> {
         let key = self.key_of(seq);
-        let at = self.nodes.binary_search_by_key(&key, |node| self.key_of(*node)).ok()?;
+        let at = self
+            .nodes
+            .binary_search_by_key(&key, |node| self.key_of(*node))
+            .ok()?;
         (self.nodes[at] == seq).then_some(at)
     }
 
@@ -265,16 +312,25 @@ impl Surface {
         let event_type = event.event_type.as_ref();
         let Some(surface_type) = vocabulary.surface_type(event_type) else {
             if event.surface_op.is_present() {
-                return Err(ErrorKind::SurfaceOpForbidden { event_type: event_type.into() }.into());
+                return Err(ErrorKind::SurfaceOpForbidden {
+                    event_type: event_type.into(),
+                }
+                .into());
             }
             if event.sources.is_present() {
-                return Err(ErrorKind::SourcesForbidden { event_type: event_type.into() }.into());
+                return Err(ErrorKind::SourcesForbidden {
+                    event_type: event_type.into(),
+                }
+                .into());
             }
             return Ok(Step::LogOnly { seq });
         };
         let op = match event.surface_op {
             Field::Absent => {
-                return Err(ErrorKind::SurfaceOpRequired { event_type: event_type.into() }.into());
+                return Err(ErrorKind::SurfaceOpRequired {
+                    event_type: event_type.into(),
+                }
+                .into());
             }
             Field::Invalid => return Err(ErrorKind::SurfaceOpInvalid.into()),
             Field::Valid(op) => op,
@@ -290,8 +346,12 @@ impl Surface {
         let SurfaceOp::Replace { start, end } = op else {
             return Ok(Step::Append { seq });
         };
-        let first = self.position(start).ok_or(ErrorKind::ReplaceStartNotOnSurface { start })?;
-        let last = self.position(end).ok_or(ErrorKind::ReplaceEndNotOnSurface { end })?;
+        let first = self
+            .position(start)
+            .ok_or(ErrorKind::ReplaceStartNotOnSurface { start })?;
+        let last = self
+            .position(end)
+            .ok_or(ErrorKind::ReplaceEndNotOnSurface { end })?;
         if first > last {
             return Err(ErrorKind::ReplaceReversed { start, end }.into());
         }
@@ -300,7 +360,13 @@ impl Surface {
         if surface_type.origin == Origin::Tool {
             check_tool_rewrite(event_type, event.data, shadowed, source)?;
         }
-        Ok(Step::Replace { seq, first, last, start, end })
+        Ok(Step::Replace {
+            seq,
+            first,
+            last,
+            start,
+            end,
+        })
     }
 
     fn key_of(&self, seq: u64) -> u64 {
@@ -311,11 +377,17 @@ impl Surface {
     }
 
     fn keys_increase(&self) -> bool {
-        self.nodes.windows(2).all(|w| self.key_of(w[0]) < self.key_of(w[1]))
+        self.nodes
+            .windows(2)
+            .all(|w| self.key_of(w[0]) < self.key_of(w[1]))
     }
 
     fn not_contiguous(&self, found: String) -> crate::Error {
-        ErrorKind::SeqNotContiguous { expected: self.seq_next, found }.into()
+        ErrorKind::SeqNotContiguous {
+            expected: self.seq_next,
+            found,
+        }
+        .into()
     }
 }
 
@@ -346,10 +418,18 @@ fn check_sources(seq: u64, sources: &[u64], empty_allowed: bool) -> Result<()> {
 /// Contract §4 step 5: the sources must cite every shadowed node.
 fn check_covered(shadowed: &[u64], sources: &[u64]) -> Result<()> {
     let missing: Vec<u64> = if sources.len() <= SOURCES_PAIRWISE_MAX {
-        shadowed.iter().copied().filter(|s| !sources.contains(s)).collect()
+        shadowed
+            .iter()
+            .copied()
+            .filter(|s| !sources.contains(s))
+            .collect()
     } else {
         let cited: HashSet<u64> = sources.iter().copied().collect();
-        shadowed.iter().copied().filter(|s| !cited.contains(s)).collect()
+        shadowed
+            .iter()
+            .copied()
+            .filter(|s| !cited.contains(s))
+            .collect()
     };
     if missing.is_empty() {
         Ok(())
@@ -367,7 +447,10 @@ fn check_tool_rewrite(
     source: &dyn EventSource,
 ) -> Result<()> {
     let &[target] = shadowed else {
-        return Err(ErrorKind::ToolRewriteNotSingle { shadowed: shadowed.len() }.into());
+        return Err(ErrorKind::ToolRewriteNotSingle {
+            shadowed: shadowed.len(),
+        }
+        .into());
     };
     let old = source.event(target).filter(|e| e.event_type == event_type);
     let old = old.ok_or(ErrorKind::ToolRewriteTarget { target })?;
@@ -378,7 +461,12 @@ fn check_tool_rewrite(
     let new_output = pruned_output(new_json.root()).filter(|c| c.kind() == Kind::Array);
     let new_output = new_output.ok_or_else(changed)?;
     let old_output = pruned_output(old_json.root());
-    if equal_except(new_json.root(), Some(new_output), old_json.root(), old_output) {
+    if equal_except(
+        new_json.root(),
+        Some(new_output),
+        old_json.root(),
+        old_output,
+    ) {
         Ok(())
     } else {
         Err(changed().into())
@@ -387,7 +475,11 @@ fn check_tool_rewrite(
 
 /// `data.message.content[0].content`, the one value a prune may change.
 fn pruned_output<'j, 'a>(data: Value<'j, 'a>) -> Option<Value<'j, 'a>> {
-    data.get("message")?.get("content")?.elements().next()?.get("content")
+    data.get("message")?
+        .get("content")?
+        .elements()
+        .next()?
+        .get("content")
 }
 
 #[cfg(test)]

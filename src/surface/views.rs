@@ -41,7 +41,11 @@ pub struct Transcript<'a, S> {
 /// The transcript of events `0..end` of `source`: what a person saw (replacements are
 /// model-only). Cost: a scan of those events' envelopes.
 pub fn transcript<S: EventSource>(source: &S, end: u64) -> Transcript<'_, S> {
-    Transcript { source, next: 0, end: end.min(source.seq_next()) }
+    Transcript {
+        source,
+        next: 0,
+        end: end.min(source.seq_next()),
+    }
 }
 
 impl<S: EventSource> Iterator for Transcript<'_, S> {

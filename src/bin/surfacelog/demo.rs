@@ -3,19 +3,26 @@
 use std::io::Write;
 use std::sync::Arc;
 
+use surfacelog::Error;
 use surfacelog::clock::ManualClock;
 use surfacelog::event::SurfaceOp;
 use surfacelog::json::Json;
-use surfacelog::surface::Message;
 use surfacelog::session::{Compaction, NoSurface, Options, Prune, Session, SurfaceIntent, kinds};
-use surfacelog::Error;
+use surfacelog::surface::Message;
 
 /// The width a message's JSON is cut to when printed.
 const MESSAGE_COLUMNS: usize = 96;
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the demo is one script, read top to bottom"
+)]
 pub fn run(out: &mut impl Write) -> Result<(), Error> {
     let clock = Arc::new(ManualClock::new(1_760_000_000_000));
-    let options = Options { clock: clock.clone(), ..Options::default() };
+    let options = Options {
+        clock: clock.clone(),
+        ..Options::default()
+    };
     let mut session = Session::create("demo", None, None, options)?;
     let mut say = |text: &str| writeln!(out, "{text}").map_err(io_error);
 
@@ -24,7 +31,12 @@ pub fn run(out: &mut impl Write) -> Result<(), Error> {
     conversation_turn(&mut session, &clock, 2, "Which module parses JSON?", false)?;
     print_events(&session, 0, out)?;
 
-    writeln!(out, "\n== 2. The tool output at seq {} is pruned (compaction/prune + tool/result replace) ==", turn1.tool_result).map_err(io_error)?;
+    writeln!(
+        out,
+        "\n== 2. The tool output at seq {} is pruned (compaction/prune + tool/result replace) ==",
+        turn1.tool_result
+    )
+    .map_err(io_error)?;
     let pruned = session.prune(&Prune {
         seq: turn1.tool_result,
         content: r#"[{"type":"text","text":"[output pruned: 3 lines]"}]"#,
@@ -33,7 +45,12 @@ pub fn run(out: &mut impl Write) -> Result<(), Error> {
     let before_compaction = session.seq_next() - 1;
     print_events(&session, pruned - 1, out)?;
 
-    writeln!(out, "\n== 3. Turn 1 is compacted into a summary (replace {}..={}) ==", turn1.user, turn1.answer).map_err(io_error)?;
+    writeln!(
+        out,
+        "\n== 3. Turn 1 is compacted into a summary (replace {}..={}) ==",
+        turn1.user, turn1.answer
+    )
+    .map_err(io_error)?;
     let first = session.compact(&Compaction {
         compaction_id: "cmp1",
         turn: None,
@@ -45,7 +62,12 @@ pub fn run(out: &mut impl Write) -> Result<(), Error> {
     })?;
     print_events(&session, first.start, out)?;
 
-    let nested_end = session.surface().nodes().last().copied().unwrap_or(first.message);
+    let nested_end = session
+        .surface()
+        .nodes()
+        .last()
+        .copied()
+        .unwrap_or(first.message);
     writeln!(out, "\n== 4. Nested compaction: the summary and turn 2 become one, then turn 3 (replace {}..={}) ==", first.message, nested_end).map_err(io_error)?;
     let second = session.compact(&Compaction {
         compaction_id: "cmp2",
@@ -54,26 +76,57 @@ pub fn run(out: &mut impl Write) -> Result<(), Error> {
         end: nested_end,
         summary: r#"[{"type":"text","text":"Both turns explored src/; json.rs parses JSON."}]"#,
         summary_extra: Some(r#"{"shadowedTokenCount":120}"#),
-        message: &summary_message("sum2", "Summary so far: src/ holds lib.rs and json.rs; json.rs parses JSON."),
+        message: &summary_message(
+            "sum2",
+            "Summary so far: src/ holds lib.rs and json.rs; json.rs parses JSON.",
+        ),
     })?;
     conversation_turn(&mut session, &clock, 3, "Add a test for json.rs.", false)?;
     print_events(&session, second.start, out)?;
 
-    writeln!(out, "\n== 5. What the model sees now: the surface and its messages ==").map_err(io_error)?;
+    writeln!(
+        out,
+        "\n== 5. What the model sees now: the surface and its messages =="
+    )
+    .map_err(io_error)?;
     print_surface(&session, out)?;
-    writeln!(out, "\n== 6. What the person saw: the transcript (events appended with surfaceOp \"append\") ==").map_err(io_error)?;
+    writeln!(
+        out,
+        "\n== 6. What the person saw: the transcript (events appended with surfaceOp \"append\") =="
+    )
+    .map_err(io_error)?;
     writeln!(out, "{:?}", session.transcript()).map_err(io_error)?;
 
-    writeln!(out, "\n== 7. Replace history (provenance: what each replacement shadowed) ==").map_err(io_error)?;
+    writeln!(
+        out,
+        "\n== 7. Replace history (provenance: what each replacement shadowed) =="
+    )
+    .map_err(io_error)?;
     for r in session.surface().replacements() {
-        writeln!(out, "seq {:>2} replaced {}..={} shadowing {:?}", r.seq, r.start, r.end, r.shadowed).map_err(io_error)?;
+        writeln!(
+            out,
+            "seq {:>2} replaced {}..={} shadowing {:?}",
+            r.seq, r.start, r.end, r.shadowed
+        )
+        .map_err(io_error)?;
     }
 
-    writeln!(out, "\n== 8. Time travel: the messages as of seq {before_compaction}, before any compaction ==").map_err(io_error)?;
+    writeln!(
+        out,
+        "\n== 8. Time travel: the messages as of seq {before_compaction}, before any compaction =="
+    )
+    .map_err(io_error)?;
     let then = session.as_of(before_compaction)?;
     writeln!(out, "surface {:?}", then.surface.nodes()).map_err(io_error)?;
     print_messages(&then.messages, out)?;
-    writeln!(out, "\nNothing was deleted: {} events in the log, {} on the surface, replace generation {}.", session.seq_next(), session.surface().nodes().len(), session.surface().replace_generation()).map_err(io_error)?;
+    writeln!(
+        out,
+        "\nNothing was deleted: {} events in the log, {} on the surface, replace generation {}.",
+        session.seq_next(),
+        session.surface().nodes().len(),
+        session.surface().replace_generation()
+    )
+    .map_err(io_error)?;
     Ok(())
 }
 
@@ -84,32 +137,67 @@ struct Turn {
     answer: u64,
 }
 
-fn conversation_turn(session: &mut Session, clock: &ManualClock, turn: u64, question: &str, use_tool: bool) -> Result<Turn, Error> {
+fn conversation_turn(
+    session: &mut Session,
+    clock: &ManualClock,
+    turn: u64,
+    question: &str,
+    use_tool: bool,
+) -> Result<Turn, Error> {
     let tick = || clock.set(clock_now(clock) + 700);
     tick();
     session.append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)?;
-    let user = session.append::<kinds::UserMessage>(&user_message(&format!("u{turn}"), question), SurfaceIntent::append())?;
+    let user = session.append::<kinds::UserMessage>(
+        &user_message(&format!("u{turn}"), question),
+        SurfaceIntent::append(),
+    )?;
     let mut step = 1;
     let mut tool_result = user;
     if use_tool {
         tick();
-        session.append::<kinds::StepStart>(&format!(r#"{{"turn":{turn},"step":{step}}}"#), NoSurface)?;
+        session.append::<kinds::StepStart>(
+            &format!(r#"{{"turn":{turn},"step":{step}}}"#),
+            NoSurface,
+        )?;
         let chunk = session.append::<kinds::AssistantChunk>(&format!(r#"{{"turn":{turn},"step":{step},"chunk":{{"type":"text-delta","index":0,"text":"Let me look."}}}}"#), NoSurface)?;
-        let call = format!(r#"{{"type":"tool-call","id":"call{turn}","name":"bash","arguments":"{{\"cmd\":\"ls src\"}}"}}"#);
-        session.append::<kinds::AssistantMessage>(&assistant_message(turn, step, &format!("a{turn}.{step}"), &call), SurfaceIntent::append_citing(vec![chunk]))?;
-        let tool_call = session.append::<kinds::ToolCall>(&format!(r#"{{"turn":{turn},"step":{step},"callId":"call{turn}","name":"bash"}}"#), NoSurface)?;
+        let call = format!(
+            r#"{{"type":"tool-call","id":"call{turn}","name":"bash","arguments":"{{\"cmd\":\"ls src\"}}"}}"#
+        );
+        session.append::<kinds::AssistantMessage>(
+            &assistant_message(turn, step, &format!("a{turn}.{step}"), &call),
+            SurfaceIntent::append_citing(vec![chunk]),
+        )?;
+        let tool_call = session.append::<kinds::ToolCall>(
+            &format!(r#"{{"turn":{turn},"step":{step},"callId":"call{turn}","name":"bash"}}"#),
+            NoSurface,
+        )?;
         tick();
-        tool_result = session.append::<kinds::ToolResult>(&tool_result_data(turn, step, &format!("call{turn}")), SurfaceIntent::append_citing(vec![tool_call]))?;
-        session.append::<kinds::StepEnd>(&format!(r#"{{"turn":{turn},"step":{step}}}"#), NoSurface)?;
+        tool_result = session.append::<kinds::ToolResult>(
+            &tool_result_data(turn, step, &format!("call{turn}")),
+            SurfaceIntent::append_citing(vec![tool_call]),
+        )?;
+        session
+            .append::<kinds::StepEnd>(&format!(r#"{{"turn":{turn},"step":{step}}}"#), NoSurface)?;
         step += 1;
     }
     tick();
-    session.append::<kinds::StepStart>(&format!(r#"{{"turn":{turn},"step":{step}}}"#), NoSurface)?;
+    session
+        .append::<kinds::StepStart>(&format!(r#"{{"turn":{turn},"step":{step}}}"#), NoSurface)?;
     let text = format!(r#"{{"type":"text","text":"Answer to turn {turn}."}}"#);
-    let answer = session.append::<kinds::AssistantMessage>(&assistant_message(turn, step, &format!("a{turn}.{step}"), &text), SurfaceIntent::append_citing(vec![]))?;
+    let answer = session.append::<kinds::AssistantMessage>(
+        &assistant_message(turn, step, &format!("a{turn}.{step}"), &text),
+        SurfaceIntent::append_citing(vec![]),
+    )?;
     session.append::<kinds::StepEnd>(&format!(r#"{{"turn":{turn},"step":{step}}}"#), NoSurface)?;
-    session.append::<kinds::TurnEnd>(&format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#), NoSurface)?;
-    Ok(Turn { user, tool_result, answer })
+    session.append::<kinds::TurnEnd>(
+        &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
+        NoSurface,
+    )?;
+    Ok(Turn {
+        user,
+        tool_result,
+        answer,
+    })
 }
 
 fn clock_now(clock: &ManualClock) -> i64 {
@@ -118,15 +206,21 @@ fn clock_now(clock: &ManualClock) -> i64 {
 }
 
 fn user_message(id: &str, text: &str) -> String {
-    format!(r#"{{"id":"{id}","role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"{text}"}}]}}"#)
+    format!(
+        r#"{{"id":"{id}","role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"{text}"}}]}}"#
+    )
 }
 
 fn summary_message(id: &str, text: &str) -> String {
-    format!(r#"{{"id":"{id}","role":"user","source":{{"kind":"plugin","plugin":"compaction"}},"content":[{{"type":"text","text":"{text}"}}]}}"#)
+    format!(
+        r#"{{"id":"{id}","role":"user","source":{{"kind":"plugin","plugin":"compaction"}},"content":[{{"type":"text","text":"{text}"}}]}}"#
+    )
 }
 
 fn assistant_message(turn: u64, step: u64, id: &str, block: &str) -> String {
-    format!(r#"{{"turn":{turn},"step":{step},"message":{{"id":"{id}","role":"assistant","source":{{"kind":"model","provider":"openai","model":"gpt-4.1"}},"content":[{block}]}}}}"#)
+    format!(
+        r#"{{"turn":{turn},"step":{step},"message":{{"id":"{id}","role":"assistant","source":{{"kind":"model","provider":"openai","model":"gpt-4.1"}},"content":[{block}]}}}}"#
+    )
 }
 
 fn tool_result_data(turn: u64, step: u64, call: &str) -> String {
@@ -137,14 +231,21 @@ fn tool_result_data(turn: u64, step: u64, call: &str) -> String {
 
 fn print_events(session: &Session, from: u64, out: &mut impl Write) -> Result<(), Error> {
     for seq in from..session.seq_next() {
-        let Some(event) = session.event(seq) else { continue };
+        let Some(event) = session.event(seq) else {
+            continue;
+        };
         let op = match event.surface_op {
             None => String::from("-"),
             Some(SurfaceOp::Append) => String::from("append"),
             Some(SurfaceOp::Replace { start, end }) => format!("replace {start}..={end}"),
         };
         let sources = event.sources.map(|s| format!("{s:?}")).unwrap_or_default();
-        writeln!(out, "  seq {seq:>2}  {:<20} {op:<16} {sources}", event.event_type).map_err(io_error)?;
+        writeln!(
+            out,
+            "  seq {seq:>2}  {:<20} {op:<16} {sources}",
+            event.event_type
+        )
+        .map_err(io_error)?;
     }
     Ok(())
 }
@@ -159,9 +260,19 @@ fn print_messages(messages: &[Message<'_>], out: &mut impl Write) -> Result<(), 
     for message in messages {
         let text = Json::parse(message.json).ok().and_then(|j| {
             let block = j.root().get("content")?.elements().next()?;
-            block.get("text").and_then(|t| t.as_str()).map(std::borrow::Cow::into_owned).or_else(|| Some(clip(block.raw())))
+            block
+                .get("text")
+                .and_then(|t| t.as_str())
+                .map(std::borrow::Cow::into_owned)
+                .or_else(|| Some(clip(block.raw())))
         });
-        writeln!(out, "  seq {:>2}  {}", message.seq, text.unwrap_or_default().replace('\n', " ")).map_err(io_error)?;
+        writeln!(
+            out,
+            "  seq {:>2}  {}",
+            message.seq,
+            text.unwrap_or_default().replace('\n', " ")
+        )
+        .map_err(io_error)?;
     }
     Ok(())
 }
@@ -174,6 +285,7 @@ fn clip(text: &str) -> String {
     format!("{cut}…")
 }
 
+#[expect(clippy::needless_pass_by_value, reason = "used as map_err(io_error)")]
 fn io_error(error: std::io::Error) -> Error {
     Error::io("write", "<stdout>", &error)
 }
