@@ -51,6 +51,33 @@ impl From<NoSurface> for Option<SurfaceIntent> {
 }
 
 /// An event type known at compile time, with the intent it requires.
+///
+/// A surface type takes a [`SurfaceIntent`]:
+///
+/// ```
+/// use surfacelog::session::{kinds, Options, Session, SurfaceIntent};
+/// let mut session = Session::create("s", None, None, Options::default())?;
+/// let data = r#"{"id":"u","role":"user","source":{"kind":"user"},"content":[]}"#;
+/// session.append::<kinds::UserMessage>(data, SurfaceIntent::append())?;
+/// # Ok::<(), surfacelog::Error>(())
+/// ```
+///
+/// and cannot be appended without one:
+///
+/// ```compile_fail
+/// use surfacelog::session::{kinds, NoSurface, Options, Session};
+/// let mut session = Session::create("s", None, None, Options::default()).unwrap();
+/// let data = r#"{"id":"u","role":"user","source":{"kind":"user"},"content":[]}"#;
+/// session.append::<kinds::UserMessage>(data, NoSurface);
+/// ```
+///
+/// while a log-only type cannot take one:
+///
+/// ```compile_fail
+/// use surfacelog::session::{kinds, Options, Session, SurfaceIntent};
+/// let mut session = Session::create("s", None, None, Options::default()).unwrap();
+/// session.append::<kinds::TurnStart>(r#"{"turn":1}"#, SurfaceIntent::append());
+/// ```
 pub trait EventKind {
     /// The type string.
     const TYPE: &'static str;
