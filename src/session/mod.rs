@@ -140,7 +140,7 @@ impl Session {
         session.first_live_seq = session.log.seq_next();
         let closers = repair::closers(&session.log);
         for text in &closers {
-            session.ingest(text, Lossless::Strict)?;
+            session.ingest(text, Lossless::Closer)?;
         }
         let stored = session.first_live_seq;
         Ok((
@@ -201,7 +201,7 @@ impl Session {
                 sources: Field::Absent,
             },
         };
-        let time = self.options.clock.now_ms();
+        let time = now_ms(&*self.options.clock);
         let admitted = self.admit_append(event_type, data, surface, time);
         self.commit(admitted)
     }
@@ -218,7 +218,7 @@ impl Session {
         surface_op: Option<&str>,
         sources: Option<&str>,
     ) -> Result<u64> {
-        let time = self.options.clock.now_ms();
+        let time = now_ms(&*self.options.clock);
         let admitted = self.admit_append_json(event_type, data, surface_op, sources, time);
         self.commit(admitted)
     }
@@ -367,8 +367,18 @@ pub(crate) fn json_error(error: JsonError) -> crate::Error {
     error.into()
 }
 
+/// The largest safe integer (contract §2).
+const SAFE_INTEGER_MAX: i64 = (1 << 53) - 1;
+
+/// "now", clamped into the safe-integer range every stored time must be in (contract §2),
+/// so that a misconfigured clock cannot write a log that reopen would refuse.
+fn now_ms(clock: &dyn Clock) -> i64 {
+    clock.now_ms().clamp(-SAFE_INTEGER_MAX, SAFE_INTEGER_MAX)
+}
+
+/// "now" as a `createdAt`: clamped to the non-negative safe integers (contract §6).
 fn now_created_at(clock: &dyn Clock) -> u64 {
-    u64::try_from(clock.now_ms()).unwrap_or(0)
+    u64::try_from(now_ms(clock)).unwrap_or(0)
 }
 
 #[cfg(test)]

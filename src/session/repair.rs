@@ -40,8 +40,8 @@ struct Scan {
 /// `turn/end`, numbered from the next seq and stamped with the last event's time.
 ///
 /// Cost: one scan of the log; only the data of bracket and tool events is parsed.
-/// Call ids that are not strings are not tracked (a `tool/result` can only answer a
-/// string id, contract §3).
+/// Call ids that are not non-empty strings are not tracked: a `tool/result` can only
+/// answer a non-empty string id (contract §3), so a closer for one would be refused.
 pub fn closers(source: &impl EventSource) -> Vec<String> {
     let seq_next = source.seq_next();
     let Some(last) = seq_next.checked_sub(1).and_then(|seq| source.event(seq)) else {
@@ -144,11 +144,12 @@ impl Scan {
             if !block.get("type").is_some_and(|t| t.is_str("tool-call")) {
                 continue;
             }
-            let Some(id) = block
+            // Only a non-empty string id can be answered by a tool/result (contract §3), so
+            // only such ids get a closer: any other would make the log impossible to reopen.
+            let id = block
                 .get("id")
-                .filter(|i| i.kind() == Kind::String)
-                .and_then(|i| i.as_wtf8())
-            else {
+                .filter(|i| i.kind() == Kind::String && i.raw().len() > 2);
+            let Some(id) = id.and_then(|i| i.as_wtf8()) else {
                 continue;
             };
             let entry = Pending {

@@ -145,9 +145,8 @@ fn append_refusals_carry_their_codes() {
         },
     )
     .unwrap();
-    let cases: [(&str, &str, &str); 9] = [
+    let cases: [(&str, &str, &str); 8] = [
         ("", "{}", "ENVELOPE_INVALID"),
-        (&"x".repeat(257), "{}", "ENVELOPE_INVALID"),
         ("plugin/x", "{", "DATA_INVALID_JSON"),
         ("plugin/x", r#"{"a":1,"a":2}"#, "DATA_DUPLICATE_KEY"),
         ("plugin/x", r#"{"a":-0.0}"#, "DATA_NOT_LOSSLESS"),
@@ -691,5 +690,62 @@ fn as_of_travels_back_in_time() {
     assert_eq!(
         session.as_of(session.seq_next()).unwrap_err().code(),
         "INVALID_BOUNDARY"
+    );
+}
+
+#[test]
+fn whatever_append_accepted_reopens() {
+    // An empty call id cannot be answered, so repair gives it no closer (found by
+    // tests/surface_model.rs); a clock outside the safe range is clamped.
+    let clock = Arc::new(ManualClock::new(i64::MAX));
+    let mut session = Session::create(
+        "s",
+        None,
+        None,
+        Options {
+            clock,
+            max_event_bytes: 400,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    session
+        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+        .unwrap();
+    let blocks = r#"{"type":"tool-call","id":""},{"type":"tool-call","id":"long-enough-to-make-the-closer-exceed-the-limit"}"#;
+    session
+        .append::<kinds::AssistantMessage>(&assistant_data(1, 1, blocks), SurfaceIntent::append())
+        .unwrap();
+    assert_eq!(session.event(0).unwrap().time, (1 << 53) - 1);
+    let stored = texts(&session);
+    let refs: Vec<&str> = stored.iter().map(String::as_str).collect();
+    let (reopened, report) = Session::reopen(
+        "s",
+        session.header().text(),
+        &refs,
+        session.options().clone(),
+    )
+    .unwrap();
+    assert_eq!(
+        report.closers, 2,
+        "one tool/result for the non-empty id, then turn/end"
+    );
+    assert!(reopened.event(2).unwrap().text.len() > 400);
+}
+
+#[test]
+fn append_checks_json_rules_before_the_type() {
+    let mut session = new_session(options());
+    assert_eq!(
+        session.append_dynamic("", "{", None).unwrap_err().code(),
+        "DATA_INVALID_JSON"
+    );
+    assert_eq!(
+        session.append_dynamic("", "-0", None).unwrap_err().code(),
+        "DATA_NOT_LOSSLESS"
+    );
+    assert_eq!(
+        session.append_dynamic("", "{}", None).unwrap_err().code(),
+        "ENVELOPE_INVALID"
     );
 }
