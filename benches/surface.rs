@@ -23,8 +23,8 @@
 //!    log. Target: ≤ 1 ms.
 //! 3. Memory (printed once, not timed): [`Surface::heap_bytes`] per surface node after the
 //!    fold, next to the floor of the nodes alone (`nodes().len() * 8`). Target: ≤ 16 bytes
-//!    per node plus event data. `heap_bytes` also counts the replace history, which grows
-//!    with the number of replaces, not with the surface, so it is printed separately.
+//!    per node plus event data. The fold keeps no replace history (it grows with every
+//!    replace; [`Surface::recording`] keeps it when asked).
 //!
 //! Run with `cargo bench --bench surface`.
 
@@ -450,24 +450,24 @@ fn benches(c: &mut Criterion) {
     group.finish();
 }
 
-/// Prints the surface's memory once: nodes alone, replace history, and the total.
+/// Prints the surface's memory once: the nodes alone, and everything the surface holds
+/// (nodes with their spare capacity, plus the keys of the replacement nodes on it). The
+/// fold keeps no replace history (only a `Surface::recording` one does), so this is all.
 fn report_memory(surface: &Surface, stats: &Stats) {
+    assert!(
+        !surface.records_history(),
+        "the benchmarked fold keeps no history"
+    );
     let nodes = surface.nodes().len();
-    let replaces = surface.replacements().len();
-    let shadowed: usize = surface.replacements().map(|r| r.shadowed.len()).sum();
     let total = surface.heap_bytes();
     let floor = size_of_val(surface.nodes());
     let per_node = |bytes: usize| format!("{:.1}", ratio(bytes, nodes));
     eprintln!("surface after {WORKLOAD}: {stats:?}");
-    let events = usize::try_from(WORKLOAD.events).expect("event count fits usize");
     eprintln!(
-        "surface memory: {nodes} nodes, {replaces} replaces, {shadowed} shadowed seqs; \
-         nodes floor {floor} B ({} B/node); heap_bytes {total} B ({} B/node, {:.2} B/event); \
-         beyond the floor (node slack + replace history) {} B",
+        "surface memory: {nodes} nodes; nodes alone {floor} B ({} B/node); \
+         heap_bytes {total} B ({} B/node)",
         per_node(floor),
         per_node(total),
-        ratio(total, events),
-        total - floor,
     );
 }
 

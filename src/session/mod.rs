@@ -273,6 +273,19 @@ impl Session {
         surface::transcript(&self.log, self.log.seq_next()).collect()
     }
 
+    /// Every replace applied, in log order, with the seqs it shadowed (contract §4, "The
+    /// fold result also lists every replace applied"). The session's surface does not
+    /// keep this history (it grows with every replace); this refolds the log recording it.
+    /// Cost: a fold of the whole log.
+    ///
+    /// # Errors
+    /// None for a log this session accepted; a fold refusal otherwise.
+    pub fn replacements(&self) -> Result<Surface> {
+        let mut surface = Surface::recording();
+        surface.catch_up(&self.log, &self.options.vocabulary)?;
+        Ok(surface)
+    }
+
     /// The surface, messages and transcript exactly as they were after event `seq`
     /// (time travel). Cost: a fold of events `0..=seq`.
     ///

@@ -31,15 +31,42 @@ const SOURCES_PAIRWISE_MAX: usize = 16;
 /// appended node's key is its own seq; a replacement inherits the key of the node at the
 /// start of the range it shadowed. Invariant: keys strictly increase along `nodes`, so a
 /// node's position is found by binary search on keys.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Memory: 8 bytes per node, plus 16 per replacement node currently on the surface. The
+/// replace history grows with every replace, not with the surface, so it is recorded only
+/// by a surface made with [`Surface::recording`] (the pure fold does).
+#[derive(Debug, Clone, Default)]
 pub struct Surface {
     /// Invariant: node keys strictly increase (see the type's doc).
     nodes: Vec<u64>,
-    /// Every replace applied, in log order (so sorted by seq).
-    replacements: Vec<ReplaceEntry>,
-    /// The shadowed seqs of all replacements, concatenated in log order.
-    shadowed: Vec<u64>,
+    /// `(seq, key)` of each replacement node on the surface, sorted by seq; a node not
+    /// listed is an appended event, whose key is its seq.
+    replacement_keys: Vec<(u64, u64)>,
+    replace_generation: u64,
     seq_next: u64,
+    /// The replace history, when recorded.
+    history: Option<History>,
+}
+
+/// Equal surfaces have the same nodes, keys, generation and next seq: the state the fold
+/// depends on. Whether history is recorded does not matter.
+impl PartialEq for Surface {
+    fn eq(&self, other: &Self) -> bool {
+        self.nodes == other.nodes
+            && self.replacement_keys == other.replacement_keys
+            && self.replace_generation == other.replace_generation
+            && self.seq_next == other.seq_next
+    }
+}
+
+impl Eq for Surface {}
+
+/// Every replace applied, in log order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct History {
+    entries: Vec<ReplaceEntry>,
+    /// The shadowed seqs of all entries, concatenated in log order.
+    shadowed: Vec<u64>,
 }
 
 /// One replace in the fold result: `{seq, start, end, shadowedSeqs}` (contract §4).
@@ -88,18 +115,31 @@ struct ReplaceEntry {
     seq: u64,
     start: u64,
     end: u64,
-    key: u64,
-    /// End of this entry's run in `Surface::shadowed`.
+    /// End of this entry's run in `History::shadowed`.
     shadowed_end: usize,
 }
 
 impl Surface {
-    /// An empty surface expecting seq 0.
+    /// An empty surface expecting seq 0, without replace history.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Folds a whole log from seq 0 (the *pure fold* of contract §4).
+    /// An empty surface expecting seq 0 that records the replace history
+    /// ([`Surface::replacements`]).
+    pub fn recording() -> Self {
+        Self {
+            history: Some(History::default()),
+            ..Self::default()
+        }
+    }
+
+    /// `true` when this surface records the replace history.
+    pub fn records_history(&self) -> bool {
+        self.history.is_some()
+    }
+
+    /// Folds a whole log from seq 0 (the *pure fold* of contract §4), without history.
     ///
     /// # Errors
     /// The first refused event's code, with its seq.
@@ -117,7 +157,7 @@ impl Surface {
     /// A text that is not JSON, an event that is not an object, or the first refused
     /// event's code.
     pub fn fold_json(events: &[&str], vocabulary: &Vocabulary) -> Result<(Self, MemLog)> {
-        let mut surface = Self::new();
+        let mut surface = Self::recording();
         let mut log = MemLog::new();
         for text in events {
             let json = Json::parse(text)?;
@@ -164,6 +204,9 @@ impl Surface {
     /// The first refused event's code; the events before it stay applied.
     pub fn catch_up(&mut self, source: &impl EventSource, vocabulary: &Vocabulary) -> Result<()> {
         while let Some(event) = source.event(self.seq_next) {
+            // Only a replace can need the data (the tool-output rewrite rule); not touching
+            // it otherwise keeps the fold off the event text.
+            let replace = matches!(event.surface_op, Some(SurfaceOp::Replace { .. }));
             let candidate = Candidate {
                 seq: Ok(event.seq),
                 event_type: event.event_type.into(),
@@ -171,7 +214,7 @@ impl Surface {
                 sources: event
                     .sources
                     .map_or(Field::Absent, |s| Field::Valid(s.into())),
-                data: event.data(),
+                data: if replace { event.data() } else { "" },
             };
             let step = self.check(&candidate, vocabulary, source)?;
             self.apply(step);
@@ -232,16 +275,30 @@ impl Surface {
                     "stale replace step"
                 );
                 let key = self.key_of(start);
-                self.shadowed.extend_from_slice(&self.nodes[first..=last]);
+                for shadowed in &self.nodes[first..=last] {
+                    if let Ok(at) = self
+                        .replacement_keys
+                        .binary_search_by_key(shadowed, |e| e.0)
+                    {
+                        self.replacement_keys.remove(at);
+                    }
+                }
+                if let Some(history) = &mut self.history {
+                    history
+                        .shadowed
+                        .extend_from_slice(&self.nodes[first..=last]);
+                    let shadowed_end = history.shadowed.len();
+                    history.entries.push(ReplaceEntry {
+                        seq,
+                        start,
+                        end,
+                        shadowed_end,
+                    });
+                }
                 self.nodes.splice(first..=last, [seq]);
-                let shadowed_end = self.shadowed.len();
-                self.replacements.push(ReplaceEntry {
-                    seq,
-                    start,
-                    end,
-                    key,
-                    shadowed_end,
-                });
+                // seq is larger than every seq before it, so the list stays sorted.
+                self.replacement_keys.push((seq, key));
+                self.replace_generation += 1;
             }
         }
         self.seq_next += 1;
@@ -259,7 +316,7 @@ impl Surface {
 
     /// The number of replaces applied.
     pub fn replace_generation(&self) -> u64 {
-        self.replacements.len() as u64
+        self.replace_generation
     }
 
     /// The next seq the fold expects.
@@ -267,19 +324,24 @@ impl Surface {
         self.seq_next
     }
 
-    /// Every replace applied, in log order.
+    /// Every replace applied, in log order, with what it shadowed. Empty unless the
+    /// surface records history ([`Surface::recording`]); see [`Surface::records_history`].
     pub fn replacements(&self) -> impl ExactSizeIterator<Item = Replacement<'_>> + '_ {
-        self.replacements.iter().enumerate().map(|(i, entry)| {
+        let (entries, shadowed) = match &self.history {
+            Some(history) => (history.entries.as_slice(), history.shadowed.as_slice()),
+            None => (&[][..], &[][..]),
+        };
+        entries.iter().enumerate().map(move |(i, entry)| {
             let begin = if i == 0 {
                 0
             } else {
-                self.replacements[i - 1].shadowed_end
+                entries[i - 1].shadowed_end
             };
             Replacement {
                 seq: entry.seq,
                 start: entry.start,
                 end: entry.end,
-                shadowed: &self.shadowed[begin..entry.shadowed_end],
+                shadowed: &shadowed[begin..entry.shadowed_end],
             }
         })
     }
@@ -295,11 +357,15 @@ impl Surface {
         (self.nodes[at] == seq).then_some(at)
     }
 
-    /// Bytes of heap memory held, for the memory budget (nodes plus replace history).
+    /// Bytes of heap memory held: nodes, replacement keys, and the history when recorded.
     pub fn heap_bytes(&self) -> usize {
+        let history = self.history.as_ref().map_or(0, |h| {
+            h.entries.capacity() * size_of::<ReplaceEntry>()
+                + h.shadowed.capacity() * size_of::<u64>()
+        });
         self.nodes.capacity() * size_of::<u64>()
-            + self.replacements.capacity() * size_of::<ReplaceEntry>()
-            + self.shadowed.capacity() * size_of::<u64>()
+            + self.replacement_keys.capacity() * size_of::<(u64, u64)>()
+            + history
     }
 
     fn check_at(
@@ -369,9 +435,11 @@ impl Surface {
         })
     }
 
+    /// The key of a node (see the type's doc). For a seq that is not a replacement on the
+    /// surface this is the seq itself, which no other node can have as its key.
     fn key_of(&self, seq: u64) -> u64 {
-        match self.replacements.binary_search_by_key(&seq, |r| r.seq) {
-            Ok(at) => self.replacements[at].key,
+        match self.replacement_keys.binary_search_by_key(&seq, |e| e.0) {
+            Ok(at) => self.replacement_keys[at].1,
             Err(_) => seq,
         }
     }

@@ -102,7 +102,7 @@ pub fn run(out: &mut impl Write) -> Result<(), Error> {
         "\n== 7. Replace history (provenance: what each replacement shadowed) =="
     )
     .map_err(io_error)?;
-    for r in session.surface().replacements() {
+    for r in session.replacements()?.replacements() {
         writeln!(
             out,
             "seq {:>2} replaced {}..={} shadowing {:?}",
