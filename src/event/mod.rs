@@ -9,7 +9,10 @@
 
 pub mod envelope;
 pub mod header;
+mod seqs;
 pub mod vocabulary;
+
+pub use seqs::{Seqs, SeqsIter};
 
 pub use envelope::{Candidate, Field};
 pub use header::Header;
@@ -79,7 +82,7 @@ pub struct EventRef<'a> {
     /// The surface operation, for surface events.
     pub surface_op: Option<SurfaceOp>,
     /// The provenance seqs, when given.
-    pub sources: Option<&'a [u64]>,
+    pub sources: Option<Seqs<'a>>,
     /// The `ignorable: true` marker.
     pub ignorable: bool,
     data: (u32, u32),
@@ -141,7 +144,7 @@ impl Event {
             seq: self.seq,
             time: self.time,
             surface_op: self.surface_op,
-            sources: self.sources.as_deref(),
+            sources: self.sources.as_deref().map(Seqs::from),
             ignorable: self.ignorable,
             data: (self.data.start, self.data.end),
             message: self.message.as_ref().map(|m| (m.start, m.end)),
@@ -160,6 +163,34 @@ impl Event {
 }
 
 impl<'a> EventRef<'a> {
+    /// A view of an event whose bytes live elsewhere (the on-disk log): `data` and
+    /// `message` are spans within `text`.
+    ///
+    /// # Panics
+    /// If a span lies outside the text: the log validates spans before building views.
+    pub fn from_parts(
+        text: &'a str,
+        event_type: &'a str,
+        fields: (u64, i64, Option<SurfaceOp>, Option<Seqs<'a>>, bool),
+        data: Range<usize>,
+        message: Option<Range<usize>>,
+    ) -> Self {
+        let (seq, time, surface_op, sources, ignorable) = fields;
+        assert!(data.end <= text.len(), "data span outside the event text");
+        let span = |r: Range<usize>| (span32(r.start), span32(r.end));
+        Self {
+            text,
+            event_type,
+            seq,
+            time,
+            surface_op,
+            sources,
+            ignorable,
+            data: span(data),
+            message: message.map(span),
+        }
+    }
+
     /// The exact JSON text of `data`.
     pub fn data(&self) -> &'a str {
         &self.text[self.data.0 as usize..self.data.1 as usize]

@@ -365,7 +365,10 @@ fn reopen_repairs_an_interrupted_turn_once_and_resume_adds_the_marker() {
             .text
             .contains(r#""id":"interrupted-tool-result-B-4""#)
     );
-    assert_eq!(repaired.event(5).unwrap().sources, Some(&[3][..]));
+    assert_eq!(
+        repaired.event(5).unwrap().sources.map(|s| s.to_vec()),
+        Some(vec![3])
+    );
     assert!(
         repaired
             .event(7)
@@ -600,8 +603,12 @@ fn compaction_replaces_a_balanced_range_and_cites_everything() {
         })
         .unwrap();
     assert_eq!(
-        session.event(done.message).unwrap().sources,
-        Some(&[done.start, done.summary, user1, assistant1, result1][..])
+        session
+            .event(done.message)
+            .unwrap()
+            .sources
+            .map(|s| s.to_vec()),
+        Some(vec![done.start, done.summary, user1, assistant1, result1])
     );
     assert_eq!(
         session.event(done.message).unwrap().surface_op,

@@ -213,7 +213,7 @@ impl Surface {
                 surface_op: event.surface_op.map_or(Field::Absent, Field::Valid),
                 sources: event
                     .sources
-                    .map_or(Field::Absent, |s| Field::Valid(s.into())),
+                    .map_or(Field::Absent, |s| Field::Valid(s.to_cow())),
                 data: if replace { event.data() } else { "" },
             };
             let step = self.check(&candidate, vocabulary, source)?;

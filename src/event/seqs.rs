@@ -1,0 +1,126 @@
+//! A list of seqs, borrowed either from memory or, little-endian, from a stored record.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// A borrowed list of seqs (`sourceEventSeqs`). In memory it is a `&[u64]`; read from a
+/// log record it is the record's little-endian bytes, decoded on access, so reading an
+/// event never copies.
+#[derive(Clone, Copy)]
+pub struct Seqs<'a>(Repr<'a>);
+
+#[derive(Clone, Copy)]
+enum Repr<'a> {
+    Native(&'a [u64]),
+    /// Invariant: the length is a multiple of 8.
+    Le(&'a [u8]),
+}
+
+impl<'a> Seqs<'a> {
+    /// Seqs stored as consecutive little-endian u64s.
+    ///
+    /// # Panics
+    /// If the length is not a multiple of 8: the record decoder checks it first.
+    pub fn from_le_bytes(bytes: &'a [u8]) -> Self {
+        assert!(
+            bytes.len() % 8 == 0,
+            "seq bytes come in eights: len={}",
+            bytes.len()
+        );
+        Self(Repr::Le(bytes))
+    }
+
+    /// The number of seqs.
+    pub fn len(&self) -> usize {
+        match self.0 {
+            Repr::Native(seqs) => seqs.len(),
+            Repr::Le(bytes) => bytes.len() / 8,
+        }
+    }
+
+    /// `true` when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The seqs in order.
+    pub fn iter(&self) -> SeqsIter<'a> {
+        SeqsIter(match self.0 {
+            Repr::Native(seqs) => IterRepr::Native(seqs.iter()),
+            Repr::Le(bytes) => IterRepr::Le(bytes.chunks_exact(8)),
+        })
+    }
+
+    /// The seqs as a slice, copying only when they are stored little-endian.
+    pub fn to_cow(&self) -> Cow<'a, [u64]> {
+        match self.0 {
+            Repr::Native(seqs) => Cow::Borrowed(seqs),
+            Repr::Le(_) => Cow::Owned(self.iter().collect()),
+        }
+    }
+
+    /// The seqs as a vector.
+    pub fn to_vec(&self) -> Vec<u64> {
+        self.to_cow().into_owned()
+    }
+}
+
+/// Iterator over [`Seqs`].
+#[derive(Debug, Clone)]
+pub struct SeqsIter<'a>(IterRepr<'a>);
+
+#[derive(Debug, Clone)]
+enum IterRepr<'a> {
+    Native(std::slice::Iter<'a, u64>),
+    Le(std::slice::ChunksExact<'a, u8>),
+}
+
+impl Iterator for SeqsIter<'_> {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        match &mut self.0 {
+            IterRepr::Native(iter) => iter.next().copied(),
+            IterRepr::Le(chunks) => chunks.next().map(|c| {
+                let mut bytes = [0; 8];
+                bytes.copy_from_slice(c);
+                u64::from_le_bytes(bytes)
+            }),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match &self.0 {
+            IterRepr::Native(iter) => iter.size_hint(),
+            IterRepr::Le(chunks) => chunks.size_hint(),
+        }
+    }
+}
+
+impl ExactSizeIterator for SeqsIter<'_> {}
+
+impl<'a> From<&'a [u64]> for Seqs<'a> {
+    fn from(seqs: &'a [u64]) -> Self {
+        Self(Repr::Native(seqs))
+    }
+}
+
+impl PartialEq for Seqs<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Seqs<'_> {}
+
+impl PartialEq<[u64]> for Seqs<'_> {
+    fn eq(&self, other: &[u64]) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter().copied())
+    }
+}
+
+impl fmt::Debug for Seqs<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
