@@ -311,7 +311,7 @@ impl Generator {
         let Some(last_start) = self.mirror.len().checked_sub(len + 1) else {
             return false;
         };
-        let first = if self.rng.next() % 2 == 0 {
+        let first = if self.rng.next().is_multiple_of(2) {
             self.rng.range(0, last_start.min(FRONT_WINDOW))
         } else {
             self.rng.range(0, last_start)

@@ -200,6 +200,14 @@ pub enum ErrorKind {
         /// What is wrong.
         reason: String,
     },
+    /// `LOCKED`: another writer holds the log (contract §11, `log-format.md` LOG-1).
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// `POISONED`: an earlier write or sync failed; the writer refuses writes until the
+    /// log is reopened (`log-format.md` DUR-5).
+    Poisoned,
     /// `IO`: an operating-system call failed (contract §11).
     Io {
         /// The operation, e.g. `write` or `fsync`.
@@ -306,6 +314,8 @@ impl ErrorKind {
             Self::InvalidBoundary { .. } => "INVALID_BOUNDARY",
             Self::CompactionUnbalanced { .. } => "COMPACTION_UNBALANCED",
             Self::Corrupt { .. } => "CORRUPT",
+            Self::Locked { .. } => "LOCKED",
+            Self::Poisoned => "POISONED",
             Self::Io { .. } => "IO",
             Self::OpenTurn { .. } => "OPEN_TURN",
         }
@@ -542,6 +552,15 @@ impl fmt::Display for ErrorKind {
                  open_before={open_before} open_after={open_after}"
             ),
             Self::Corrupt { location, reason } => write!(f, "corrupt data: {reason} at={location}"),
+            Self::Locked { path } => {
+                write!(f, "another writer holds the log path={}", path.display())
+            }
+            Self::Poisoned => {
+                write!(
+                    f,
+                    "an earlier write or sync failed; reopen the log to continue"
+                )
+            }
             Self::Io {
                 op, path, message, ..
             } => {

@@ -45,7 +45,10 @@ pub mod error;
 pub mod event;
 pub mod json;
 pub mod limits;
+pub mod log;
+pub mod record;
 pub mod session;
+pub mod storage;
 pub mod surface;
 
 pub use error::{Error, ErrorKind, Result};

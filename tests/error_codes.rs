@@ -158,6 +158,13 @@ fn table() -> Vec<(ErrorKind, &'static str)> {
             },
             "OPEN_TURN",
         ),
+        (
+            ErrorKind::Locked {
+                path: "/x/LOCK".into(),
+            },
+            "LOCKED",
+        ),
+        (ErrorKind::Poisoned, "POISONED"),
     ];
     let invariants = [
         (Invariant::SeqOrder, "INV_SEQ_ORDER"),

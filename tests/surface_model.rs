@@ -1237,7 +1237,7 @@ impl Ctx<'_> {
 
     /// A type that may be eligible or log-only, and an `"append"` exactly when eligible.
     fn any_type(&self) -> (&'static str, Option<String>) {
-        if self.b % 2 == 0 {
+        if self.b.is_multiple_of(2) {
             (self.eligible, Some(op_json(SurfaceOp::Append, 0)))
         } else {
             (self.log_only, None)
@@ -1327,7 +1327,7 @@ fn op_required(x: &Ctx<'_>) -> Refusal {
 
 fn op_forbidden(x: &Ctx<'_>) -> Refusal {
     let call = if x.typed {
-        let op = if x.b % 2 == 0 {
+        let op = if x.b.is_multiple_of(2) {
             SurfaceOp::Append
         } else {
             SurfaceOp::Replace { start: 0, end: 0 }
@@ -1344,7 +1344,7 @@ fn op_forbidden(x: &Ctx<'_>) -> Refusal {
             "{}",
             r#"{"op":"replace","start":0,"end":0}"#,
         ][usize::from(x.b) % 4];
-        let sources = (x.c % 2 == 0).then(|| "[]".to_owned());
+        let sources = x.c.is_multiple_of(2).then(|| "[]".to_owned());
         Call::json(x.log_only, x.log_data, Some(op.to_owned()), sources)
     };
     (call, "SURFACE_OP_FORBIDDEN")
@@ -1361,7 +1361,7 @@ fn sources_forbidden(x: &Ctx<'_>) -> Refusal {
 // Contract §4 step 3: provenance, checked before the replace range of step 5.
 
 fn sources_invalid(x: &Ctx<'_>) -> Refusal {
-    let op = if x.b % 2 == 0 {
+    let op = if x.b.is_multiple_of(2) {
         SurfaceOp::Append
     } else {
         let start = x.model.off_surface(x.c);
@@ -1382,7 +1382,7 @@ fn sources_empty(x: &Ctx<'_>) -> Refusal {
         "tool/result",
     ][usize::from(x.a) % 4];
     let (data, ..) = message_data(event_type, x.seq, 2);
-    let op = if x.b % 2 == 0 {
+    let op = if x.b.is_multiple_of(2) {
         SurfaceOp::Append
     } else {
         SurfaceOp::Replace { start: 0, end: 0 }
@@ -1395,7 +1395,7 @@ fn sources_empty(x: &Ctx<'_>) -> Refusal {
 
 /// Every earlier seq (so lists pass 16 entries), or a few.
 fn some_earlier(x: &Ctx<'_>) -> Vec<u64> {
-    if x.c % 2 == 0 {
+    if x.c.is_multiple_of(2) {
         (0..x.seq).collect()
     } else {
         x.model.earlier(&[x.b, x.c])
@@ -1446,7 +1446,7 @@ fn surface_not_json(x: &Ctx<'_>) -> Refusal {
     } else {
         "DATA_INVALID_JSON"
     };
-    let call = if x.c % 2 == 0 {
+    let call = if x.c.is_multiple_of(2) {
         Call::json(x.eligible, &x.data, Some(text), None)
     } else {
         Call::json(
@@ -1462,8 +1462,12 @@ fn surface_not_json(x: &Ctx<'_>) -> Refusal {
 fn surface_negative_zero(x: &Ctx<'_>) -> Refusal {
     let zero = NEGATIVE_ZERO[usize::from(x.b) % NEGATIVE_ZERO.len()];
     // Even on a log-only type: the JSON rules come first.
-    let event_type = if x.c % 2 == 0 { x.eligible } else { x.log_only };
-    let call = if x.a % 2 == 0 {
+    let event_type = if x.c.is_multiple_of(2) {
+        x.eligible
+    } else {
+        x.log_only
+    };
+    let call = if x.a.is_multiple_of(2) {
         let op = format!(r#"{{"op":"replace","start":{zero},"end":0}}"#);
         Call::json(event_type, &x.data, Some(op), None)
     } else {
@@ -1483,12 +1487,13 @@ fn surface_negative_zero(x: &Ctx<'_>) -> Refusal {
 fn start_off_surface(x: &Ctx<'_>) -> Refusal {
     let (replacer, data) = x.replacer();
     let start = x.model.off_surface(x.b);
-    let end = if x.c % 2 == 0 {
+    let end = if x.c.is_multiple_of(2) {
         x.model.off_surface(x.c)
     } else {
         x.model.node(x.c).unwrap_or(start)
     };
-    let sources = Some(x.model.earlier(&[x.a, x.b])).filter(|s| x.c % 3 == 0 && !s.is_empty());
+    let sources =
+        Some(x.model.earlier(&[x.a, x.b])).filter(|s| x.c.is_multiple_of(3) && !s.is_empty());
     let call = x.replace(replacer, &data, (start, end), sources);
     (call, "REPLACE_START_NOT_ON_SURFACE")
 }
@@ -1537,7 +1542,7 @@ fn sources_incomplete(x: &Ctx<'_>) -> Refusal {
         .into_iter()
         .filter(|s| *s != dropped)
         .collect();
-    sources.retain(|s| mix(u64::from(x.b) ^ s) % 3 != 0 || !shadowed.contains(s));
+    sources.retain(|s| !mix(u64::from(x.b) ^ s).is_multiple_of(3) || !shadowed.contains(s));
     let (replacer, data) = x.replacer();
     let sources = match (sources.is_empty(), replacer) {
         (false, _) => Some(sources),
@@ -1623,7 +1628,7 @@ fn data_duplicate_key(x: &Ctx<'_>) -> Refusal {
 fn data_negative_zero(x: &Ctx<'_>) -> Refusal {
     let zero = NEGATIVE_ZERO[usize::from(x.c) % NEGATIVE_ZERO.len()];
     // A shape fault and an invalid surfaceOp would only come later.
-    let data = if x.b % 2 == 0 {
+    let data = if x.b.is_multiple_of(2) {
         x.data.replacen('{', &format!(r#"{{"n":{zero},"#), 1)
     } else {
         format!(r#"{{"n":{zero}}}"#)
@@ -1658,7 +1663,7 @@ fn bad_type(x: &Ctx<'_>) -> Refusal {
             "EVENT_TOO_LARGE",
         ),
     };
-    let op = (x.b % 2 == 0).then(|| op_json(SurfaceOp::Append, 0));
+    let op = x.b.is_multiple_of(2).then(|| op_json(SurfaceOp::Append, 0));
     (Call::json(&event_type, &data, op, x.any_sources()), code)
 }
 
@@ -1671,13 +1676,13 @@ fn legacy(x: &Ctx<'_>) -> Refusal {
         ),
         _ => ("request/header", r#"{"reason":"fallback","header":{}}"#),
     };
-    let op = (x.b % 2 == 0).then(|| op_json(SurfaceOp::Append, 0));
+    let op = x.b.is_multiple_of(2).then(|| op_json(SurfaceOp::Append, 0));
     (Call::json(event_type, data, op, None), "LEGACY_EVENT")
 }
 
 fn request_header_shape(x: &Ctx<'_>) -> Refusal {
     let broken = HEADER_BROKEN[usize::from(x.c) % HEADER_BROKEN.len()];
-    let op = (x.b % 2 == 0).then(|| op_json(SurfaceOp::Append, 0));
+    let op = x.b.is_multiple_of(2).then(|| op_json(SurfaceOp::Append, 0));
     (
         Call::json("request/header", broken, op, None),
         "REQUEST_HEADER_SHAPE",
@@ -2224,7 +2229,7 @@ const CALL_IDS: [&str; 6] = ["c1", "c2", "", r"\ud800", r#"q\"uote"#, "é"];
 fn random_data(event_type: &str, pick: u8, a: u16, seq: u64) -> String {
     let call_id = CALL_IDS[usize::from(a) % CALL_IDS.len()];
     let turn = a % 3;
-    let kind = if pick % 2 == 0 {
+    let kind = if pick.is_multiple_of(2) {
         event_type
     } else {
         RANDOM_TYPES[usize::from(pick / 2) % 16]

@@ -23,7 +23,7 @@ impl<'a> Seqs<'a> {
     /// If the length is not a multiple of 8: the record decoder checks it first.
     pub fn from_le_bytes(bytes: &'a [u8]) -> Self {
         assert!(
-            bytes.len() % 8 == 0,
+            bytes.len().is_multiple_of(8),
             "seq bytes come in eights: len={}",
             bytes.len()
         );
@@ -98,6 +98,15 @@ impl Iterator for SeqsIter<'_> {
 }
 
 impl ExactSizeIterator for SeqsIter<'_> {}
+
+impl<'a> IntoIterator for &Seqs<'a> {
+    type Item = u64;
+    type IntoIter = SeqsIter<'a>;
+
+    fn into_iter(self) -> SeqsIter<'a> {
+        self.iter()
+    }
+}
 
 impl<'a> From<&'a [u64]> for Seqs<'a> {
     fn from(seqs: &'a [u64]) -> Self {

@@ -21,12 +21,34 @@ enum Command {
     /// Run a session in memory and print what the engine derives: appends, a nested
     /// compaction, a tool-output prune, the messages, the transcript and an as-of view.
     Demo,
+    /// Read a log directory (no lock needed) and print its length as JSON.
+    Log {
+        /// The log directory.
+        dir: std::path::PathBuf,
+        /// Also check that no writer holds the log (exit 3 with `LOCKED` if one does).
+        #[arg(long)]
+        check_writer: bool,
+    },
+}
+
+/// `surfacelog log DIR`: the committed length of a log, read without a lock.
+fn log_info(dir: &std::path::Path, check_writer: bool) -> Result<(), surfacelog::Error> {
+    use surfacelog::event::EventSource;
+    if check_writer {
+        surfacelog::log::LogWriter::check_lock(dir)?;
+    }
+    let reader = surfacelog::log::LogReader::open(dir)?;
+    let mut path = String::new();
+    surfacelog::json::push_js_string(&mut path, dir.to_string_lossy().as_bytes());
+    println!("{{\"dir\":{path},\"events\":{}}}", reader.seq_next());
+    Ok(())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Demo => demo::run(&mut std::io::stdout().lock()),
+        Command::Log { dir, check_writer } => log_info(&dir, check_writer),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

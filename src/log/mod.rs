@@ -1,0 +1,91 @@
+//! The segmented append-only log of one session: surfacelog's own format, specified in
+//! `format-spec/log-format.md` and cited here by rule ID.
+//!
+//! [`LogWriter`] appends (one per log, across processes: `LOCKED`), with three durability
+//! modes and group commit; [`LogReader`] reads the committed prefix, in any process,
+//! while the writer appends. Recovery at open drops a torn tail and refuses corruption.
+
+mod index;
+mod map;
+mod reader;
+mod scan;
+pub mod segment;
+mod writer;
+
+pub use reader::LogReader;
+pub use writer::LogWriter;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::storage::{FsStorage, Storage};
+
+/// When appended events become durable (`log-format.md` §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// `append` returns once its events are durable; concurrent appends share one
+    /// `fdatasync` (DUR-1).
+    Sync,
+    /// `append` returns once written to the OS; a background thread makes them durable
+    /// within `max_delay` plus one sync (DUR-2).
+    Batch {
+        /// The longest an appended event stays not durable.
+        max_delay: Duration,
+    },
+    /// Durable at `flush()` and at close (DUR-3).
+    Manual,
+}
+
+/// How a log is written.
+#[derive(Debug, Clone)]
+pub struct LogOptions {
+    /// The capacity of a new segment (SEG-7). Larger segments mean fewer files and
+    /// rolls; smaller ones reclaim space in finer steps. Default: 64 MiB. At most
+    /// 4 GiB − 1 (offsets are 32-bit); larger values are clamped.
+    pub segment_bytes: u64,
+    /// Default: `Sync`.
+    pub durability: Durability,
+    /// The file operations; tests inject failures here. Default: the real filesystem.
+    pub storage: Arc<dyn Storage>,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        Self {
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            durability: Durability::Sync,
+            storage: Arc::new(FsStorage),
+        }
+    }
+}
+
+/// The default segment capacity: 64 MiB.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+
+/// What opening a log for writing found and did (§7).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// `TORN_TAIL`: an incomplete final write that was dropped (information, not an error).
+    pub torn_tail: Option<TornTail>,
+    /// A last segment whose creation was cut short, removed (RCV-7).
+    pub removed_segment: Option<PathBuf>,
+}
+
+/// A dropped torn tail (RCV-9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// The segment file.
+    pub segment: PathBuf,
+    /// Where the dropped bytes started.
+    pub offset: u64,
+    /// How many bytes were zeroed.
+    pub bytes: u64,
+}
+
+impl TornTail {
+    /// The stable code of this report, `TORN_TAIL` (contract §11).
+    pub fn code(&self) -> &'static str {
+        "TORN_TAIL"
+    }
+}

@@ -1,0 +1,116 @@
+//! Segment files: naming (LOG-1) and the 64-byte header (SEG-1 to SEG-3).
+#![deny(clippy::indexing_slicing)]
+
+use crate::record::{u32_at, u64_at};
+
+/// The segment header's length (SEG-1).
+pub const SEGMENT_HEADER_LEN: usize = 64;
+/// `"surflog\0"` (SEG-1).
+pub const SEGMENT_MAGIC: [u8; 8] = *b"surflog\0";
+/// The one log format version this build reads and writes (VER-1).
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The identity of a log: equal in all its segments (SEG-1, SEG-3).
+pub type LogId = [u8; 16];
+
+/// A segment header (SEG-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentHeader {
+    /// The log's identity.
+    pub log_id: LogId,
+    /// 0 for the first segment, +1 for each next one.
+    pub index: u64,
+    /// The seq of the segment's first record.
+    pub first_seq: u64,
+    /// The file length at creation: records end before it.
+    pub capacity: u64,
+}
+
+/// Why a header is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderError {
+    /// Fewer than 64 bytes, a wrong magic or checksum (SEG-2).
+    Invalid(&'static str),
+    /// A format version other than [`FORMAT_VERSION`] (VER-1).
+    Version(u32),
+}
+
+impl SegmentHeader {
+    /// The header's 64 bytes.
+    pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
+        let mut bytes = [0; SEGMENT_HEADER_LEN];
+        let fields: [(usize, &[u8]); 7] = [
+            (0, &SEGMENT_MAGIC),
+            (8, &FORMAT_VERSION.to_le_bytes()),
+            (
+                12,
+                &u32::try_from(SEGMENT_HEADER_LEN).unwrap_or(0).to_le_bytes(),
+            ),
+            (16, &self.log_id),
+            (32, &self.index.to_le_bytes()),
+            (40, &self.first_seq.to_le_bytes()),
+            (48, &self.capacity.to_le_bytes()),
+        ];
+        for (at, field) in fields {
+            if let Some(slot) = bytes.get_mut(at..at + field.len()) {
+                slot.copy_from_slice(field);
+            }
+        }
+        let crc = crc32c::crc32c(bytes.get(..60).unwrap_or_default());
+        if let Some(slot) = bytes.get_mut(60..64) {
+            slot.copy_from_slice(&crc.to_le_bytes());
+        }
+        bytes
+    }
+
+    /// Reads a header from the start of a segment file (SEG-2).
+    ///
+    /// # Errors
+    /// [`HeaderError`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, HeaderError> {
+        let header = bytes
+            .get(..SEGMENT_HEADER_LEN)
+            .ok_or(HeaderError::Invalid("shorter than 64 bytes"))?;
+        if header.get(..8) != Some(&SEGMENT_MAGIC[..]) {
+            return Err(HeaderError::Invalid("wrong magic"));
+        }
+        let crc = u32_at(header, 60).unwrap_or(0);
+        if crc32c::crc32c(header.get(..60).unwrap_or_default()) != crc {
+            return Err(HeaderError::Invalid("header checksum mismatch"));
+        }
+        let version = u32_at(header, 8).unwrap_or(0);
+        if version != FORMAT_VERSION {
+            return Err(HeaderError::Version(version));
+        }
+        if u32_at(header, 12).map(|n| n as usize) != Some(SEGMENT_HEADER_LEN)
+            || u32_at(header, 56) != Some(0)
+        {
+            return Err(HeaderError::Invalid("header length or reserved field"));
+        }
+        let mut log_id = [0; 16];
+        log_id.copy_from_slice(header.get(16..32).unwrap_or(&[0; 16]));
+        Ok(Self {
+            log_id,
+            index: u64_at(header, 32).unwrap_or(0),
+            first_seq: u64_at(header, 40).unwrap_or(0),
+            capacity: u64_at(header, 48).unwrap_or(0),
+        })
+    }
+}
+
+/// The file name of the segment starting at `first_seq` (LOG-1).
+pub fn segment_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.seg")
+}
+
+/// The file name of a segment's offset index (LOG-1, IDX-1).
+pub fn index_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.idx")
+}
+
+/// The `first_seq` a segment file name encodes, or `None` for other names.
+pub fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".seg")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())?
+}

@@ -1,0 +1,290 @@
+//! Event ⇄ record bytes: the frame and body of `format-spec/log-format.md` §3–§4. Pure:
+//! no I/O. One codec serves the writer, the readers, recovery and the fuzz target.
+//!
+//! Decoding treats its input as untrusted: every length and span read from the bytes is
+//! checked before use, and a failure is a [`RecordError`], never a panic.
+#![deny(clippy::indexing_slicing)]
+
+use std::ops::Range;
+
+use crate::event::{Event, EventRef, Seqs, SurfaceOp};
+
+/// Bytes of the frame header: `len` and `crc` (REC-1, REC-2).
+pub const FRAME_HEADER_LEN: usize = 8;
+/// Bytes of the fixed part of the body (§4).
+pub const BODY_FIXED_LEN: usize = 64;
+/// Records start at multiples of this (SEG-4, REC-3).
+pub const RECORD_ALIGN: usize = 8;
+
+const _: () = assert!(
+    FRAME_HEADER_LEN.is_multiple_of(RECORD_ALIGN),
+    "bodies stay 8-byte aligned"
+);
+const _: () = assert!(
+    BODY_FIXED_LEN.is_multiple_of(RECORD_ALIGN),
+    "sources stay 8-byte aligned (REC-8)"
+);
+
+const FLAG_SURFACE_OP: u16 = 1 << 0;
+const FLAG_REPLACE: u16 = 1 << 1;
+const FLAG_SOURCES: u16 = 1 << 2;
+const FLAG_IGNORABLE: u16 = 1 << 3;
+const FLAG_MESSAGE: u16 = 1 << 4;
+const FLAGS_KNOWN: u16 =
+    FLAG_SURFACE_OP | FLAG_REPLACE | FLAG_SOURCES | FLAG_IGNORABLE | FLAG_MESSAGE;
+
+/// Why bytes are not a valid record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordError {
+    /// `len` is 0: the end of the data (REC-1), not a record.
+    End,
+    /// The frame does not fit in the bytes available (a torn or garbage length).
+    Truncated,
+    /// `len` is out of range (REC-1).
+    Length,
+    /// The checksum does not match (REC-2).
+    Checksum,
+    /// The checksum matches but the body breaks REC-5 or REC-6.
+    Body(&'static str),
+}
+
+/// The total size of the frame of a body of `body_len` bytes, padding included.
+pub fn frame_len(body_len: usize) -> usize {
+    (FRAME_HEADER_LEN + body_len).next_multiple_of(RECORD_ALIGN)
+}
+
+/// The body length of an event's record (REC-5).
+pub fn body_len(event: &EventRef<'_>) -> usize {
+    BODY_FIXED_LEN
+        + 8 * event.sources.map_or(0, |s| s.len())
+        + event.event_type.len()
+        + event.text.len()
+}
+
+/// Appends the record of `event` (frame, body, padding) to `out`.
+///
+/// # Panics
+/// If a length does not fit its field: events are bounded by `max_event_bytes` < 4 GiB
+/// and types by 256 bytes, which admission enforces.
+pub fn encode(event: &EventRef<'_>, out: &mut Vec<u8>) {
+    let start = out.len();
+    let body_len = body_len(event);
+    out.extend_from_slice(&to_u32(body_len).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    let mut flags = 0;
+    let (mut replace_start, mut replace_end) = (0, 0);
+    match event.surface_op {
+        None => {}
+        Some(SurfaceOp::Append) => flags |= FLAG_SURFACE_OP,
+        Some(SurfaceOp::Replace { start, end }) => {
+            flags |= FLAG_SURFACE_OP | FLAG_REPLACE;
+            (replace_start, replace_end) = (start, end);
+        }
+    }
+    if event.sources.is_some() {
+        flags |= FLAG_SOURCES;
+    }
+    if event.ignorable {
+        flags |= FLAG_IGNORABLE;
+    }
+    let message = event.message_span();
+    if message.is_some() {
+        flags |= FLAG_MESSAGE;
+    }
+    let data = event.data_span();
+    let message = message.unwrap_or(0..0);
+    out.extend_from_slice(&event.seq.to_le_bytes());
+    out.extend_from_slice(&event.time.to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
+    let type_len = u16::try_from(event.event_type.len()).expect("types are at most 256 bytes");
+    out.extend_from_slice(&type_len.to_le_bytes());
+    let source_count = event.sources.map_or(0, |s| s.len());
+    for field in [
+        source_count,
+        event.text.len(),
+        data.start,
+        data.end,
+        message.start,
+        message.end,
+        0,
+    ] {
+        out.extend_from_slice(&to_u32(field).to_le_bytes());
+    }
+    out.extend_from_slice(&replace_start.to_le_bytes());
+    out.extend_from_slice(&replace_end.to_le_bytes());
+    for source in event.sources.iter().flat_map(Seqs::iter) {
+        out.extend_from_slice(&source.to_le_bytes());
+    }
+    out.extend_from_slice(event.event_type.as_bytes());
+    out.extend_from_slice(event.text.as_bytes());
+    // REC-2: the checksum covers `len` and the body, not itself.
+    let len_bytes = out.get(start..start + 4).unwrap_or_default();
+    let crc = crc32c::crc32c_append(
+        crc32c::crc32c(len_bytes),
+        out.get(start + FRAME_HEADER_LEN..).unwrap_or_default(),
+    );
+    out.resize(start + frame_len(body_len), 0);
+    if let Some(slot) = out.get_mut(start + 4..start + 8) {
+        slot.copy_from_slice(&crc.to_le_bytes());
+    }
+    debug_assert!(
+        decode(out.get(start..).unwrap_or_default()).is_ok_and(|(e, _)| e == *event),
+        "an encoded record decodes to its event"
+    );
+}
+
+/// [`encode`] for an owned event.
+pub fn encode_event(event: &Event, out: &mut Vec<u8>) {
+    encode(&event.as_ref(), out);
+}
+
+/// Decodes the record at the start of `bytes` (which may continue past it). Returns the
+/// event and the record's frame length (the offset of the next record).
+///
+/// # Errors
+/// [`RecordError`] naming the first rule the bytes break.
+pub fn decode(bytes: &[u8]) -> Result<(EventRef<'_>, usize), RecordError> {
+    let len = u32_at(bytes, 0).ok_or(RecordError::Truncated)?;
+    if len == 0 {
+        return Err(RecordError::End);
+    }
+    let body_len = usize::try_from(len).map_err(|_| RecordError::Length)?;
+    if body_len < BODY_FIXED_LEN {
+        return Err(RecordError::Length);
+    }
+    let framed = bytes
+        .get(..frame_len(body_len))
+        .ok_or(RecordError::Truncated)?;
+    let body = framed
+        .get(FRAME_HEADER_LEN..FRAME_HEADER_LEN + body_len)
+        .ok_or(RecordError::Truncated)?;
+    let crc = u32_at(framed, 4).ok_or(RecordError::Truncated)?;
+    let covered = framed
+        .get(..FRAME_HEADER_LEN + body_len)
+        .ok_or(RecordError::Truncated)?;
+    let computed =
+        crc32c::crc32c_append(crc32c::crc32c(covered.get(..4).unwrap_or_default()), body);
+    if computed != crc {
+        return Err(RecordError::Checksum);
+    }
+    if framed
+        .get(FRAME_HEADER_LEN + body_len..)
+        .is_some_and(|pad| pad.iter().any(|b| *b != 0))
+    {
+        return Err(RecordError::Body("padding is not zero"));
+    }
+    let event = decode_body(body)?;
+    Ok((event, framed.len()))
+}
+
+/// REC-5 and REC-6 over a body whose checksum matched.
+fn decode_body(body: &[u8]) -> Result<EventRef<'_>, RecordError> {
+    let field = |at: usize| {
+        u32_at(body, at)
+            .map(|v| v as usize)
+            .ok_or(RecordError::Body("short body"))
+    };
+    let seq = u64_at(body, 0).ok_or(RecordError::Body("short body"))?;
+    let time = i64::from_le_bytes(array_at(body, 8).ok_or(RecordError::Body("short body"))?);
+    let flags = u16::from_le_bytes(array_at(body, 16).ok_or(RecordError::Body("short body"))?);
+    let type_len = usize::from(u16::from_le_bytes(
+        array_at(body, 18).ok_or(RecordError::Body("short body"))?,
+    ));
+    let (source_count, text_len) = (field(20)?, field(24)?);
+    let data = field(28)?..field(32)?;
+    let message = field(36)?..field(40)?;
+    if flags & !FLAGS_KNOWN != 0 || field(44)? != 0 {
+        return Err(RecordError::Body("unknown flags or reserved bits set"));
+    }
+    if flags & FLAG_REPLACE != 0 && flags & FLAG_SURFACE_OP == 0 {
+        return Err(RecordError::Body("replace flag without surfaceOp"));
+    }
+    let sources_len = source_count
+        .checked_mul(8)
+        .ok_or(RecordError::Body("source count"))?;
+    let expected = BODY_FIXED_LEN
+        .checked_add(sources_len)
+        .and_then(|n| n.checked_add(type_len))
+        .and_then(|n| n.checked_add(text_len));
+    if expected != Some(body.len()) {
+        return Err(RecordError::Body(
+            "lengths do not add up to the body (REC-5)",
+        ));
+    }
+    let sources_end = BODY_FIXED_LEN + sources_len;
+    let type_end = sources_end + type_len;
+    let sources = body
+        .get(BODY_FIXED_LEN..sources_end)
+        .ok_or(RecordError::Body("sources"))?;
+    let type_bytes = body
+        .get(sources_end..type_end)
+        .ok_or(RecordError::Body("type"))?;
+    let text_bytes = body.get(type_end..).ok_or(RecordError::Body("text"))?;
+    let event_type =
+        std::str::from_utf8(type_bytes).map_err(|_| RecordError::Body("type is not UTF-8"))?;
+    let text =
+        std::str::from_utf8(text_bytes).map_err(|_| RecordError::Body("text is not UTF-8"))?;
+    if type_len == 0 || source_count != 0 && flags & FLAG_SOURCES == 0 {
+        return Err(RecordError::Body(
+            "empty type, or sources without their flag",
+        ));
+    }
+    check_span(&data, text.len(), text)?;
+    let message = if flags & FLAG_MESSAGE == 0 {
+        None
+    } else {
+        if message.start < data.start || message.end > data.end {
+            return Err(RecordError::Body("message outside data (REC-6)"));
+        }
+        check_span(&message, text.len(), text)?;
+        Some(message)
+    };
+    let surface_op = match (flags & FLAG_SURFACE_OP != 0, flags & FLAG_REPLACE != 0) {
+        (false, _) => None,
+        (true, false) => Some(SurfaceOp::Append),
+        (true, true) => {
+            let start = u64_at(body, 48).ok_or(RecordError::Body("short body"))?;
+            let end = u64_at(body, 56).ok_or(RecordError::Body("short body"))?;
+            Some(SurfaceOp::Replace { start, end })
+        }
+    };
+    let sources = (flags & FLAG_SOURCES != 0).then(|| Seqs::from_le_bytes(sources));
+    let ignorable = flags & FLAG_IGNORABLE != 0;
+    Ok(EventRef::from_parts(
+        text,
+        event_type,
+        (seq, time, surface_op, sources, ignorable),
+        data,
+        message,
+    ))
+}
+
+/// REC-6: a span lies within the text, on character boundaries.
+fn check_span(span: &Range<usize>, len: usize, text: &str) -> Result<(), RecordError> {
+    let inside = span.start <= span.end && span.end <= len;
+    if !inside || !text.is_char_boundary(span.start) || !text.is_char_boundary(span.end) {
+        return Err(RecordError::Body("span outside the text (REC-6)"));
+    }
+    Ok(())
+}
+
+fn array_at<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
+    bytes.get(at..at.checked_add(N)?)?.try_into().ok()
+}
+
+/// The little-endian u32 at `at`, if the bytes reach that far.
+pub fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    array_at(bytes, at).map(u32::from_le_bytes)
+}
+
+/// The little-endian u64 at `at`, if the bytes reach that far.
+pub fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
+    array_at(bytes, at).map(u64::from_le_bytes)
+}
+
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).expect("record fields fit in u32: events are below 4 GiB")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,134 @@
+//! The only code that touches the filesystem for the log: one small trait, so tests can
+//! inject failures ([`faulty::FaultyStorage`]) into writes, syncs and renames.
+//!
+//! Implementations **must** either do the whole operation or return an error; a write
+//! that returns an error may have written any prefix of its bytes (the log then poisons
+//! itself, `format-spec/log-format.md` DUR-5).
+
+pub mod faulty;
+
+use std::fmt::Debug;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// File operations the log performs.
+pub trait Storage: Debug + Send + Sync {
+    /// Creates a directory and its parents (mode 0700 for new ones).
+    ///
+    /// # Errors
+    /// The OS error.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+
+    /// The entries of a directory (names only, unsorted).
+    ///
+    /// # Errors
+    /// The OS error.
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
+
+    /// Creates a new file (mode 0600), failing if it exists, with length `len` (sparse).
+    ///
+    /// # Errors
+    /// The OS error.
+    fn create_file(&self, path: &Path, len: u64) -> io::Result<File>;
+
+    /// Opens an existing file, for reading and, when `write`, for writing.
+    ///
+    /// # Errors
+    /// The OS error.
+    fn open_file(&self, path: &Path, write: bool) -> io::Result<File>;
+
+    /// Writes all of `bytes` at `offset`.
+    ///
+    /// # Errors
+    /// The OS error; any prefix of `bytes` may have been written.
+    fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()>;
+
+    /// Makes the file's data durable (`fdatasync`).
+    ///
+    /// # Errors
+    /// The OS error; the data's durability is then unknown.
+    fn sync_data(&self, file: &File) -> io::Result<()>;
+
+    /// Makes a directory's entries durable (`fsync` on the directory).
+    ///
+    /// # Errors
+    /// The OS error.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+
+    /// Renames `from` to `to`, replacing `to`.
+    ///
+    /// # Errors
+    /// The OS error.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+
+    /// Removes a file.
+    ///
+    /// # Errors
+    /// The OS error.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+}
+
+/// The real filesystem.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FsStorage;
+
+impl Storage for FsStorage {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+
+    fn create_file(&self, path: &Path, len: u64) -> io::Result<File> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        file.set_len(len)?;
+        Ok(file)
+    }
+
+    fn open_file(&self, path: &Path, write: bool) -> io::Result<File> {
+        OpenOptions::new().read(true).write(write).open(path)
+    }
+
+    fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        file.write_all_at(bytes, offset)
+    }
+
+    fn sync_data(&self, file: &File) -> io::Result<()> {
+        file.sync_data()
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+}
+
+use std::os::unix::fs::DirBuilderExt;
+
+/// `dir/name`.
+pub fn child(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}

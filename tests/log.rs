@@ -1,0 +1,540 @@
+//! The on-disk log (`format-spec/log-format.md`): round trips across segments, readers
+//! alongside the writer, the single-writer lock (in this process and from another one),
+//! durability modes, poisoning on injected failures, and every recovery case (§7).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use surfacelog::event::{Event, EventFields, EventSource, SurfaceOp};
+use surfacelog::log::{Durability, LogOptions, LogReader, LogWriter, TornTail};
+use surfacelog::storage::faulty::FaultyStorage;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("surfacelog-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A deterministic event: its text depends only on `seq`.
+fn event(seq: u64) -> Event {
+    let body = "x".repeat(usize::try_from(seq % 97).unwrap());
+    let text = format!(
+        r#"{{"type":"plugin/t","seq":{seq},"time":{},"data":{{"n":{seq},"pad":"{body}"}}}}"#,
+        seq * 3
+    );
+    let data = text.find("{\"n\"").unwrap()..text.len() - 1;
+    let sources = (seq % 4 == 1).then(|| vec![seq - 1]);
+    let surface_op = seq.is_multiple_of(5).then_some(SurfaceOp::Replace {
+        start: seq,
+        end: seq / 2,
+    });
+    let fields = EventFields {
+        event_type: "plugin/t".into(),
+        seq,
+        time: i64::try_from(seq * 3).unwrap(),
+        surface_op,
+        sources,
+        ignorable: seq.is_multiple_of(7),
+    };
+    let message = seq.is_multiple_of(3).then(|| data.clone());
+    Event::new(text, data, message, fields)
+}
+
+fn events(range: std::ops::Range<u64>) -> Vec<Event> {
+    range.map(event).collect()
+}
+
+fn options(durability: Durability, segment_bytes: u64) -> LogOptions {
+    LogOptions {
+        segment_bytes,
+        durability,
+        ..LogOptions::default()
+    }
+}
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    found.sort();
+    found
+}
+
+fn assert_reads_back(dir: &Path, len: u64) {
+    let reader = LogReader::open(dir).unwrap();
+    assert_eq!(reader.seq_next(), len);
+    for (i, read) in reader.iter_from(0).enumerate() {
+        assert_eq!(read, event(i as u64).as_ref(), "seq {i}");
+    }
+}
+
+#[test]
+fn a_million_events_round_trip_across_many_segments() {
+    let dir = temp_dir("million");
+    let (writer, report) = LogWriter::open(&dir, options(Durability::Manual, 4 << 20)).unwrap();
+    assert_eq!(report.torn_tail, None);
+    let total = 1_000_000;
+    for start in (0..total).step_by(10_000) {
+        writer.append(&events(start..start + 10_000)).unwrap();
+    }
+    writer.close().unwrap();
+    let files = segments(&dir);
+    assert!(files.len() > 20, "{} segments", files.len());
+    let reader = LogReader::open(&dir).unwrap();
+    assert_eq!(reader.seq_next(), total);
+    let mut count = 0;
+    for (i, read) in reader.iter_from(0).enumerate() {
+        assert_eq!(read.seq, i as u64);
+        count += 1;
+    }
+    assert_eq!(count, total);
+    // Random access agrees with iteration.
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    for _ in 0..20_000 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let seq = state % total;
+        assert_eq!(reader.event(seq).unwrap(), event(seq).as_ref());
+    }
+    assert!(reader.event(total).is_none());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn reopening_continues_the_log_in_every_durability_mode() {
+    let modes = [
+        Durability::Sync,
+        Durability::Batch {
+            max_delay: Duration::from_millis(5),
+        },
+        Durability::Manual,
+    ];
+    for (i, durability) in modes.into_iter().enumerate() {
+        let dir = temp_dir(&format!("reopen-{i}"));
+        let (writer, _) = LogWriter::open(&dir, options(durability, 64 << 10)).unwrap();
+        for seq in 0..300 {
+            assert_eq!(writer.append(&[event(seq)]).unwrap(), seq + 1);
+        }
+        drop(writer);
+        let (writer, report) = LogWriter::open(&dir, options(durability, 64 << 10)).unwrap();
+        assert_eq!(report.torn_tail, None);
+        assert_eq!(writer.seq_next(), 300);
+        writer.append(&events(300..400)).unwrap();
+        writer.close().unwrap();
+        assert_reads_back(&dir, 400);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn batch_mode_syncs_in_the_background() {
+    let dir = temp_dir("batch");
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let options = LogOptions {
+        storage: Arc::new(storage),
+        ..options(
+            Durability::Batch {
+                max_delay: Duration::from_millis(10),
+            },
+            1 << 20,
+        )
+    };
+    let (writer, _) = LogWriter::open(&dir, options).unwrap();
+    let before = faults.syncs();
+    writer.append(&events(0..10)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while faults.syncs() == before && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(
+        faults.syncs() > before,
+        "no background sync within the delay"
+    );
+    writer.close().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn concurrent_appenders_share_syncs_and_readers_see_a_committed_prefix() {
+    let dir = temp_dir("concurrent");
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let options = LogOptions {
+        storage: Arc::new(storage),
+        ..options(Durability::Sync, 256 << 10)
+    };
+    let (writer, _) = LogWriter::open(&dir, options).unwrap();
+    let writer = Arc::new(writer);
+    let appends_per_thread = 200;
+    let threads = 8;
+    let syncs_before = faults.syncs();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let dir = dir.clone();
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut reader = LogReader::open(&dir).unwrap();
+                let mut checked = 0;
+                loop {
+                    let done = stop.load(std::sync::atomic::Ordering::SeqCst);
+                    let seen = reader.refresh().unwrap();
+                    for read in reader.iter_from(checked) {
+                        assert_eq!(read.seq, checked, "readers see a contiguous prefix");
+                        assert_eq!(read.text.len(), event(checked).text().len());
+                        checked += 1;
+                    }
+                    assert_eq!(checked, seen);
+                    if done {
+                        return checked;
+                    }
+                }
+            })
+        })
+        .collect();
+    // Each thread appends one event at a time; the writer hands out the seqs.
+    let appenders: Vec<_> = (0..threads)
+        .map(|_| {
+            let writer = Arc::clone(&writer);
+            std::thread::spawn(move || {
+                for _ in 0..appends_per_thread {
+                    writer.append_with(|seq| vec![event(seq)]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for appender in appenders {
+        appender.join().unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let total = threads * appends_per_thread;
+    for reader in readers {
+        assert_eq!(reader.join().unwrap(), total);
+    }
+    let syncs = faults.syncs() - syncs_before;
+    assert!(
+        syncs < total,
+        "waiting appends share syncs (group commit): {syncs} for {total}"
+    );
+    assert_reads_back(&dir, total);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_second_writer_is_refused_with_locked() {
+    let dir = temp_dir("locked");
+    let (writer, _) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    let err = LogWriter::open(&dir, LogOptions::default()).unwrap_err();
+    assert_eq!(err.code(), "LOCKED");
+    // From another process: the CLI's `log` command tries to take the writer lock.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_surfacelog"))
+        .args(["log", dir.to_str().unwrap(), "--check-writer"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).starts_with("error[LOCKED]"),
+        "{output:?}"
+    );
+    // Readers need no lock, in this process or another.
+    writer.append(&events(0..5)).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_surfacelog"))
+        .args(["log", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("\"events\":5"),
+        "{output:?}"
+    );
+    drop(writer);
+    let (_writer, _) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_failed_write_poisons_and_reopen_drops_the_torn_bytes() {
+    let dir = temp_dir("poison-write");
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let (writer, _) = LogWriter::open(
+        &dir,
+        LogOptions {
+            storage: Arc::new(storage),
+            ..options(Durability::Sync, 1 << 20)
+        },
+    )
+    .unwrap();
+    writer.append(&events(0..10)).unwrap();
+    faults.fail_write(1, 50);
+    let err = writer.append(&events(10..12)).unwrap_err();
+    assert_eq!(err.code(), "IO");
+    assert_eq!(
+        writer.append(&events(10..12)).unwrap_err().code(),
+        "POISONED"
+    );
+    assert_eq!(writer.flush().unwrap_err().code(), "POISONED");
+    drop(writer);
+    let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    let torn = report.torn_tail.expect("the partial write is a torn tail");
+    assert_eq!(torn.code(), "TORN_TAIL");
+    assert!(torn.bytes > 0 && torn.bytes <= 50, "{torn:?}");
+    assert_eq!(writer.seq_next(), 10);
+    writer.append(&events(10..20)).unwrap();
+    drop(writer);
+    assert_reads_back(&dir, 20);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_failed_sync_poisons_every_waiter_and_never_reports_success() {
+    let dir = temp_dir("poison-sync");
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let (writer, _) = LogWriter::open(
+        &dir,
+        LogOptions {
+            storage: Arc::new(storage),
+            ..options(Durability::Sync, 1 << 20)
+        },
+    )
+    .unwrap();
+    writer.append(&events(0..3)).unwrap();
+    faults.fail_sync(1);
+    assert_eq!(writer.append(&events(3..4)).unwrap_err().code(), "IO");
+    assert_eq!(writer.append(&events(4..5)).unwrap_err().code(), "POISONED");
+    drop(writer);
+    let (writer, _) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    // The write reached the OS before the sync failed; whether it is kept is not
+    // promised, but nothing after it was written.
+    assert!(writer.seq_next() == 3 || writer.seq_next() == 4);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Writes `n` events, returns the last segment and the offset of the last record.
+fn log_with(dir: &Path, n: u64) -> (PathBuf, usize) {
+    let (writer, _) = LogWriter::open(dir, options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&events(0..n - 1)).unwrap();
+    writer.close().unwrap();
+    let segment = segments(dir).pop().unwrap();
+    let bytes = std::fs::read(&segment).unwrap();
+    let end_before = end_of_data(&bytes);
+    let (writer, _) = LogWriter::open(dir, options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&[event(n - 1)]).unwrap();
+    writer.close().unwrap();
+    (segment, end_before)
+}
+
+fn end_of_data(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .rposition(|b| *b != 0)
+        .map_or(64, |at| (at + 1).next_multiple_of(8))
+}
+
+#[test]
+fn rcv_3_a_torn_last_record_is_dropped_at_every_byte_offset() {
+    let dir = temp_dir("torn-every");
+    let (segment, last_start) = log_with(&dir, 20);
+    let pristine = std::fs::read(&segment).unwrap();
+    let last_end = end_of_data(&pristine);
+    // The body ends at the last non-zero byte; cuts in the padding after it damage nothing.
+    let body_end = pristine.iter().rposition(|b| *b != 0).unwrap() + 1;
+    for cut in last_start..body_end {
+        let mut bytes = pristine.clone();
+        bytes[cut..last_end].fill(0);
+        // Also leave the torn bytes as garbage instead of zeros, half the time.
+        if cut % 2 == 1 && cut > last_start {
+            bytes[last_start] ^= 0x01;
+        }
+        std::fs::write(&segment, &bytes).unwrap();
+        let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+        assert_eq!(writer.seq_next(), 19, "cut at {cut}");
+        let dirty = bytes[last_start..].iter().any(|b| *b != 0);
+        assert_eq!(
+            report.torn_tail.is_some(),
+            dirty,
+            "cut at {cut}: {report:?}"
+        );
+        drop(writer);
+        assert!(
+            std::fs::read(&segment).unwrap()[last_start..]
+                .iter()
+                .all(|b| *b == 0)
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn rcv_4_damage_followed_by_valid_records_is_corrupt_and_nothing_changes() {
+    let dir = temp_dir("corrupt-middle");
+    let (segment, _) = log_with(&dir, 30);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    // Flip a byte inside the 6th record.
+    let reader = LogReader::open(&dir).unwrap();
+    let sixth = reader.event(5).unwrap().text;
+    let at = bytes
+        .windows(sixth.len())
+        .position(|w| w == sixth.as_bytes())
+        .unwrap()
+        + 3;
+    drop(reader);
+    bytes[at] ^= 0x20;
+    std::fs::write(&segment, &bytes).unwrap();
+    let err = LogWriter::open(&dir, LogOptions::default()).unwrap_err();
+    assert_eq!(err.code(), "CORRUPT");
+    assert!(err.to_string().contains("offset="), "{err}");
+    assert_eq!(
+        std::fs::read(&segment).unwrap(),
+        bytes,
+        "nothing is changed"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn rcv_2_garbage_after_the_end_is_a_torn_tail() {
+    let dir = temp_dir("garbage");
+    let (segment, _) = log_with(&dir, 5);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let end = end_of_data(&bytes);
+    bytes[end + 16..end + 40].fill(0xAB);
+    std::fs::write(&segment, &bytes).unwrap();
+    let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    assert_eq!(writer.seq_next(), 5);
+    let torn: TornTail = report.torn_tail.unwrap();
+    assert_eq!(torn.offset, end as u64);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn seg_2_seg_3_foreign_stale_and_newer_segments_are_refused() {
+    let dir = temp_dir("segments");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 64 << 10)).unwrap();
+    writer.append(&events(0..2000)).unwrap();
+    writer.close().unwrap();
+    let files = segments(&dir);
+    assert!(files.len() >= 3);
+    let original = std::fs::read(&files[1]).unwrap();
+    // Another log's identity.
+    let mut foreign = original.clone();
+    foreign[16] ^= 0xFF;
+    let crc = crc32c::crc32c(&foreign[..60]);
+    foreign[60..64].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&files[1], &foreign).unwrap();
+    assert_eq!(
+        LogWriter::open(&dir, LogOptions::default())
+            .unwrap_err()
+            .code(),
+        "CORRUPT"
+    );
+    assert_eq!(LogReader::open(&dir).unwrap_err().code(), "CORRUPT");
+    // A newer format version.
+    let mut newer = original.clone();
+    newer[8] = 2;
+    let crc = crc32c::crc32c(&newer[..60]);
+    newer[60..64].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&files[1], &newer).unwrap();
+    assert_eq!(
+        LogWriter::open(&dir, LogOptions::default())
+            .unwrap_err()
+            .code(),
+        "FORMAT_VERSION"
+    );
+    // A missing segment.
+    std::fs::write(&files[1], &original).unwrap();
+    let moved = dir.join("moved");
+    std::fs::rename(&files[1], &moved).unwrap();
+    assert_eq!(
+        LogWriter::open(&dir, LogOptions::default())
+            .unwrap_err()
+            .code(),
+        "CORRUPT"
+    );
+    std::fs::rename(&moved, &files[1]).unwrap();
+    let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    assert_eq!(report.torn_tail, None);
+    assert_eq!(writer.seq_next(), 2000);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn rcv_7_a_segment_whose_creation_was_cut_short_is_removed() {
+    let dir = temp_dir("torn-header");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 64 << 10)).unwrap();
+    writer.append(&events(0..500)).unwrap();
+    writer.close().unwrap();
+    let last = segments(&dir).pop().unwrap();
+    let reader = LogReader::open(&dir).unwrap();
+    let next_first = reader.seq_next();
+    drop(reader);
+    // A crash after creating the next file but before its header was durable.
+    let next = dir.join(format!("{next_first:020}.seg"));
+    std::fs::write(&next, vec![0; 4096]).unwrap();
+    assert_eq!(
+        LogReader::open(&dir).unwrap().seq_next(),
+        next_first,
+        "readers skip it"
+    );
+    let (writer, report) = LogWriter::open(&dir, options(Durability::Manual, 64 << 10)).unwrap();
+    assert_eq!(report.removed_segment, Some(next.clone()));
+    assert_eq!(writer.seq_next(), next_first);
+    writer
+        .append(&events(next_first..next_first + 500))
+        .unwrap();
+    writer.close().unwrap();
+    assert!(last.exists());
+    assert_reads_back(&dir, next_first + 500);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn appends_must_continue_the_log() {
+    let dir = temp_dir("gap");
+    let (writer, _) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    writer.append(&events(0..3)).unwrap();
+    assert_eq!(
+        writer.append(&[event(4)]).unwrap_err().code(),
+        "SEQ_NOT_CONTIGUOUS"
+    );
+    assert_eq!(writer.append(&events(3..4)).unwrap(), 4);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_record_larger_than_a_segment_gets_its_own_segment() {
+    let dir = temp_dir("oversize");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 4096)).unwrap();
+    let text = format!(
+        r#"{{"type":"big","seq":1,"time":0,"data":"{}"}}"#,
+        "y".repeat(20_000)
+    );
+    let data = text.find("\"yy").unwrap()..text.len() - 1;
+    let fields = EventFields {
+        event_type: "big".into(),
+        seq: 1,
+        time: 0,
+        surface_op: None,
+        sources: None,
+        ignorable: false,
+    };
+    writer
+        .append(&[
+            event(0),
+            Event::new(text.clone(), data, None, fields),
+            event(2),
+        ])
+        .unwrap();
+    writer.close().unwrap();
+    let reader = LogReader::open(&dir).unwrap();
+    assert_eq!(reader.seq_next(), 3);
+    assert_eq!(reader.event(1).unwrap().text, text);
+    assert_eq!(reader.event(2).unwrap(), event(2).as_ref());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
