@@ -374,6 +374,15 @@ impl Error {
     }
 }
 
+/// At most 64 characters of an input text, for error context (inputs can be huge).
+pub(crate) fn excerpt(text: &str) -> String {
+    const CHARS_MAX: usize = 64;
+    match text.char_indices().nth(CHARS_MAX) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
 impl From<ErrorKind> for Error {
     fn from(kind: ErrorKind) -> Self {
         Self(Box::new(Inner {

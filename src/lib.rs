@@ -3,8 +3,9 @@
 //! An agent session is an append-only, event-sourced log. The **surface** is the derived,
 //! ordered list of the events that become LLM messages; history manipulation (compaction,
 //! pruning) never deletes, it appends an event that replaces a range of the surface and
-//! cites what it shadowed. The normative behaviour is the contract (`contract.md`, vendored
-//! with the conformance vectors under `tests/data/`), cited here as "contract §N".
+//! cites what it shadowed. The normative behaviour is the contract
+//! (`format-spec/upstream/contract.md`), cited here as "contract §N"; the log format is
+//! `format-spec/log-format.md`, cited by rule ID.
 //!
 //! # The data path
 //!
@@ -36,8 +37,11 @@
 //! - Nothing recurses on input: JSON of any depth is parsed, compared, written and
 //!   dropped iteratively.
 //! - A refused event leaves no trace: entry points admit completely, then commit.
-//! - Two words, two meanings: *recovery* is byte-level (the log, later), *repair* is
-//!   event-level ([`session::repair`], contract §8).
+//! - Two words, two meanings: *recovery* is byte-level ([`log`]: drop a torn tail,
+//!   refuse corruption), *repair* is event-level ([`session::repair`], contract §8).
+//! - Only [`storage`] and [`log`] touch the filesystem; the log's file operations go
+//!   through the [`storage::Storage`] trait so tests inject failures. The only `unsafe`
+//!   is the read-only memory map of segment files (`log::map`).
 
 pub mod adapters;
 pub mod clock;

@@ -5,12 +5,12 @@
 //! lines and expanded events are byte-exact.
 
 use crate::error::{ErrorKind, Result};
-use crate::json::{Json, Kind, Value, push_js_number, push_js_string, write_js};
+use crate::json::{Json, Kind, Value, push_js_number, push_js_string};
 
 /// The fewest members a row this writer produces has (ROW-4).
 pub const ROW_MEMBERS_MIN: usize = 3;
 
-const SAFE_MAX: i64 = 9_007_199_254_740_991;
+use crate::limits::SAFE_INTEGER_MAX as SAFE_MAX;
 
 /// The three delta kinds and their row tags (ROW-6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +69,7 @@ struct Delta<'j, 'a> {
 
 /// Packs one write batch of events (JSON texts) into storage records (ROW-3 to ROW-7,
 /// ROW-12): every run of three or more packable deltas becomes one row; every other
-/// event is written as `JSON.stringify` would write it.
+/// event keeps its exact text (contract §2.1).
 ///
 /// # Errors
 /// A text that is not JSON.
@@ -99,11 +99,12 @@ pub fn pack(events: &[&str]) -> Result<Vec<String>> {
                 deltas[at..end].iter().map(|d| d.expect("in run")).collect();
             records.push(row(&run));
         } else {
-            for json in &parsed[at..end] {
-                let mut text = String::new();
-                write_js(&mut text, json.root());
-                records.push(text);
-            }
+            // Unpacked events keep their exact text (contract §2.1).
+            records.extend(
+                parsed[at..end]
+                    .iter()
+                    .map(|json| json.root().raw().to_owned()),
+            );
         }
         at = end;
     }
@@ -145,10 +146,13 @@ fn delta<'j, 'a>(event: Value<'j, 'a>) -> Option<Delta<'j, 'a>> {
     let time = event.get("time")?.as_safe_int()?;
     let data = event.get("data")?;
     exact_keys(data, &["turn", "step", "chunk"], &[])?;
-    let (turn, step) = (number(data.get("turn")?)?, number(data.get("step")?)?);
+    let (turn, step) = (
+        finite_number(data.get("turn")?)?,
+        finite_number(data.get("step")?)?,
+    );
     let chunk = data.get("chunk")?;
     let kind = DeltaKind::from_chunk_type(chunk.get("type")?)?;
-    let index = number(chunk.get("index")?)?;
+    let index = finite_number(chunk.get("index")?)?;
     let (id, name, payload) = if kind == DeltaKind::ToolCall {
         exact_keys(chunk, &["type", "index", "id", "argumentsDelta"], &["name"])?;
         let name = match chunk.get("name") {
@@ -383,6 +387,12 @@ fn number<'j, 'a>(value: Value<'j, 'a>) -> Option<Value<'j, 'a>> {
     (value.kind() == Kind::Number).then_some(value)
 }
 
+/// A number a row can carry back unchanged: finite (JavaScript writes the infinities as
+/// `null`, which would make the row unreadable).
+fn finite_number<'j, 'a>(value: Value<'j, 'a>) -> Option<Value<'j, 'a>> {
+    number(value).filter(|v| v.as_f64().is_some_and(f64::is_finite))
+}
+
 fn string<'j, 'a>(value: Value<'j, 'a>) -> Option<Value<'j, 'a>> {
     (value.kind() == Kind::String).then_some(value)
 }
@@ -393,4 +403,34 @@ fn push_number(out: &mut String, value: Value<'_, '_>) {
 
 fn push_string(out: &mut String, value: Value<'_, '_>) {
     push_js_string(out, &value.as_wtf8().unwrap_or_default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(seq: u64, turn: &str) -> String {
+        format!(
+            r#"{{"type":"assistant/chunk","seq":{seq},"time":1,"data":{{"turn":{turn},"step":1,"chunk":{{"type":"text-delta","index":0,"text":"t"}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn non_finite_numbers_are_not_packed_and_unpacked_events_keep_their_text() {
+        let events: Vec<String> = (0..3).map(|seq| chunk(seq, "1e400")).collect();
+        let refs: Vec<&str> = events.iter().map(String::as_str).collect();
+        assert_eq!(
+            pack(&refs).unwrap(),
+            events,
+            "found in review: 1e400 packed as null"
+        );
+        let odd = r#"{"type":"x","seq":0,"time":1.0,"data":{"b":1.0,"1":2,"d":"\u0041"}}"#;
+        assert_eq!(pack(&[odd]).unwrap(), vec![odd.to_owned()]);
+        let packable: Vec<String> = (0..3).map(|seq| chunk(seq, "1")).collect();
+        let refs: Vec<&str> = packable.iter().map(String::as_str).collect();
+        let rows = pack(&refs).unwrap();
+        assert_eq!(rows.len(), 1);
+        let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
+        assert_eq!(unpack(&rows).unwrap(), packable);
+    }
 }

@@ -122,7 +122,9 @@ impl<'j, 'a> Envelope<'j, 'a> {
     /// contiguity failure, a missing `type` the empty type, a missing `data` `null`.
     pub fn candidate(&self) -> Candidate<'a> {
         let seq = match self.seq {
-            Some(seq) => seq.as_safe_u64().ok_or_else(|| seq.raw().to_owned()),
+            Some(seq) => seq
+                .as_safe_u64()
+                .ok_or_else(|| crate::error::excerpt(seq.raw())),
             None => Err("(missing)".to_owned()),
         };
         let event_type = self.event_type.and_then(|t| t.as_str()).unwrap_or_default();

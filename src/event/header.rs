@@ -10,7 +10,8 @@ pub struct Header {
     text: String,
     id: String,
     created_at: u64,
-    cwd: Option<String>,
+    /// Decoded, WTF-8: JSON-5 allows lone surrogates in strings.
+    cwd: Option<Vec<u8>>,
     seed_length: Option<u64>,
 }
 
@@ -33,7 +34,7 @@ impl Header {
     pub fn for_fork(
         id: &str,
         created_at: u64,
-        cwd: Option<&str>,
+        cwd: Option<&[u8]>,
         parent: &str,
         seed_length: u64,
     ) -> Self {
@@ -47,7 +48,7 @@ impl Header {
     /// refused `-0`, `FORMAT_VERSION` for a version other than 0, `HEADER_INVALID` for
     /// every other rule.
     pub fn parse(text: &str, id: &str, negative_zero: NegativeZero) -> Result<Self> {
-        let json = Json::parse(text).map_err(crate::session::json_error)?;
+        let json = Json::parse(text)?;
         if let (NegativeZero::Refuse, Some(offset)) = (negative_zero, json.negative_zero()) {
             return Err(ErrorKind::DataNotLossless { offset }.into());
         }
@@ -87,15 +88,15 @@ impl Header {
         let created_at =
             created_at.ok_or_else(|| invalid("createdAt is not a non-negative safe integer"))?;
         let cwd = optional(root, "cwd", |v| {
-            v.as_str()
-                .filter(|s| s.starts_with('/'))
+            v.as_wtf8()
+                .filter(|s| s.starts_with(b"/"))
                 .map(std::borrow::Cow::into_owned)
         })?;
-        optional(root, "parentSession", |v| v.as_str().map(|_| ()))?;
+        optional(root, "parentSession", |v| v.as_wtf8().map(|_| ()))?;
         let seed_length = optional(root, "seedLength", |v| v.as_safe_u64())?;
         optional(root, "origin", |v| v.is_str("subagent").then_some(()))?;
         optional(root, "delegationDepth", |v| v.as_safe_u64())?;
-        optional(root, "agentPreset", |v| v.as_str().map(|_| ()))?;
+        optional(root, "agentPreset", |v| v.as_wtf8().map(|_| ()))?;
         Ok(Self {
             text: root.raw().to_owned(),
             id: id.to_owned(),
@@ -120,8 +121,9 @@ impl Header {
         self.created_at
     }
 
-    /// `cwd`, when present.
-    pub fn cwd(&self) -> Option<&str> {
+    /// `cwd`, when present, decoded as WTF-8 (a lone surrogate is kept as its 3-byte
+    /// form; everything else is UTF-8).
+    pub fn cwd(&self) -> Option<&[u8]> {
         self.cwd.as_deref()
     }
 
@@ -133,7 +135,7 @@ impl Header {
     fn build(
         id: &str,
         created_at: u64,
-        cwd: Option<&str>,
+        cwd: Option<&[u8]>,
         parent: Option<&str>,
         seed_length: Option<u64>,
     ) -> Self {
@@ -143,7 +145,7 @@ impl Header {
         text.push_str(&created_at.to_string());
         if let Some(cwd) = cwd {
             text.push_str(",\"cwd\":");
-            push_js_string(&mut text, cwd.as_bytes());
+            push_js_string(&mut text, cwd);
         }
         if let Some(parent) = parent {
             text.push_str(",\"parentSession\":");
@@ -159,7 +161,7 @@ impl Header {
             text,
             id: id.to_owned(),
             created_at,
-            cwd: cwd.map(str::to_owned),
+            cwd: cwd.map(<[u8]>::to_vec),
             seed_length,
         }
     }

@@ -180,7 +180,8 @@ impl<'j, 'a> Value<'j, 'a> {
     /// of magnitude at most 2^53−1. `-0` reads as 0.
     pub fn as_safe_int(&self) -> Option<i64> {
         let value = self.as_f64()?;
-        let limit = 9_007_199_254_740_991.0_f64;
+        #[expect(clippy::cast_precision_loss, reason = "2^53 - 1 is exact in binary64")]
+        let limit = crate::limits::SAFE_INTEGER_MAX as f64;
         #[expect(
             clippy::cast_possible_truncation,
             reason = "checked integral and in range"
@@ -249,9 +250,10 @@ impl<'j, 'a> Value<'j, 'a> {
         }
     }
 
-    /// `true` for an empty array or object, and for every scalar.
+    /// `true` for an empty array or object, and for every scalar. Cost: O(1).
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        let node = self.node();
+        !matches!(node.kind, Kind::Array | Kind::Object) || node.next == self.index + 1
     }
 
     /// `true` when both cursors point at the same node of the same document.

@@ -295,9 +295,9 @@ impl Parser<'_> {
         }
         keys.extend(owned.iter().map(|(k, at)| (k.as_slice(), *at)));
         if keys.len() <= DUPLICATE_SCAN_KEYS_MAX {
-            for (i, (a, _)) in keys.iter().enumerate() {
-                if let Some((_, at)) = keys[i + 1..].iter().find(|(b, _)| a == b) {
-                    return Err(duplicate(a, *at));
+            for (i, (a, at_a)) in keys.iter().enumerate() {
+                if let Some((_, at_b)) = keys[i + 1..].iter().find(|(b, _)| a == b) {
+                    return Err(duplicate(a, (*at_a).max(*at_b)));
                 }
             }
             return Ok(());

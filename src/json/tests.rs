@@ -89,7 +89,7 @@ fn refuses_duplicate_keys_after_decoding() {
 
 #[test]
 fn nesting_of_200k_levels_parses_compares_writes_and_drops() {
-    let depth = 200_000;
+    let depth = crate::limits::JSON_NESTING_TESTED;
     let text = format!("{}0{}", "[{\"a\":".repeat(depth), "}]".repeat(depth));
     let json = Json::parse(&text).unwrap();
     assert!(equal(json.root(), json.root()));

@@ -1,19 +1,20 @@
 //! Admission: every check an entry point runs before an event is committed, in the order
 //! of contract §5 (JSON rules, envelope, legacy events, shapes, surface, invariants).
 //!
-//! Admission never mutates the session; it returns an [`Admitted`] that
+//! Admission never mutates the session; it checks against a [`Ctx`] (the session's own
+//! state, or a staged copy for a batch) and returns an [`Admitted`] that
 //! [`super::Session`] commits, so a refused event leaves no trace.
 
 use std::borrow::Cow;
 
-use super::invariants::InvariantState;
-use super::{Session, json_error};
+use super::Session;
+use super::invariants::{Effect, InvariantState};
 use crate::error::{ErrorKind, Result};
 use crate::event::envelope::{Envelope, check_event_type_str, read_sources, read_surface_op};
 use crate::event::vocabulary::{check_legacy, check_request_header};
-use crate::event::{Candidate, Event, EventFields, Field, SurfaceOp};
+use crate::event::{Candidate, Event, EventFields, EventSource, Field, SurfaceOp};
 use crate::json::{Json, Value, push_js_string};
-use crate::surface::Step;
+use crate::surface::{Step, Surface};
 
 /// How an entry point treats `-0` (contract §2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,12 +28,20 @@ pub(crate) enum Lossless {
     Closer,
 }
 
+/// What an event is checked against: the surface, the invariant state and the events
+/// before it.
+pub(crate) struct Ctx<'a> {
+    pub surface: &'a Surface,
+    pub invariants: Option<&'a InvariantState>,
+    pub source: &'a dyn EventSource,
+}
+
 /// An event that passed every check, with the state changes it implies.
 #[derive(Debug)]
 pub(crate) struct Admitted {
     pub event: Event,
     pub step: Step,
-    pub invariants: Option<InvariantState>,
+    pub invariants: Option<Effect>,
 }
 
 /// The surface intent of an append: the two surface fields as given.
@@ -44,11 +53,16 @@ pub(crate) struct SurfaceFields<'a> {
 
 impl Session {
     /// Admits one event given as a JSON object (seed, import and reopen paths).
-    pub(crate) fn admit_json(&self, text: &str, lossless: Lossless) -> Result<Admitted> {
+    pub(crate) fn admit_json(
+        &self,
+        ctx: &Ctx<'_>,
+        text: &str,
+        lossless: Lossless,
+    ) -> Result<Admitted> {
         if lossless != Lossless::Closer {
             self.check_size(text.len())?;
         }
-        let json = Json::parse(text).map_err(json_error)?;
+        let json = Json::parse(text)?;
         if let (Lossless::Strict | Lossless::Closer, Some(offset)) =
             (lossless, json.negative_zero())
         {
@@ -59,7 +73,7 @@ impl Session {
         envelope.check()?;
         let candidate = envelope.candidate();
         let data = envelope.data.expect("checked: data is present");
-        let (step, invariants) = self.check_event(&candidate, data)?;
+        let (step, invariants) = self.check_event(ctx, &candidate, data)?;
         let base = root.span().start;
         let message = self.message_span(&candidate.event_type, data);
         let fields = fields_of(&candidate, &envelope);
@@ -80,32 +94,36 @@ impl Session {
     /// Admits an event built by `append` from its type, data and surface fields.
     pub(crate) fn admit_append(
         &self,
+        ctx: &Ctx<'_>,
         event_type: &str,
         data: &str,
         surface: SurfaceFields<'_>,
         time: i64,
     ) -> Result<Admitted> {
-        // Contract §5, order of checks: the JSON rules (size included), then the envelope.
-        self.check_size(data.len() + event_type.len())?;
-        let json = Json::parse(data).map_err(json_error)?;
-        if let Some(offset) = json.negative_zero() {
-            return Err(ErrorKind::DataNotLossless { offset }.into());
-        }
-        check_event_type_str(event_type)?;
-        let seq = self.surface.seq_next();
+        let seq = ctx.surface.seq_next();
         let candidate = Candidate {
             seq: Ok(seq),
             event_type: event_type.into(),
             surface_op: surface.surface_op,
             sources: surface.sources,
-            data: json.root().raw(),
+            data: data.trim_matches([' ', '\t', '\n', '\r']),
         };
-        let (step, invariants) = self.check_event(&candidate, json.root())?;
+        // Contract §5, order of checks: the JSON rules (the size of the event included),
+        // then the envelope, then the rest.
         let (text, data_span) = build_text(&candidate, seq, time);
         self.check_size(text.len())?;
+        let json = Json::parse(data)?;
+        if let Some(offset) = json.negative_zero() {
+            return Err(ErrorKind::DataNotLossless { offset }.into());
+        }
+        check_event_type_str(event_type)?;
+        let (step, invariants) = self.check_event(ctx, &candidate, json.root())?;
         let message = self.message_span(event_type, json.root());
-        let base = data_span.start;
-        let shift = |span: std::ops::Range<usize>| span.start + base..span.end + base;
+        // The message's span is relative to `data` as given; the text holds it trimmed.
+        let (root_start, data_start) = (json.root().span().start, data_span.start);
+        let shift = |span: std::ops::Range<usize>| {
+            span.start - root_start + data_start..span.end - root_start + data_start
+        };
         let fields = EventFields {
             event_type: event_type.to_owned(),
             seq,
@@ -126,17 +144,16 @@ impl Session {
     /// a JSON entry point receives them.
     pub(crate) fn admit_append_json(
         &self,
+        ctx: &Ctx<'_>,
         event_type: &str,
         data: &str,
         surface_op: Option<&str>,
         sources: Option<&str>,
         time: i64,
     ) -> Result<Admitted> {
-        let op_json = surface_op
-            .map(Json::parse)
-            .transpose()
-            .map_err(json_error)?;
-        let sources_json = sources.map(Json::parse).transpose().map_err(json_error)?;
+        self.check_size(data.len() + surface_op.map_or(0, str::len) + sources.map_or(0, str::len))?;
+        let op_json = surface_op.map(Json::parse).transpose()?;
+        let sources_json = sources.map(Json::parse).transpose()?;
         for json in op_json.iter().chain(sources_json.iter()) {
             if let Some(offset) = json.negative_zero() {
                 return Err(ErrorKind::DataNotLossless { offset }.into());
@@ -150,15 +167,16 @@ impl Session {
                 .as_ref()
                 .map_or(Field::Absent, |j| owned(read_sources(j.root()))),
         };
-        self.admit_append(event_type, data, surface, time)
+        self.admit_append(ctx, event_type, data, surface, time)
     }
 
     /// Legacy events, shapes, the surface and the invariants, in that order.
     fn check_event(
         &self,
+        ctx: &Ctx<'_>,
         candidate: &Candidate<'_>,
         data: Value<'_, '_>,
-    ) -> Result<(Step, Option<InvariantState>)> {
+    ) -> Result<(Step, Option<Effect>)> {
         let at = |e: crate::Error| match candidate.seq {
             Ok(seq) => e.at_seq(seq),
             Err(_) => e,
@@ -179,19 +197,19 @@ impl Session {
             check_request_header(data)
                 .map_err(|rule| at(ErrorKind::RequestHeaderShape { rule }.into()))?;
         }
-        let step = self
+        let step = ctx
             .surface
-            .check(candidate, &self.options.vocabulary, &self.log)?;
-        let invariants = match &self.invariants {
+            .check(candidate, &self.options.vocabulary, ctx.source)?;
+        let invariants = match ctx.invariants {
             Some(state) => {
-                let seq = self.surface.seq_next();
+                let seq = ctx.surface.seq_next();
                 let replace = matches!(
                     candidate.surface_op,
                     Field::Valid(SurfaceOp::Replace { .. })
                 );
                 Some(
                     state
-                        .next(seq, event_type, data, replace)
+                        .check(seq, event_type, data, replace)
                         .map_err(|e| at(e.into()))?,
                 )
             }
@@ -209,8 +227,13 @@ impl Session {
         surface_type.project(data).map(|m| m.span())
     }
 
+    /// `EVENT_TOO_LARGE` past `max_event_bytes`, which is clamped to what a record can
+    /// hold (spans are 32-bit, `log-format.md` §4).
     fn check_size(&self, len: usize) -> Result<()> {
-        let max = self.options.max_event_bytes;
+        let max = self
+            .options
+            .max_event_bytes
+            .min(crate::limits::EVENT_BYTES_LIMIT);
         if len > max {
             return Err(ErrorKind::EventTooLarge { len, max }.into());
         }

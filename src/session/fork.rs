@@ -27,7 +27,7 @@ impl Boundary {
         let seq = json.as_ref().and_then(|j| j.root().as_safe_u64());
         seq.map(Self::Seq).ok_or_else(|| {
             ErrorKind::InvalidBoundary {
-                boundary: text.trim().to_owned(),
+                boundary: crate::error::excerpt(text.trim()),
             }
             .into()
         })

@@ -1,14 +1,15 @@
 //! History manipulation helpers (contract §10): compaction and tool-output pruning, both
 //! plain appends that use `replace`, so replay reproduces them.
 //!
-//! Each helper checks everything that could refuse one of its events before appending
-//! the first, so a refused helper call leaves no trace.
+//! Each helper appends its events as one unit ([`Session::append_all`]): if any of them
+//! is refused, none is appended.
 
+use super::Session;
 use super::typed::{EventKind, SurfaceIntent, kinds};
-use super::{Session, json_error};
 use crate::error::{ErrorKind, Result};
 use crate::event::{EventSource, Origin};
 use crate::json::{Json, Kind, Value, push_js_string};
+use crate::surface::pruned_output;
 
 /// A compaction of the surface range `start..=end` into one summary message.
 #[derive(Debug, Clone, Copy)]
@@ -58,73 +59,66 @@ pub struct Prune<'a> {
 impl Session {
     /// Compacts the surface range `start..=end` (contract §10): `compaction/start`,
     /// `compaction/summary`, the replacing `user/message` citing the start, the summary
-    /// and every shadowed seq, then `compaction/end`.
+    /// and every shadowed seq, then `compaction/end`, appended as one unit.
     ///
     /// # Errors
     /// `REPLACE_*` for a range that is not on the surface, `COMPACTION_UNBALANCED` when a
-    /// cut separates a tool call from its result, `MESSAGE_SHAPE` or a JSON code for the
-    /// given texts; nothing is appended then.
+    /// cut separates a tool call from its result, or any refusal of the four events (a
+    /// JSON code, `MESSAGE_SHAPE`, ...); nothing is appended then.
     pub fn compact(&mut self, compaction: &Compaction<'_>) -> Result<Compacted> {
-        let (first, last) = self.range_positions(compaction.start, compaction.end)?;
+        let (first, last) = self.surface.range(compaction.start, compaction.end)?;
         self.check_balanced(first, last, compaction)?;
         let shadowed = self.surface.nodes()[first..=last].to_vec();
         let mut id = String::new();
         push_js_string(&mut id, compaction.compaction_id.as_bytes());
         let summary_data = summary_data(&id, compaction, &shadowed)?;
-        self.check_message(compaction.message)?;
         let turn = compaction
             .turn
             .map_or_else(|| "null".to_owned(), |t| t.to_string());
         let bracket = format!("{{\"compactionId\":{id},\"turn\":{turn}}}");
-        let start = self.append::<kinds::CompactionStart>(&bracket, super::NoSurface)?;
-        let summary = self.append::<kinds::CompactionSummary>(&summary_data, super::NoSurface)?;
-        let mut sources = vec![start, summary];
+        let start = self.seq_next();
+        let mut sources = vec![start, start + 1];
         sources.extend_from_slice(&shadowed);
         let intent = SurfaceIntent::replace(compaction.start, compaction.end, sources);
-        let message = self.append::<kinds::UserMessage>(compaction.message, intent)?;
-        let end = self.append::<kinds::CompactionEnd>(&bracket, super::NoSurface)?;
+        let seqs = self.append_all(&[
+            (kinds::CompactionStart::TYPE, &bracket, None),
+            (kinds::CompactionSummary::TYPE, &summary_data, None),
+            (kinds::UserMessage::TYPE, compaction.message, Some(intent)),
+            (kinds::CompactionEnd::TYPE, &bracket, None),
+        ])?;
         Ok(Compacted {
-            start,
-            summary,
-            message,
-            end,
+            start: seqs[0],
+            summary: seqs[1],
+            message: seqs[2],
+            end: seqs[3],
         })
     }
 
     /// Prunes the tool output of surface node `seq` (contract §10): `compaction/prune`,
     /// then a `tool/result` replacing `seq` alone, identical except for
-    /// `message.content[0].content`, citing `[seq]`. Returns the replacement's seq.
+    /// `message.content[0].content`, citing `[seq]`, appended as one unit. Returns the
+    /// replacement's seq.
     ///
     /// # Errors
-    /// `REPLACE_START_NOT_ON_SURFACE`, `TOOL_REWRITE_TARGET`, or a JSON code for
-    /// `content`; nothing is appended then.
+    /// `REPLACE_START_NOT_ON_SURFACE`, `TOOL_REWRITE_TARGET`, `TOOL_REWRITE_CHANGED` when
+    /// `content` is not an array, or any refusal of the two events; nothing is appended
+    /// then.
     ///
     /// # Panics
     /// Never: a surface node is always in the log.
     pub fn prune(&mut self, prune: &Prune<'_>) -> Result<u64> {
-        self.range_positions(prune.seq, prune.seq)?;
-        let target = self
-            .log
-            .event(prune.seq)
-            .expect("surface nodes are in the log");
-        let is_tool = self
-            .options
-            .vocabulary
-            .surface_type(target.event_type)
-            .is_some_and(|t| t.origin == Origin::Tool);
-        let old = Json::parse(target.data()).map_err(json_error)?;
-        let output = old
-            .root()
-            .get("message")
-            .and_then(|m| m.get("content"))
-            .and_then(|c| c.elements().next())
-            .and_then(|b| b.get("content"));
-        let (true, Some(output)) = (is_tool, output) else {
-            return Err(ErrorKind::ToolRewriteTarget { target: prune.seq }.into());
+        let seq = prune.seq;
+        self.surface.range(seq, seq)?;
+        let target = self.log.event(seq).expect("surface nodes are in the log");
+        let surface_type = self.options.vocabulary.surface_type(target.event_type);
+        let is_tool = surface_type.is_some_and(|t| t.origin == Origin::Tool);
+        let old = Json::parse(target.data())?;
+        let (true, Some(output)) = (is_tool, pruned_output(old.root())) else {
+            return Err(ErrorKind::ToolRewriteTarget { target: seq }.into());
         };
-        let content = Json::parse(prune.content).map_err(json_error)?;
+        let content = Json::parse(prune.content)?;
         if content.root().kind() != Kind::Array {
-            return Err(ErrorKind::ToolRewriteChanged { target: prune.seq }.into());
+            return Err(ErrorKind::ToolRewriteChanged { target: seq }.into());
         }
         let span = output.span();
         let data = target.data();
@@ -135,33 +129,16 @@ impl Session {
             &data[span.end..]
         );
         let tool_type = target.event_type.to_owned();
-        let seq = prune.seq;
         let record = format!(
             "{{\"shadowedRange\":{{\"start\":{seq},\"end\":{seq}}},\"shadowedSeqs\":[{seq}],\"shadowedTokenCount\":{}}}",
             prune.shadowed_token_count
         );
-        self.append::<kinds::CompactionPrune>(&record, super::NoSurface)?;
-        self.append_dynamic(
-            &tool_type,
-            &new_data,
-            Some(SurfaceIntent::replace(seq, seq, vec![seq])),
-        )
-    }
-
-    /// Positions of `start` and `end` on the surface, in order.
-    fn range_positions(&self, start: u64, end: u64) -> Result<(usize, usize)> {
-        let first = self
-            .surface
-            .position(start)
-            .ok_or(ErrorKind::ReplaceStartNotOnSurface { start })?;
-        let last = self
-            .surface
-            .position(end)
-            .ok_or(ErrorKind::ReplaceEndNotOnSurface { end })?;
-        if first > last {
-            return Err(ErrorKind::ReplaceReversed { start, end }.into());
-        }
-        Ok((first, last))
+        let intent = SurfaceIntent::replace(seq, seq, vec![seq]);
+        let seqs = self.append_all(&[
+            (kinds::CompactionPrune::TYPE, &record, None),
+            (&tool_type, &new_data, Some(intent)),
+        ])?;
+        Ok(seqs[1])
     }
 
     /// Tool-pairing balance (contract §10): +1 per `tool-call` block of a model message,
@@ -207,53 +184,33 @@ impl Session {
                     return 0;
                 };
                 let content = json.root().get("content");
-                let calls = content
-                    .iter()
-                    .flat_map(Value::elements)
-                    .filter(|b| b.get("type").is_some_and(|t| t.is_str("tool-call")));
+                let is_call =
+                    |b: &Value<'_, '_>| b.get("type").is_some_and(|t| t.is_str("tool-call"));
+                let calls = content.iter().flat_map(Value::elements).filter(is_call);
                 i64::try_from(calls.count()).unwrap_or(i64::MAX)
             }
             _ => 0,
         }
     }
-
-    /// Checks the replacing message before anything is appended.
-    fn check_message(&self, message: &str) -> Result<()> {
-        let message = Json::parse(message).map_err(json_error)?;
-        if let Some(user) = self
-            .options
-            .vocabulary
-            .surface_type(kinds::UserMessage::TYPE)
-        {
-            user.check_shape(message.root())
-                .map_err(|rule| ErrorKind::MessageShape {
-                    event_type: kinds::UserMessage::TYPE.to_owned(),
-                    rule,
-                })?;
-        }
-        Ok(())
-    }
 }
 
-/// The `compaction/summary` data, validated as JSON (so a bad `summary` or a key of
-/// `summary_extra` that repeats a required one is refused before anything is appended).
+/// The `compaction/summary` data. `summary` must be one JSON value and `summary_extra` an
+/// object, so the caller's texts cannot add members of their own.
 fn summary_data(id: &str, compaction: &Compaction<'_>, shadowed: &[u64]) -> Result<String> {
-    let not_object = || ErrorKind::DataInvalidJson {
-        offset: 0,
-        reason: "summary_extra is not an object",
-    };
+    let summary = Json::parse(compaction.summary)?;
     let list: Vec<String> = shadowed.iter().map(u64::to_string).collect();
     let mut data = format!(
         "{{\"compactionId\":{id},\"summary\":{},\"shadowedRange\":{{\"start\":{},\"end\":{}}},\"shadowedSeqs\":[{}]",
-        compaction.summary.trim(),
+        summary.root().raw(),
         compaction.start,
         compaction.end,
         list.join(",")
     );
     if let Some(extra) = compaction.summary_extra {
-        let json = Json::parse(extra).map_err(json_error)?;
+        let json = Json::parse(extra)?;
         if json.root().kind() != Kind::Object {
-            return Err(not_object().into());
+            let reason = "summary_extra is not an object";
+            return Err(ErrorKind::DataInvalidJson { offset: 0, reason }.into());
         }
         if !json.root().is_empty() {
             let raw = json.root().raw();
@@ -262,9 +219,5 @@ fn summary_data(id: &str, compaction: &Compaction<'_>, shadowed: &[u64]) -> Resu
         }
     }
     data.push('}');
-    let parsed = Json::parse(&data).map_err(json_error)?;
-    if parsed.negative_zero().is_some() {
-        return Err(ErrorKind::DataNotLossless { offset: 0 }.into());
-    }
     Ok(data)
 }

@@ -1,6 +1,9 @@
 //! The optional invariants mode (contract §9): turn and step bracketing, checked before
-//! commit. [`InvariantState::next`] is pure: it returns the state after the event, so a
-//! refused event leaves the old state in place.
+//! commit. [`InvariantState::check`] is pure and returns the [`Effect`] of the event;
+//! [`InvariantState::apply`] performs it at commit, so a refused event leaves the state as
+//! it was and an accepted one costs O(1) (no copy of the state).
+
+use std::collections::HashMap;
 
 use crate::error::Invariant;
 use crate::json::{Kind, Value};
@@ -13,8 +16,27 @@ pub struct InvariantState {
     open_step: Option<f64>,
     next_turn: f64,
     next_step: f64,
-    /// Call ids (decoded) of `tool/call` events of the open step not yet answered.
-    pending: Vec<Vec<u8>>,
+    /// Call ids (decoded) of the open step's `tool/call` events not yet answered, with
+    /// how many times each is pending.
+    pending: HashMap<Vec<u8>, u32>,
+}
+
+/// What an accepted event does to the invariant state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effect {
+    seq: u64,
+    change: Change,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Change {
+    None,
+    TurnStart(f64),
+    TurnEnd,
+    StepStart(f64),
+    StepEnd,
+    CallStarted(Vec<u8>),
+    CallAnswered(Vec<u8>),
 }
 
 impl Default for InvariantState {
@@ -25,114 +47,116 @@ impl Default for InvariantState {
             open_step: None,
             next_turn: 1.0,
             next_step: 1.0,
-            pending: Vec::new(),
+            pending: HashMap::new(),
         }
     }
 }
 
 impl InvariantState {
-    /// The state after accepting event `seq`, or the violated invariant.
+    /// Checks event `seq` against contract §9 and returns what accepting it changes.
     ///
     /// # Errors
-    /// The first violated `INV_*` rule of contract §9.
-    pub fn next(
+    /// The first violated `INV_*` rule.
+    pub fn check(
         &self,
         seq: u64,
         event_type: &str,
         data: Value<'_, '_>,
         replacement: bool,
-    ) -> Result<Self, Invariant> {
+    ) -> Result<Effect, Invariant> {
         if self.last_seq.is_some_and(|last| seq <= last) {
             return Err(Invariant::SeqOrder);
         }
-        let mut next = self.clone();
-        next.last_seq = Some(seq);
         let turn = number(data.get("turn"));
         let step = number(data.get("step"));
         let names_turn = self.open_turn.is_some() && turn == self.open_turn;
         let names_step = names_turn && self.open_step.is_some() && step == self.open_step;
-        match event_type {
-            "turn/start" => {
-                if self.open_turn.is_some() {
-                    return Err(Invariant::TurnAlreadyOpen);
-                }
-                if turn != Some(self.next_turn) {
-                    return Err(Invariant::TurnNumber);
-                }
-                next.open_turn = turn;
-                next.next_step = 1.0;
-            }
-            "turn/end" => {
-                if !names_turn {
-                    return Err(Invariant::TurnEndMismatch);
-                }
-                if self.open_step.is_some() {
-                    return Err(Invariant::TurnEndStepOpen);
-                }
-                next.open_turn = None;
-                next.next_turn += 1.0;
-            }
-            "step/start" => {
-                if !names_turn {
-                    return Err(Invariant::StepTurn);
-                }
-                if self.open_step.is_some() {
-                    return Err(Invariant::StepAlreadyOpen);
-                }
-                if step != Some(self.next_step) {
-                    return Err(Invariant::StepNumber);
-                }
-                next.open_step = step;
-            }
+        let change = match event_type {
+            "turn/start" if self.open_turn.is_some() => return Err(Invariant::TurnAlreadyOpen),
+            "turn/start" if turn != Some(self.next_turn) => return Err(Invariant::TurnNumber),
+            "turn/start" => Change::TurnStart(self.next_turn),
+            "turn/end" if !names_turn => return Err(Invariant::TurnEndMismatch),
+            "turn/end" if self.open_step.is_some() => return Err(Invariant::TurnEndStepOpen),
+            "turn/end" => Change::TurnEnd,
+            "step/start" if !names_turn => return Err(Invariant::StepTurn),
+            "step/start" if self.open_step.is_some() => return Err(Invariant::StepAlreadyOpen),
+            "step/start" if step != Some(self.next_step) => return Err(Invariant::StepNumber),
+            "step/start" => Change::StepStart(self.next_step),
             "step/end" | "assistant/chunk" | "assistant/message" | "tool/call" if !names_step => {
                 return Err(Invariant::OutsideStep);
             }
-            "step/end" => {
-                next.open_step = None;
-                next.pending.clear();
-                next.next_step += 1.0;
-            }
-            "tool/call" => {
-                if let Some(id) = data.get("callId").and_then(|c| c.as_wtf8()) {
-                    next.pending.push(id.into_owned());
-                }
-            }
+            "step/end" => Change::StepEnd,
+            "tool/call" => match data.get("callId").and_then(|c| c.as_wtf8()) {
+                Some(id) => Change::CallStarted(id.into_owned()),
+                None => Change::None,
+            },
             "tool/result" if replacement && self.open_turn.is_none() => {
                 return Err(Invariant::ReplacementOutsideTurn);
             }
-            "tool/result" if replacement => {}
-            "tool/result" => {
-                if !names_step {
-                    return Err(Invariant::OutsideStep);
-                }
-                let call_id = data
-                    .get("message")
-                    .and_then(|m| m.get("source"))
-                    .and_then(|s| s.get("callId"));
-                let call_id = call_id.and_then(|c| c.as_wtf8());
-                match call_id.and_then(|id| next.pending.iter().position(|p| *p == *id)) {
-                    Some(at) => {
-                        next.pending.remove(at);
-                    }
-                    None if is_not_started_closer(data) => {}
-                    None => return Err(Invariant::ToolResultUnmatched),
-                }
-            }
+            "tool/result" if replacement => Change::None,
+            "tool/result" if !names_step => return Err(Invariant::OutsideStep),
+            "tool/result" => self.answer(data)?,
             "todo/write" | "request/header" | "request/context" if self.open_turn.is_none() => {
                 return Err(Invariant::OutsideTurn);
             }
-            _ => {}
+            _ => Change::None,
+        };
+        Ok(Effect { seq, change })
+    }
+
+    /// Applies the effect of an accepted event, as returned by [`InvariantState::check`]
+    /// on this very state.
+    pub fn apply(&mut self, effect: Effect) {
+        self.last_seq = Some(effect.seq);
+        match effect.change {
+            Change::None => {}
+            Change::TurnStart(turn) => {
+                self.open_turn = Some(turn);
+                self.next_step = 1.0;
+            }
+            Change::TurnEnd => {
+                self.open_turn = None;
+                self.next_turn += 1.0;
+            }
+            Change::StepStart(step) => self.open_step = Some(step),
+            Change::StepEnd => {
+                self.open_step = None;
+                self.pending.clear();
+                self.next_step += 1.0;
+            }
+            Change::CallStarted(id) => *self.pending.entry(id).or_insert(0) += 1,
+            Change::CallAnswered(id) => {
+                if let Some(count) = self.pending.get_mut(&id) {
+                    *count -= 1;
+                    if *count == 0 {
+                        self.pending.remove(&id);
+                    }
+                }
+            }
         }
-        Ok(next)
+    }
+
+    /// An appended `tool/result`: it must answer a pending call, unless it has the shape
+    /// of a repair closer for a call that never started (the exemption of contract §9).
+    fn answer(&self, data: Value<'_, '_>) -> Result<Change, Invariant> {
+        let source = data.get("message").and_then(|m| m.get("source"));
+        let call_id = source
+            .and_then(|s| s.get("callId"))
+            .and_then(|c| c.as_wtf8());
+        match call_id {
+            Some(id) if self.pending.contains_key(id.as_ref()) => {
+                Ok(Change::CallAnswered(id.into_owned()))
+            }
+            _ if is_not_started_closer(data) => Ok(Change::None),
+            _ => Err(Invariant::ToolResultUnmatched),
+        }
     }
 }
 
 /// The shape of a repair closer for a call that never started (contract §9 exemption).
 fn is_not_started_closer(data: Value<'_, '_>) -> bool {
-    let first_block = data
-        .get("message")
-        .and_then(|m| m.get("content"))
-        .and_then(|c| c.elements().next());
+    let content = data.get("message").and_then(|m| m.get("content"));
+    let first_block = content.and_then(|c| c.elements().next());
     let is_error = first_block
         .and_then(|b| b.get("isError"))
         .is_some_and(|e| e.is_true());

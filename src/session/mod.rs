@@ -19,14 +19,13 @@ pub use typed::{EventKind, NoSurface, SurfaceIntent, kinds};
 
 use std::sync::Arc;
 
-use admit::{Admitted, Lossless, SurfaceFields};
+use admit::{Admitted, Ctx, Lossless, SurfaceFields};
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{ErrorKind, Result};
 use crate::event::header::NegativeZero;
-use crate::event::{EventRef, EventSource, Field, Header, MemLog, Vocabulary};
-use crate::json::JsonError;
-use crate::limits::MAX_EVENT_BYTES_DEFAULT;
+use crate::event::{Event, EventRef, EventSource, Field, Header, MemLog, Vocabulary};
+use crate::limits::{MAX_EVENT_BYTES_DEFAULT, SAFE_INTEGER_MAX};
 use crate::surface::{self, Message, Surface};
 
 /// The type of the end-seed marker (contract §5).
@@ -40,8 +39,8 @@ pub struct Options {
     /// The largest accepted event, in bytes of JSON text; larger ones are refused with
     /// `EVENT_TOO_LARGE`. Default: 64 MiB. Values above 4 GiB − 1 are clamped.
     pub max_event_bytes: usize,
-    /// Check the invariants of contract §9 before every commit. Costs one parse of
-    /// each event's data. Default: off.
+    /// Check the invariants of contract §9 before every commit. Costs a few lookups
+    /// in the event's already parsed data and O(1) state per event. Default: off.
     pub invariants: bool,
     /// Where "now" comes from. Default: the system clock.
     pub clock: Arc<dyn Clock>,
@@ -104,6 +103,10 @@ impl Session {
         seed: Option<&[&str]>,
         options: Options,
     ) -> Result<Self> {
+        if id.is_empty() {
+            let reason = "the session id is empty".to_owned();
+            return Err(crate::Error::from(ErrorKind::HeaderInvalid { reason }).in_session(id));
+        }
         let header = match header {
             Some(text) => Header::parse(text, id, NegativeZero::Refuse),
             None => Ok(Header::new(id, now_created_at(&*options.clock))),
@@ -189,21 +192,52 @@ impl Session {
         data: &str,
         intent: Option<SurfaceIntent>,
     ) -> Result<u64> {
-        let surface = match intent {
-            Some(intent) => SurfaceFields {
-                surface_op: Field::Valid(intent.op),
-                sources: intent
-                    .sources
-                    .map_or(Field::Absent, |s| Field::Valid(s.into())),
-            },
-            None => SurfaceFields {
-                surface_op: Field::Absent,
-                sources: Field::Absent,
-            },
-        };
         let time = now_ms(&*self.options.clock);
-        let admitted = self.admit_append(event_type, data, surface, time);
+        let admitted =
+            self.admit_append(&self.ctx(), event_type, data, surface_fields(intent), time);
         self.commit(admitted)
+    }
+
+    /// Appends several events as one unit: either all are committed, in order, or none
+    /// (the first refusal is returned and the session is unchanged). Each event is checked
+    /// against the state the ones before it leave. Returns their seqs.
+    ///
+    /// # Errors
+    /// The first failed check of contract §5; nothing is appended.
+    pub fn append_all(
+        &mut self,
+        events: &[(&str, &str, Option<SurfaceIntent>)],
+    ) -> Result<Vec<u64>> {
+        let time = now_ms(&*self.options.clock);
+        let mut surface = self.surface.clone();
+        let mut invariants = self.invariants.clone();
+        let mut staged = Staged {
+            log: &self.log,
+            events: Vec::with_capacity(events.len()),
+        };
+        for (event_type, data, intent) in events {
+            let ctx = Ctx {
+                surface: &surface,
+                invariants: invariants.as_ref(),
+                source: &staged,
+            };
+            let admitted = self
+                .admit_append(&ctx, event_type, data, surface_fields(intent.clone()), time)
+                .map_err(|e| e.in_session(self.header.id()).at_seq(surface.seq_next()))?;
+            surface.apply(admitted.step);
+            if let (Some(state), Some(effect)) = (invariants.as_mut(), admitted.invariants) {
+                state.apply(effect);
+            }
+            staged.events.push(admitted.event);
+        }
+        let staged = staged.events;
+        let seqs = staged.iter().map(Event::seq).collect();
+        for event in staged {
+            self.log.push(event);
+        }
+        self.surface = surface;
+        self.invariants = invariants;
+        Ok(seqs)
     }
 
     /// Appends an event whose surface fields arrive as JSON texts, as a JSON entry point
@@ -219,7 +253,8 @@ impl Session {
         sources: Option<&str>,
     ) -> Result<u64> {
         let time = now_ms(&*self.options.clock);
-        let admitted = self.admit_append_json(event_type, data, surface_op, sources, time);
+        let admitted =
+            self.admit_append_json(&self.ctx(), event_type, data, surface_op, sources, time);
         self.commit(admitted)
     }
 
@@ -326,8 +361,17 @@ impl Session {
 
     /// Admits and commits one event given as JSON.
     fn ingest(&mut self, text: &str, lossless: Lossless) -> Result<u64> {
-        let admitted = self.admit_json(text, lossless);
+        let admitted = self.admit_json(&self.ctx(), text, lossless);
         self.commit(admitted)
+    }
+
+    /// The session's own state, to check the next event against.
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            surface: &self.surface,
+            invariants: self.invariants.as_ref(),
+            source: &self.log,
+        }
     }
 
     /// Appends the end-seed marker unless the last event already is one (contract §5).
@@ -344,14 +388,53 @@ impl Session {
     }
 
     fn commit(&mut self, admitted: Result<Admitted>) -> Result<u64> {
-        let admitted = admitted.map_err(|e| e.in_session(self.header.id()))?;
+        // Every refusal names the session and the seq the event would have taken.
+        let seq_next = self.surface.seq_next();
+        let admitted = admitted.map_err(|e| e.in_session(self.header.id()).at_seq(seq_next))?;
         let seq = admitted.event.seq();
         self.surface.apply(admitted.step);
         self.log.push(admitted.event);
-        if admitted.invariants.is_some() {
-            self.invariants = admitted.invariants;
+        if let (Some(state), Some(effect)) = (self.invariants.as_mut(), admitted.invariants) {
+            state.apply(effect);
         }
         Ok(seq)
+    }
+}
+
+/// The committed log followed by the events of a batch admitted so far.
+struct Staged<'a> {
+    log: &'a MemLog,
+    events: Vec<Event>,
+}
+
+impl EventSource for Staged<'_> {
+    fn seq_next(&self) -> u64 {
+        self.log.seq_next() + self.events.len() as u64
+    }
+
+    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+        match seq.checked_sub(self.log.seq_next()) {
+            None => self.log.event(seq),
+            Some(index) => self
+                .events
+                .get(usize::try_from(index).ok()?)
+                .map(Event::as_ref),
+        }
+    }
+}
+
+fn surface_fields(intent: Option<SurfaceIntent>) -> SurfaceFields<'static> {
+    match intent {
+        Some(intent) => SurfaceFields {
+            surface_op: Field::Valid(intent.op),
+            sources: intent
+                .sources
+                .map_or(Field::Absent, |s| Field::Valid(s.into())),
+        },
+        None => SurfaceFields {
+            surface_op: Field::Absent,
+            sources: Field::Absent,
+        },
     }
 }
 
@@ -374,14 +457,6 @@ impl EventSource for Prefix<'_> {
         }
     }
 }
-
-/// Maps a JSON parse failure to its contract code.
-pub(crate) fn json_error(error: JsonError) -> crate::Error {
-    error.into()
-}
-
-/// The largest safe integer (contract §2).
-const SAFE_INTEGER_MAX: i64 = (1 << 53) - 1;
 
 /// "now", clamped into the safe-integer range every stored time must be in (contract §2),
 /// so that a misconfigured clock cannot write a log that reopen would refuse.

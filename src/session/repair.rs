@@ -5,6 +5,8 @@
 //! texts with the exact key order and texts of contract §8 (`dsh-formats.md` §9.5), so
 //! that an export reproduces the reference's bytes.
 
+use std::collections::HashMap;
+
 use crate::event::EventSource;
 use crate::json::{Json, Kind, Value, push_js_string, write_js};
 
@@ -31,8 +33,47 @@ struct Scan {
     open_turn: Option<Number>,
     /// `Some(step)` while a step is open.
     open_step: Option<Number>,
-    /// In registration order.
-    pending: Vec<Pending>,
+    pending: PendingCalls,
+}
+
+/// Pending calls in registration order, with O(1) lookup by id: answered calls leave a
+/// hole instead of shifting the rest, so a log with many calls repairs in linear time.
+#[derive(Debug, Default)]
+struct PendingCalls {
+    slots: Vec<Option<Pending>>,
+    by_id: HashMap<Vec<u8>, usize>,
+}
+
+impl PendingCalls {
+    fn clear(&mut self) {
+        self.slots.clear();
+        self.by_id.clear();
+    }
+
+    /// Registers a call; a known id keeps its position and loses its call seq.
+    fn register(&mut self, entry: Pending) {
+        if let Some(&slot) = self.by_id.get(&entry.call_id) {
+            self.slots[slot] = Some(entry);
+        } else {
+            self.by_id.insert(entry.call_id.clone(), self.slots.len());
+            self.slots.push(Some(entry));
+        }
+    }
+
+    fn get_mut(&mut self, id: &[u8]) -> Option<&mut Pending> {
+        let slot = *self.by_id.get(id)?;
+        self.slots[slot].as_mut()
+    }
+
+    fn answer(&mut self, id: &[u8]) {
+        if let Some(slot) = self.by_id.remove(id) {
+            self.slots[slot] = None;
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Pending> {
+        self.slots.iter().flatten()
+    }
 }
 
 /// The closers for `source`: empty when the log is empty or no turn is open; otherwise
@@ -58,8 +99,8 @@ pub fn closers(source: &impl EventSource) -> Vec<String> {
     };
     let time = last.time;
     let mut seq = seq_next;
-    let mut out = Vec::with_capacity(scan.pending.len() + 2);
-    for call in &scan.pending {
+    let mut out = Vec::with_capacity(scan.pending.by_id.len() + 2);
+    for call in scan.pending.iter() {
         out.push(tool_result_closer(seq, time, turn.as_deref(), call));
         seq += 1;
     }
@@ -117,9 +158,7 @@ impl Scan {
             "assistant/message" => self.register_calls(data),
             "tool/call" => {
                 let id = data.get("callId").and_then(|c| c.as_wtf8());
-                if let Some(call) =
-                    id.and_then(|id| self.pending.iter_mut().find(|p| *p.call_id == *id))
-                {
+                if let Some(call) = id.and_then(|id| self.pending.get_mut(&id)) {
                     call.call_seq = Some(seq);
                 }
             }
@@ -129,7 +168,7 @@ impl Scan {
                     .and_then(|m| m.get("source"))
                     .and_then(|s| s.get("callId"));
                 if let Some(id) = id.and_then(|id| id.as_wtf8()) {
-                    self.pending.retain(|p| *p.call_id != *id);
+                    self.pending.answer(&id);
                 }
             }
         }
@@ -152,15 +191,11 @@ impl Scan {
             let Some(id) = id.and_then(|i| i.as_wtf8()) else {
                 continue;
             };
-            let entry = Pending {
+            self.pending.register(Pending {
                 call_id: id.into_owned(),
                 step: step.clone(),
                 call_seq: None,
-            };
-            match self.pending.iter_mut().find(|p| p.call_id == entry.call_id) {
-                Some(existing) => *existing = entry,
-                None => self.pending.push(entry),
-            }
+            });
         }
     }
 }

@@ -140,7 +140,7 @@ fn append_refusals_carry_their_codes() {
         None,
         None,
         Options {
-            max_event_bytes: 100,
+            max_event_bytes: 160,
             ..options()
         },
     )
@@ -152,7 +152,7 @@ fn append_refusals_carry_their_codes() {
         ("plugin/x", r#"{"a":-0.0}"#, "DATA_NOT_LOSSLESS"),
         (
             "plugin/x",
-            &format!("\"{}\"", "y".repeat(120)),
+            &format!("\"{}\"", "y".repeat(200)),
             "EVENT_TOO_LARGE",
         ),
         ("request/header-delta", "{}", "LEGACY_EVENT"),
@@ -479,11 +479,12 @@ fn every_invariant_code_is_reachable_and_refusals_keep_the_state() {
     session
         .append::<kinds::ToolResult>(&with_error, SurfaceIntent::append())
         .unwrap();
-    let inv = InvariantState::default();
+    let mut state = InvariantState::default();
     let json = crate::json::Json::parse("{}").unwrap();
-    let next = inv.next(5, "plugin/x", json.root(), false).unwrap();
+    let effect = state.check(5, "plugin/x", json.root(), false).unwrap();
+    state.apply(effect);
     assert_eq!(
-        next.next(5, "plugin/x", json.root(), false),
+        state.check(5, "plugin/x", json.root(), false),
         Err(crate::error::Invariant::SeqOrder)
     );
 }
@@ -754,5 +755,129 @@ fn append_checks_json_rules_before_the_type() {
     assert_eq!(
         session.append_dynamic("", "{}", None).unwrap_err().code(),
         "ENVELOPE_INVALID"
+    );
+}
+
+#[test]
+fn helpers_are_atomic_and_refusals_carry_session_and_seq() {
+    // Found in review: a prune or compaction whose last event is refused left its first
+    // events behind.
+    let mut session = new_session(with_invariants());
+    let (user, _, result) = tool_turn(&mut session, 1);
+    let before = texts(&session);
+    let prune = |content| Prune {
+        seq: result,
+        content,
+        shadowed_token_count: 0,
+    };
+    assert_eq!(
+        session.prune(&prune("[-0]")).unwrap_err().code(),
+        "DATA_NOT_LOSSLESS"
+    );
+    let outside_turn = session.prune(&prune("[]")).unwrap_err();
+    assert_eq!(outside_turn.code(), "INV_REPLACEMENT_OUTSIDE_TURN");
+    assert_eq!(
+        (outside_turn.session(), outside_turn.seq()),
+        (Some("s"), Some(before.len() as u64 + 1))
+    );
+    let message = r#"{"id":"m","role":"user","source":{"kind":"user"},"content":[],"n":-0}"#;
+    let compaction = Compaction {
+        compaction_id: "k",
+        turn: None,
+        start: user,
+        end: result,
+        summary: "[]",
+        summary_extra: None,
+        message,
+    };
+    assert_eq!(
+        session.compact(&compaction).unwrap_err().code(),
+        "DATA_NOT_LOSSLESS"
+    );
+    let injected = Compaction {
+        summary: r#"1,"injected":true"#,
+        ..compaction
+    };
+    assert_eq!(
+        session.compact(&injected).unwrap_err().code(),
+        "DATA_INVALID_JSON"
+    );
+    assert_eq!(texts(&session), before);
+    assert_eq!(
+        session.append_dynamic("x", "{", None).unwrap_err().seq(),
+        Some(before.len() as u64)
+    );
+}
+
+#[test]
+fn invariant_checks_stay_linear_with_many_pending_calls() {
+    let mut session = new_session(with_invariants());
+    session
+        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+        .unwrap();
+    session
+        .append::<kinds::StepStart>(r#"{"turn":1,"step":1}"#, NoSurface)
+        .unwrap();
+    let calls: Vec<String> = (0..20_000)
+        .map(|i| format!(r#"{{"turn":1,"step":1,"callId":"c{i}"}}"#))
+        .collect();
+    let batch: Vec<(&str, &str, Option<SurfaceIntent>)> = calls
+        .iter()
+        .map(|c| ("tool/call", c.as_str(), None))
+        .collect();
+    let seqs = session.append_all(&batch).unwrap();
+    assert_eq!(seqs.len(), 20_000);
+    let answer = tool_result_data(1, 1, "c19999");
+    session
+        .append::<kinds::ToolResult>(&answer, SurfaceIntent::append())
+        .unwrap();
+    let again = session
+        .append::<kinds::ToolResult>(&answer, SurfaceIntent::append())
+        .unwrap_err();
+    assert_eq!(again.code(), "INV_TOOL_RESULT_UNMATCHED");
+}
+
+#[test]
+fn empty_ids_are_refused_and_header_strings_may_hold_lone_surrogates() {
+    assert_eq!(
+        Session::create("", None, None, options())
+            .unwrap_err()
+            .code(),
+        "HEADER_INVALID"
+    );
+    let header = r#"{"version":0,"id":"s","createdAt":0,"cwd":"/\ud800","parentSession":"\udfff","agentPreset":"\ud800"}"#;
+    let session = Session::create("s", Some(header), None, options()).unwrap();
+    assert_eq!(session.header().cwd(), Some(&b"/\xed\xa0\x80"[..]));
+    let child = session.fork(Boundary::Last, "c").unwrap();
+    assert!(
+        child.header().text().contains(r#""cwd":"/\ud800""#),
+        "{}",
+        child.header().text()
+    );
+}
+
+#[test]
+fn repair_stays_linear_with_many_pending_calls() {
+    // Found in review: 80k tool-call blocks took 17 s to repair with a linear pending list.
+    let mut session = new_session(options());
+    session
+        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+        .unwrap();
+    let blocks: Vec<String> = (0..80_000)
+        .map(|i| format!(r#"{{"type":"tool-call","id":"c{i}"}}"#))
+        .collect();
+    session
+        .append::<kinds::AssistantMessage>(
+            &assistant_data(1, 1, &blocks.join(",")),
+            SurfaceIntent::append(),
+        )
+        .unwrap();
+    let started = std::time::Instant::now();
+    let closers = repair::closers(session.log());
+    assert_eq!(closers.len(), 80_001);
+    assert!(closers[79_999].contains(r#""id":"interrupted-tool-result-c79999-80001""#));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "linear, not quadratic"
     );
 }

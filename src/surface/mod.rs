@@ -275,14 +275,7 @@ impl Surface {
                     "stale replace step"
                 );
                 let key = self.key_of(start);
-                for shadowed in &self.nodes[first..=last] {
-                    if let Ok(at) = self
-                        .replacement_keys
-                        .binary_search_by_key(shadowed, |e| e.0)
-                    {
-                        self.replacement_keys.remove(at);
-                    }
-                }
+                self.forget_keys(first, last);
                 if let Some(history) = &mut self.history {
                     history
                         .shadowed
@@ -357,6 +350,23 @@ impl Surface {
         (self.nodes[at] == seq).then_some(at)
     }
 
+    /// The positions of `start` and `end`, in surface order (contract §4 step 5).
+    ///
+    /// # Errors
+    /// `REPLACE_START_NOT_ON_SURFACE`, `REPLACE_END_NOT_ON_SURFACE`, `REPLACE_REVERSED`.
+    pub fn range(&self, start: u64, end: u64) -> Result<(usize, usize)> {
+        let first = self
+            .position(start)
+            .ok_or(ErrorKind::ReplaceStartNotOnSurface { start })?;
+        let last = self
+            .position(end)
+            .ok_or(ErrorKind::ReplaceEndNotOnSurface { end })?;
+        if first > last {
+            return Err(ErrorKind::ReplaceReversed { start, end }.into());
+        }
+        Ok((first, last))
+    }
+
     /// Bytes of heap memory held: nodes, replacement keys, and the history when recorded.
     pub fn heap_bytes(&self) -> usize {
         let history = self.history.as_ref().map_or(0, |h| {
@@ -412,15 +422,7 @@ impl Surface {
         let SurfaceOp::Replace { start, end } = op else {
             return Ok(Step::Append { seq });
         };
-        let first = self
-            .position(start)
-            .ok_or(ErrorKind::ReplaceStartNotOnSurface { start })?;
-        let last = self
-            .position(end)
-            .ok_or(ErrorKind::ReplaceEndNotOnSurface { end })?;
-        if first > last {
-            return Err(ErrorKind::ReplaceReversed { start, end }.into());
-        }
+        let (first, last) = self.range(start, end)?;
         let shadowed = &self.nodes[first..=last];
         check_covered(shadowed, sources)?;
         if surface_type.origin == Origin::Tool {
@@ -433,6 +435,31 @@ impl Surface {
             start,
             end,
         })
+    }
+
+    /// Drops the keys of the replacement nodes at positions `first..=last`, which are
+    /// about to be shadowed: one pass over the keys, whatever the number shadowed.
+    fn forget_keys(&mut self, first: usize, last: usize) {
+        let keys = &self.replacement_keys;
+        let is_key = |seq: &u64| keys.binary_search_by_key(seq, |e| e.0).is_ok();
+        let mut gone: Vec<u64> = self.nodes[first..=last]
+            .iter()
+            .copied()
+            .filter(is_key)
+            .collect();
+        match gone.as_slice() {
+            [] => {}
+            [seq] => {
+                if let Ok(at) = self.replacement_keys.binary_search_by_key(seq, |e| e.0) {
+                    self.replacement_keys.remove(at);
+                }
+            }
+            _ => {
+                gone.sort_unstable();
+                self.replacement_keys
+                    .retain(|(seq, _)| gone.binary_search(seq).is_err());
+            }
+        }
     }
 
     /// The key of a node (see the type's doc). For a seq that is not a replacement on the
@@ -542,7 +569,7 @@ fn check_tool_rewrite(
 }
 
 /// `data.message.content[0].content`, the one value a prune may change.
-fn pruned_output<'j, 'a>(data: Value<'j, 'a>) -> Option<Value<'j, 'a>> {
+pub(crate) fn pruned_output<'j, 'a>(data: Value<'j, 'a>) -> Option<Value<'j, 'a>> {
     data.get("message")?
         .get("content")?
         .elements()

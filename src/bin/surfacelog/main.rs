@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// surfacelog: store, inspect and repair LLM agent sessions.
+/// surfacelog: the storage engine for LLM agent sessions (demo and log inspection).
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
