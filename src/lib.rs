@@ -54,5 +54,6 @@ pub mod record;
 pub mod session;
 pub mod storage;
 pub mod surface;
+mod sync;
 
 pub use error::{Error, ErrorKind, Result};

@@ -5,6 +5,7 @@
 //! modes and group commit; [`LogReader`] reads the committed prefix, in any process,
 //! while the writer appends. Recovery at open drops a torn tail and refuses corruption.
 
+mod group_commit;
 mod index;
 mod map;
 mod reader;

@@ -4,9 +4,10 @@
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+use super::group_commit::{GroupCommit, WaitError};
 use super::map::map;
 use super::reader::corrupt;
 use super::scan::{Stop, nonzero_end, scan, valid_record_after};
@@ -35,8 +36,7 @@ struct Shared {
     options: LogOptions,
     log_id: LogId,
     state: Mutex<State>,
-    sync: Mutex<SyncState>,
-    synced: Condvar,
+    commit: GroupCommit,
     /// Held for the writer's lifetime (LOG-1).
     _lock: File,
 }
@@ -53,14 +53,6 @@ struct State {
     poisoned: bool,
     /// Reused encoding buffer.
     buffer: Vec<u8>,
-}
-
-#[derive(Debug, Default)]
-struct SyncState {
-    /// Every seq below this is durable.
-    durable_seq: u64,
-    syncing: bool,
-    poisoned: bool,
 }
 
 #[derive(Debug)]
@@ -90,11 +82,7 @@ impl LogWriter {
             options,
             log_id,
             state: Mutex::new(state),
-            sync: Mutex::new(SyncState {
-                durable_seq,
-                ..SyncState::default()
-            }),
-            synced: Condvar::new(),
+            commit: GroupCommit::new(durable_seq),
             _lock: lock,
         });
         let flusher = match shared.options.durability {
@@ -159,7 +147,7 @@ impl LogWriter {
             let outcome = self.shared.write(&mut state, events);
             if outcome.is_err() {
                 state.poisoned = true;
-                self.shared.lock_sync().poisoned = true;
+                self.shared.commit.poison();
             }
             outcome?;
             state.seq_next
@@ -220,12 +208,6 @@ impl Shared {
         // A panic while holding the lock cannot leave half-written state that matters:
         // the poisoned flag and the file are the truth, so recover the guard.
         self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn lock_sync(&self) -> MutexGuard<'_, SyncState> {
-        self.sync
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -316,23 +298,8 @@ impl Shared {
 
     /// Waits until every seq below `target` is durable; one waiter syncs for all (DUR-1).
     fn wait_durable(&self, target: u64) -> Result<()> {
-        let mut sync = self.lock_sync();
-        loop {
-            if sync.poisoned {
-                return Err(ErrorKind::Poisoned.into());
-            }
-            if sync.durable_seq >= target {
-                return Ok(());
-            }
-            if sync.syncing {
-                sync = self
-                    .synced
-                    .wait(sync)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                continue;
-            }
-            sync.syncing = true;
-            drop(sync);
+        let mut failed_path = None;
+        let outcome = self.commit.wait(target, || {
             // Everything written so far is in the active file or in sealed segments,
             // which were synced when sealed (DUR-4).
             let (file, upto, path) = {
@@ -343,20 +310,21 @@ impl Shared {
                     self.active_path(&state),
                 )
             };
-            let outcome = self.storage.sync_data(&file);
-            sync = self.lock_sync();
-            sync.syncing = false;
-            match outcome {
-                Ok(()) => sync.durable_seq = sync.durable_seq.max(upto),
-                Err(error) => {
-                    sync.poisoned = true;
-                    drop(sync);
-                    self.lock_state().poisoned = true;
-                    self.synced.notify_all();
-                    return Err(Error::io("fsync", path, &error));
-                }
+            let synced = self.storage.sync_data(&file).map(|()| upto);
+            failed_path = Some(path);
+            synced
+        });
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(WaitError::Poisoned) => Err(ErrorKind::Poisoned.into()),
+            Err(WaitError::Io(error)) => {
+                self.lock_state().poisoned = true;
+                Err(Error::io(
+                    "fsync",
+                    failed_path.unwrap_or_else(|| self.dir.clone()),
+                    &error,
+                ))
             }
-            self.synced.notify_all();
         }
     }
 
