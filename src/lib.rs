@@ -53,6 +53,7 @@ pub mod log;
 pub mod record;
 pub mod session;
 pub mod storage;
+pub mod store;
 pub mod surface;
 mod sync;
 

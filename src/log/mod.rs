@@ -16,6 +16,64 @@ mod writer;
 pub use reader::LogReader;
 pub use writer::LogWriter;
 
+/// A log opened for writing together with a reader of it: what a stored session holds.
+/// Appends go through the writer; reads come from the reader, refreshed after each
+/// append, so a session reads its own events without copying them.
+#[derive(Debug)]
+pub struct DiskLog {
+    writer: LogWriter,
+    reader: LogReader,
+}
+
+impl DiskLog {
+    /// Opens (or creates) the log in `dir` for writing and reading, recovering its tail.
+    ///
+    /// # Errors
+    /// As [`LogWriter::open`] and [`LogReader::open`].
+    pub fn open(dir: &std::path::Path, options: LogOptions) -> crate::Result<(Self, OpenReport)> {
+        let storage = Arc::clone(&options.storage);
+        let (writer, report) = LogWriter::open(dir, options)?;
+        let reader = LogReader::open_with(dir, storage)?;
+        Ok((Self { writer, reader }, report))
+    }
+
+    /// Appends events and makes them readable.
+    ///
+    /// # Errors
+    /// As [`LogWriter::append`].
+    pub fn append(&mut self, events: &[crate::event::Event]) -> crate::Result<()> {
+        self.writer.append(events)?;
+        self.reader.refresh()?;
+        Ok(())
+    }
+
+    /// Makes every appended event durable.
+    ///
+    /// # Errors
+    /// As [`LogWriter::flush`].
+    pub fn flush(&self) -> crate::Result<()> {
+        self.writer.flush()
+    }
+
+    /// Flushes and closes the log.
+    ///
+    /// # Errors
+    /// As [`LogWriter::close`].
+    pub fn close(self) -> crate::Result<()> {
+        self.writer.close()
+    }
+}
+
+impl crate::event::EventSource for DiskLog {
+    fn seq_next(&self) -> u64 {
+        self.reader.seq_next()
+    }
+
+    fn event(&self, seq: u64) -> Option<crate::event::EventRef<'_>> {
+        self.reader.event(seq)
+    }
+}
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,8 +7,8 @@
 
 use std::borrow::Cow;
 
-use super::Session;
 use super::invariants::{Effect, InvariantState};
+use super::{Session, SessionLog};
 use crate::error::{ErrorKind, Result};
 use crate::event::envelope::{Envelope, check_event_type_str, read_sources, read_surface_op};
 use crate::event::vocabulary::{check_legacy, check_request_header};
@@ -51,7 +51,7 @@ pub(crate) struct SurfaceFields<'a> {
     pub sources: Field<Cow<'a, [u64]>>,
 }
 
-impl Session {
+impl<L: SessionLog> Session<L> {
     /// Admits one event given as a JSON object (seed, import and reopen paths).
     pub(crate) fn admit_json(
         &self,

@@ -4,10 +4,10 @@
 //! Each helper appends its events as one unit ([`Session::append_all`]): if any of them
 //! is refused, none is appended.
 
-use super::Session;
 use super::typed::{EventKind, SurfaceIntent, kinds};
+use super::{Session, SessionLog};
 use crate::error::{ErrorKind, Result};
-use crate::event::{EventSource, Origin};
+use crate::event::Origin;
 use crate::json::{Json, Kind, Value, push_js_string};
 use crate::surface::pruned_output;
 
@@ -56,7 +56,7 @@ pub struct Prune<'a> {
     pub shadowed_token_count: u64,
 }
 
-impl Session {
+impl<L: SessionLog> Session<L> {
     /// Compacts the surface range `start..=end` (contract §10): `compaction/start`,
     /// `compaction/summary`, the replacing `user/message` citing the start, the summary
     /// and every shadowed seq, then `compaction/end`, appended as one unit.

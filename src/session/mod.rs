@@ -57,11 +57,36 @@ impl Default for Options {
     }
 }
 
-/// One session held in memory.
+/// Where a session's events live: the in-memory [`MemLog`], or the on-disk log.
+pub trait SessionLog: EventSource {
+    /// Appends admitted events, in order; their seqs continue the log. On `Err` the log
+    /// **must** hold none of them visibly (a failed write poisons the on-disk log).
+    ///
+    /// # Errors
+    /// The log's I/O refusal (`IO`, `POISONED`).
+    fn push_events(&mut self, events: Vec<Event>) -> Result<()>;
+}
+
+impl SessionLog for MemLog {
+    fn push_events(&mut self, events: Vec<Event>) -> Result<()> {
+        for event in events {
+            self.push(event);
+        }
+        Ok(())
+    }
+}
+
+impl SessionLog for crate::log::DiskLog {
+    fn push_events(&mut self, events: Vec<Event>) -> Result<()> {
+        self.append(&events)
+    }
+}
+
+/// One session: a log (in memory by default), its header and its surface.
 #[derive(Debug, Clone)]
-pub struct Session {
+pub struct Session<L = MemLog> {
     header: Header,
-    log: MemLog,
+    log: L,
     surface: Surface,
     /// `Some` exactly when `options.invariants` is set.
     invariants: Option<InvariantState>,
@@ -89,7 +114,7 @@ pub struct Reopened {
     pub closers: u64,
 }
 
-impl Session {
+impl Session<MemLog> {
     /// Creates session `id` (contract §5). Without `header`, the header is
     /// `{version: 0, id, createdAt: now}`. With `seed` (even empty), every seed event goes
     /// through the seed path and the end-seed marker follows unless the seed already ends
@@ -141,18 +166,9 @@ impl Session {
             session.ingest(text, Lossless::Lenient)?;
         }
         session.first_live_seq = session.log.seq_next();
-        let closers = repair::closers(&session.log);
-        for text in &closers {
-            session.ingest(text, Lossless::Closer)?;
-        }
+        let closers = session.repair()?;
         let stored = session.first_live_seq;
-        Ok((
-            session,
-            Reopened {
-                stored,
-                closers: closers.len() as u64,
-            },
-        ))
+        Ok((session, Reopened { stored, closers }))
     }
 
     /// Reopens a stored log to continue the conversation: [`Session::reopen`], then the
@@ -169,6 +185,45 @@ impl Session {
         let (mut session, report) = Self::reopen(id, header, events, options)?;
         session.end_seed()?;
         Ok((session, report))
+    }
+
+    fn empty(header: Header, options: Options) -> Self {
+        Self::with_log(header, MemLog::new(), options)
+    }
+}
+
+impl<L: SessionLog> Session<L> {
+    /// A session over an existing log whose events were admitted when they were written
+    /// (the on-disk log): folds the surface and, when enabled, replays the invariant
+    /// state. Cost: one pass over the log; no event is re-validated.
+    ///
+    /// # Errors
+    /// A fold refusal (the log does not hold a valid surface).
+    pub fn over_log(header: Header, log: L, first_live_seq: u64, options: Options) -> Result<Self> {
+        let mut session = Self::with_log(header, log, options);
+        session
+            .surface
+            .catch_up(&session.log, &session.options.vocabulary)
+            .map_err(|e| e.in_session(session.header.id()))?;
+        if let Some(state) = session.invariants.as_mut() {
+            for seq in 0..session.log.seq_next() {
+                let Some(event) = session.log.event(seq) else {
+                    break;
+                };
+                let Ok(data) = crate::json::Json::parse(event.data()) else {
+                    continue;
+                };
+                let replace = matches!(
+                    event.surface_op,
+                    Some(crate::event::SurfaceOp::Replace { .. })
+                );
+                if let Ok(effect) = state.check(seq, event.event_type, data.root(), replace) {
+                    state.apply(effect);
+                }
+            }
+        }
+        session.first_live_seq = first_live_seq;
+        Ok(session)
     }
 
     /// Appends an event whose type is known statically; the compiler requires a
@@ -232,9 +287,9 @@ impl Session {
         }
         let staged = staged.events;
         let seqs = staged.iter().map(Event::seq).collect();
-        for event in staged {
-            self.log.push(event);
-        }
+        self.log
+            .push_events(staged)
+            .map_err(|e| e.in_session(self.header.id()))?;
         self.surface = surface;
         self.invariants = invariants;
         Ok(seqs)
@@ -284,7 +339,7 @@ impl Session {
     }
 
     /// The log.
-    pub fn log(&self) -> &MemLog {
+    pub fn log(&self) -> &L {
         &self.log
     }
 
@@ -347,11 +402,11 @@ impl Session {
         })
     }
 
-    fn empty(header: Header, options: Options) -> Self {
+    fn with_log(header: Header, log: L, options: Options) -> Self {
         let invariants = options.invariants.then(InvariantState::default);
         Self {
             header,
-            log: MemLog::new(),
+            log,
             surface: Surface::new(),
             invariants,
             first_live_seq: 0,
@@ -374,8 +429,25 @@ impl Session {
         }
     }
 
-    /// Appends the end-seed marker unless the last event already is one (contract §5).
-    fn end_seed(&mut self) -> Result<()> {
+    /// Crash repair (contract §8): appends the closers of a turn the log leaves open, if
+    /// any. Returns how many were appended; a second call appends none.
+    ///
+    /// # Errors
+    /// A refusal of a closer (the log's I/O, or a log that does not hold a valid surface).
+    pub fn repair(&mut self) -> Result<u64> {
+        let closers = repair::closers(&self.log);
+        for text in &closers {
+            self.ingest(text, Lossless::Closer)?;
+        }
+        Ok(closers.len() as u64)
+    }
+
+    /// Appends the end-seed marker unless the last event already is one (contract §5):
+    /// what `resume` does after reopening.
+    ///
+    /// # Errors
+    /// The log's refusal to append.
+    pub fn end_seed(&mut self) -> Result<()> {
         let last_is_marker = self
             .log
             .seq_next()
@@ -392,8 +464,10 @@ impl Session {
         let seq_next = self.surface.seq_next();
         let admitted = admitted.map_err(|e| e.in_session(self.header.id()).at_seq(seq_next))?;
         let seq = admitted.event.seq();
+        self.log
+            .push_events(vec![admitted.event])
+            .map_err(|e| e.in_session(self.header.id()))?;
         self.surface.apply(admitted.step);
-        self.log.push(admitted.event);
         if let (Some(state), Some(effect)) = (self.invariants.as_mut(), admitted.invariants) {
             state.apply(effect);
         }
@@ -403,7 +477,7 @@ impl Session {
 
 /// The committed log followed by the events of a batch admitted so far.
 struct Staged<'a> {
-    log: &'a MemLog,
+    log: &'a dyn EventSource,
     events: Vec<Event>,
 }
 
@@ -440,7 +514,7 @@ fn surface_fields(intent: Option<SurfaceIntent>) -> SurfaceFields<'static> {
 
 /// The first `len` events of a log, for time travel.
 struct Prefix<'a> {
-    log: &'a MemLog,
+    log: &'a dyn EventSource,
     len: u64,
 }
 

@@ -1,0 +1,329 @@
+//! A store of sessions: one directory, one subdirectory per session holding its header
+//! and its log (`format-spec/store.md`).
+//!
+//! Opening a session recovers its log (a torn tail is dropped and reported, damage is
+//! refused), folds the surface, and appends the closers of an interrupted turn durably,
+//! exactly once (contract §8).
+
+mod escape;
+
+pub use escape::escape_id;
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::Header;
+use crate::event::header::NegativeZero;
+use crate::json::Json;
+use crate::log::{DiskLog, LogOptions, OpenReport};
+use crate::session::{Options, Session};
+
+/// The store format version this build reads and writes (`store.md` STORE-2).
+pub const STORE_FORMAT_VERSION: u64 = 1;
+
+/// A session whose log is on disk.
+pub type StoredSession = Session<DiskLog>;
+
+/// How a store opens its sessions.
+#[derive(Debug, Clone, Default)]
+pub struct StoreOptions {
+    /// The sessions' options (vocabulary, limits, invariants, clock).
+    pub session: Options,
+    /// The logs' options (segment size, durability, storage).
+    pub log: LogOptions,
+}
+
+/// A directory of sessions.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    options: StoreOptions,
+}
+
+/// What opening a stored session found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Opened {
+    /// The log's recovery report (`TORN_TAIL` and friends).
+    pub log: OpenReport,
+    /// The number of repair closers appended (contract §8).
+    pub closers: u64,
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating it (mode 0700, with its `STORE` identity file)
+    /// when it does not exist.
+    ///
+    /// # Errors
+    /// `FORMAT_VERSION` for a store of another version, `CORRUPT` for an unreadable
+    /// identity file, `IO`.
+    pub fn at(dir: &Path, options: StoreOptions) -> Result<Self> {
+        let storage = &options.log.storage;
+        for sub in ["", "sessions", "trash", "tmp"] {
+            let path = dir.join(sub);
+            storage
+                .create_dir_all(&path)
+                .map_err(|e| Error::io("create_dir", &path, &e))?;
+        }
+        let identity = dir.join("STORE");
+        match std::fs::read_to_string(&identity) {
+            Ok(text) => check_identity(&identity, &text)?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                let text = format!(
+                    "{{\"format\":\"surfacelog-store\",\"version\":{STORE_FORMAT_VERSION}}}\n"
+                );
+                write_file_atomically(&options, dir, "STORE", text.as_bytes())?;
+            }
+            Err(error) => return Err(Error::io("read", &identity, &error)),
+        }
+        Ok(Self {
+            dir: dir.to_owned(),
+            options,
+        })
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Creates session `id` (contract §5): header and seed are checked as
+    /// [`Session::create`] does, then written to a temporary directory that is renamed into
+    /// place, so a failed create leaves nothing behind.
+    ///
+    /// # Errors
+    /// `SESSION_EXISTS`, any refusal of [`Session::create`], `IO`.
+    pub fn create(
+        &self,
+        id: &str,
+        header: Option<&str>,
+        seed: Option<&[&str]>,
+    ) -> Result<StoredSession> {
+        let final_dir = self.session_dir(id);
+        if final_dir.exists() {
+            return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
+        }
+        let memory = Session::create(id, header, seed, self.options.session.clone())?;
+        let tmp = self
+            .dir
+            .join("tmp")
+            .join(format!("{}-{}", escape_id(id), std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let written = self.write_session(&tmp, &memory);
+        if let Err(error) = written {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(error);
+        }
+        let storage = &self.options.log.storage;
+        if final_dir.exists() {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
+        }
+        storage
+            .rename(&tmp, &final_dir)
+            .map_err(|e| Error::io("rename", &final_dir, &e))?;
+        let sessions = self.dir.join("sessions");
+        storage
+            .sync_dir(&sessions)
+            .map_err(|e| Error::io("fsync", &sessions, &e))?;
+        let (session, _) = self.open(id)?;
+        Ok(session)
+    }
+
+    /// Opens session `id` to continue writing: recovers the log, folds the surface, and
+    /// appends the repair closers of an interrupted turn (contract §8). Its first live seq
+    /// is the number of stored events.
+    ///
+    /// # Errors
+    /// `SESSION_NOT_FOUND`, `LOCKED` when another writer has it open, `CORRUPT`,
+    /// `FORMAT_VERSION`, `HEADER_INVALID`, `IO`.
+    pub fn open(&self, id: &str) -> Result<(StoredSession, Opened)> {
+        let dir = self.session_dir(id);
+        let header = Self::read_header(id, &dir)?;
+        let (log, report) = DiskLog::open(&dir.join("log"), self.options.log.clone())
+            .map_err(|e| e.in_session(id))?;
+        let stored = crate::event::EventSource::seq_next(&log);
+        let mut session = Session::over_log(header, log, stored, self.options.session.clone())?;
+        let closers = session.repair()?;
+        if closers > 0 {
+            session.log().flush()?;
+        }
+        Ok((
+            session,
+            Opened {
+                log: report,
+                closers,
+            },
+        ))
+    }
+
+    /// Opens session `id` to continue the conversation: [`Store::open`], then the end-seed
+    /// marker (contract §5).
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn resume(&self, id: &str) -> Result<(StoredSession, Opened)> {
+        let (mut session, opened) = self.open(id)?;
+        session.end_seed()?;
+        Ok((session, opened))
+    }
+
+    /// The headers of all sessions, read from their header files only: no log is opened.
+    ///
+    /// # Errors
+    /// `IO` for the directory; a session whose header cannot be read is `CORRUPT`.
+    pub fn list(&self) -> Result<Vec<Header>> {
+        let sessions = self.dir.join("sessions");
+        let names = self
+            .options
+            .log
+            .storage
+            .list_dir(&sessions)
+            .map_err(|e| Error::io("list", &sessions, &e))?;
+        let mut headers = Vec::with_capacity(names.len());
+        for name in names {
+            let path = sessions.join(&name).join("header.json");
+            let text = std::fs::read_to_string(&path).map_err(|e| Error::io("read", &path, &e))?;
+            let json = Json::parse(&text)?;
+            let id = json
+                .root()
+                .get("id")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .into_owned();
+            let header = Header::from_value(json.root(), &id).map_err(|e| e.in_session(&id))?;
+            headers.push(header);
+        }
+        headers.sort_by(|a, b| a.id().cmp(b.id()));
+        Ok(headers)
+    }
+
+    /// Moves session `id` to the trash; [`Store::purge`] removes it for good.
+    ///
+    /// # Errors
+    /// `SESSION_NOT_FOUND`, `LOCKED` while a writer has it open, `IO`.
+    pub fn delete(&self, id: &str) -> Result<()> {
+        let dir = self.session_dir(id);
+        Self::read_header(id, &dir)?;
+        crate::log::LogWriter::check_lock(&dir.join("log"))?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let trash = self
+            .dir
+            .join("trash")
+            .join(format!("{}-{nanos}", escape_id(id)));
+        self.options
+            .log
+            .storage
+            .rename(&dir, &trash)
+            .map_err(|e| Error::io("rename", &dir, &e))
+    }
+
+    /// Removes everything in the trash.
+    ///
+    /// # Errors
+    /// `IO`.
+    pub fn purge(&self) -> Result<()> {
+        let trash = self.dir.join("trash");
+        for name in self
+            .options
+            .log
+            .storage
+            .list_dir(&trash)
+            .map_err(|e| Error::io("list", &trash, &e))?
+        {
+            let path = trash.join(name);
+            std::fs::remove_dir_all(&path).map_err(|e| Error::io("remove", &path, &e))?;
+        }
+        Ok(())
+    }
+
+    fn session_dir(&self, id: &str) -> PathBuf {
+        self.dir.join("sessions").join(escape_id(id))
+    }
+
+    fn read_header(id: &str, dir: &Path) -> Result<Header> {
+        let path = dir.join("header.json");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into());
+            }
+            Err(error) => return Err(Error::io("read", &path, &error)),
+        };
+        // An escaped name shared by two ids (store.md STORE-4) holds the other id.
+        Header::parse(text.trim_end(), id, NegativeZero::Accept).map_err(|e| match e.kind() {
+            ErrorKind::HeaderInvalid { .. } => {
+                Error::from(ErrorKind::SessionNotFound { id: id.to_owned() })
+            }
+            _ => e.in_session(id),
+        })
+    }
+
+    /// Writes a new session directory: `header.json`, then the log.
+    fn write_session(&self, dir: &Path, session: &Session) -> Result<()> {
+        let storage = &self.options.log.storage;
+        storage
+            .create_dir_all(dir)
+            .map_err(|e| Error::io("create_dir", dir, &e))?;
+        let header = format!("{}\n", session.header().text());
+        write_file_atomically(&self.options, dir, "header.json", header.as_bytes())?;
+        let (mut log, _) = DiskLog::open(&dir.join("log"), self.options.log.clone())?;
+        log.append(session.log().events())?;
+        log.close()
+    }
+}
+
+fn check_identity(path: &Path, text: &str) -> Result<()> {
+    let corrupt = || {
+        Error::from(ErrorKind::Corrupt {
+            location: path.display().to_string(),
+            reason: "not a store identity file".to_owned(),
+        })
+    };
+    let json = Json::parse(text.trim_end()).map_err(|_| corrupt())?;
+    let root = json.root();
+    if !root
+        .get("format")
+        .is_some_and(|f| f.is_str("surfacelog-store"))
+    {
+        return Err(corrupt());
+    }
+    match root.get("version").and_then(|v| v.as_safe_u64()) {
+        Some(STORE_FORMAT_VERSION) => Ok(()),
+        Some(found) => Err(ErrorKind::FormatVersion {
+            found: found.to_string(),
+            newer: found > STORE_FORMAT_VERSION,
+        }
+        .into()),
+        None => Err(corrupt()),
+    }
+}
+
+/// Temporary file, sync, rename, directory sync (`store.md` STORE-5).
+fn write_file_atomically(
+    options: &StoreOptions,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<()> {
+    let storage = &options.log.storage;
+    let tmp = dir.join(format!("{name}.tmp"));
+    let _ = storage.remove_file(&tmp);
+    let file = storage
+        .create_file(&tmp, 0)
+        .map_err(|e| Error::io("create", &tmp, &e))?;
+    storage
+        .write_at(&file, 0, bytes)
+        .map_err(|e| Error::io("write", &tmp, &e))?;
+    storage
+        .sync_data(&file)
+        .map_err(|e| Error::io("fsync", &tmp, &e))?;
+    let path = dir.join(name);
+    storage
+        .rename(&tmp, &path)
+        .map_err(|e| Error::io("rename", &path, &e))?;
+    storage
+        .sync_dir(dir)
+        .map_err(|e| Error::io("fsync", dir, &e))
+}

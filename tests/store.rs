@@ -1,0 +1,314 @@
+//! The store of sessions on disk: create, open (recovery, repair exactly once), resume,
+//! list, delete and purge, id escaping, and reopen equivalence with an in-memory session.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use surfacelog::clock::ManualClock;
+use surfacelog::log::{Durability, LogOptions};
+use surfacelog::session::{
+    Compaction, NoSurface, Options, Prune, Session, SessionLog, SurfaceIntent, kinds,
+};
+use surfacelog::store::{Store, StoreOptions};
+
+fn temp_store(name: &str) -> (PathBuf, Store) {
+    let dir = std::env::temp_dir().join(format!("surfacelog-store-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let options = StoreOptions {
+        session: Options {
+            clock: Arc::new(ManualClock::new(1_000)),
+            ..Options::default()
+        },
+        log: LogOptions {
+            durability: Durability::Manual,
+            segment_bytes: 64 << 10,
+            ..LogOptions::default()
+        },
+    };
+    let store = Store::at(&dir, options).unwrap();
+    (dir, store)
+}
+
+fn user(id: &str) -> String {
+    format!(
+        r#"{{"id":"{id}","role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"{id}"}}]}}"#
+    )
+}
+
+fn assistant(turn: u64, blocks: &str) -> String {
+    format!(
+        r#"{{"turn":{turn},"step":1,"message":{{"id":"a{turn}","role":"assistant","source":{{"kind":"model","provider":"p","model":"m"}},"content":[{blocks}]}}}}"#
+    )
+}
+
+fn tool_result(turn: u64, call: &str) -> String {
+    format!(
+        r#"{{"turn":{turn},"step":1,"message":{{"id":"r{turn}","role":"user","source":{{"kind":"tool","callId":"{call}"}},"content":[{{"type":"tool-result","toolCallId":"{call}","content":[{{"type":"text","text":"output of {call}"}}]}}]}}}}"#
+    )
+}
+
+/// A workload on any session: turns with tool calls, a prune and a nested compaction.
+fn workload<L: SessionLog>(session: &mut Session<L>, turns: u64) {
+    let mut first_user = None;
+    for turn in 1..=turns {
+        session
+            .append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
+            .unwrap();
+        let u = session
+            .append::<kinds::UserMessage>(&user(&format!("u{turn}")), SurfaceIntent::append())
+            .unwrap();
+        first_user.get_or_insert(u);
+        session
+            .append::<kinds::StepStart>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
+            .unwrap();
+        let call = format!(r#"{{"type":"tool-call","id":"c{turn}"}}"#);
+        session
+            .append::<kinds::AssistantMessage>(&assistant(turn, &call), SurfaceIntent::append())
+            .unwrap();
+        let result = session
+            .append::<kinds::ToolResult>(
+                &tool_result(turn, &format!("c{turn}")),
+                SurfaceIntent::append(),
+            )
+            .unwrap();
+        session
+            .append::<kinds::StepEnd>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
+            .unwrap();
+        session
+            .append::<kinds::TurnEnd>(
+                &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
+                NoSurface,
+            )
+            .unwrap();
+        if turn % 3 == 0 {
+            session
+                .prune(&Prune {
+                    seq: result,
+                    content: "[]",
+                    shadowed_token_count: 1,
+                })
+                .unwrap();
+        }
+        if turn % 5 == 0 {
+            let start = session.surface().nodes()[0];
+            let end = *session.surface().nodes().last().unwrap();
+            let message = user(&format!("summary{turn}"));
+            let compaction = Compaction {
+                compaction_id: "k",
+                turn: None,
+                start,
+                end,
+                summary: "[]",
+                summary_extra: None,
+                message: &message,
+            };
+            session.compact(&compaction).unwrap();
+        }
+    }
+    assert!(first_user.is_some());
+}
+
+/// Event texts, surface nodes, messages, transcript and replace generation.
+type State = (Vec<String>, Vec<u64>, Vec<(u64, String)>, Vec<u64>, u64);
+
+fn state<L: SessionLog>(session: &Session<L>) -> State {
+    let log = session.log();
+    let texts = (0..log.seq_next())
+        .map(|s| log.event(s).unwrap().text.to_owned())
+        .collect();
+    let messages = session
+        .messages()
+        .iter()
+        .map(|m| (m.seq, m.json.to_owned()))
+        .collect();
+    (
+        texts,
+        session.surface().nodes().to_vec(),
+        messages,
+        session.transcript(),
+        session.surface().replace_generation(),
+    )
+}
+
+#[test]
+fn a_stored_session_reopens_equal_to_the_same_session_in_memory() {
+    let (dir, store) = temp_store("equivalence");
+    let mut stored = store.create("s1", None, None).unwrap();
+    let mut memory = Session::create(
+        "s1",
+        None,
+        None,
+        Options {
+            clock: Arc::new(ManualClock::new(1_000)),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    workload(&mut stored, 23);
+    workload(&mut memory, 23);
+    assert_eq!(state(&stored), state(&memory));
+    drop(stored);
+    let (reopened, opened) = store.open("s1").unwrap();
+    assert_eq!(opened.closers, 0);
+    assert_eq!(opened.log.torn_tail, None);
+    assert_eq!(state(&reopened), state(&memory));
+    assert_eq!(reopened.first_live_seq(), memory.seq_next());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_interrupted_turn_is_repaired_durably_exactly_once() {
+    let (dir, store) = temp_store("repair");
+    let mut session = store.create("s", None, None).unwrap();
+    session
+        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+        .unwrap();
+    session
+        .append::<kinds::StepStart>(r#"{"turn":1,"step":1}"#, NoSurface)
+        .unwrap();
+    session
+        .append::<kinds::AssistantMessage>(
+            &assistant(1, r#"{"type":"tool-call","id":"c1"}"#),
+            SurfaceIntent::append(),
+        )
+        .unwrap();
+    session.log().flush().unwrap();
+    drop(session); // the process "dies" inside the turn
+    let (session, opened) = store.open("s").unwrap();
+    assert_eq!(opened.closers, 3, "tool/result, step/end, turn/end");
+    let types: Vec<&str> = (3..6)
+        .map(|s| session.event(s).unwrap().event_type)
+        .collect();
+    assert_eq!(types, ["tool/result", "step/end", "turn/end"]);
+    drop(session);
+    let (session, opened) = store.open("s").unwrap();
+    assert_eq!(opened.closers, 0, "the closers were persisted");
+    assert_eq!(session.seq_next(), 6);
+    drop(session);
+    let (session, _) = store.resume("s").unwrap();
+    assert_eq!(session.event(6).unwrap().event_type, "session/end-seed");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_torn_tail_is_dropped_and_reported_and_damage_is_refused() {
+    let (dir, store) = temp_store("torn");
+    let mut session = store.create("s", None, None).unwrap();
+    for i in 0..10 {
+        session
+            .append_dynamic("plugin/x", &format!(r#"{{"i":{i}}}"#), None)
+            .unwrap();
+    }
+    session.log().flush().unwrap();
+    drop(session);
+    let segment = dir.join("sessions/s/log/00000000000000000000.seg");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let end = bytes.iter().rposition(|b| *b != 0).unwrap();
+    bytes[end - 3..=end].fill(0);
+    std::fs::write(&segment, &bytes).unwrap();
+    let (session, opened) = store.open("s").unwrap();
+    assert_eq!(
+        opened
+            .log
+            .torn_tail
+            .as_ref()
+            .map(surfacelog::log::TornTail::code),
+        Some("TORN_TAIL")
+    );
+    assert_eq!(session.seq_next(), 9);
+    drop(session);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[200] ^= 0x40;
+    std::fs::write(&segment, &bytes).unwrap();
+    let err = store.open("s").unwrap_err();
+    assert_eq!(err.code(), "CORRUPT");
+    assert_eq!(err.session(), Some("s"));
+    assert_eq!(std::fs::read(&segment).unwrap(), bytes, "nothing changed");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn ids_are_escaped_and_round_trip_and_list_reads_headers_only() {
+    let (dir, store) = temp_store("ids");
+    let long = "n".repeat(400);
+    let ids = ["a/b", "..", ".", "é🙂 x", long.as_str(), "a%2Fb"];
+    for id in ids {
+        let session = store.create(id, None, Some(&[])).unwrap();
+        assert_eq!(session.id(), id);
+    }
+    for name in std::fs::read_dir(dir.join("sessions")).unwrap() {
+        let name = name.unwrap().file_name().into_string().unwrap();
+        assert!(
+            !name.contains('/') && name != "." && name != ".." && name.len() <= 200,
+            "{name}"
+        );
+    }
+    // list never opens a log: it works with every log directory gone.
+    for entry in std::fs::read_dir(dir.join("sessions")).unwrap() {
+        std::fs::remove_dir_all(entry.unwrap().path().join("log")).unwrap();
+    }
+    let mut listed: Vec<String> = store
+        .list()
+        .unwrap()
+        .iter()
+        .map(|h| h.id().to_owned())
+        .collect();
+    let mut expected: Vec<String> = ids.iter().map(|s| (*s).to_owned()).collect();
+    listed.sort();
+    expected.sort();
+    assert_eq!(listed, expected);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn create_open_delete_refusals() {
+    let (dir, store) = temp_store("refusals");
+    let session = store.create("s", None, None).unwrap();
+    assert_eq!(
+        store.create("s", None, None).unwrap_err().code(),
+        "SESSION_EXISTS"
+    );
+    assert_eq!(store.open("s").unwrap_err().code(), "LOCKED");
+    assert_eq!(store.delete("s").unwrap_err().code(), "LOCKED");
+    assert_eq!(store.open("nope").unwrap_err().code(), "SESSION_NOT_FOUND");
+    drop(session);
+    // A refused create leaves nothing behind.
+    let bad_seed = [r#"{"type":"turn/start","seq":1,"time":0,"data":{}}"#];
+    assert_eq!(
+        store.create("t", None, Some(&bad_seed)).unwrap_err().code(),
+        "SEQ_NOT_CONTIGUOUS"
+    );
+    assert_eq!(std::fs::read_dir(dir.join("tmp")).unwrap().count(), 0);
+    assert_eq!(store.open("t").unwrap_err().code(), "SESSION_NOT_FOUND");
+    store.delete("s").unwrap();
+    assert_eq!(store.open("s").unwrap_err().code(), "SESSION_NOT_FOUND");
+    assert_eq!(std::fs::read_dir(dir.join("trash")).unwrap().count(), 1);
+    store.purge().unwrap();
+    assert_eq!(std::fs::read_dir(dir.join("trash")).unwrap().count(), 0);
+    // A store of another version is refused.
+    std::fs::write(
+        dir.join("STORE"),
+        r#"{"format":"surfacelog-store","version":2}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        Store::at(&dir, StoreOptions::default()).unwrap_err().code(),
+        "FORMAT_VERSION"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn store_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, store) = temp_store("modes");
+    drop(store.create("s", None, None).unwrap());
+    let mode = |p: PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(dir.join("sessions/s")), 0o700);
+    assert_eq!(mode(dir.join("sessions/s/header.json")), 0o600);
+    assert_eq!(
+        mode(dir.join("sessions/s/log/00000000000000000000.seg")),
+        0o600
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
