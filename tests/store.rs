@@ -312,3 +312,129 @@ fn store_files_are_private() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn fork_hard_links_sealed_segments_and_copies_only_the_boundary_segment() {
+    use std::os::unix::fs::MetadataExt;
+    use surfacelog::session::Boundary;
+    let (dir, store) = temp_store("fork");
+    let mut source = store
+        .create(
+            "src",
+            Some(r#"{"version":0,"id":"src","createdAt":5,"cwd":"/w"}"#),
+            None,
+        )
+        .unwrap();
+    workload(&mut source, 60);
+    source
+        .append::<kinds::TurnStart>(r#"{"turn":61}"#, NoSurface)
+        .unwrap();
+    source.log().flush().unwrap();
+    let boundary = source.seq_next() - 2;
+    let source_texts = state(&source).0;
+    assert_eq!(
+        store.fork("src", Boundary::Last, "src").unwrap_err().code(),
+        "SESSION_EXISTS"
+    );
+    assert_eq!(
+        store.fork("nope", Boundary::Last, "c").unwrap_err().code(),
+        "SESSION_NOT_FOUND"
+    );
+    assert_eq!(
+        store
+            .fork("src", Boundary::Seq(source.seq_next()), "c")
+            .unwrap_err()
+            .code(),
+        "INVALID_BOUNDARY"
+    );
+    assert_eq!(
+        store.fork("src", Boundary::Last, "c").unwrap_err().code(),
+        "OPEN_TURN"
+    );
+    let child = store.fork("src", Boundary::Seq(boundary), "c").unwrap();
+    assert_eq!(
+        child.header().text(),
+        format!(
+            r#"{{"version":0,"id":"c","createdAt":1000,"cwd":"/w","parentSession":"src","seedLength":{}}}"#,
+            boundary + 1
+        )
+    );
+    assert_eq!(child.first_live_seq(), boundary + 1);
+    let child_texts = state(&child).0;
+    assert_eq!(
+        child_texts[..=usize::try_from(boundary).unwrap()],
+        source_texts[..=usize::try_from(boundary).unwrap()]
+    );
+    assert!(child_texts.last().unwrap().contains("session/end-seed"));
+    let mut segments: Vec<_> = std::fs::read_dir(dir.join("sessions/c/log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segments.sort();
+    assert!(segments.len() >= 2, "{segments:?}");
+    let last = segments.pop().unwrap();
+    for shared in &segments {
+        assert_eq!(
+            std::fs::metadata(shared).unwrap().nlink(),
+            2,
+            "{} is shared",
+            shared.display()
+        );
+    }
+    assert_eq!(
+        std::fs::metadata(&last).unwrap().nlink(),
+        1,
+        "the boundary segment is a copy"
+    );
+    drop(child);
+    assert_eq!(state(&source).0, source_texts, "the source is unchanged");
+    let (reopened, _) = store.open("c").unwrap();
+    assert_eq!(state(&reopened).0, child_texts);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn followers_see_appends_and_inspect_repairs_in_memory_only() {
+    let (dir, store) = temp_store("follow");
+    let mut session = store.create("s", None, None).unwrap();
+    let mut follower = store.follow("s").unwrap();
+    assert!(
+        !follower
+            .wait_for(0, std::time::Duration::from_millis(20))
+            .unwrap()
+    );
+    let writer = std::thread::spawn(move || {
+        for i in 0..50 {
+            session
+                .append_dynamic("plugin/x", &format!(r#"{{"i":{i}}}"#), None)
+                .unwrap();
+        }
+        session
+            .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+            .unwrap();
+        session.log().flush().unwrap();
+        session
+    });
+    assert!(
+        follower
+            .wait_for(50, std::time::Duration::from_secs(10))
+            .unwrap()
+    );
+    assert_eq!(
+        surfacelog::event::EventSource::event(follower.log(), 50)
+            .unwrap()
+            .event_type,
+        "turn/start"
+    );
+    let session = writer.join().unwrap();
+    let inspected = store.inspect("s").unwrap();
+    assert_eq!(inspected.seq_next(), 52, "turn/end shown in memory");
+    assert_eq!(inspected.event(51).unwrap().event_type, "turn/end");
+    drop(inspected);
+    drop(session);
+    let (reopened, opened) = store.open("s").unwrap();
+    assert_eq!(opened.closers, 1, "inspect wrote nothing; open repairs");
+    assert_eq!(reopened.seq_next(), 52);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

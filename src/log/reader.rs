@@ -101,6 +101,36 @@ impl LogReader {
         (seq..self.seq_next).map_while(|seq| self.event(seq))
     }
 
+    /// The segments holding the first `len` events, in order: each segment's path, its
+    /// bytes, and the offset just past the last of those events in it. For a fork: all
+    /// but the last can be shared as they are; the last is cut at that offset.
+    pub(crate) fn prefix_segments(&self, len: u64) -> Vec<(&Path, &[u8], usize)> {
+        let len = len.min(self.seq_next);
+        let mut parts = Vec::new();
+        for segment in &self.segments {
+            let first = segment.header.first_seq;
+            if first >= len && !(len == 0 && first == 0) {
+                break;
+            }
+            let count = usize::try_from(len - first)
+                .unwrap_or(usize::MAX)
+                .min(segment.offsets.len());
+            let end = match count
+                .checked_sub(1)
+                .and_then(|last| segment.offsets.get(last))
+            {
+                Some(&at) => segment
+                    .map
+                    .get(at as usize..)
+                    .and_then(|rest| decode(rest).ok())
+                    .map_or(SEGMENT_HEADER_LEN, |(_, frame)| at as usize + frame),
+                None => SEGMENT_HEADER_LEN,
+            };
+            parts.push((segment.path.as_path(), &segment.map[..], end));
+        }
+        parts
+    }
+
     /// Opens the segment after the last one if its file exists with a valid header.
     /// A next file whose header is not written yet is not there yet (the writer is
     /// creating it, SEG-6).

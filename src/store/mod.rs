@@ -6,8 +6,11 @@
 //! exactly once (contract §8).
 
 mod escape;
+mod follow;
+mod fork;
 
 pub use escape::escape_id;
+pub use follow::{Follower, ReadOnlyLog};
 
 use std::path::{Path, PathBuf};
 
