@@ -1,4 +1,5 @@
-//! `surfacelog demo`: one session, start to finish, printed for a person.
+//! `surfacelog demo`: one session in the store, start to finish, printed for a person:
+//! appends, a prune, nested compactions, views, time travel, reopen, fork and crash repair.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -7,7 +8,11 @@ use surfacelog::Error;
 use surfacelog::clock::ManualClock;
 use surfacelog::event::SurfaceOp;
 use surfacelog::json::Json;
-use surfacelog::session::{Compaction, NoSurface, Options, Prune, Session, SurfaceIntent, kinds};
+use surfacelog::log::{Durability, LogOptions};
+use surfacelog::session::{
+    Boundary, Compaction, NoSurface, Options, Prune, Session, SessionLog, SurfaceIntent, kinds,
+};
+use surfacelog::store::{Store, StoreOptions};
 use surfacelog::surface::Message;
 
 /// The width a message's JSON is cut to when printed.
@@ -17,13 +22,29 @@ const MESSAGE_COLUMNS: usize = 96;
     clippy::too_many_lines,
     reason = "the demo is one script, read top to bottom"
 )]
-pub fn run(out: &mut impl Write) -> Result<(), Error> {
+pub fn run(store_dir: &std::path::Path, out: &mut impl Write) -> Result<(), Error> {
     let clock = Arc::new(ManualClock::new(1_760_000_000_000));
-    let options = Options {
-        clock: clock.clone(),
-        ..Options::default()
+    let options = StoreOptions {
+        session: Options {
+            clock: clock.clone(),
+            ..Options::default()
+        },
+        log: LogOptions {
+            durability: Durability::Manual,
+            ..LogOptions::default()
+        },
     };
-    let mut session = Session::create("demo", None, None, options)?;
+    let store = Store::at(store_dir, options)?;
+    for id in ["demo", "demo-fork", "demo-crash"] {
+        match store.delete(id) {
+            Ok(()) => {}
+            Err(e) if e.code() == "SESSION_NOT_FOUND" => {}
+            Err(e) => return Err(e),
+        }
+    }
+    store.purge()?;
+    writeln!(out, "store: {}", store_dir.display()).map_err(io_error)?;
+    let mut session = store.create("demo", None, None)?;
     let mut say = |text: &str| writeln!(out, "{text}").map_err(io_error);
 
     say("== 1. A conversation is appended: two turns, one tool call ==")?;
@@ -127,6 +148,88 @@ pub fn run(out: &mut impl Write) -> Result<(), Error> {
         session.surface().replace_generation()
     )
     .map_err(io_error)?;
+    session.log().flush()?;
+    let fork_at = turn1.answer + 2;
+    drop(session);
+    stored_stages(&store, &clock, fork_at, out)
+}
+
+/// Stages 9 to 11: what the store adds to the session above.
+fn stored_stages(
+    store: &Store,
+    clock: &ManualClock,
+    fork_at: u64,
+    out: &mut impl Write,
+) -> Result<(), Error> {
+    writeln!(
+        out,
+        "\n== 9. Reopened from disk: the same surface, folded from the log =="
+    )
+    .map_err(io_error)?;
+    let (session, opened) = store.open("demo")?;
+    writeln!(
+        out,
+        "{} events, surface {:?}, torn tail: {}, repair closers: {}",
+        session.seq_next(),
+        session.surface().nodes(),
+        opened.log.torn_tail.is_some(),
+        opened.closers
+    )
+    .map_err(io_error)?;
+    drop(session);
+
+    writeln!(
+        out,
+        "\n== 10. Fork at seq {fork_at} (after turn 1): sealed segments are shared, not copied =="
+    )
+    .map_err(io_error)?;
+    let child = store.fork("demo", Boundary::Seq(fork_at), "demo-fork")?;
+    writeln!(out, "header {}", child.header().text()).map_err(io_error)?;
+    writeln!(
+        out,
+        "{} events (seed of {} + end-seed marker), surface {:?}",
+        child.seq_next(),
+        fork_at + 1,
+        child.surface().nodes()
+    )
+    .map_err(io_error)?;
+    drop(child);
+
+    writeln!(
+        out,
+        "\n== 11. Crash repair: a turn interrupted inside a tool call, then reopened =="
+    )
+    .map_err(io_error)?;
+    let mut crashed = store.create("demo-crash", None, None)?;
+    crashed.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)?;
+    crashed.append::<kinds::StepStart>(r#"{"turn":1,"step":1}"#, NoSurface)?;
+    let call = r#"{"type":"tool-call","id":"call9","name":"bash","arguments":"{}"}"#;
+    crashed.append::<kinds::AssistantMessage>(
+        &assistant_message(1, 1, "a9", call),
+        SurfaceIntent::append(),
+    )?;
+    clock.set(clock_now(clock) + 100);
+    crashed.append::<kinds::ToolCall>(
+        r#"{"turn":1,"step":1,"callId":"call9","name":"bash"}"#,
+        NoSurface,
+    )?;
+    crashed.log().flush()?;
+    drop(crashed); // the process dies here
+    let (repaired, opened) = store.open("demo-crash")?;
+    writeln!(out, "reopen appended {} closers:", opened.closers).map_err(io_error)?;
+    print_events(&repaired, repaired.seq_next() - opened.closers, out)?;
+    let (_, again) = {
+        drop(repaired);
+        store.open("demo-crash")?
+    };
+    writeln!(
+        out,
+        "reopened again: {} closers (repair is persisted exactly once)",
+        again.closers
+    )
+    .map_err(io_error)?;
+    let ids: Vec<String> = store.list()?.iter().map(|h| h.id().to_owned()).collect();
+    writeln!(out, "\nsessions in the store: {ids:?}").map_err(io_error)?;
     Ok(())
 }
 
@@ -137,8 +240,8 @@ struct Turn {
     answer: u64,
 }
 
-fn conversation_turn(
-    session: &mut Session,
+fn conversation_turn<L: SessionLog>(
+    session: &mut Session<L>,
     clock: &ManualClock,
     turn: u64,
     question: &str,
@@ -229,7 +332,11 @@ fn tool_result_data(turn: u64, step: u64, call: &str) -> String {
     )
 }
 
-fn print_events(session: &Session, from: u64, out: &mut impl Write) -> Result<(), Error> {
+fn print_events<L: SessionLog>(
+    session: &Session<L>,
+    from: u64,
+    out: &mut impl Write,
+) -> Result<(), Error> {
     for seq in from..session.seq_next() {
         let Some(event) = session.event(seq) else {
             continue;
@@ -250,7 +357,7 @@ fn print_events(session: &Session, from: u64, out: &mut impl Write) -> Result<()
     Ok(())
 }
 
-fn print_surface(session: &Session, out: &mut impl Write) -> Result<(), Error> {
+fn print_surface<L: SessionLog>(session: &Session<L>, out: &mut impl Write) -> Result<(), Error> {
     writeln!(out, "surface {:?}", session.surface().nodes()).map_err(io_error)?;
     print_messages(&session.messages(), out)
 }

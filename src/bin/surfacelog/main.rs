@@ -18,9 +18,14 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a session in memory and print what the engine derives: appends, a nested
-    /// compaction, a tool-output prune, the messages, the transcript and an as-of view.
-    Demo,
+    /// Run a session in the store and print what the engine derives: appends, a nested
+    /// compaction, a tool-output prune, the messages, the transcript, an as-of view, a
+    /// reopen, a fork and a crash repair.
+    Demo {
+        /// The store directory.
+        #[arg(long, default_value = "./surfacelog-data")]
+        store: std::path::PathBuf,
+    },
     /// Read a log directory (no lock needed) and print its length as JSON.
     Log {
         /// The log directory.
@@ -47,7 +52,7 @@ fn log_info(dir: &std::path::Path, check_writer: bool) -> Result<(), surfacelog:
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Demo => demo::run(&mut std::io::stdout().lock()),
+        Command::Demo { store } => demo::run(&store, &mut std::io::stdout().lock()),
         Command::Log { dir, check_writer } => log_info(&dir, check_writer),
     };
     match outcome {
