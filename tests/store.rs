@@ -24,6 +24,7 @@ fn temp_store(name: &str) -> (PathBuf, Store) {
             segment_bytes: 64 << 10,
             ..LogOptions::default()
         },
+        checkpoint_every: 100,
     };
     let store = Store::at(&dir, options).unwrap();
     (dir, store)
@@ -172,7 +173,7 @@ fn an_interrupted_turn_is_repaired_durably_exactly_once() {
             SurfaceIntent::append(),
         )
         .unwrap();
-    session.log().flush().unwrap();
+    session.flush().unwrap();
     drop(session); // the process "dies" inside the turn
     let (session, opened) = store.open("s").unwrap();
     assert_eq!(opened.closers, 3, "tool/result, step/end, turn/end");
@@ -199,7 +200,7 @@ fn a_torn_tail_is_dropped_and_reported_and_damage_is_refused() {
             .append_dynamic("plugin/x", &format!(r#"{{"i":{i}}}"#), None)
             .unwrap();
     }
-    session.log().flush().unwrap();
+    session.flush().unwrap();
     drop(session);
     let segment = dir.join("sessions/s/log/00000000000000000000.seg");
     let mut bytes = std::fs::read(&segment).unwrap();
@@ -329,7 +330,7 @@ fn fork_hard_links_sealed_segments_and_copies_only_the_boundary_segment() {
     source
         .append::<kinds::TurnStart>(r#"{"turn":61}"#, NoSurface)
         .unwrap();
-    source.log().flush().unwrap();
+    source.flush().unwrap();
     let boundary = source.seq_next() - 2;
     let source_texts = state(&source).0;
     assert_eq!(
@@ -413,7 +414,7 @@ fn followers_see_appends_and_inspect_repairs_in_memory_only() {
         session
             .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
             .unwrap();
-        session.log().flush().unwrap();
+        session.flush().unwrap();
         session
     });
     assert!(
@@ -436,5 +437,77 @@ fn followers_see_appends_and_inspect_repairs_in_memory_only() {
     let (reopened, opened) = store.open("s").unwrap();
     assert_eq!(opened.closers, 1, "inspect wrote nothing; open repairs");
     assert_eq!(reopened.seq_next(), 52);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn ckp_3_opening_uses_a_matching_checkpoint_and_rebuilds_any_other() {
+    use surfacelog::store::checkpoint::Unusable;
+    let (dir, store) = temp_store("checkpoint");
+    let mut session = store.create("s", None, None).unwrap();
+    workload(&mut session, 40);
+    session.flush().unwrap();
+    let flushed_at = session.seq_next();
+    // More events after the last checkpoint, then a crash inside a tool call.
+    workload(&mut session, 3);
+    session
+        .append::<kinds::TurnStart>(r#"{"turn":44}"#, NoSurface)
+        .unwrap();
+    session
+        .append::<kinds::StepStart>(r#"{"turn":44,"step":1}"#, NoSurface)
+        .unwrap();
+    session
+        .append::<kinds::AssistantMessage>(
+            &assistant(44, r#"{"type":"tool-call","id":"c44"}"#),
+            SurfaceIntent::append(),
+        )
+        .unwrap();
+    drop(session);
+    let checkpoint = dir.join("sessions/s/checkpoint");
+    let saved = std::fs::read(&checkpoint).unwrap();
+    let (from_checkpoint, opened) = store.open("s").unwrap();
+    assert!(
+        matches!(opened.checkpoint, Ok(seq) if seq >= flushed_at),
+        "{:?}",
+        opened.checkpoint
+    );
+    assert_eq!(opened.closers, 3);
+    let expected = state(&from_checkpoint);
+    drop(from_checkpoint);
+    // The same log without, with a damaged, and with a foreign checkpoint.
+    let cases: [(&str, Option<Vec<u8>>, Unusable); 2] = [
+        ("missing", None, Unusable::Missing),
+        (
+            "damaged",
+            Some({
+                let mut b = saved.clone();
+                b[20] ^= 1;
+                b
+            }),
+            Unusable::Corrupt,
+        ),
+    ];
+    for (what, bytes, why) in cases {
+        match bytes {
+            Some(bytes) => std::fs::write(&checkpoint, bytes).unwrap(),
+            None => std::fs::remove_file(&checkpoint).unwrap(),
+        }
+        let (session, opened) = store.open("s").unwrap();
+        assert_eq!(opened.checkpoint, Err(why), "{what}");
+        assert_eq!(opened.closers, 0, "{what}: repaired once already");
+        assert_eq!(state(&session), expected, "{what}");
+    }
+    let mut other = store.create("t", None, None).unwrap();
+    workload(&mut other, 50);
+    other.flush().unwrap();
+    drop(other);
+    std::fs::copy(dir.join("sessions/t/checkpoint"), &checkpoint).unwrap();
+    let (session, opened) = store.open("s").unwrap();
+    assert_eq!(
+        opened.checkpoint,
+        Err(Unusable::Stale),
+        "another log's checkpoint"
+    );
+    assert_eq!(state(&session), expected);
     std::fs::remove_dir_all(&dir).unwrap();
 }

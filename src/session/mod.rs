@@ -65,6 +65,30 @@ pub trait SessionLog: EventSource {
     /// # Errors
     /// The log's I/O refusal (`IO`, `POISONED`).
     fn push_events(&mut self, events: Vec<Event>) -> Result<()>;
+
+    /// The crash-repair closers for the log as it is (contract §8). The default scans the
+    /// whole log; a log that keeps the repair state as it goes answers from its tail.
+    fn closers(&self) -> Vec<String>
+    where
+        Self: Sized,
+    {
+        repair::closers(self)
+    }
+
+    /// Told after each commit, with the surface it produced: a stored log checkpoints
+    /// here every so many events. A checkpoint is a cache, so this cannot fail.
+    fn committed(&mut self, surface: &Surface) {
+        let _ = surface;
+    }
+
+    /// Makes every appended event durable and records the surface (`Session::flush`).
+    ///
+    /// # Errors
+    /// The log's I/O refusal.
+    fn sync(&mut self, surface: &Surface) -> Result<()> {
+        let _ = surface;
+        Ok(())
+    }
 }
 
 impl SessionLog for MemLog {
@@ -79,6 +103,10 @@ impl SessionLog for MemLog {
 impl SessionLog for crate::log::DiskLog {
     fn push_events(&mut self, events: Vec<Event>) -> Result<()> {
         self.append(&events)
+    }
+
+    fn sync(&mut self, _surface: &Surface) -> Result<()> {
+        self.flush()
     }
 }
 
@@ -200,7 +228,23 @@ impl<L: SessionLog> Session<L> {
     /// # Errors
     /// A fold refusal (the log does not hold a valid surface).
     pub fn over_log(header: Header, log: L, first_live_seq: u64, options: Options) -> Result<Self> {
+        Self::over_log_from(header, log, Surface::new(), first_live_seq, options)
+    }
+
+    /// [`Session::over_log`] starting from a surface already folded over a prefix of the
+    /// log (a checkpoint): only the events after it are folded.
+    ///
+    /// # Errors
+    /// A fold refusal.
+    pub fn over_log_from(
+        header: Header,
+        log: L,
+        surface: Surface,
+        first_live_seq: u64,
+        options: Options,
+    ) -> Result<Self> {
         let mut session = Self::with_log(header, log, options);
+        session.surface = surface;
         session
             .surface
             .catch_up(&session.log, &session.options.vocabulary)
@@ -292,6 +336,7 @@ impl<L: SessionLog> Session<L> {
             .map_err(|e| e.in_session(self.header.id()))?;
         self.surface = surface;
         self.invariants = invariants;
+        self.log.committed(&self.surface);
         Ok(seqs)
     }
 
@@ -435,11 +480,29 @@ impl<L: SessionLog> Session<L> {
     /// # Errors
     /// A refusal of a closer (the log's I/O, or a log that does not hold a valid surface).
     pub fn repair(&mut self) -> Result<u64> {
-        let closers = repair::closers(&self.log);
+        let closers = self.log.closers();
         for text in &closers {
             self.ingest(text, Lossless::Closer)?;
         }
         Ok(closers.len() as u64)
+    }
+
+    /// Makes every appended event durable; a stored session also writes its checkpoint.
+    ///
+    /// # Errors
+    /// The log's I/O refusal.
+    pub fn flush(&mut self) -> Result<()> {
+        self.log
+            .sync(&self.surface)
+            .map_err(|e| e.in_session(self.header.id()))
+    }
+
+    /// Flushes and closes the session.
+    ///
+    /// # Errors
+    /// As [`Session::flush`].
+    pub fn close(mut self) -> Result<()> {
+        self.flush()
     }
 
     /// Appends the end-seed marker unless the last event already is one (contract §5):
@@ -468,6 +531,7 @@ impl<L: SessionLog> Session<L> {
             .push_events(vec![admitted.event])
             .map_err(|e| e.in_session(self.header.id()))?;
         self.surface.apply(admitted.step);
+        self.log.committed(&self.surface);
         if let (Some(state), Some(effect)) = (self.invariants.as_mut(), admitted.invariants) {
             state.apply(effect);
         }

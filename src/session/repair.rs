@@ -20,15 +20,17 @@ pub const OUTCOME_UNKNOWN_TEXT: &str = "The tool call was interrupted after it w
 /// is absent (JavaScript's `undefined`, which drops the key from the closer).
 type Number = Option<String>;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Pending {
     call_id: Vec<u8>,
     step: Number,
     call_seq: Option<u64>,
 }
 
-#[derive(Debug, Default)]
-struct Scan {
+/// The repair scan's state after some prefix of a log (pass 1 of contract §8): resumable,
+/// so a checkpoint can hold it and reopening scans only the tail.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepairState {
     /// `Some(turn)` while a turn is open.
     open_turn: Option<Number>,
     /// `Some(step)` while a step is open.
@@ -38,7 +40,7 @@ struct Scan {
 
 /// Pending calls in registration order, with O(1) lookup by id: answered calls leave a
 /// hole instead of shifting the rest, so a log with many calls repairs in linear time.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct PendingCalls {
     slots: Vec<Option<Pending>>,
     by_id: HashMap<Vec<u8>, usize>,
@@ -84,46 +86,118 @@ impl PendingCalls {
 /// Call ids that are not non-empty strings are not tracked: a `tool/result` can only
 /// answer a non-empty string id (contract §3), so a closer for one would be refused.
 pub fn closers(source: &impl EventSource) -> Vec<String> {
-    let seq_next = source.seq_next();
-    let Some(last) = seq_next.checked_sub(1).and_then(|seq| source.event(seq)) else {
-        return Vec::new();
-    };
-    let mut scan = Scan::default();
-    for seq in 0..seq_next {
-        if let Some(event) = source.event(seq) {
-            scan.observe(seq, event.event_type, event.data());
-        }
-    }
-    let Some(turn) = scan.open_turn else {
-        return Vec::new();
-    };
-    let time = last.time;
-    let mut seq = seq_next;
-    let mut out = Vec::with_capacity(scan.pending.by_id.len() + 2);
-    for call in scan.pending.iter() {
-        out.push(tool_result_closer(seq, time, turn.as_deref(), call));
-        seq += 1;
-    }
-    if let Some(step) = scan.open_step {
-        let mut text = head("step/end", seq, time);
-        push_members(
-            &mut text,
-            &[("turn", turn.as_deref()), ("step", step.as_deref())],
-        );
-        text.push_str("}}");
-        out.push(text);
-        seq += 1;
-    }
-    let mut text = head("turn/end", seq, time);
-    push_members(&mut text, &[("turn", turn.as_deref())]);
-    text.push_str(if turn.is_some() { "," } else { "" });
-    text.push_str("\"reason\":{\"kind\":\"interrupted\"}}}");
-    out.push(text);
-    out
+    let mut state = RepairState::default();
+    state.observe_from(source, 0);
+    state.closers(source)
 }
 
-impl Scan {
-    fn observe(&mut self, seq: u64, event_type: &str, data: &str) {
+impl RepairState {
+    /// Observes the events of `source` from `from` to its end.
+    pub fn observe_from(&mut self, source: &impl EventSource, from: u64) {
+        for seq in from..source.seq_next() {
+            if let Some(event) = source.event(seq) {
+                self.observe(seq, event.event_type, event.data());
+            }
+        }
+    }
+
+    /// The closers for a log whose events this state has observed (all of them).
+    pub fn closers(&self, source: &impl EventSource) -> Vec<String> {
+        let seq_next = source.seq_next();
+        let Some(last) = seq_next.checked_sub(1).and_then(|seq| source.event(seq)) else {
+            return Vec::new();
+        };
+        let Some(turn) = &self.open_turn else {
+            return Vec::new();
+        };
+        let time = last.time;
+        let mut seq = seq_next;
+        let mut out = Vec::with_capacity(self.pending.by_id.len() + 2);
+        for call in self.pending.iter() {
+            out.push(tool_result_closer(seq, time, turn.as_deref(), call));
+            seq += 1;
+        }
+        if let Some(step) = &self.open_step {
+            let mut text = head("step/end", seq, time);
+            push_members(
+                &mut text,
+                &[("turn", turn.as_deref()), ("step", step.as_deref())],
+            );
+            text.push_str("}}");
+            out.push(text);
+            seq += 1;
+        }
+        let mut text = head("turn/end", seq, time);
+        push_members(&mut text, &[("turn", turn.as_deref())]);
+        text.push_str(if turn.is_some() { "," } else { "" });
+        text.push_str("\"reason\":{\"kind\":\"interrupted\"}}}");
+        out.push(text);
+        out
+    }
+
+    /// The state as bytes, for a checkpoint (`format-spec/checkpoint.md` CKP-4).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        push_option(
+            out,
+            self.open_turn
+                .as_ref()
+                .map(|t| t.as_deref().map(str::as_bytes)),
+        );
+        push_option(
+            out,
+            self.open_step
+                .as_ref()
+                .map(|t| t.as_deref().map(str::as_bytes)),
+        );
+        let pending: Vec<&Pending> = self.pending.iter().collect();
+        out.extend_from_slice(
+            &u32::try_from(pending.len())
+                .unwrap_or(u32::MAX)
+                .to_le_bytes(),
+        );
+        for call in pending {
+            push_bytes(out, &call.call_id);
+            push_option(out, Some(call.step.as_deref().map(str::as_bytes)));
+            match call.call_seq {
+                Some(seq) => {
+                    out.push(1);
+                    out.extend_from_slice(&seq.to_le_bytes());
+                }
+                None => out.push(0),
+            }
+        }
+    }
+
+    /// Reads a state written by [`RepairState::encode`]; `None` when the bytes are not one.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut reader = Reader { bytes, at: 0 };
+        let open_turn = reader.option()?.map(|t| t.map(String::from));
+        let open_step = reader.option()?.map(|t| t.map(String::from));
+        let count = reader.u32()?;
+        let mut pending = PendingCalls::default();
+        for _ in 0..count {
+            let call_id = reader.bytes()?.to_vec();
+            let step = reader.option()??.map(String::from);
+            let call_seq = match reader.u8()? {
+                0 => None,
+                1 => Some(reader.u64()?),
+                _ => return None,
+            };
+            pending.register(Pending {
+                call_id,
+                step,
+                call_seq,
+            });
+        }
+        (reader.at == bytes.len()).then_some(Self {
+            open_turn,
+            open_step,
+            pending,
+        })
+    }
+
+    /// Observes one event (pass 1 of contract §8).
+    pub fn observe(&mut self, seq: u64, event_type: &str, data: &str) {
         let relevant = matches!(
             event_type,
             "turn/start"
@@ -271,4 +345,74 @@ fn js_member(data: Value<'_, '_>, key: &str) -> Number {
         write_js(&mut out, value);
         out
     })
+}
+
+/// `0` (absent), or `1` then `0` (present, undefined) or `1` then the bytes (CKP-4).
+#[expect(clippy::option_option, reason = "absent, present-undefined and present-value are three states")]
+fn push_option(out: &mut Vec<u8>, value: Option<Option<&[u8]>>) {
+    match value {
+        None => out.push(0),
+        Some(None) => out.extend_from_slice(&[1, 0]),
+        Some(Some(bytes)) => {
+            out.extend_from_slice(&[1, 1]);
+            push_bytes(out, bytes);
+        }
+    }
+}
+
+fn push_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// A bounds-checked cursor over untrusted checkpoint bytes.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: usize) -> Option<&'a [u8]> {
+        let taken = self.bytes.get(self.at..self.at.checked_add(len)?)?;
+        self.at += len;
+        Some(taken)
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1)?.first().copied()
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)?.try_into().ok().map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)?.try_into().ok().map(u64::from_le_bytes)
+    }
+
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let len = usize::try_from(self.u32()?).ok()?;
+        self.take(len)
+    }
+
+    fn text(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.bytes()?).ok()
+    }
+
+    /// The inverse of `push_option`: `None` for bad bytes, `Some(None)` for absent.
+    #[expect(
+        clippy::option_option,
+        reason = "absent, present-undefined and present-value are three states"
+    )]
+    fn option(&mut self) -> Option<Option<Option<&'a str>>> {
+        match self.u8()? {
+            0 => Some(None),
+            1 => match self.u8()? {
+                0 => Some(Some(None)),
+                1 => Some(Some(Some(self.text()?))),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
 }

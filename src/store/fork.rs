@@ -69,7 +69,7 @@ impl Store {
             .map_err(|e| Error::io("fsync", &sessions, &e))?;
         let (mut session, _) = self.open(child)?;
         session.end_seed()?;
-        session.log().flush()?;
+        session.flush()?;
         Ok(session)
     }
 

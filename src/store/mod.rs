@@ -5,12 +5,15 @@
 //! refused), folds the surface, and appends the closers of an interrupted turn durably,
 //! exactly once (contract §8).
 
+pub mod checkpoint;
 mod escape;
 mod follow;
 mod fork;
+mod stored_log;
 
 pub use escape::escape_id;
 pub use follow::{Follower, ReadOnlyLog};
+pub use stored_log::StoredLog;
 
 use std::path::{Path, PathBuf};
 
@@ -25,16 +28,33 @@ use crate::session::{Options, Session};
 pub const STORE_FORMAT_VERSION: u64 = 1;
 
 /// A session whose log is on disk.
-pub type StoredSession = Session<DiskLog>;
+pub type StoredSession = Session<StoredLog>;
 
 /// How a store opens its sessions.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct StoreOptions {
     /// The sessions' options (vocabulary, limits, invariants, clock).
     pub session: Options,
     /// The logs' options (segment size, durability, storage).
     pub log: LogOptions,
+    /// Events between two checkpoints of a session's surface (they are also written on
+    /// flush and close). Fewer means faster opens after a crash, more means less writing.
+    /// Default: 10,000.
+    pub checkpoint_every: u64,
 }
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            session: Options::default(),
+            log: LogOptions::default(),
+            checkpoint_every: CHECKPOINT_EVERY_DEFAULT,
+        }
+    }
+}
+
+/// The default of [`StoreOptions::checkpoint_every`].
+pub const CHECKPOINT_EVERY_DEFAULT: u64 = 10_000;
 
 /// A directory of sessions.
 #[derive(Debug)]
@@ -44,12 +64,24 @@ pub struct Store {
 }
 
 /// What opening a stored session found and did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Opened {
     /// The log's recovery report (`TORN_TAIL` and friends).
     pub log: OpenReport,
     /// The number of repair closers appended (contract §8).
     pub closers: u64,
+    /// Whether the surface checkpoint was used, or why not (`checkpoint.md` CKP-3).
+    pub checkpoint: Result<u64, checkpoint::Unusable>,
+}
+
+impl Default for Opened {
+    fn default() -> Self {
+        Self {
+            log: OpenReport::default(),
+            closers: 0,
+            checkpoint: Err(checkpoint::Unusable::Missing),
+        }
+    }
 }
 
 impl Store {
@@ -145,16 +177,39 @@ impl Store {
         let (log, report) = DiskLog::open(&dir.join("log"), self.options.log.clone())
             .map_err(|e| e.in_session(id))?;
         let stored = crate::event::EventSource::seq_next(&log);
-        let mut session = Session::over_log(header, log, stored, self.options.session.clone())?;
+        // CKP-3: a checkpoint is used only when it matches this log; otherwise fold it all.
+        let loaded = checkpoint::Checkpoint::load(&dir, &log);
+        let (surface, repair, used) = match loaded {
+            Ok(cp) => {
+                let seq = cp.surface.seq_next();
+                (cp.surface, cp.repair, Ok(seq))
+            }
+            Err(why) => (
+                crate::surface::Surface::new(),
+                crate::session::repair::RepairState::default(),
+                Err(why),
+            ),
+        };
+        let from = surface.seq_next();
+        let log = StoredLog::new(
+            log,
+            repair,
+            from,
+            dir.join(checkpoint::CHECKPOINT_FILE),
+            self.options.checkpoint_every,
+        );
+        let mut session =
+            Session::over_log_from(header, log, surface, stored, self.options.session.clone())?;
         let closers = session.repair()?;
-        if closers > 0 {
-            session.log().flush()?;
+        if closers > 0 || used.is_err() {
+            session.flush()?;
         }
         Ok((
             session,
             Opened {
                 log: report,
                 closers,
+                checkpoint: used,
             },
         ))
     }
@@ -273,7 +328,11 @@ impl Store {
         write_file_atomically(&self.options, dir, "header.json", header.as_bytes())?;
         let (mut log, _) = DiskLog::open(&dir.join("log"), self.options.log.clone())?;
         log.append(session.log().events())?;
-        log.close()
+        log.close()?;
+        let mut repair = crate::session::repair::RepairState::default();
+        repair.observe_from(session.log(), 0);
+        let bytes = checkpoint::Checkpoint::of(session.surface(), &repair, session.log()).encode();
+        write_file_atomically(&self.options, dir, checkpoint::CHECKPOINT_FILE, &bytes)
     }
 }
 

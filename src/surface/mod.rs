@@ -350,6 +350,45 @@ impl Surface {
         (self.nodes[at] == seq).then_some(at)
     }
 
+    /// The keys of the replacement nodes on the surface, `(seq, key)` sorted by seq: with
+    /// [`Surface::nodes`], the whole state a checkpoint needs.
+    pub fn replacement_keys(&self) -> &[(u64, u64)] {
+        &self.replacement_keys
+    }
+
+    /// A surface from checkpointed parts, without history. Returns `None` unless the
+    /// parts satisfy the type's invariants (keys sorted and unique, node keys strictly
+    /// increasing, every seq below `seq_next`): bytes from a file are input, not trusted.
+    pub fn from_parts(
+        nodes: Vec<u64>,
+        replacement_keys: Vec<(u64, u64)>,
+        replace_generation: u64,
+        seq_next: u64,
+    ) -> Option<Self> {
+        let surface = Self {
+            nodes,
+            replacement_keys,
+            replace_generation,
+            seq_next,
+            history: None,
+        };
+        let keys_sorted = surface.replacement_keys.windows(2).all(|w| w[0].0 < w[1].0);
+        let below = |seq: &u64| *seq < seq_next;
+        let in_range = surface.nodes.iter().all(below)
+            && surface
+                .replacement_keys
+                .iter()
+                .all(|(s, k)| below(s) && k <= s);
+        if !(keys_sorted && in_range && surface.keys_increase()) {
+            return None;
+        }
+        let listed = surface
+            .replacement_keys
+            .iter()
+            .all(|(seq, _)| surface.position(*seq).is_some());
+        listed.then_some(surface)
+    }
+
     /// The positions of `start` and `end`, in surface order (contract §4 step 5).
     ///
     /// # Errors

@@ -33,6 +33,7 @@ pub fn run(store_dir: &std::path::Path, out: &mut impl Write) -> Result<(), Erro
             durability: Durability::Manual,
             ..LogOptions::default()
         },
+        ..StoreOptions::default()
     };
     let store = Store::at(store_dir, options)?;
     for id in ["demo", "demo-fork", "demo-crash"] {
@@ -148,7 +149,7 @@ pub fn run(store_dir: &std::path::Path, out: &mut impl Write) -> Result<(), Erro
         session.surface().replace_generation()
     )
     .map_err(io_error)?;
-    session.log().flush()?;
+    session.flush()?;
     let fork_at = turn1.answer + 2;
     drop(session);
     stored_stages(&store, &clock, fork_at, out)
@@ -213,7 +214,7 @@ fn stored_stages(
         r#"{"turn":1,"step":1,"callId":"call9","name":"bash"}"#,
         NoSurface,
     )?;
-    crashed.log().flush()?;
+    crashed.flush()?;
     drop(crashed); // the process dies here
     let (repaired, opened) = store.open("demo-crash")?;
     writeln!(out, "reopen appended {} closers:", opened.closers).map_err(io_error)?;

@@ -1,0 +1,164 @@
+//! The surface checkpoint beside a session's log (`format-spec/checkpoint.md`): the
+//! surface and the repair scan state as of some seq, so that opening a session folds only
+//! the events after it.
+#![deny(clippy::indexing_slicing)]
+
+use std::path::Path;
+
+use crate::event::EventSource;
+use crate::record::{u32_at, u64_at};
+use crate::session::repair::RepairState;
+use crate::surface::Surface;
+
+/// `"surfchk\0"` (CKP-1).
+pub const CHECKPOINT_MAGIC: [u8; 8] = *b"surfchk\0";
+/// The checkpoint format version (CKP-1).
+pub const CHECKPOINT_VERSION: u32 = 1;
+/// The checkpoint's file name in a session directory.
+pub const CHECKPOINT_FILE: &str = "checkpoint";
+
+/// What a checkpoint holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The surface after the first `surface.seq_next()` events.
+    pub surface: Surface,
+    /// The repair scan after the same events.
+    pub repair: RepairState,
+    /// CRC-32C of the text of event `seq_next − 1` (0 for an empty log): ties the
+    /// checkpoint to this log's record (CKP-3).
+    pub last_text_crc: u32,
+}
+
+/// Why a checkpoint was not used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unusable {
+    /// No checkpoint file.
+    Missing,
+    /// The bytes are not a valid checkpoint (CKP-1, CKP-2, CKP-4).
+    Corrupt,
+    /// It covers more events than the log holds, or another log's events (CKP-3).
+    Stale,
+}
+
+impl Checkpoint {
+    /// The checkpoint of `surface` and `repair` over `log`.
+    pub fn of(surface: &Surface, repair: &RepairState, log: &impl EventSource) -> Self {
+        Self {
+            surface: surface.clone(),
+            repair: repair.clone(),
+            last_text_crc: last_text_crc(log, surface.seq_next()),
+        }
+    }
+
+    /// The bytes of the checkpoint (CKP-1).
+    pub fn encode(&self) -> Vec<u8> {
+        let nodes = self.surface.nodes();
+        let keys = self.surface.replacement_keys();
+        let mut out = Vec::with_capacity(64 + 8 * nodes.len() + 16 * keys.len());
+        out.extend_from_slice(&CHECKPOINT_MAGIC);
+        out.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.last_text_crc.to_le_bytes());
+        for n in [
+            self.surface.seq_next(),
+            self.surface.replace_generation(),
+            nodes.len() as u64,
+            keys.len() as u64,
+        ] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        for node in nodes {
+            out.extend_from_slice(&node.to_le_bytes());
+        }
+        for (seq, key) in keys {
+            out.extend_from_slice(&seq.to_le_bytes());
+            out.extend_from_slice(&key.to_le_bytes());
+        }
+        let mut repair = Vec::new();
+        self.repair.encode(&mut repair);
+        out.extend_from_slice(
+            &u32::try_from(repair.len())
+                .unwrap_or(u32::MAX)
+                .to_le_bytes(),
+        );
+        out.extend_from_slice(&repair);
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Reads a checkpoint and checks it against `log` (CKP-2, CKP-3).
+    ///
+    /// # Errors
+    /// Why it cannot be used; the caller then folds the whole log.
+    pub fn decode(bytes: &[u8], log: &impl EventSource) -> Result<Self, Unusable> {
+        let (body, crc) = bytes.split_last_chunk::<4>().ok_or(Unusable::Corrupt)?;
+        if crc32c::crc32c(body) != u32::from_le_bytes(*crc)
+            || body.get(..8) != Some(&CHECKPOINT_MAGIC[..])
+        {
+            return Err(Unusable::Corrupt);
+        }
+        if u32_at(body, 8) != Some(CHECKPOINT_VERSION) {
+            return Err(Unusable::Corrupt);
+        }
+        let crc_of_last = u32_at(body, 12).ok_or(Unusable::Corrupt)?;
+        let field = |at| u64_at(body, at).ok_or(Unusable::Corrupt);
+        let (seq_next, generation) = (field(16)?, field(24)?);
+        let node_count = usize::try_from(field(32)?).map_err(|_| Unusable::Corrupt)?;
+        let key_count = usize::try_from(field(40)?).map_err(|_| Unusable::Corrupt)?;
+        let nodes_end = node_count
+            .checked_mul(8)
+            .and_then(|n| n.checked_add(48))
+            .ok_or(Unusable::Corrupt)?;
+        let keys_end = key_count
+            .checked_mul(16)
+            .and_then(|n| n.checked_add(nodes_end))
+            .ok_or(Unusable::Corrupt)?;
+        let nodes: Vec<u64> = body
+            .get(48..nodes_end)
+            .ok_or(Unusable::Corrupt)?
+            .chunks_exact(8)
+            .filter_map(|c| u64_at(c, 0))
+            .collect();
+        let keys: Vec<(u64, u64)> = body
+            .get(nodes_end..keys_end)
+            .ok_or(Unusable::Corrupt)?
+            .chunks_exact(16)
+            .filter_map(|c| Some((u64_at(c, 0)?, u64_at(c, 8)?)))
+            .collect();
+        let repair_len = u32_at(body, keys_end).ok_or(Unusable::Corrupt)? as usize;
+        let repair_bytes = body
+            .get(keys_end + 4..)
+            .filter(|r| r.len() == repair_len)
+            .ok_or(Unusable::Corrupt)?;
+        let repair = RepairState::decode(repair_bytes).ok_or(Unusable::Corrupt)?;
+        let surface =
+            Surface::from_parts(nodes, keys, generation, seq_next).ok_or(Unusable::Corrupt)?;
+        if seq_next > log.seq_next() || last_text_crc(log, seq_next) != crc_of_last {
+            return Err(Unusable::Stale);
+        }
+        Ok(Self {
+            surface,
+            repair,
+            last_text_crc: crc_of_last,
+        })
+    }
+
+    /// Reads the checkpoint file of a session directory.
+    ///
+    /// # Errors
+    /// Why it cannot be used.
+    pub fn load(dir: &Path, log: &impl EventSource) -> Result<Self, Unusable> {
+        match std::fs::read(dir.join(CHECKPOINT_FILE)) {
+            Ok(bytes) => Self::decode(&bytes, log),
+            Err(_) => Err(Unusable::Missing),
+        }
+    }
+}
+
+/// CRC-32C of the text of event `seq_next − 1`, or 0 for an empty prefix.
+fn last_text_crc(log: &impl EventSource, seq_next: u64) -> u32 {
+    seq_next
+        .checked_sub(1)
+        .and_then(|seq| log.event(seq))
+        .map_or(0, |e| crc32c::crc32c(e.text.as_bytes()))
+}

@@ -1,0 +1,110 @@
+//! The log of a stored session: the on-disk log plus what the store keeps beside it, the
+//! repair scan state and the surface checkpoint (`format-spec/checkpoint.md`).
+
+use std::path::PathBuf;
+
+use super::checkpoint::Checkpoint;
+use crate::error::Result;
+use crate::event::{Event, EventRef, EventSource};
+use crate::log::DiskLog;
+use crate::session::SessionLog;
+use crate::session::repair::RepairState;
+use crate::surface::Surface;
+
+/// A stored session's log. Appends go to the on-disk log; the repair scan (contract §8) is
+/// kept up to date as events are appended, and the surface is checkpointed every
+/// `every` events, on flush and on close.
+#[derive(Debug)]
+pub struct StoredLog {
+    log: DiskLog,
+    repair: RepairState,
+    checkpoint_path: PathBuf,
+    every: u64,
+    since: u64,
+}
+
+impl StoredLog {
+    /// Wraps `log`, whose first `from` events `repair` has observed.
+    pub(crate) fn new(
+        log: DiskLog,
+        mut repair: RepairState,
+        from: u64,
+        checkpoint_path: PathBuf,
+        every: u64,
+    ) -> Self {
+        repair.observe_from(&log, from);
+        Self {
+            log,
+            repair,
+            checkpoint_path,
+            every: every.max(1),
+            since: 0,
+        }
+    }
+
+    /// Writes the checkpoint of `surface` now (CKP-5). A failure is ignored: the checkpoint
+    /// is a cache, rebuilt at open when missing or stale.
+    pub(crate) fn write_checkpoint(&mut self, surface: &Surface) {
+        self.since = 0;
+        let bytes = Checkpoint::of(surface, &self.repair, &self.log).encode();
+        let _ = write_atomically(&self.checkpoint_path, &bytes);
+    }
+}
+
+impl EventSource for StoredLog {
+    fn seq_next(&self) -> u64 {
+        self.log.seq_next()
+    }
+
+    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+        self.log.event(seq)
+    }
+}
+
+impl SessionLog for StoredLog {
+    fn push_events(&mut self, events: Vec<Event>) -> Result<()> {
+        self.log.append(&events)?;
+        for event in &events {
+            let view = event.as_ref();
+            self.repair.observe(view.seq, view.event_type, view.data());
+        }
+        self.since += events.len() as u64;
+        Ok(())
+    }
+
+    fn closers(&self) -> Vec<String> {
+        self.repair.closers(&self.log)
+    }
+
+    fn committed(&mut self, surface: &Surface) {
+        if self.since >= self.every {
+            self.write_checkpoint(surface);
+        }
+    }
+
+    fn sync(&mut self, surface: &Surface) -> Result<()> {
+        self.log.flush()?;
+        self.write_checkpoint(surface);
+        Ok(())
+    }
+}
+
+/// Temporary file, sync, rename, directory sync (CKP-5).
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_data()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
