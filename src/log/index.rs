@@ -1,8 +1,10 @@
 //! Offset indexes of sealed segments (IDX-1, IDX-2): a rebuildable cache.
 #![deny(clippy::indexing_slicing)]
 
+use std::path::Path;
+
 use super::segment::LogId;
-use crate::record::{u32_at, u64_at};
+use crate::record::{decode as decode_record, u32_at, u64_at};
 
 /// `"surfidx\0"`.
 pub const INDEX_MAGIC: [u8; 8] = *b"surfidx\0";
@@ -55,4 +57,25 @@ pub fn decode(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<(Vec<u32>,
         body.chunks_exact(4).filter_map(|c| u32_at(c, 0)).collect(),
         end,
     ))
+}
+
+/// The offsets and end of a sealed segment from its index file, when the index checks out
+/// (IDX-2) and its last offset holds the record it promises, ending at `end`.
+pub fn load(
+    path: &Path,
+    segment: &[u8],
+    log_id: &LogId,
+    first_seq: u64,
+) -> Option<(Vec<u32>, usize)> {
+    let bytes = std::fs::read(path).ok()?;
+    let (offsets, end) = decode(&bytes, log_id, first_seq)?;
+    let end = usize::try_from(end).ok()?;
+    let last_ok = offsets.last().is_none_or(|&at| {
+        let at = at as usize;
+        let record = segment.get(at..).and_then(|rest| decode_record(rest).ok());
+        record.is_some_and(|(event, len)| {
+            event.seq == first_seq + offsets.len() as u64 - 1 && at + len == end
+        })
+    });
+    last_ok.then_some((offsets, end))
 }

@@ -204,26 +204,11 @@ impl LogReader {
     /// Takes a sealed segment's offsets from its index when it checks out (IDX-2).
     fn load_index(&self, segment: &mut Segment) {
         let path = self.dir.join(index_name(segment.header.first_seq));
-        let Ok(bytes) = std::fs::read(&path) else {
-            return;
-        };
-        let Some((offsets, end)) = index::decode(&bytes, &self.log_id, segment.header.first_seq)
-        else {
-            return;
-        };
-        let last_ok = offsets.last().is_none_or(|&at| {
-            let record = segment
-                .map
-                .get(at as usize..)
-                .and_then(|rest| decode(rest).ok());
-            record.is_some_and(|(e, len)| {
-                e.seq == segment.header.first_seq + offsets.len() as u64 - 1
-                    && at as usize + len == end as usize
-            })
-        });
-        if last_ok {
+        if let Some((offsets, end)) =
+            index::load(&path, &segment.map, &self.log_id, segment.header.first_seq)
+        {
             segment.offsets = offsets;
-            segment.end = end as usize;
+            segment.end = end;
         }
     }
 }

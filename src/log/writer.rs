@@ -462,6 +462,18 @@ fn recover(
                 "segment does not continue the log (SEG-3)",
             ));
         }
+        if !last {
+            // A sealed segment with a sound index is not rescanned (IDX-2), so opening
+            // costs the last segment, not the log; one without is scanned (RCV-6).
+            let index_path = dir.join(index_name(first));
+            let indexed = index::load(&index_path, &bytes, &id, first);
+            if let Some((offsets, _)) =
+                indexed.filter(|(_, end)| crate::record::u32_at(&bytes, *end) == Some(0))
+            {
+                seq_next += offsets.len() as u64;
+                continue;
+            }
+        }
         let found = scan(&bytes, SEGMENT_HEADER_LEN, seq_next);
         if !last {
             if found.stop != Stop::End {

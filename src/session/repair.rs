@@ -348,7 +348,10 @@ fn js_member(data: Value<'_, '_>, key: &str) -> Number {
 }
 
 /// `0` (absent), or `1` then `0` (present, undefined) or `1` then the bytes (CKP-4).
-#[expect(clippy::option_option, reason = "absent, present-undefined and present-value are three states")]
+#[expect(
+    clippy::option_option,
+    reason = "absent, present-undefined and present-value are three states"
+)]
 fn push_option(out: &mut Vec<u8>, value: Option<Option<&[u8]>>) {
     match value {
         None => out.push(0),
