@@ -463,26 +463,10 @@ fn recover(
             ));
         }
         if !last {
-            // A sealed segment with a sound index is not rescanned (IDX-2), so opening
-            // costs the last segment, not the log; one without is scanned (RCV-6).
-            let index_path = dir.join(index_name(first));
-            let indexed = index::load(&index_path, &bytes, &id, first);
-            if let Some((offsets, _)) =
-                indexed.filter(|(_, end)| crate::record::u32_at(&bytes, *end) == Some(0))
-            {
-                seq_next += offsets.len() as u64;
-                continue;
-            }
-        }
-        let found = scan(&bytes, SEGMENT_HEADER_LEN, seq_next);
-        if !last {
-            if found.stop != Stop::End {
-                let offset = stop_offset(found.stop, found.end);
-                return Err(corrupt(&path, offset, "damage in a sealed segment (RCV-6)"));
-            }
-            seq_next = found.seq_next;
+            seq_next = sealed_seq_next(dir, &path, &bytes, &header, seq_next)?;
             continue;
         }
+        let found = scan(&bytes, SEGMENT_HEADER_LEN, seq_next);
         let end = found.end;
         let torn = classify_tail(&bytes, &found.stop, end)
             .map_err(|reason| corrupt(&path, stop_offset(found.stop, end), reason))?;
@@ -499,6 +483,30 @@ fn recover(
         return Ok((state, id, report));
     }
     unreachable!("the loop returns at the last segment")
+}
+
+/// The seq after a sealed segment. One with a sound index is not rescanned (IDX-2), so
+/// opening costs the last segment, not the log; one without is scanned (RCV-6).
+fn sealed_seq_next(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    header: &SegmentHeader,
+    seq_next: u64,
+) -> Result<u64> {
+    let index_path = dir.join(index_name(header.first_seq));
+    let indexed = index::load(&index_path, bytes, &header.log_id, header.first_seq);
+    if let Some((offsets, _)) =
+        indexed.filter(|(_, end)| crate::record::u32_at(bytes, *end) == Some(0))
+    {
+        return Ok(seq_next + offsets.len() as u64);
+    }
+    let found = scan(bytes, SEGMENT_HEADER_LEN, seq_next);
+    if found.stop != Stop::End {
+        let offset = stop_offset(found.stop, found.end);
+        return Err(corrupt(path, offset, "damage in a sealed segment (RCV-6)"));
+    }
+    Ok(found.seq_next)
 }
 
 /// The torn-tail decision (RCV-1 to RCV-5, RCV-8): `Ok(None)` for a clean end,
