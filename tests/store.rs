@@ -511,3 +511,164 @@ fn ckp_3_opening_uses_a_matching_checkpoint_and_rebuilds_any_other() {
     assert_eq!(state(&session), expected);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_follower_in_another_process_sees_appends() {
+    let (dir, store) = temp_store("follow-process");
+    let mut session = store.create("s", None, None).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_surfacelog"))
+        .args([
+            "wait",
+            "s",
+            "20",
+            "--store",
+            dir.to_str().unwrap(),
+            "--timeout-ms",
+            "20000",
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    for i in 0..21 {
+        session
+            .append_dynamic("plugin/x", &format!(r#"{{"i":{i}}}"#), None)
+            .unwrap();
+    }
+    let status = child.wait_with_output().unwrap().status;
+    assert!(status.success(), "{status:?}");
+    let timeout = std::process::Command::new(env!("CARGO_BIN_EXE_surfacelog"))
+        .args([
+            "wait",
+            "s",
+            "99",
+            "--store",
+            dir.to_str().unwrap(),
+            "--timeout-ms",
+            "50",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(timeout.status.code(), Some(4));
+    drop(session);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+mod reopen_equivalence {
+    //! Random workloads, closed and reopened at random points (with and without the
+    //! checkpoint), always equal the same workload on an in-memory session.
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Turn(bool),
+        Prune,
+        Compact,
+        Reopen { keep_checkpoint: bool },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => any::<bool>().prop_map(Op::Turn),
+            1 => Just(Op::Prune),
+            1 => Just(Op::Compact),
+            1 => any::<bool>().prop_map(|keep_checkpoint| Op::Reopen { keep_checkpoint }),
+        ]
+    }
+
+    fn apply<L: SessionLog>(session: &mut Session<L>, op: &Op, turn: u64) {
+        match op {
+            Op::Turn(with_tool) => {
+                session
+                    .append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
+                    .unwrap();
+                session
+                    .append::<kinds::UserMessage>(
+                        &user(&format!("u{turn}")),
+                        SurfaceIntent::append(),
+                    )
+                    .unwrap();
+                if *with_tool {
+                    let call = format!(r#"{{"type":"tool-call","id":"c{turn}"}}"#);
+                    session
+                        .append::<kinds::AssistantMessage>(
+                            &assistant(turn, &call),
+                            SurfaceIntent::append(),
+                        )
+                        .unwrap();
+                    session
+                        .append::<kinds::ToolResult>(
+                            &tool_result(turn, &format!("c{turn}")),
+                            SurfaceIntent::append(),
+                        )
+                        .unwrap();
+                }
+                session
+                    .append::<kinds::TurnEnd>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
+                    .unwrap();
+            }
+            Op::Prune => {
+                let target = session
+                    .surface()
+                    .nodes()
+                    .iter()
+                    .copied()
+                    .find(|s| session.event(*s).unwrap().event_type == "tool/result");
+                if let Some(seq) = target {
+                    session
+                        .prune(&Prune {
+                            seq,
+                            content: "[]",
+                            shadowed_token_count: 0,
+                        })
+                        .unwrap();
+                }
+            }
+            Op::Compact => {
+                let nodes = session.surface().nodes().to_vec();
+                if let (Some(&start), Some(&end)) = (nodes.first(), nodes.last()) {
+                    let message = user("summary");
+                    let compaction = Compaction {
+                        compaction_id: "k",
+                        turn: None,
+                        start,
+                        end,
+                        summary: "[]",
+                        summary_extra: None,
+                        message: &message,
+                    };
+                    session.compact(&compaction).unwrap();
+                }
+            }
+            Op::Reopen { .. } => {}
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn reopened_sessions_equal_in_memory_ones(ops in prop::collection::vec(op(), 1..30)) {
+            let (dir, store) = temp_store("reopen-prop");
+            let options = Options { clock: Arc::new(ManualClock::new(1_000)), ..Options::default() };
+            let mut memory = Session::create("s", None, None, options).unwrap();
+            let mut stored = store.create("s", None, None).unwrap();
+            for (turn, op) in (1..).zip(&ops) {
+                apply(&mut memory, op, turn);
+                apply(&mut stored, op, turn);
+                if let Op::Reopen { keep_checkpoint } = op {
+                    drop(stored);
+                    if !keep_checkpoint {
+                        let _ = std::fs::remove_file(dir.join("sessions/s/checkpoint"));
+                    }
+                    let (reopened, opened) = store.open("s").unwrap();
+                    prop_assert_eq!(opened.closers, 0);
+                    stored = reopened;
+                }
+                prop_assert_eq!(state(&stored), state(&memory));
+            }
+            drop(stored);
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+}

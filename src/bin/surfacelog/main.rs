@@ -26,6 +26,20 @@ enum Command {
         #[arg(long, default_value = "./surfacelog-data")]
         store: std::path::PathBuf,
     },
+    /// Follow a stored session until event SEQ is committed (exit 0), or the timeout
+    /// passes (exit 4). Takes no lock: the writer may be another process.
+    Wait {
+        /// The session id.
+        id: String,
+        /// The seq to wait for.
+        seq: u64,
+        /// The store directory.
+        #[arg(long, default_value = "./surfacelog-data")]
+        store: std::path::PathBuf,
+        /// How long to wait, in milliseconds.
+        #[arg(long, default_value_t = 5000)]
+        timeout_ms: u64,
+    },
     /// Read a log directory (no lock needed) and print its length as JSON.
     Log {
         /// The log directory.
@@ -54,6 +68,27 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Demo { store } => demo::run(&store, &mut std::io::stdout().lock()),
         Command::Log { dir, check_writer } => log_info(&dir, check_writer),
+        Command::Wait {
+            id,
+            seq,
+            store,
+            timeout_ms,
+        } => {
+            let waited =
+                surfacelog::store::Store::at(&store, surfacelog::store::StoreOptions::default())
+                    .and_then(|store| store.follow(&id))
+                    .and_then(|mut follower| {
+                        follower.wait_for(seq, std::time::Duration::from_millis(timeout_ms))
+                    });
+            match waited {
+                Ok(true) => Ok(()),
+                Ok(false) => {
+                    eprintln!("timed out waiting for seq {seq}");
+                    return ExitCode::from(4);
+                }
+                Err(error) => Err(error),
+            }
+        }
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
