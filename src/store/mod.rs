@@ -302,6 +302,9 @@ impl Store {
 
     fn read_header(id: &str, dir: &Path) -> Result<Header> {
         let path = dir.join("header.json");
+        for entry in [dir, path.as_path(), dir.join("log").as_path()] {
+            refuse_symlink(entry)?;
+        }
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -333,6 +336,18 @@ impl Store {
         repair.observe_from(session.log(), 0);
         let bytes = checkpoint::Checkpoint::of(session.surface(), &repair, session.log()).encode();
         write_file_atomically(&self.options, dir, checkpoint::CHECKPOINT_FILE, &bytes)
+    }
+}
+
+/// STORE-1: the store follows no symbolic link it did not create.
+fn refuse_symlink(path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(ErrorKind::Corrupt {
+            location: path.display().to_string(),
+            reason: "a symbolic link inside the store (STORE-1)".to_owned(),
+        }
+        .into()),
+        _ => Ok(()),
     }
 }
 
