@@ -311,6 +311,11 @@ fn store_files_are_private() {
         mode(dir.join("sessions/s/log/00000000000000000000.seg")),
         0o600
     );
+    // STORE-1: a symbolic link inside the store is refused, not followed.
+    let elsewhere = dir.join("elsewhere");
+    std::fs::rename(dir.join("sessions/s/log"), &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.join("sessions/s/log")).unwrap();
+    assert_eq!(store.open("s").unwrap_err().code(), "CORRUPT");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
