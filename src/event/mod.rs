@@ -214,6 +214,42 @@ impl<'a> EventRef<'a> {
     }
 }
 
+impl<S: EventSource + ?Sized> EventSource for &S {
+    fn seq_next(&self) -> u64 {
+        (**self).seq_next()
+    }
+
+    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+        (**self).event(seq)
+    }
+}
+
+/// A log followed by events kept in memory: a batch being admitted, or the repair
+/// closers of a read-only inspection.
+#[derive(Debug)]
+pub struct Overlay<S> {
+    /// The log.
+    pub base: S,
+    /// The events after it, in order.
+    pub events: Vec<Event>,
+}
+
+impl<S: EventSource> EventSource for Overlay<S> {
+    fn seq_next(&self) -> u64 {
+        self.base.seq_next() + self.events.len() as u64
+    }
+
+    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+        match seq.checked_sub(self.base.seq_next()) {
+            None => self.base.event(seq),
+            Some(index) => self
+                .events
+                .get(usize::try_from(index).ok()?)
+                .map(Event::as_ref),
+        }
+    }
+}
+
 /// The in-memory log: a vector of events. The on-disk log offers the same trait.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemLog {

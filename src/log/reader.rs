@@ -10,6 +10,7 @@ use super::map::map;
 use super::scan::{Stop, scan};
 use super::segment::{
     HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_segment_name,
+    version_error,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventRef, EventSource};
@@ -147,13 +148,7 @@ impl LogReader {
         let map = map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
         let header = match SegmentHeader::decode(&map) {
             Ok(header) => header,
-            Err(HeaderError::Version(found)) => {
-                return Err(ErrorKind::FormatVersion {
-                    found: found.to_string(),
-                    newer: found > super::segment::FORMAT_VERSION,
-                }
-                .into());
-            }
+            Err(HeaderError::Version(found)) => return Err(version_error(found)),
             // Being created (SEG-6): not there yet, unless later segments exist.
             Err(HeaderError::Invalid(reason)) => {
                 return if self.later_segment_exists(first_seq)? {

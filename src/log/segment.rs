@@ -98,6 +98,15 @@ impl SegmentHeader {
     }
 }
 
+/// `FORMAT_VERSION` for a log of another version (VER-1).
+pub fn version_error(found: u32) -> crate::Error {
+    crate::ErrorKind::FormatVersion {
+        found: found.to_string(),
+        newer: found > FORMAT_VERSION,
+    }
+    .into()
+}
+
 /// The file name of the segment starting at `first_seq` (LOG-1).
 pub fn segment_name(first_seq: u64) -> String {
     format!("{first_seq:020}.seg")

@@ -12,8 +12,8 @@ use super::map::map;
 use super::reader::corrupt;
 use super::scan::{Stop, nonzero_end, scan, valid_record_after};
 use super::segment::{
-    FORMAT_VERSION, HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name,
-    parse_segment_name, segment_name,
+    HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_segment_name,
+    segment_name, version_error,
 };
 use super::{Durability, LogOptions, OpenReport, TornTail, index};
 use crate::error::{Error, ErrorKind, Result};
@@ -425,13 +425,7 @@ fn recover(
         let bytes = map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
         let header = match SegmentHeader::decode(&bytes) {
             Ok(header) => header,
-            Err(HeaderError::Version(found)) => {
-                return Err(ErrorKind::FormatVersion {
-                    found: found.to_string(),
-                    newer: found > FORMAT_VERSION,
-                }
-                .into());
-            }
+            Err(HeaderError::Version(found)) => return Err(version_error(found)),
             // RCV-7: a later segment whose creation was cut short holds nothing.
             Err(HeaderError::Invalid(_))
                 if last && position > 0 && !valid_record_after(&bytes, 0) =>

@@ -42,17 +42,8 @@ impl Session {
     /// # Errors
     /// `INVALID_BOUNDARY`, `OPEN_TURN`, or a seed refusal of the child.
     pub fn fork(&self, boundary: Boundary, child_id: &str) -> Result<Session> {
-        let len = match boundary {
-            Boundary::Last => self.seq_next(),
-            Boundary::Seq(seq) if seq < self.seq_next() => seq + 1,
-            Boundary::Seq(seq) => {
-                return Err(ErrorKind::InvalidBoundary {
-                    boundary: seq.to_string(),
-                }
-                .into());
-            }
-        };
-        if let Some(turn_start) = self.open_turn_at(len) {
+        let len = fork_len(boundary, self.seq_next())?;
+        if let Some(turn_start) = open_turn_at(&self.log, len) {
             return Err(ErrorKind::OpenTurn {
                 boundary: len - 1,
                 turn_start,
@@ -72,19 +63,33 @@ impl Session {
             self.options.clone(),
         )
     }
+}
 
-    /// The seq of the `turn/start` left open by the first `len` events, if any: the last
-    /// `turn/start` or `turn/end` among them is a `turn/start` (contract §7 step 4).
-    fn open_turn_at(&self, len: u64) -> Option<u64> {
-        (0..len).rev().find_map(|seq| {
-            let event = self.log.event(seq)?;
-            match event.event_type {
-                "turn/start" => Some(Some(seq)),
-                "turn/end" => Some(None),
-                _ => None,
-            }
-        })?
+/// The number of events a fork copies (contract §7 step 3).
+///
+/// # Errors
+/// `INVALID_BOUNDARY` for a seq past the end.
+pub(crate) fn fork_len(boundary: Boundary, seq_next: u64) -> Result<u64> {
+    match boundary {
+        Boundary::Last => Ok(seq_next),
+        Boundary::Seq(seq) if seq < seq_next => Ok(seq + 1),
+        Boundary::Seq(seq) => Err(ErrorKind::InvalidBoundary {
+            boundary: seq.to_string(),
+        }
+        .into()),
     }
+}
+
+/// The seq of the `turn/start` the first `len` events leave open, if any: the last
+/// `turn/start` or `turn/end` among them is a `turn/start` (contract §7 step 4).
+pub(crate) fn open_turn_at(source: &impl EventSource, len: u64) -> Option<u64> {
+    (0..len)
+        .rev()
+        .find_map(|seq| match source.event(seq)?.event_type {
+            "turn/start" => Some(Some(seq)),
+            "turn/end" => Some(None),
+            _ => None,
+        })?
 }
 
 /// Sessions held in memory, by id.

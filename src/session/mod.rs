@@ -6,7 +6,7 @@
 //! `replace_generation`, not the invariant state.
 
 mod admit;
-mod fork;
+pub(crate) mod fork;
 mod history;
 mod invariants;
 pub mod repair;
@@ -24,7 +24,7 @@ use admit::{Admitted, Ctx, Lossless, SurfaceFields};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{ErrorKind, Result};
 use crate::event::header::NegativeZero;
-use crate::event::{Event, EventRef, EventSource, Field, Header, MemLog, Vocabulary};
+use crate::event::{Event, EventRef, EventSource, Field, Header, MemLog, Overlay, Vocabulary};
 use crate::limits::{MAX_EVENT_BYTES_DEFAULT, SAFE_INTEGER_MAX};
 use crate::surface::{self, Message, Surface};
 
@@ -310,8 +310,8 @@ impl<L: SessionLog> Session<L> {
         let time = now_ms(&*self.options.clock);
         let mut surface = self.surface.clone();
         let mut invariants = self.invariants.clone();
-        let mut staged = Staged {
-            log: &self.log,
+        let mut staged = Overlay {
+            base: &self.log as &dyn EventSource,
             events: Vec::with_capacity(events.len()),
         };
         for (event_type, data, intent) in events {
@@ -536,28 +536,6 @@ impl<L: SessionLog> Session<L> {
             state.apply(effect);
         }
         Ok(seq)
-    }
-}
-
-/// The committed log followed by the events of a batch admitted so far.
-struct Staged<'a> {
-    log: &'a dyn EventSource,
-    events: Vec<Event>,
-}
-
-impl EventSource for Staged<'_> {
-    fn seq_next(&self) -> u64 {
-        self.log.seq_next() + self.events.len() as u64
-    }
-
-    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
-        match seq.checked_sub(self.log.seq_next()) {
-            None => self.log.event(seq),
-            Some(index) => self
-                .events
-                .get(usize::try_from(index).ok()?)
-                .map(Event::as_ref),
-        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::Store;
 use crate::error::Result;
-use crate::event::{Event, EventRef, EventSource};
+use crate::event::{Event, EventSource, Overlay};
 use crate::log::LogReader;
 use crate::session::{Session, SessionLog};
 
@@ -20,11 +20,7 @@ pub struct Follower {
 
 /// A stored log opened without the writer's lock, with events appended only in memory:
 /// what a read-only inspection uses to show repair closers without writing them.
-#[derive(Debug)]
-pub struct ReadOnlyLog {
-    reader: LogReader,
-    in_memory: Vec<Event>,
-}
+pub type ReadOnlyLog = Overlay<LogReader>;
 
 impl Store {
     /// A follower of session `id`. Takes no lock.
@@ -49,8 +45,8 @@ impl Store {
         let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())?;
         let stored = reader.seq_next();
         let log = ReadOnlyLog {
-            reader,
-            in_memory: Vec::new(),
+            base: reader,
+            events: Vec::new(),
         };
         let mut session = Session::over_log(header, log, stored, self.options.session.clone())?;
         session.repair()?;
@@ -85,25 +81,9 @@ impl Follower {
     }
 }
 
-impl EventSource for ReadOnlyLog {
-    fn seq_next(&self) -> u64 {
-        self.reader.seq_next() + self.in_memory.len() as u64
-    }
-
-    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
-        match seq.checked_sub(self.reader.seq_next()) {
-            None => self.reader.event(seq),
-            Some(index) => self
-                .in_memory
-                .get(usize::try_from(index).ok()?)
-                .map(Event::as_ref),
-        }
-    }
-}
-
 impl SessionLog for ReadOnlyLog {
     fn push_events(&mut self, events: Vec<Event>) -> Result<()> {
-        self.in_memory.extend(events);
+        self.events.extend(events);
         Ok(())
     }
 }

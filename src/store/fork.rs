@@ -6,6 +6,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventSource, Header};
 use crate::log::LogReader;
 use crate::session::Boundary;
+use crate::session::fork::{fork_len, open_turn_at};
 
 impl Store {
     /// Forks `source` into a new session `child` holding events `0..=boundary` (contract
@@ -31,17 +32,8 @@ impl Store {
         let storage = &self.options.log.storage;
         let reader = LogReader::open_with(&source_dir.join("log"), storage.clone())
             .map_err(|e| e.in_session(source))?;
-        let len = match boundary {
-            Boundary::Last => reader.seq_next(),
-            Boundary::Seq(seq) if seq < reader.seq_next() => seq + 1,
-            Boundary::Seq(seq) => {
-                return Err(ErrorKind::InvalidBoundary {
-                    boundary: seq.to_string(),
-                }
-                .into());
-            }
-        };
-        if let Some(turn_start) = open_turn(&reader, len) {
+        let len = fork_len(boundary, reader.seq_next())?;
+        if let Some(turn_start) = open_turn_at(&reader, len) {
             return Err(ErrorKind::OpenTurn {
                 boundary: len - 1,
                 turn_start,
@@ -50,23 +42,9 @@ impl Store {
         }
         let now = u64::try_from(self.options.session.clock.now_ms()).unwrap_or(0);
         let child_header = Header::for_fork(child, now, header.cwd(), source, len);
-        let tmp = self.dir.join("tmp").join(format!(
-            "{}-{}",
-            super::escape_id(child),
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&tmp);
-        if let Err(error) = self.write_fork(&tmp, &child_header, &reader, len) {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(error);
-        }
-        storage
-            .rename(&tmp, &child_dir)
-            .map_err(|e| Error::io("rename", &child_dir, &e))?;
-        let sessions = self.dir.join("sessions");
-        storage
-            .sync_dir(&sessions)
-            .map_err(|e| Error::io("fsync", &sessions, &e))?;
+        self.publish(child, |tmp| {
+            self.write_fork(tmp, &child_header, &reader, len)
+        })?;
         let (mut session, _) = self.open(child)?;
         session.end_seed()?;
         session.flush()?;
@@ -117,15 +95,4 @@ impl Store {
             .sync_dir(&log_dir)
             .map_err(|e| Error::io("fsync", &log_dir, &e))
     }
-}
-
-/// The seq of the `turn/start` the first `len` events leave open (contract §7 step 4).
-fn open_turn(reader: &LogReader, len: u64) -> Option<u64> {
-    (0..len)
-        .rev()
-        .find_map(|seq| match reader.event(seq)?.event_type {
-            "turn/start" => Some(Some(seq)),
-            "turn/end" => Some(None),
-            _ => None,
-        })?
 }

@@ -138,28 +138,7 @@ impl Store {
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
         }
         let memory = Session::create(id, header, seed, self.options.session.clone())?;
-        let tmp = self
-            .dir
-            .join("tmp")
-            .join(format!("{}-{}", escape_id(id), std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        let written = self.write_session(&tmp, &memory);
-        if let Err(error) = written {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(error);
-        }
-        let storage = &self.options.log.storage;
-        if final_dir.exists() {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
-        }
-        storage
-            .rename(&tmp, &final_dir)
-            .map_err(|e| Error::io("rename", &final_dir, &e))?;
-        let sessions = self.dir.join("sessions");
-        storage
-            .sync_dir(&sessions)
-            .map_err(|e| Error::io("fsync", &sessions, &e))?;
+        self.publish(id, |tmp| self.write_session(tmp, &memory))?;
         let (session, _) = self.open(id)?;
         Ok(session)
     }
@@ -294,6 +273,33 @@ impl Store {
             std::fs::remove_dir_all(&path).map_err(|e| Error::io("remove", &path, &e))?;
         }
         Ok(())
+    }
+
+    /// STORE-6: `write` fills a directory under `tmp/`, which is then renamed to the
+    /// session's directory; on any failure nothing is left behind.
+    fn publish(&self, id: &str, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+        let final_dir = self.session_dir(id);
+        let tmp = self
+            .dir
+            .join("tmp")
+            .join(format!("{}-{}", escape_id(id), std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        if let Err(error) = write(&tmp) {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(error);
+        }
+        if final_dir.exists() {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
+        }
+        let storage = &self.options.log.storage;
+        storage
+            .rename(&tmp, &final_dir)
+            .map_err(|e| Error::io("rename", &final_dir, &e))?;
+        let sessions = self.dir.join("sessions");
+        storage
+            .sync_dir(&sessions)
+            .map_err(|e| Error::io("fsync", &sessions, &e))
     }
 
     fn session_dir(&self, id: &str) -> PathBuf {
