@@ -3,7 +3,7 @@
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -21,6 +21,9 @@ use crate::event::Event;
 use crate::record::{RecordError, body_len, encode_event, frame_len};
 use crate::storage::Storage;
 
+/// The longest a sync leader waits for appends that are still writing (DUR-1).
+const GATHER_WAIT_MAX: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// The only handle that appends to a log. `Sync`: threads may append concurrently, and
 /// in `Sync` durability their waits share one `fdatasync` (group commit, DUR-1).
 #[derive(Debug)]
@@ -37,6 +40,9 @@ struct Shared {
     log_id: LogId,
     state: Mutex<State>,
     commit: GroupCommit,
+    /// Appends between their start and the end of their write: a sync leader waits a
+    /// moment for them, so one sync covers them too (like PostgreSQL's `commit_delay`).
+    in_flight: AtomicUsize,
     /// Held for the writer's lifetime (LOG-1).
     _lock: File,
 }
@@ -83,6 +89,7 @@ impl LogWriter {
             log_id,
             state: Mutex::new(state),
             commit: GroupCommit::new(durable_seq),
+            in_flight: AtomicUsize::new(0),
             _lock: lock,
         });
         let flusher = match shared.options.durability {
@@ -130,32 +137,38 @@ impl LogWriter {
     }
 
     fn append_built<E: AsRef<[Event]>>(&self, build: impl FnOnce(u64) -> E) -> Result<u64> {
-        let seq_next = {
-            let mut state = self.shared.lock_state();
-            if state.poisoned {
-                return Err(ErrorKind::Poisoned.into());
-            }
-            let built = build(state.seq_next);
-            let events = built.as_ref();
-            for (i, event) in events.iter().enumerate() {
-                let expected = state.seq_next + i as u64;
-                if event.seq() != expected {
-                    let found = event.seq().to_string();
-                    return Err(ErrorKind::SeqNotContiguous { expected, found }.into());
-                }
-            }
-            let outcome = self.shared.write(&mut state, events);
-            if outcome.is_err() {
-                state.poisoned = true;
-                self.shared.commit.poison();
-            }
-            outcome?;
-            state.seq_next
-        };
+        self.shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        let written = self.write_built(build);
+        self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let seq_next = written?;
         if self.shared.options.durability == Durability::Sync {
             self.shared.wait_durable(seq_next)?;
         }
         Ok(seq_next)
+    }
+
+    /// Checks and writes the built events under the lock; returns the next seq.
+    fn write_built<E: AsRef<[Event]>>(&self, build: impl FnOnce(u64) -> E) -> Result<u64> {
+        let mut state = self.shared.lock_state();
+        if state.poisoned {
+            return Err(ErrorKind::Poisoned.into());
+        }
+        let built = build(state.seq_next);
+        let events = built.as_ref();
+        for (i, event) in events.iter().enumerate() {
+            let expected = state.seq_next + i as u64;
+            if event.seq() != expected {
+                let found = event.seq().to_string();
+                return Err(ErrorKind::SeqNotContiguous { expected, found }.into());
+            }
+        }
+        let outcome = self.shared.write(&mut state, events);
+        if outcome.is_err() {
+            state.poisoned = true;
+            self.shared.commit.poison();
+        }
+        outcome?;
+        Ok(state.seq_next)
     }
 
     /// Makes every appended event durable (DUR-3).
@@ -216,15 +229,20 @@ impl Shared {
     fn write(&self, state: &mut State, events: &[Event]) -> Result<()> {
         let mut buffer = std::mem::take(&mut state.buffer);
         buffer.clear();
-        let mut pending: Vec<u32> = Vec::new();
+        // Records encoded but not yet written. Their offsets go to `state.offsets` at
+        // once; should the write fail, the writer is poisoned and the state unused.
+        let mut pending = 0;
         for event in events {
             let len = frame_len(body_len(&event.as_ref())) as u64;
             if state.write_offset + buffer.len() as u64 + len > state.header.capacity {
                 self.flush_buffer(state, &mut buffer, &mut pending)?;
                 self.roll(state, len)?;
             }
-            pending
-                .push(u32::try_from(state.write_offset + buffer.len() as u64).unwrap_or(u32::MAX));
+            let offset = state.write_offset + buffer.len() as u64;
+            state
+                .offsets
+                .push(u32::try_from(offset).unwrap_or(u32::MAX));
+            pending += 1;
             encode_event(event, &mut buffer);
         }
         self.flush_buffer(state, &mut buffer, &mut pending)?;
@@ -237,18 +255,20 @@ impl Shared {
         &self,
         state: &mut State,
         buffer: &mut Vec<u8>,
-        pending: &mut Vec<u32>,
+        pending: &mut u64,
     ) -> Result<()> {
         if buffer.is_empty() {
             return Ok(());
         }
-        let path = self.active_path(state);
-        self.storage
+        if let Err(error) = self
+            .storage
             .write_at(&state.active, state.write_offset, buffer)
-            .map_err(|e| Error::io("write", &path, &e))?;
+        {
+            return Err(Error::io("write", self.active_path(state), &error));
+        }
         state.write_offset += buffer.len() as u64;
-        state.seq_next += pending.len() as u64;
-        state.offsets.append(pending);
+        state.seq_next += *pending;
+        *pending = 0;
         buffer.clear();
         Ok(())
     }
@@ -300,6 +320,13 @@ impl Shared {
     fn wait_durable(&self, target: u64) -> Result<()> {
         let mut failed_path = None;
         let outcome = self.commit.wait(target, || {
+            // Appends still writing would each need a sync of their own right after
+            // this one; give them a moment to finish so this sync covers them.
+            let deadline = std::time::Instant::now() + GATHER_WAIT_MAX;
+            while self.in_flight.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline
+            {
+                std::thread::yield_now();
+            }
             // Everything written so far is in the active file or in sealed segments,
             // which were synced when sealed (DUR-4).
             let (file, upto, path) = {
