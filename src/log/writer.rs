@@ -41,7 +41,7 @@ struct Shared {
     state: Mutex<State>,
     commit: GroupCommit,
     /// Appends between their start and the end of their write: a sync leader waits a
-    /// moment for them, so one sync covers them too (like PostgreSQL's `commit_delay`).
+    /// moment for them, so one sync covers them too (like `commit_delay` in `PostgreSQL`).
     in_flight: AtomicUsize,
     /// Held for the writer's lifetime (LOG-1).
     _lock: File,
