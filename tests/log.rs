@@ -562,3 +562,29 @@ fn idx_2_a_damaged_or_missing_index_is_rebuilt_by_scanning() {
     assert_reads_back(&dir, 1000);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn dur_3_buffered_appends_reach_readers_when_written() {
+    let dir = temp_dir("buffered");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&events(0..3)).unwrap();
+    assert_eq!(writer.seq_next(), 3);
+    let mut reader = LogReader::open(&dir).unwrap();
+    assert_eq!(
+        reader.seq_next(),
+        0,
+        "small appends wait in the write buffer"
+    );
+    writer.flush().unwrap();
+    assert_eq!(reader.refresh().unwrap(), 3);
+    // A full buffer is written without a flush.
+    let many: Vec<Event> = events(3..1003);
+    writer.append(&many).unwrap();
+    assert!(
+        reader.refresh().unwrap() > 3,
+        "64 KiB of records are written at once"
+    );
+    drop(writer);
+    assert_reads_back(&dir, 1003);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

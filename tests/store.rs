@@ -539,6 +539,8 @@ fn a_follower_in_another_process_sees_appends() {
             .append_dynamic("plugin/x", &format!(r#"{{"i":{i}}}"#), None)
             .unwrap();
     }
+    // Manual durability buffers small appends; followers see them once written.
+    session.flush().unwrap();
     let status = child.wait_with_output().unwrap().status;
     assert!(status.success(), "{status:?}");
     let timeout = std::process::Command::new(env!("CARGO_BIN_EXE_surfacelog"))

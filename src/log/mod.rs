@@ -23,6 +23,9 @@ pub use writer::LogWriter;
 pub struct DiskLog {
     writer: LogWriter,
     reader: LogReader,
+    /// Appended events the writer still buffers (DUR-2, DUR-3), so not yet readable from
+    /// the files. Invariant: they follow the reader's events, in order.
+    unwritten: Vec<crate::event::Event>,
 }
 
 impl DiskLog {
@@ -34,7 +37,14 @@ impl DiskLog {
         let storage = Arc::clone(&options.storage);
         let (writer, report) = LogWriter::open(dir, options)?;
         let reader = LogReader::open_with(dir, storage)?;
-        Ok((Self { writer, reader }, report))
+        Ok((
+            Self {
+                writer,
+                reader,
+                unwritten: Vec::new(),
+            },
+            report,
+        ))
     }
 
     /// Appends events and makes them readable.
@@ -43,7 +53,19 @@ impl DiskLog {
     /// As [`LogWriter::append`].
     pub fn append(&mut self, events: &[crate::event::Event]) -> crate::Result<()> {
         self.writer.append(events)?;
-        self.reader.refresh()?;
+        self.unwritten.extend_from_slice(events);
+        self.catch_up()
+    }
+
+    /// Reads what the writer has written and forgets those events from `unwritten`.
+    fn catch_up(&mut self) -> crate::Result<()> {
+        let visible = self.reader.refresh()?;
+        let written = self
+            .unwritten
+            .iter()
+            .take_while(|e| e.seq() < visible)
+            .count();
+        self.unwritten.drain(..written);
         Ok(())
     }
 
@@ -51,8 +73,9 @@ impl DiskLog {
     ///
     /// # Errors
     /// As [`LogWriter::flush`].
-    pub fn flush(&self) -> crate::Result<()> {
-        self.writer.flush()
+    pub fn flush(&mut self) -> crate::Result<()> {
+        self.writer.flush()?;
+        self.catch_up()
     }
 
     /// Flushes and closes the log.
@@ -66,11 +89,17 @@ impl DiskLog {
 
 impl crate::event::EventSource for DiskLog {
     fn seq_next(&self) -> u64 {
-        self.reader.seq_next()
+        self.reader.seq_next() + self.unwritten.len() as u64
     }
 
     fn event(&self, seq: u64) -> Option<crate::event::EventRef<'_>> {
-        self.reader.event(seq)
+        match seq.checked_sub(self.reader.seq_next()) {
+            None => self.reader.event(seq),
+            Some(index) => self
+                .unwritten
+                .get(usize::try_from(index).ok()?)
+                .map(crate::event::Event::as_ref),
+        }
     }
 }
 

@@ -21,6 +21,9 @@ use crate::event::Event;
 use crate::record::{RecordError, body_len, encode_event, frame_len};
 use crate::storage::Storage;
 
+/// Buffered appends (not `Sync`) are written once this many bytes gather (DUR-2, DUR-3).
+const WRITE_BUFFER_BYTES: usize = 64 << 10;
+
 /// The longest a sync leader waits for appends that are still writing (DUR-1).
 const GATHER_WAIT_MAX: std::time::Duration = std::time::Duration::from_micros(50);
 
@@ -55,10 +58,13 @@ struct State {
     write_offset: u64,
     /// Offsets of the active segment's records, for its index (IDX-1).
     offsets: Vec<u32>,
+    /// The next seq, counting the records still in `buffer`.
     seq_next: u64,
     poisoned: bool,
-    /// Reused encoding buffer.
+    /// Encoded records not yet written, destined for `write_offset`. Invariant: it holds
+    /// exactly `pending` records; it is empty in `Sync` durability between appends.
     buffer: Vec<u8>,
+    pending: u64,
 }
 
 #[derive(Debug)]
@@ -227,49 +233,43 @@ impl Shared {
 
     /// Encodes and writes `events`, rolling segments as needed (SEG-7).
     fn write(&self, state: &mut State, events: &[Event]) -> Result<()> {
-        let mut buffer = std::mem::take(&mut state.buffer);
-        buffer.clear();
-        // Records encoded but not yet written. Their offsets go to `state.offsets` at
-        // once; should the write fail, the writer is poisoned and the state unused.
-        let mut pending = 0;
         for event in events {
             let len = frame_len(body_len(&event.as_ref())) as u64;
-            if state.write_offset + buffer.len() as u64 + len > state.header.capacity {
-                self.flush_buffer(state, &mut buffer, &mut pending)?;
+            if state.write_offset + state.buffer.len() as u64 + len > state.header.capacity {
+                self.flush_buffer(state)?;
                 self.roll(state, len)?;
             }
-            let offset = state.write_offset + buffer.len() as u64;
+            let offset = state.write_offset + state.buffer.len() as u64;
             state
                 .offsets
                 .push(u32::try_from(offset).unwrap_or(u32::MAX));
-            pending += 1;
-            encode_event(event, &mut buffer);
+            encode_event(event, &mut state.buffer);
+            state.pending += 1;
+            state.seq_next += 1;
         }
-        self.flush_buffer(state, &mut buffer, &mut pending)?;
-        state.buffer = buffer;
+        // DUR-2, DUR-3: without `Sync`, small appends gather into one write.
+        let buffered = self.options.durability != Durability::Sync;
+        if !buffered || state.buffer.len() >= WRITE_BUFFER_BYTES {
+            self.flush_buffer(state)?;
+        }
         Ok(())
     }
 
-    /// One positional write of the encoded records (RD-3), then the state moves on.
-    fn flush_buffer(
-        &self,
-        state: &mut State,
-        buffer: &mut Vec<u8>,
-        pending: &mut u64,
-    ) -> Result<()> {
-        if buffer.is_empty() {
+    /// One positional write of the buffered records (RD-3). Should it fail, the writer is
+    /// poisoned by the caller and the state is not used again.
+    fn flush_buffer(&self, state: &mut State) -> Result<()> {
+        if state.buffer.is_empty() {
             return Ok(());
         }
         if let Err(error) = self
             .storage
-            .write_at(&state.active, state.write_offset, buffer)
+            .write_at(&state.active, state.write_offset, &state.buffer)
         {
             return Err(Error::io("write", self.active_path(state), &error));
         }
-        state.write_offset += buffer.len() as u64;
-        state.seq_next += *pending;
-        *pending = 0;
-        buffer.clear();
+        state.write_offset += state.buffer.len() as u64;
+        state.pending = 0;
+        state.buffer.clear();
         Ok(())
     }
 
@@ -327,10 +327,14 @@ impl Shared {
             {
                 std::thread::yield_now();
             }
-            // Everything written so far is in the active file or in sealed segments,
-            // which were synced when sealed (DUR-4).
+            // Write what is buffered; then everything is in the active file or in sealed
+            // segments, which were synced when sealed (DUR-4).
             let (file, upto, path) = {
-                let state = self.lock_state();
+                let mut state = self.lock_state();
+                if let Err(error) = self.flush_buffer(&mut state) {
+                    state.poisoned = true;
+                    return Err(std::io::Error::other(error.to_string()));
+                }
                 (
                     Arc::clone(&state.active),
                     state.seq_next,
@@ -585,6 +589,7 @@ fn new_state(
     seq_next: u64,
 ) -> State {
     State {
+        pending: 0,
         active: Arc::new(file),
         header,
         write_offset,
