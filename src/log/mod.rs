@@ -36,7 +36,7 @@ impl DiskLog {
     pub fn open(dir: &std::path::Path, options: LogOptions) -> crate::Result<(Self, OpenReport)> {
         let storage = Arc::clone(&options.storage);
         let (writer, report) = LogWriter::open(dir, options)?;
-        let reader = LogReader::open_with(dir, storage)?;
+        let reader = LogReader::open_seeded(dir, storage, Some(writer.active_layout()))?;
         Ok((
             Self {
                 writer,

@@ -25,6 +25,9 @@ use crate::storage::{FsStorage, Storage};
 pub struct LogReader {
     dir: PathBuf,
     storage: Arc<dyn Storage>,
+    /// Offsets of a segment already scanned by this process's writer: (first seq,
+    /// offsets, end). Taken instead of scanning that segment again.
+    seed: Option<(u64, Vec<u32>, usize)>,
     log_id: LogId,
     segments: Vec<Segment>,
     seq_next: u64,
@@ -56,9 +59,23 @@ impl LogReader {
     /// # Errors
     /// As [`LogReader::open`].
     pub fn open_with(dir: &Path, storage: Arc<dyn Storage>) -> Result<Self> {
+        Self::open_seeded(dir, storage, None)
+    }
+
+    /// [`LogReader::open_with`], taking the offsets of the segment starting at `seed.0`
+    /// from the writer that just recovered it instead of scanning it again.
+    ///
+    /// # Errors
+    /// As [`LogReader::open`].
+    pub(crate) fn open_seeded(
+        dir: &Path,
+        storage: Arc<dyn Storage>,
+        seed: Option<(u64, Vec<u32>, usize)>,
+    ) -> Result<Self> {
         let mut reader = Self {
             dir: dir.to_owned(),
             storage,
+            seed,
             log_id: [0; 16],
             segments: Vec::new(),
             seq_next: 0,
@@ -178,7 +195,16 @@ impl LogReader {
             offsets: Vec::new(),
             end: SEGMENT_HEADER_LEN,
         };
-        self.load_index(&mut segment);
+        match self.seed.take() {
+            Some((seed_first, offsets, end)) if seed_first == first_seq => {
+                segment.offsets = offsets;
+                segment.end = end;
+            }
+            other => {
+                self.seed = other;
+                self.load_index(&mut segment);
+            }
+        }
         self.seq_next = first_seq + segment.offsets.len() as u64;
         self.segments.push(segment);
         Ok(true)

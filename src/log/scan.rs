@@ -70,26 +70,37 @@ pub(crate) fn scan(bytes: &[u8], from: usize, seq_next: u64) -> Scan {
     }
 }
 
-/// The offset just past the last non-zero byte at or after `from` (`from` when none).
-pub(crate) fn nonzero_end(bytes: &[u8], from: usize) -> usize {
-    let tail = bytes.get(from..).unwrap_or_default();
-    tail.iter()
-        .rposition(|b| *b != 0)
-        .map_or(from, |at| from + at + 1)
+/// The offset just past the last non-zero byte at or after `from` (`from` when none),
+/// looking only inside `regions`: the file's data regions (holes read as zeros).
+pub(crate) fn nonzero_end(bytes: &[u8], from: usize, regions: &[(usize, usize)]) -> usize {
+    for &(start, end) in regions.iter().rev() {
+        let (start, end) = (start.max(from), end.min(bytes.len()));
+        if start >= end {
+            continue;
+        }
+        let region = bytes.get(start..end).unwrap_or_default();
+        if let Some(at) = region.iter().rposition(|b| *b != 0) {
+            return start + at + 1;
+        }
+    }
+    from
 }
 
-/// `true` when a valid record starts at any 8-aligned offset after `offset` (RCV-4:
-/// damage followed by valid data is corruption, not a torn tail).
-pub(crate) fn valid_record_after(bytes: &[u8], offset: usize) -> bool {
-    let end = nonzero_end(bytes, offset);
-    let mut at = (offset + RECORD_ALIGN)
+/// `true` when a valid record starts at any 8-aligned offset after `offset` inside
+/// `regions` (RCV-4: damage followed by valid data is corruption, not a torn tail).
+pub(crate) fn valid_record_after(bytes: &[u8], offset: usize, regions: &[(usize, usize)]) -> bool {
+    let first = (offset + RECORD_ALIGN)
         .next_multiple_of(RECORD_ALIGN)
         .max(SEGMENT_HEADER_LEN);
-    while at < end {
-        if bytes.get(at..).is_some_and(|rest| decode(rest).is_ok()) {
-            return true;
+    for &(start, end) in regions {
+        let mut at = start.max(first).next_multiple_of(RECORD_ALIGN);
+        let end = nonzero_end(bytes, at, &[(start, end)]);
+        while at < end {
+            if bytes.get(at..).is_some_and(|rest| decode(rest).is_ok()) {
+                return true;
+            }
+            at += RECORD_ALIGN;
         }
-        at += RECORD_ALIGN;
     }
     false
 }

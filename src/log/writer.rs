@@ -186,6 +186,14 @@ impl LogWriter {
         self.shared.wait_durable(seq_next)
     }
 
+    /// The active segment's first seq, record offsets and end, as recovery found them:
+    /// a reader in this process takes them instead of scanning the segment again.
+    pub(crate) fn active_layout(&self) -> (u64, Vec<u32>, usize) {
+        let state = self.shared.lock_state();
+        let end = usize::try_from(state.write_offset).unwrap_or(usize::MAX);
+        (state.header.first_seq, state.offsets.clone(), end)
+    }
+
     /// The next seq: the number of events in the log.
     pub fn seq_next(&self) -> u64 {
         self.shared.lock_state().seq_next
@@ -459,7 +467,7 @@ fn recover(
             Err(HeaderError::Version(found)) => return Err(version_error(found)),
             // RCV-7: a later segment whose creation was cut short holds nothing.
             Err(HeaderError::Invalid(_))
-                if last && position > 0 && !valid_record_after(&bytes, 0) =>
+                if last && position > 0 && !valid_record_after(&bytes, 0, &[(0, bytes.len())]) =>
             {
                 drop(bytes);
                 storage
@@ -493,7 +501,8 @@ fn recover(
         }
         let found = scan(&bytes, SEGMENT_HEADER_LEN, seq_next);
         let end = found.end;
-        let torn = classify_tail(&bytes, &found.stop, end)
+        let regions = data_regions(&file, end, bytes.len());
+        let torn = classify_tail(&bytes, &found.stop, end, &regions)
             .map_err(|reason| corrupt(&path, stop_offset(found.stop, end), reason))?;
         drop(bytes);
         if let Some(dropped_to) = torn {
@@ -536,7 +545,12 @@ fn sealed_seq_next(
 
 /// The torn-tail decision (RCV-1 to RCV-5, RCV-8): `Ok(None)` for a clean end,
 /// `Ok(Some(end))` to zero up to `end`, `Err` for corruption.
-fn classify_tail(bytes: &[u8], stop: &Stop, end: usize) -> Result<Option<usize>, &'static str> {
+fn classify_tail(
+    bytes: &[u8],
+    stop: &Stop,
+    end: usize,
+    regions: &[(usize, usize)],
+) -> Result<Option<usize>, &'static str> {
     match *stop {
         Stop::Full => Ok(None),
         Stop::WrongSeq { .. } => Err("a record with the wrong seq (RCV-5)"),
@@ -545,16 +559,45 @@ fn classify_tail(bytes: &[u8], stop: &Stop, end: usize) -> Result<Option<usize>,
             ..
         } => Err("a record whose body breaks REC-5/REC-6 (RCV-8)"),
         Stop::End | Stop::Invalid { .. } => {
-            let dirty_to = nonzero_end(bytes, end);
+            let dirty_to = nonzero_end(bytes, end, regions);
             if dirty_to == end {
                 return Ok(None);
             }
-            if valid_record_after(bytes, end) {
+            if valid_record_after(bytes, end, regions) {
                 return Err("damage followed by valid records (RCV-4)");
             }
             Ok(Some(dirty_to))
         }
     }
+}
+
+/// The data regions of `file` from `from` to `len` (SEEK_DATA / SEEK_HOLE): a segment is
+/// a sparse file (SEG-6), so the unused tail is a hole that need not be read to know it
+/// is zero. A filesystem that cannot tell reports everything as data.
+fn data_regions(file: &File, from: usize, len: usize) -> Vec<(usize, usize)> {
+    use rustix::fs::{SeekFrom, seek};
+    let mut regions = Vec::new();
+    let mut at = from as u64;
+    while at < len as u64 {
+        let data = match seek(file, SeekFrom::Data(at)) {
+            Ok(data) => data,
+            // No data after `at`: the rest is a hole.
+            Err(rustix::io::Errno::NXIO) => break,
+            // The filesystem cannot tell: read it all.
+            Err(_) => {
+                regions.push((usize::try_from(at).unwrap_or(len), len));
+                break;
+            }
+        };
+        let hole = seek(file, SeekFrom::Hole(data)).unwrap_or(len as u64);
+        let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX).min(len);
+        regions.push((to_usize(data), to_usize(hole)));
+        if hole <= at {
+            break;
+        }
+        at = hole;
+    }
+    regions
 }
 
 /// RCV-9: zeros over the torn bytes, then a sync. The file keeps its length (SEG-8).

@@ -91,6 +91,22 @@ impl Store {
                     .map_err(|e| Error::io("fsync", &target, &e))?;
             }
         }
+        // The source's checkpoint serves the child when it covers no more than the
+        // prefix: the child's log holds the same bytes, so CKP-3 accepts it there.
+        let source_dir = reader.dir().parent().map(std::path::Path::to_path_buf);
+        if let Some(source_dir) = source_dir {
+            if let Ok(checkpoint) = super::checkpoint::Checkpoint::load(&source_dir, reader) {
+                if checkpoint.surface.seq_next() <= len {
+                    let bytes = checkpoint.encode();
+                    super::write_file_atomically(
+                        &self.options,
+                        dir,
+                        super::checkpoint::CHECKPOINT_FILE,
+                        &bytes,
+                    )?;
+                }
+            }
+        }
         storage
             .sync_dir(&log_dir)
             .map_err(|e| Error::io("fsync", &log_dir, &e))
