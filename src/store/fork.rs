@@ -93,19 +93,14 @@ impl Store {
         }
         // The source's checkpoint serves the child when it covers no more than the
         // prefix: the child's log holds the same bytes, so CKP-3 accepts it there.
-        let source_dir = reader.dir().parent().map(std::path::Path::to_path_buf);
-        if let Some(source_dir) = source_dir {
-            if let Ok(checkpoint) = super::checkpoint::Checkpoint::load(&source_dir, reader) {
-                if checkpoint.surface.seq_next() <= len {
-                    let bytes = checkpoint.encode();
-                    super::write_file_atomically(
-                        &self.options,
-                        dir,
-                        super::checkpoint::CHECKPOINT_FILE,
-                        &bytes,
-                    )?;
-                }
-            }
+        let source_checkpoint = reader
+            .dir()
+            .parent()
+            .and_then(|source_dir| super::checkpoint::Checkpoint::load(source_dir, reader).ok())
+            .filter(|checkpoint| checkpoint.surface.seq_next() <= len);
+        if let Some(checkpoint) = source_checkpoint {
+            let name = super::checkpoint::CHECKPOINT_FILE;
+            super::write_file_atomically(&self.options, dir, name, &checkpoint.encode())?;
         }
         storage
             .sync_dir(&log_dir)
