@@ -3,7 +3,7 @@
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -25,7 +25,7 @@ use crate::storage::Storage;
 const WRITE_BUFFER_BYTES: usize = 64 << 10;
 
 /// The longest a sync leader waits for appends that are still writing (DUR-1).
-const GATHER_WAIT_MAX: std::time::Duration = std::time::Duration::from_micros(50);
+const GATHER_WAIT_MAX: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// The only handle that appends to a log. `Sync`: threads may append concurrently, and
 /// in `Sync` durability their waits share one `fdatasync` (group commit, DUR-1).
@@ -46,6 +46,11 @@ struct Shared {
     /// Appends between their start and the end of their write: a sync leader waits a
     /// moment for them, so one sync covers them too (like `commit_delay` in `PostgreSQL`).
     in_flight: AtomicUsize,
+    /// How many appends the last sync covered, up to which seq, and the seq after the
+    /// last write: the sync leader's gauge of who is coming (DUR-1).
+    last_covered: AtomicU64,
+    synced_upto: AtomicU64,
+    seq_written: AtomicU64,
     /// Held for the writer's lifetime (LOG-1).
     _lock: File,
 }
@@ -96,6 +101,9 @@ impl LogWriter {
             state: Mutex::new(state),
             commit: GroupCommit::new(durable_seq),
             in_flight: AtomicUsize::new(0),
+            last_covered: AtomicU64::new(0),
+            synced_upto: AtomicU64::new(durable_seq),
+            seq_written: AtomicU64::new(durable_seq),
             _lock: lock,
         });
         let flusher = match shared.options.durability {
@@ -147,6 +155,9 @@ impl LogWriter {
         let written = self.write_built(build);
         self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
         let seq_next = written?;
+        self.shared
+            .seq_written
+            .fetch_max(seq_next, Ordering::SeqCst);
         if self.shared.options.durability == Durability::Sync {
             self.shared.wait_durable(seq_next)?;
         }
@@ -330,8 +341,18 @@ impl Shared {
         let outcome = self.commit.wait(target, || {
             // Appends still writing would each need a sync of their own right after
             // this one; give them a moment to finish so this sync covers them.
+            // When the last sync covered k appends, k appenders are likely about to
+            // append again: wait (a bounded moment) until as many have written since.
+            let expected = self.last_covered.load(Ordering::SeqCst);
+            let since = self.synced_upto.load(Ordering::SeqCst);
             let deadline = std::time::Instant::now() + GATHER_WAIT_MAX;
-            while self.in_flight.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline
+            while (self
+                .seq_written
+                .load(Ordering::SeqCst)
+                .saturating_sub(since)
+                < expected
+                || self.in_flight.load(Ordering::SeqCst) > 0)
+                && std::time::Instant::now() < deadline
             {
                 std::thread::yield_now();
             }
@@ -349,7 +370,11 @@ impl Shared {
                     self.active_path(&state),
                 )
             };
+            let before = self.synced_upto.load(Ordering::SeqCst);
             let synced = self.storage.sync_data(&file).map(|()| upto);
+            self.last_covered
+                .store(upto.saturating_sub(before), Ordering::SeqCst);
+            self.synced_upto.store(upto, Ordering::SeqCst);
             failed_path = Some(path);
             synced
         });
