@@ -588,3 +588,51 @@ fn dur_3_buffered_appends_reach_readers_when_written() {
     assert_reads_back(&dir, 1003);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn seg_7_a_sealed_segment_filled_to_its_last_byte_reopens() {
+    // Found by a store test: records that fill a segment exactly leave no room for an end
+    // marker, and recovery took that for damage (RCV-6).
+    let dir = temp_dir("full-segment");
+    let fixed = |seq: u64| {
+        let text = r#"{"type":"t","seq":0,"time":0,"data":"0123456789"}"#.to_owned();
+        let data = text.find("\"0123").unwrap()..text.len() - 1;
+        let fields = EventFields {
+            event_type: "t".into(),
+            seq,
+            time: 0,
+            surface_op: None,
+            sources: None,
+            ignorable: false,
+        };
+        Event::new(text, data, None, fields)
+    };
+    let mut one = Vec::new();
+    surfacelog::record::encode_event(&fixed(0), &mut one);
+    let capacity = 64 + 4 * one.len() as u64;
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, capacity)).unwrap();
+    let all: Vec<Event> = (0..10).map(fixed).collect();
+    writer.append(&all).unwrap();
+    writer.close().unwrap();
+    let first = std::fs::read(segments(&dir)[0].clone()).unwrap();
+    assert_eq!(first.len() as u64, capacity);
+    assert!(
+        first[first.len() - 8..].iter().any(|b| *b != 0),
+        "the first segment is full to its last byte"
+    );
+    let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    assert_eq!((writer.seq_next(), report.torn_tail), (10, None));
+    drop(writer);
+    // Without indexes the sealed segments are scanned, and must still be accepted.
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|x| x == "idx") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let (writer, _) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    assert_eq!(writer.seq_next(), 10);
+    drop(writer);
+    assert_eq!(LogReader::open(&dir).unwrap().seq_next(), 10);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -555,13 +555,14 @@ fn sealed_seq_next(
 ) -> Result<u64> {
     let index_path = dir.join(index_name(header.first_seq));
     let indexed = index::load(&index_path, bytes, &header.log_id, header.first_seq);
-    if let Some((offsets, _)) =
-        indexed.filter(|(_, end)| crate::record::u32_at(bytes, *end) == Some(0))
-    {
+    if let Some((offsets, _)) = indexed.filter(|(_, end)| {
+        // An end marker follows, or the records fill the segment to its last byte.
+        *end == bytes.len() || crate::record::u32_at(bytes, *end) == Some(0)
+    }) {
         return Ok(seq_next + offsets.len() as u64);
     }
     let found = scan(bytes, SEGMENT_HEADER_LEN, seq_next);
-    if found.stop != Stop::End {
+    if !matches!(found.stop, Stop::End | Stop::Full) {
         let offset = stop_offset(found.stop, found.end);
         return Err(corrupt(path, offset, "damage in a sealed segment (RCV-6)"));
     }
