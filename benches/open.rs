@@ -291,7 +291,7 @@ fn benches(c: &mut Criterion, full: bool) {
     let building = StoreOptions {
         log: LogOptions {
             durability: Durability::Manual,
-            ..Default::default()
+            ..StoreOptions::default().log
         },
         ..Default::default()
     };
@@ -403,7 +403,7 @@ impl Phases {
         self.header.push(start.elapsed());
 
         let start = Instant::now();
-        let (log, _) = DiskLog::open(&log_dir, LogOptions::default()).expect("opens the log");
+        let (log, _) = DiskLog::open(&log_dir, StoreOptions::default().log).expect("opens the log");
         self.disk_log.push(start.elapsed());
 
         let start = Instant::now();

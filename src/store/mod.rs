@@ -45,13 +45,22 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
+        let log = LogOptions {
+            segment_bytes: SESSION_SEGMENT_BYTES_DEFAULT,
+            ..LogOptions::default()
+        };
         Self {
             session: Options::default(),
-            log: LogOptions::default(),
+            log,
             checkpoint_every: CHECKPOINT_EVERY_DEFAULT,
         }
     }
 }
+
+/// The segment capacity of a stored session's log: 8 MiB, smaller than the log's own
+/// default, because opening a session scans its last segment (log-format.md §7) and a fork
+/// copies one (STORE-10). Sessions rarely reach gigabytes; this bounds both costs.
+pub const SESSION_SEGMENT_BYTES_DEFAULT: u64 = 8 << 20;
 
 /// The default of [`StoreOptions::checkpoint_every`].
 pub const CHECKPOINT_EVERY_DEFAULT: u64 = 10_000;
