@@ -221,14 +221,7 @@ fn row(run: &[Delta<'_, '_>]) -> String {
         out.push_str(&(pair[1].time - pair[0].time).to_string());
     }
     out.push(']');
-    if let Some(id) = first.id {
-        out.push_str(",\"id\":");
-        push_string(&mut out, id);
-    }
-    if let Some(name) = first.name {
-        out.push_str(",\"name\":");
-        push_string(&mut out, name);
-    }
+    push_call(&mut out, &first);
     out.push_str(if first.kind == DeltaKind::ToolCall {
         ",\"args\":["
     } else {
@@ -348,14 +341,7 @@ fn member_event(member: &Delta<'_, '_>) -> String {
     out.push_str(member.kind.chunk_type());
     out.push_str("\",\"index\":");
     push_number(&mut out, member.index);
-    if let Some(id) = member.id {
-        out.push_str(",\"id\":");
-        push_string(&mut out, id);
-    }
-    if let Some(name) = member.name {
-        out.push_str(",\"name\":");
-        push_string(&mut out, name);
-    }
+    push_call(&mut out, member);
     out.push_str(if member.kind == DeltaKind::ToolCall {
         ",\"argumentsDelta\":"
     } else {
@@ -395,6 +381,18 @@ fn finite_number<'j, 'a>(value: Value<'j, 'a>) -> Option<Value<'j, 'a>> {
 
 fn string<'j, 'a>(value: Value<'j, 'a>) -> Option<Value<'j, 'a>> {
     (value.kind() == Kind::String).then_some(value)
+}
+
+/// `,"id":…` and, when present, `,"name":…` of a tool-call delta (ROW-6, ROW-10).
+fn push_call(out: &mut String, delta: &Delta<'_, '_>) {
+    if let Some(id) = delta.id {
+        out.push_str(",\"id\":");
+        push_string(out, id);
+    }
+    if let Some(name) = delta.name {
+        out.push_str(",\"name\":");
+        push_string(out, name);
+    }
 }
 
 fn push_number(out: &mut String, value: Value<'_, '_>) {
