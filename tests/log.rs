@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use surfacelog::event::{Event, EventFields, EventSource, SurfaceOp};
 use surfacelog::log::{Durability, LogOptions, LogReader, LogWriter, TornTail};
-use surfacelog::storage::faulty::FaultyStorage;
+use surfacelog::storage::faulty::{Faults, FaultyStorage};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("surfacelog-test-{}-{name}", std::process::id()));
@@ -51,6 +51,21 @@ fn options(durability: Durability, segment_bytes: u64) -> LogOptions {
         durability,
         ..LogOptions::default()
     }
+}
+
+/// A writer on a fault-injecting storage, and the fault plan to steer it.
+fn faulty_writer(
+    dir: &Path,
+    durability: Durability,
+    segment_bytes: u64,
+) -> (LogWriter, Arc<Faults>) {
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let options = LogOptions {
+        storage: Arc::new(storage),
+        ..options(durability, segment_bytes)
+    };
+    (LogWriter::open(dir, options).unwrap().0, faults)
 }
 
 fn segments(dir: &Path) -> Vec<PathBuf> {
@@ -133,18 +148,10 @@ fn reopening_continues_the_log_in_every_durability_mode() {
 #[test]
 fn batch_mode_syncs_in_the_background() {
     let dir = temp_dir("batch");
-    let storage = FaultyStorage::default();
-    let faults = Arc::clone(&storage.faults);
-    let options = LogOptions {
-        storage: Arc::new(storage),
-        ..options(
-            Durability::Batch {
-                max_delay: Duration::from_millis(10),
-            },
-            1 << 20,
-        )
+    let batch = Durability::Batch {
+        max_delay: Duration::from_millis(10),
     };
-    let (writer, _) = LogWriter::open(&dir, options).unwrap();
+    let (writer, faults) = faulty_writer(&dir, batch, 1 << 20);
     let before = faults.syncs();
     writer.append(&events(0..10)).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -162,13 +169,7 @@ fn batch_mode_syncs_in_the_background() {
 #[test]
 fn concurrent_appenders_share_syncs_and_readers_see_a_committed_prefix() {
     let dir = temp_dir("concurrent");
-    let storage = FaultyStorage::default();
-    let faults = Arc::clone(&storage.faults);
-    let options = LogOptions {
-        storage: Arc::new(storage),
-        ..options(Durability::Sync, 256 << 10)
-    };
-    let (writer, _) = LogWriter::open(&dir, options).unwrap();
+    let (writer, faults) = faulty_writer(&dir, Durability::Sync, 256 << 10);
     let writer = Arc::new(writer);
     let appends_per_thread = 200;
     let threads = 8;
@@ -260,16 +261,7 @@ fn a_second_writer_is_refused_with_locked() {
 #[test]
 fn a_failed_write_poisons_and_reopen_drops_the_torn_bytes() {
     let dir = temp_dir("poison-write");
-    let storage = FaultyStorage::default();
-    let faults = Arc::clone(&storage.faults);
-    let (writer, _) = LogWriter::open(
-        &dir,
-        LogOptions {
-            storage: Arc::new(storage),
-            ..options(Durability::Sync, 1 << 20)
-        },
-    )
-    .unwrap();
+    let (writer, faults) = faulty_writer(&dir, Durability::Sync, 1 << 20);
     writer.append(&events(0..10)).unwrap();
     faults.fail_write(1, 50);
     let err = writer.append(&events(10..12)).unwrap_err();
@@ -294,16 +286,7 @@ fn a_failed_write_poisons_and_reopen_drops_the_torn_bytes() {
 #[test]
 fn a_failed_sync_poisons_every_waiter_and_never_reports_success() {
     let dir = temp_dir("poison-sync");
-    let storage = FaultyStorage::default();
-    let faults = Arc::clone(&storage.faults);
-    let (writer, _) = LogWriter::open(
-        &dir,
-        LogOptions {
-            storage: Arc::new(storage),
-            ..options(Durability::Sync, 1 << 20)
-        },
-    )
-    .unwrap();
+    let (writer, faults) = faulty_writer(&dir, Durability::Sync, 1 << 20);
     writer.append(&events(0..3)).unwrap();
     faults.fail_sync(1);
     assert_eq!(writer.append(&events(3..4)).unwrap_err().code(), "IO");
