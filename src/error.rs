@@ -219,6 +219,21 @@ pub enum ErrorKind {
         /// The OS error's text.
         message: String,
     },
+    /// `UNSAFE_PATH`: a file outside the store that an import reads or an export writes
+    /// is a symbolic link, not a regular file, or open to other users (`dsh-formats.md`
+    /// SQL-1, SQL-2). surfacelog's own code.
+    UnsafePath {
+        /// The file or directory.
+        path: PathBuf,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// `UNKNOWN_EVENT_TYPE`: a strict import met a type outside DSH's vocabulary that is not
+    /// `ignorable` (contract §11, `dsh-formats.md` LOAD-10).
+    UnknownEventType {
+        /// The type, decoded.
+        event_type: String,
+    },
     /// `OPEN_TURN`: a fork boundary falls inside a turn (contract §7).
     OpenTurn {
         /// The boundary.
@@ -318,6 +333,8 @@ impl ErrorKind {
             Self::Poisoned => "POISONED",
             Self::Io { .. } => "IO",
             Self::OpenTurn { .. } => "OPEN_TURN",
+            Self::UnsafePath { .. } => "UNSAFE_PATH",
+            Self::UnknownEventType { .. } => "UNKNOWN_EVENT_TYPE",
         }
     }
 }
@@ -582,6 +599,15 @@ impl fmt::Display for ErrorKind {
                 f,
                 "fork boundary falls inside a turn boundary={boundary} turn_start={turn_start}"
             ),
+            Self::UnsafePath { path, reason } => {
+                write!(f, "unsafe path: {reason} path={}", path.display())
+            }
+            Self::UnknownEventType { event_type } => {
+                write!(
+                    f,
+                    "event type is not in the vocabulary and not ignorable type={event_type:?}"
+                )
+            }
         }
     }
 }

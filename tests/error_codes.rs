@@ -165,6 +165,19 @@ fn table() -> Vec<(ErrorKind, &'static str)> {
             "LOCKED",
         ),
         (ErrorKind::Poisoned, "POISONED"),
+        (
+            ErrorKind::UnsafePath {
+                path: "/x/db".into(),
+                reason: "a symbolic link",
+            },
+            "UNSAFE_PATH",
+        ),
+        (
+            ErrorKind::UnknownEventType {
+                event_type: "x/y".into(),
+            },
+            "UNKNOWN_EVENT_TYPE",
+        ),
     ];
     let invariants = [
         (Invariant::SeqOrder, "INV_SEQ_ORDER"),

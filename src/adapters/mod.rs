@@ -1,3 +1,4 @@
 //! Adapters for the DSH interchange formats (`dsh-formats.md`).
 
+pub mod jsonl;
 pub mod rows;

@@ -484,6 +484,22 @@ impl<L: SessionLog> Session<L> {
         }
     }
 
+    /// Admits one stored event through the import path (contract §5, import/reopen row:
+    /// every check, `-0` accepted) and appends it: how an importer fills a session from a
+    /// log written elsewhere, one event at a time. Returns its seq.
+    ///
+    /// # Errors
+    /// The first failed check; nothing is appended.
+    pub fn import_event(&mut self, text: &str) -> Result<u64> {
+        self.ingest(text, Lossless::Lenient)
+    }
+
+    /// Marks every event appended so far as stored history: the first live seq becomes the
+    /// number of events (what [`Session::reopen`] does after loading a log).
+    pub fn mark_stored(&mut self) {
+        self.first_live_seq = self.log.seq_next();
+    }
+
     /// Crash repair (contract §8): appends the closers of a turn the log leaves open, if
     /// any. Returns how many were appended; a second call appends none.
     ///

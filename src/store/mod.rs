@@ -9,10 +9,12 @@ pub mod checkpoint;
 mod escape;
 mod follow;
 mod fork;
+mod import;
 mod stored_log;
 
 pub use escape::escape_id;
 pub use follow::{Follower, ReadOnlyLog};
+pub use import::{Import, Imported};
 pub use stored_log::StoredLog;
 
 use std::path::{Path, PathBuf};
@@ -287,23 +289,37 @@ impl Store {
     /// STORE-6: `write` fills a directory under `tmp/`, which is then renamed to the
     /// session's directory; on any failure nothing is left behind.
     fn publish(&self, id: &str, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-        let final_dir = self.session_dir(id);
-        let tmp = self
-            .dir
-            .join("tmp")
-            .join(format!("{}-{}", escape_id(id), std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
+        let tmp = self.tmp_dir(id);
         if let Err(error) = write(&tmp) {
             let _ = std::fs::remove_dir_all(&tmp);
             return Err(error);
         }
+        self.publish_dir(id, &tmp)
+    }
+
+    /// A fresh, unique directory name under `tmp/` for building session `id`.
+    fn tmp_dir(&self, id: &str) -> PathBuf {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp =
+            self.dir
+                .join("tmp")
+                .join(format!("{}-{}-{n}", escape_id(id), std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        tmp
+    }
+
+    /// STORE-6, second half: renames the filled directory `tmp` to session `id`'s place and
+    /// syncs the parent; removes `tmp` when the id was taken meanwhile.
+    fn publish_dir(&self, id: &str, tmp: &Path) -> Result<()> {
+        let final_dir = self.session_dir(id);
         if final_dir.exists() {
-            let _ = std::fs::remove_dir_all(&tmp);
+            let _ = std::fs::remove_dir_all(tmp);
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
         }
         let storage = &self.options.log.storage;
         storage
-            .rename(&tmp, &final_dir)
+            .rename(tmp, &final_dir)
             .map_err(|e| Error::io("rename", &final_dir, &e))?;
         let sessions = self.dir.join("sessions");
         storage

@@ -1,0 +1,987 @@
+//! DSH JSONL logs (`dsh-formats.md` §3, §5, §6): raw `session.jsonl` and Zstandard
+//! `session.jsonl.zstd`, read as a stream and written byte-exact.
+//!
+//! Reading follows the reference loader's scan: the header record (HDR-3 to HDR-7), then
+//! one storage record per line, packed rows decoded (ROW-8 to ROW-10), a torn tail
+//! dropped and reported, and damage before a committed `turn/end` refused as `CORRUPT`
+//! (RAW-3 to RAW-6, ZST-5 to ZST-16). The file is never written.
+//!
+//! Writing produces what the reference writer produces: the header line (HDR-1, HDR-2),
+//! then every event as its stored JSON text, runs of three or more packable deltas packed
+//! into rows (ROW-3 to ROW-7). A file the reference wrote and surfacelog imported is
+//! therefore exported byte for byte.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use super::rows;
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::{EventSource, Header};
+use crate::json::{Json, Kind, Value, push_js_number, push_js_string, write_js};
+use crate::limits::MAX_EVENT_BYTES_DEFAULT;
+
+/// How a JSONL log is framed on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// Raw text, `session.jsonl` (§5).
+    None,
+    /// A concatenation of Zstandard frames, `session.jsonl.zstd` (§6).
+    Zstd,
+}
+
+/// The longest storage record (one line) a reader accepts. The format sets no bound; this
+/// one keeps memory bounded on hostile input. It is the default `max_event_bytes`, so every
+/// event a default session accepts fits.
+pub const RECORD_BYTES_MAX: usize = MAX_EVENT_BYTES_DEFAULT;
+
+/// How many plaintext bytes the writer puts in one Zstandard frame, at most (a record
+/// larger than this gets a frame of its own). Each frame after the first is one batch to
+/// a reader (ZST-3).
+pub const FRAME_PLAINTEXT_BYTES: usize = 1 << 20;
+
+/// What a scan of the records found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scan {
+    /// Storage records accepted (lines after the header).
+    pub records: u64,
+    /// Logical events accepted (packed rows expanded).
+    pub events: u64,
+    /// The torn tail that was dropped, if any (RAW-6, ZST-11).
+    pub torn: Option<TornTail>,
+}
+
+/// A dropped torn tail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// The byte offset the file would be truncated to (`truncatedTo`).
+    pub offset: u64,
+    /// Why the tail is torn.
+    pub reason: String,
+}
+
+/// A JSONL log opened for reading: its header record has been read and checked.
+#[derive(Debug)]
+pub struct JsonlReader {
+    path: PathBuf,
+    compression: Compression,
+    file: BufReader<File>,
+    /// The header record's JSON text (HDR-4), without its line feed.
+    header: String,
+    id: String,
+    /// Raw mode: bytes of the first chunk read after the header's line feed.
+    rest: Vec<u8>,
+    /// Bytes of the file consumed so far.
+    offset: u64,
+}
+
+impl JsonlReader {
+    /// Opens `path` and reads its header record (HDR-3 to HDR-7).
+    ///
+    /// # Errors
+    /// `IO`; `CORRUPT` for a file without a header record, a header that is not JSON or
+    /// not a session header; `FORMAT_VERSION` for a header of another version (HDR-5).
+    pub fn open(path: &Path, compression: Compression) -> Result<Self> {
+        let file = File::open(path).map_err(|e| Error::io("open", path, &e))?;
+        let mut reader = Self {
+            path: path.to_owned(),
+            compression,
+            file: BufReader::with_capacity(1 << 20, file),
+            header: String::new(),
+            id: String::new(),
+            rest: Vec::new(),
+            offset: 0,
+        };
+        let record = match compression {
+            Compression::None => reader.raw_header()?,
+            Compression::Zstd => reader.zstd_header()?,
+        };
+        let text = String::from_utf8_lossy(&record[..record.len() - 1]).into_owned();
+        let (header, id) = check_header(&text).map_err(|e| reader.locate(e))?;
+        reader.header = header;
+        reader.id = id;
+        Ok(reader)
+    }
+
+    /// The header record's JSON text, as stored (unknown keys kept, HDR-14).
+    pub fn header(&self) -> &str {
+        &self.header
+    }
+
+    /// The session id the header names.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Streams the logical events to `each`, in seq order, as JSON texts; `progress` is
+    /// told the number of file bytes consumed so far, now and then.
+    ///
+    /// # Errors
+    /// `CORRUPT` with the file and line for damage before a committed `turn/end`
+    /// (RAW-4) or inside complete Zstandard frames (ZST-6 to ZST-15); `IO`; the first
+    /// error `each` returns, which ends the scan.
+    pub fn read_events(
+        mut self,
+        each: &mut dyn FnMut(&str) -> Result<()>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Scan> {
+        let mut scanner = Scanner::new(self.offset);
+        let result = match self.compression {
+            Compression::None => self.raw_events(&mut scanner, each, progress),
+            Compression::Zstd => self.zstd_events(&mut scanner, each, progress),
+        };
+        result.map_err(|e| self.locate(e))
+    }
+
+    /// HDR-3, raw: the bytes up to and including the first line feed.
+    fn raw_header(&mut self) -> Result<Vec<u8>> {
+        let mut record = Vec::new();
+        let read = (&mut self.file)
+            .take(RECORD_BYTES_MAX as u64 + 1)
+            .read_until(b'\n', &mut record)
+            .map_err(|e| Error::io("read", &self.path, &e))?;
+        if record.last() != Some(&b'\n') {
+            let reason = if read > RECORD_BYTES_MAX {
+                "the header record is longer than the record limit"
+            } else {
+                "empty or header-less log: no line feed"
+            };
+            return Err(corrupt(&self.path, "line 1", reason));
+        }
+        self.offset = record.len() as u64;
+        Ok(record)
+    }
+
+    /// HDR-3 and ZST-14: the plaintext of the first complete frame, one line exactly.
+    fn zstd_header(&mut self) -> Result<Vec<u8>> {
+        let frame = match next_frame(&mut self.file, 0, &self.path)? {
+            Frame::Complete(bytes) => bytes,
+            Frame::Torn(_) | Frame::End => {
+                let reason = "empty or header-less log: no complete first frame (ZST-12)";
+                return Err(corrupt(&self.path, "byte 0", reason));
+            }
+        };
+        let plain = decode_frame(&frame, 0, &self.path)?;
+        let one_line = plain
+            .split_last()
+            .is_some_and(|(last, before)| *last == b'\n' && !before.contains(&b'\n'));
+        if !one_line {
+            let reason = "the first frame does not hold exactly one line (ZST-14)";
+            return Err(corrupt(&self.path, "byte 0", reason));
+        }
+        self.offset = frame.len() as u64;
+        Ok(plain)
+    }
+
+    /// RAW-3 to RAW-6: records are split at line feeds; the bytes after the last one are
+    /// torn.
+    fn raw_events(
+        &mut self,
+        scanner: &mut Scanner,
+        each: &mut dyn FnMut(&str) -> Result<()>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Scan> {
+        let mut chunk = vec![0; 1 << 20];
+        let rest = std::mem::take(&mut self.rest);
+        scanner.feed(&rest, each)?;
+        loop {
+            let n = match self.file.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io("read", &self.path, &e)),
+            };
+            scanner.feed(&chunk[..n], each)?;
+            progress(scanner.end);
+        }
+        progress(scanner.end);
+        Ok(scanner.finish_torn())
+    }
+
+    /// ZST-5 to ZST-16: complete frames must scan clean; a torn last frame yields what its
+    /// bytes decode to, and is dropped.
+    fn zstd_events(
+        &mut self,
+        scanner: &mut Scanner,
+        each: &mut dyn FnMut(&str) -> Result<()>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Scan> {
+        loop {
+            let start = self.offset;
+            match next_frame(&mut self.file, start, &self.path)? {
+                Frame::End => break,
+                Frame::Complete(bytes) => {
+                    self.offset += bytes.len() as u64;
+                    let plain = decode_frame(&bytes, start, &self.path)?;
+                    scanner.feed(&plain, each)?;
+                    progress(self.offset);
+                }
+                Frame::Torn(bytes) => {
+                    // ZST-15 first: what the complete frames held must have scanned clean.
+                    scanner.require_clean()?;
+                    let plain = decode_torn(&bytes);
+                    scanner.feed(&plain, each)?;
+                    let mut scan = scanner.finish_torn();
+                    scan.torn = Some(TornTail {
+                        offset: start,
+                        reason: format!("torn last frame at byte {start} (ZST-11)"),
+                    });
+                    return Ok(scan);
+                }
+            }
+        }
+        scanner.require_clean()?;
+        Ok(scanner.finish_torn())
+    }
+
+    /// Names the file in a `CORRUPT` location that gives only a line or byte.
+    fn locate(&self, error: Error) -> Error {
+        match error.kind() {
+            ErrorKind::Corrupt { location, reason } if !location.starts_with('/') => {
+                ErrorKind::Corrupt {
+                    location: format!("{} {location}", self.path.display()),
+                    reason: reason.clone(),
+                }
+                .into()
+            }
+            _ => error,
+        }
+    }
+}
+
+/// HDR-4 to HDR-7 on the header record's text. Returns the header JSON (without
+/// surrounding whitespace) and its id.
+fn check_header(text: &str) -> Result<(String, String)> {
+    let not_header = || -> Error {
+        ErrorKind::Corrupt {
+            location: "line 1".to_owned(),
+            reason: "first line is not a session header (HDR-6)".to_owned(),
+        }
+        .into()
+    };
+    let json = Json::parse(text).map_err(|e| -> Error {
+        ErrorKind::Corrupt {
+            location: "line 1".to_owned(),
+            reason: format!("header line is not valid JSON (HDR-4): {}", Error::from(e)),
+        }
+        .into()
+    })?;
+    let root = json.root();
+    if root.kind() != Kind::Object {
+        return Err(not_header());
+    }
+    // HDR-5: a version that is a number other than 0 is refused before anything else.
+    if let Some(version) = root.get("version").and_then(|v| v.as_f64())
+        && version != 0.0
+    {
+        let found = root.get("version").map_or("", |v| v.raw()).to_owned();
+        return Err(ErrorKind::FormatVersion {
+            found,
+            newer: version > 0.0,
+        }
+        .into());
+    }
+    // HDR-6: the shape gate.
+    let safe_count = |v: Option<Value<'_, '_>>| {
+        v.is_some_and(|v| v.as_safe_u64().is_some() && !v.raw().starts_with('-'))
+    };
+    let ok = root.get("type").is_some_and(|t| t.is_str("session"))
+        && root
+            .get("version")
+            .is_some_and(|v| v.kind() == Kind::Number)
+        && root.get("id").is_some_and(|v| v.kind() == Kind::String)
+        && safe_count(root.get("createdAt"))
+        && safe_count(root.get("delegationDepth"))
+        && root.get("origin").is_none_or(|v| v.is_str("subagent"))
+        && root
+            .get("agentPreset")
+            .is_none_or(|v| v.kind() == Kind::String);
+    if !ok {
+        return Err(not_header());
+    }
+    // HDR-7: retired fields.
+    for retired in ["sandboxMode", "approvalPolicy"] {
+        if root.get(retired).is_some() {
+            return Err(ErrorKind::Corrupt {
+                location: "line 1".to_owned(),
+                reason: format!("the header carries the retired field {retired} (HDR-7)"),
+            }
+            .into());
+        }
+    }
+    let id = root
+        .get("id")
+        .and_then(|v| v.as_str())
+        .map(Cow::into_owned)
+        .ok_or_else(not_header)?;
+    Ok((root.raw().to_owned(), id))
+}
+
+/// The record scanner of RAW-3/RAW-4, fed the event stream (everything after the header
+/// record) in pieces.
+#[derive(Debug)]
+struct Scanner {
+    /// Offset just past the last accepted record (RAW-4 `committed`).
+    committed: u64,
+    /// Offset just past the last complete record seen.
+    end: u64,
+    /// Complete records seen (the loader's line numbers count from 1 after the header).
+    line: u64,
+    /// The next seq the log needs.
+    next_seq: u64,
+    records: u64,
+    /// The first problem (RAW-4 `issue`), with its line.
+    issue: Option<String>,
+    /// An incomplete record carried to the next piece.
+    partial: Vec<u8>,
+}
+
+/// One storage record, classified.
+enum Record<'t> {
+    /// Unparsable: not JSON, `null`, or a malformed packed row.
+    Unparsable(String),
+    /// Decoded events: their texts, the first seq (as written), whether they hold a
+    /// `turn/end`.
+    Events {
+        texts: Vec<Cow<'t, str>>,
+        first_seq: Option<f64>,
+        first_seq_text: String,
+        turn_end: bool,
+    },
+}
+
+impl Scanner {
+    fn new(base: u64) -> Self {
+        Self {
+            committed: base,
+            end: base,
+            line: 0,
+            next_seq: 0,
+            records: 0,
+            issue: None,
+            partial: Vec::new(),
+        }
+    }
+
+    fn feed(&mut self, mut bytes: &[u8], each: &mut dyn FnMut(&str) -> Result<()>) -> Result<()> {
+        while let Some(at) = bytes.iter().position(|&b| b == b'\n') {
+            let (piece, next) = (&bytes[..at], &bytes[at + 1..]);
+            if self.partial.is_empty() {
+                self.record(piece, each)?;
+            } else {
+                let mut whole = std::mem::take(&mut self.partial);
+                self.check_length(whole.len() + piece.len())?;
+                whole.extend_from_slice(piece);
+                self.record(&whole, each)?;
+            }
+            bytes = next;
+        }
+        self.check_length(self.partial.len() + bytes.len())?;
+        self.partial.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn check_length(&self, len: usize) -> Result<()> {
+        if len > RECORD_BYTES_MAX {
+            return Err(ErrorKind::Corrupt {
+                location: format!("line {}", self.line + 1),
+                reason: format!("a record longer than {RECORD_BYTES_MAX} bytes"),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// RAW-4 for one complete record (without its line feed).
+    fn record(&mut self, bytes: &[u8], each: &mut dyn FnMut(&str) -> Result<()>) -> Result<()> {
+        self.line += 1;
+        self.end += bytes.len() as u64 + 1;
+        let text = String::from_utf8_lossy(bytes); // JSON-1
+        let json = Json::parse(&text);
+        let record = match &json {
+            Err(error) => Record::Unparsable(format!("{}", Error::from(error.clone()))),
+            Ok(json) => classify(json.root()),
+        };
+        let line = self.line;
+        match record {
+            Record::Unparsable(why) => {
+                if self.issue.is_none() {
+                    self.issue = Some(format!("unparsable committed event at line {line} ({why})"));
+                }
+                Ok(())
+            }
+            Record::Events { turn_end, .. } if self.issue.is_some() => {
+                if turn_end {
+                    // RAW-4 step 2: a committed turn/end after the damage.
+                    return Err(self.corrupt_committed());
+                }
+                Ok(())
+            }
+            Record::Events {
+                texts,
+                first_seq,
+                first_seq_text,
+                turn_end,
+            } => {
+                #[expect(clippy::cast_precision_loss, reason = "seqs are safe integers")]
+                let expected = self.next_seq as f64;
+                if first_seq != Some(expected) {
+                    self.issue = Some(format!(
+                        "seq gap in committed region at line {line} (expected {}, got {first_seq_text})",
+                        self.next_seq
+                    ));
+                    if turn_end {
+                        return Err(self.corrupt_committed());
+                    }
+                    return Ok(());
+                }
+                for text in &texts {
+                    each(text)?;
+                }
+                self.next_seq += texts.len() as u64;
+                self.records += 1;
+                self.committed = self.end;
+                Ok(())
+            }
+        }
+    }
+
+    fn corrupt_committed(&self) -> Error {
+        ErrorKind::Corrupt {
+            location: format!("line {}", self.line),
+            reason: format!(
+                "corrupt session log: {}",
+                self.issue.as_deref().unwrap_or_default()
+            ),
+        }
+        .into()
+    }
+
+    /// ZST-15: the complete frames must have been accepted to their last byte.
+    fn require_clean(&self) -> Result<()> {
+        if let Some(issue) = &self.issue {
+            return Err(ErrorKind::Corrupt {
+                location: format!("line {}", self.line),
+                reason: format!("complete frame contains a torn JSONL record: {issue}"),
+            }
+            .into());
+        }
+        if !self.partial.is_empty() {
+            return Err(ErrorKind::Corrupt {
+                location: format!("line {}", self.line + 1),
+                reason: "complete frame contains a torn JSONL record: no final line feed"
+                    .to_owned(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// RAW-5/RAW-6: whatever follows the last accepted record is the torn tail.
+    fn finish_torn(&mut self) -> Scan {
+        let file_end = self.end + self.partial.len() as u64;
+        let torn = (self.committed != file_end).then(|| TornTail {
+            offset: self.committed,
+            reason: self
+                .issue
+                .clone()
+                .unwrap_or_else(|| "the last record has no line feed (RAW-5)".to_owned()),
+        });
+        Scan {
+            records: self.records,
+            events: self.next_seq,
+            torn,
+        }
+    }
+}
+
+/// ROW-8 and §5.3: a packed row decodes to its members; any other object is one event;
+/// `null` is unparsable (reference quirk); any other value has no valid seq.
+fn classify<'t>(root: Value<'_, 't>) -> Record<'t> {
+    let is_row = root.kind() == Kind::Object
+        && root.get("type").is_some_and(|t| {
+            t.is_str("text-chunks") || t.is_str("reasoning-chunks") || t.is_str("tool-call-chunks")
+        });
+    match root.kind() {
+        Kind::Null => Record::Unparsable("the record is null".to_owned()),
+        _ if is_row => match rows::unpack(&[root.raw()]) {
+            Err(error) => Record::Unparsable(error.to_string()),
+            Ok(members) => {
+                let seq0 = root.get("seq0");
+                Record::Events {
+                    texts: members.into_iter().map(Cow::Owned).collect(),
+                    first_seq: seq0.and_then(|v| v.as_f64()),
+                    first_seq_text: seq0.map_or("none", |v| v.raw()).to_owned(),
+                    turn_end: false,
+                }
+            }
+        },
+        Kind::Object => {
+            let seq = root.get("seq");
+            Record::Events {
+                texts: vec![Cow::Borrowed(root.raw())],
+                first_seq: seq.and_then(|v| v.as_f64()),
+                first_seq_text: seq.map_or("none", |v| v.raw()).to_owned(),
+                turn_end: root.get("type").is_some_and(|t| t.is_str("turn/end")),
+            }
+        }
+        _ => Record::Events {
+            texts: Vec::new(),
+            first_seq: None,
+            first_seq_text: root.raw().chars().take(32).collect(),
+            turn_end: false,
+        },
+    }
+}
+
+/// One frame found by the structural scan of §6.2.
+enum Frame {
+    /// A complete frame's bytes.
+    Complete(Vec<u8>),
+    /// The bytes of a frame the file ends inside (ZST-11).
+    Torn(Vec<u8>),
+    /// No bytes left.
+    End,
+}
+
+/// ZST-5 to ZST-11: reads one frame structurally, without decompressing.
+fn next_frame(file: &mut impl Read, start: u64, path: &Path) -> Result<Frame> {
+    let mut frame = Vec::new();
+    // Reads exactly `n` more bytes into the frame; false when the file ends first.
+    let mut take = |frame: &mut Vec<u8>, n: usize| -> Result<bool> {
+        let have = frame.len();
+        let got = file
+            .by_ref()
+            .take(n as u64)
+            .read_to_end(frame)
+            .map_err(|e| Error::io("read", path, &e))?;
+        Ok(frame.len() - have == n && got == n)
+    };
+    let torn_or_end = |frame: Vec<u8>| {
+        if frame.is_empty() {
+            Frame::End
+        } else {
+            Frame::Torn(frame)
+        }
+    };
+    let at = |offset: usize| format!("byte {}", start + offset as u64);
+    if !take(&mut frame, 4)? {
+        return Ok(torn_or_end(frame)); // ZST-5
+    }
+    if frame[..4] != [0x28, 0xB5, 0x2F, 0xFD] {
+        return Err(corrupt(path, &at(0), "invalid frame magic (ZST-6)"));
+    }
+    if !take(&mut frame, 1)? {
+        return Ok(Frame::Torn(frame));
+    }
+    let descriptor = frame[4];
+    if descriptor & 0x18 != 0 {
+        return Err(corrupt(path, &at(4), "reserved frame-header bit (ZST-7)"));
+    }
+    let single_segment = descriptor & 0x20 != 0;
+    let dictionary = [0, 1, 2, 4][usize::from(descriptor & 0x03)];
+    let content_size = match descriptor >> 6 {
+        0 => usize::from(single_segment),
+        1 => 2,
+        2 => 4,
+        _ => 8,
+    };
+    let header_rest = usize::from(!single_segment) + dictionary + content_size; // ZST-8
+    if !take(&mut frame, header_rest)? {
+        return Ok(Frame::Torn(frame));
+    }
+    loop {
+        let block_at = frame.len();
+        if !take(&mut frame, 3)? {
+            return Ok(Frame::Torn(frame)); // ZST-9
+        }
+        let header = u32::from(frame[block_at])
+            | u32::from(frame[block_at + 1]) << 8
+            | u32::from(frame[block_at + 2]) << 16;
+        let last = header & 1 != 0;
+        let block_type = (header >> 1) & 3;
+        let size = (header >> 3) as usize;
+        let payload = match block_type {
+            1 => 1,
+            3 => return Err(corrupt(path, &at(block_at), "reserved block type (ZST-9)")),
+            _ => size,
+        };
+        if !take(&mut frame, payload)? {
+            return Ok(Frame::Torn(frame));
+        }
+        if last {
+            break;
+        }
+    }
+    if descriptor & 0x04 != 0 && !take(&mut frame, 4)? {
+        return Ok(Frame::Torn(frame)); // ZST-10
+    }
+    Ok(Frame::Complete(frame))
+}
+
+/// ZST-13: decompresses one complete frame, checking its content checksum.
+fn decode_frame(frame: &[u8], start: u64, path: &Path) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut decoder = zstd::stream::read::Decoder::with_buffer(frame)
+        .map_err(|e| Error::io("zstd", path, &e))?
+        .single_frame();
+    decoder.read_to_end(&mut out).map_err(|e| {
+        corrupt(
+            path,
+            &format!("byte {start}"),
+            &format!("frame failed validation (ZST-13): {e}"),
+        )
+    })?;
+    Ok(out)
+}
+
+/// ZST-16: what the bytes of a torn frame decode to before they run out (nothing on a
+/// decoder error).
+fn decode_torn(frame: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let Ok(decoder) = zstd::stream::read::Decoder::with_buffer(frame) else {
+        return out;
+    };
+    let mut decoder = decoder.single_frame();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = decoder.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+fn corrupt(path: &Path, at: &str, reason: &str) -> Error {
+    ErrorKind::Corrupt {
+        location: format!("{} {at}", path.display()),
+        reason: reason.to_owned(),
+    }
+    .into()
+}
+
+/// The JSONL header line of a session (HDR-1, HDR-2), without its line feed. A header
+/// that came from a JSONL file (it starts with `"type":"session"`) is written exactly as
+/// it was read (HDR-14); any other is built in the reference's key order (§2.3), with
+/// `delegationDepth` 0 when absent and unknown keys after the known ones.
+pub fn header_line(header: &Header) -> String {
+    let text = header.text();
+    let Ok(json) = Json::parse(text) else {
+        return text.to_owned();
+    };
+    let root = json.root();
+    if let Some((key, value)) = root.members().next()
+        && key.raw() == "\"type\""
+        && value.is_str("session")
+    {
+        return text.to_owned();
+    }
+    let mut line = String::from("{\"type\":\"session\"");
+    write_known(&mut line, root, true);
+    for (key, value) in root.members() {
+        let name = key.as_str().unwrap_or_default();
+        if !KNOWN_HEADER_KEYS.contains(&name.as_ref()) && name != "type" {
+            line.push(',');
+            write_js(&mut line, key);
+            line.push(':');
+            write_js(&mut line, value);
+        }
+    }
+    line.push('}');
+    line
+}
+
+/// The logical header (HDR-8, SQL-13): the known fields only, in the reference's order,
+/// absent ones omitted. This is the `header` a DSH loader reports.
+pub fn logical_header(header: &Header) -> String {
+    let Ok(json) = Json::parse(header.text()) else {
+        return header.text().to_owned();
+    };
+    let mut out = String::from("{");
+    write_known(&mut out, json.root(), false);
+    if out.len() > 1 && out.as_bytes()[1] == b',' {
+        out.remove(1);
+    }
+    out.push('}');
+    out
+}
+
+/// The header keys of `dsh-formats.md` §1.1, in the order the reference writes them.
+const KNOWN_HEADER_KEYS: [&str; 9] = [
+    "version",
+    "id",
+    "createdAt",
+    "cwd",
+    "parentSession",
+    "seedLength",
+    "origin",
+    "delegationDepth",
+    "agentPreset",
+];
+
+/// Appends `,"key":value` for each known key present; with `jsonl`, `delegationDepth` is
+/// written as 0 when absent (HDR-2).
+fn write_known(out: &mut String, root: Value<'_, '_>, jsonl: bool) {
+    for key in KNOWN_HEADER_KEYS {
+        let value = root.get(key);
+        if value.is_none() && !(jsonl && key == "delegationDepth") {
+            continue;
+        }
+        out.push(',');
+        push_js_string(out, key.as_bytes());
+        out.push(':');
+        match value {
+            Some(value) => write_js(out, value),
+            None => push_js_number(out, 0.0),
+        }
+    }
+}
+
+/// What an export wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Exported {
+    /// Events written.
+    pub events: u64,
+    /// Storage records (lines) written after the header, packed rows counted once.
+    pub records: u64,
+    /// Packed rows among them.
+    pub packed_rows: u64,
+    /// Bytes of JSONL text (before compression).
+    pub text_bytes: u64,
+}
+
+/// Writes `events` as a DSH JSONL log with header `header` to `out` (§5.1, §6.1).
+///
+/// With `pack`, runs of three or more packable deltas become packed rows (ROW-3 to
+/// ROW-7; the whole log is treated as one batch). Every other event is written as its
+/// stored text, which is what the reference wrote when it came from a DSH file; a text
+/// that spans lines (whitespace the JSON grammar allows) is rewritten compactly so that
+/// it stays one record.
+///
+/// # Errors
+/// `IO` from `out` (reported against `path`), `CORRUPT` when an event cannot be read back.
+pub fn write_jsonl(
+    header: &Header,
+    events: &dyn EventSource,
+    pack: bool,
+    compression: Compression,
+    out: &mut dyn Write,
+    path: &Path,
+) -> Result<Exported> {
+    let mut sink = Sink::new(out, compression, path);
+    let mut line = header_line(header);
+    line.push('\n');
+    sink.write(line.as_bytes())?;
+    sink.end_frame()?; // ZST-2: the header is a frame of its own.
+    let mut exported = Exported::default();
+    let mut window: Vec<&str> = Vec::new();
+    let end = events.seq_next();
+    for seq in 0..end {
+        let event = events.event(seq).ok_or_else(|| -> Error {
+            ErrorKind::Corrupt {
+                location: format!("seq {seq}"),
+                reason: "the event cannot be read back".to_owned(),
+            }
+            .into()
+        })?;
+        window.push(event.text);
+        // A run can only continue through assistant/chunk events: flush at any other.
+        if event.event_type != "assistant/chunk" || window.len() >= 1 << 16 {
+            flush_window(&mut window, pack, &mut sink, &mut exported)?;
+        }
+    }
+    flush_window(&mut window, pack, &mut sink, &mut exported)?;
+    exported.events = end;
+    exported.text_bytes = sink.text_bytes;
+    sink.finish()?;
+    Ok(exported)
+}
+
+fn flush_window(
+    window: &mut Vec<&str>,
+    pack: bool,
+    sink: &mut Sink<'_>,
+    exported: &mut Exported,
+) -> Result<()> {
+    if window.is_empty() {
+        return Ok(());
+    }
+    let records: Vec<Cow<'_, str>> = if pack {
+        rows::pack(window)?.into_iter().map(Cow::Owned).collect()
+    } else {
+        window.iter().map(|t| Cow::Borrowed(*t)).collect()
+    };
+    if pack && records.len() < window.len() {
+        exported.packed_rows += records.iter().filter(|r| is_row_text(r)).count() as u64;
+    }
+    for record in &records {
+        let mut line = if record.contains(['\n', '\r']) {
+            let mut compact = String::with_capacity(record.len());
+            write_js(&mut compact, Json::parse(record)?.root());
+            compact
+        } else {
+            record.to_string()
+        };
+        line.push('\n');
+        sink.write(line.as_bytes())?;
+        exported.records += 1;
+    }
+    window.clear();
+    Ok(())
+}
+
+/// Whether a record written by [`rows::pack`] is a packed row: rows start with their tag.
+fn is_row_text(record: &str) -> bool {
+    ["text-chunks", "reasoning-chunks", "tool-call-chunks"]
+        .iter()
+        .any(|tag| {
+            record
+                .strip_prefix("{\"type\":\"")
+                .is_some_and(|r| r.starts_with(tag))
+        })
+}
+
+/// Where export bytes go: straight out, or through Zstandard frames of at most
+/// [`FRAME_PLAINTEXT_BYTES`] plaintext each, every one with a content checksum (ZST-4).
+struct Sink<'o> {
+    out: &'o mut dyn Write,
+    compression: Compression,
+    path: &'o Path,
+    frame: Vec<u8>,
+    text_bytes: u64,
+}
+
+impl<'o> Sink<'o> {
+    fn new(out: &'o mut dyn Write, compression: Compression, path: &'o Path) -> Self {
+        Self {
+            out,
+            compression,
+            path,
+            frame: Vec::new(),
+            text_bytes: 0,
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.text_bytes += bytes.len() as u64;
+        match self.compression {
+            Compression::None => self
+                .out
+                .write_all(bytes)
+                .map_err(|e| Error::io("write", self.path, &e)),
+            Compression::Zstd => {
+                if !self.frame.is_empty() && self.frame.len() + bytes.len() > FRAME_PLAINTEXT_BYTES
+                {
+                    self.end_frame()?;
+                }
+                self.frame.extend_from_slice(bytes);
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes the pending plaintext as one frame (Zstandard only).
+    fn end_frame(&mut self) -> Result<()> {
+        if self.compression == Compression::None || self.frame.is_empty() {
+            return Ok(());
+        }
+        let io = |e: std::io::Error| Error::io("write", self.path, &e);
+        let mut encoder = zstd::stream::write::Encoder::new(&mut *self.out, 3).map_err(io)?;
+        encoder.include_checksum(true).map_err(io)?;
+        encoder.write_all(&self.frame).map_err(io)?;
+        encoder.finish().map_err(io)?;
+        self.frame.clear();
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<()> {
+        self.end_frame()?;
+        self.out
+            .flush()
+            .map_err(|e| Error::io("write", self.path, &e))
+    }
+}
+
+/// Writes a new file at `path` through a temporary file in the same directory that is
+/// synced and renamed into place, then syncs the directory: readers see the whole file or
+/// nothing. Refuses (`UNSAFE_PATH`) a target that exists, and a directory that other users
+/// may write to; creates the file with mode 0600.
+///
+/// # Errors
+/// `UNSAFE_PATH`, `IO`, or `write`'s own error; no file is left behind on any of them.
+pub fn publish_file<T>(path: &Path, write: impl FnOnce(&mut File) -> Result<T>) -> Result<T> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let dir_meta = std::fs::metadata(&dir).map_err(|e| Error::io("stat", &dir, &e))?;
+    if dir_meta.mode() & 0o022 != 0 {
+        return Err(ErrorKind::UnsafePath {
+            path: dir,
+            reason: "the target directory is writable by other users",
+        }
+        .into());
+    }
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Err(ErrorKind::UnsafePath {
+            path: path.to_owned(),
+            reason: "the target already exists (exports never overwrite)",
+        }
+        .into());
+    }
+    let name = path
+        .file_name()
+        .map_or_else(|| "export".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| Error::io("create", &tmp, &e))?;
+    let done = write(&mut file).and_then(|value| {
+        file.sync_all().map_err(|e| Error::io("fsync", &tmp, &e))?;
+        if std::fs::symlink_metadata(path).is_ok() {
+            return Err(ErrorKind::UnsafePath {
+                path: path.to_owned(),
+                reason: "the target already exists (exports never overwrite)",
+            }
+            .into());
+        }
+        std::fs::rename(&tmp, path).map_err(|e| Error::io("rename", path, &e))?;
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io("fsync", &dir, &e))?;
+        Ok(value)
+    });
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done
+}
+
+/// Imports the JSONL log at `path` into `store` as one new session (the header's id, or
+/// `id`, which must equal it: LOAD-1). The torn tail is dropped, the surviving events are
+/// checked on the import path, an interrupted turn is closed (contract §8), and the
+/// session is published only when all of it succeeded. `path` is only read.
+///
+/// # Errors
+/// Any refusal of [`JsonlReader::open`], [`JsonlReader::read_events`] or
+/// [`Store::import`](crate::store::Store::import); nothing is stored.
+pub fn import_jsonl(
+    store: &crate::store::Store,
+    path: &Path,
+    compression: Compression,
+    id: Option<&str>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(crate::store::Imported, Scan)> {
+    let reader = JsonlReader::open(path, compression)?;
+    let id = id.unwrap_or(reader.id()).to_owned();
+    let mut import = store.import(&id, reader.header())?;
+    let scan = reader.read_events(&mut |text| import.push(text).map(|_| ()), progress)?;
+    let imported = import.finish()?;
+    Ok((imported, scan))
+}

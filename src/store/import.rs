@@ -1,0 +1,143 @@
+//! Importing a session written elsewhere (`store.md` STORE-13): events are streamed into
+//! a new session built under `tmp/`, checked one by one on the import path (contract §5),
+//! closed by crash repair (contract §8), made durable, and only then renamed into place.
+//! An import that fails or is dropped leaves nothing in the store.
+
+use std::path::PathBuf;
+
+use super::checkpoint::CHECKPOINT_FILE;
+use super::{Store, StoredLog, StoredSession, write_file_atomically};
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::Header;
+use crate::event::header::NegativeZero;
+use crate::log::{DiskLog, Durability};
+use crate::session::Session;
+use crate::session::repair::RepairState;
+use crate::surface::Surface;
+
+/// An import in progress: a session being filled under the store's `tmp/` directory.
+/// [`Import::finish`] publishes it; dropping it unfinished removes everything it wrote.
+#[derive(Debug)]
+pub struct Import<'s> {
+    store: &'s Store,
+    id: String,
+    tmp: PathBuf,
+    session: Option<StoredSession>,
+}
+
+/// What a finished import stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Imported {
+    /// The session id.
+    pub id: String,
+    /// The events imported, before any closer.
+    pub events: u64,
+    /// The repair closers appended after them (contract §8), as stored JSON texts.
+    pub closers: Vec<String>,
+}
+
+impl Store {
+    /// Starts importing session `id` with the header `header` (JSON text; contract §6 with
+    /// `-0` read as 0, unknown keys kept verbatim). Push the stored events in seq order with
+    /// [`Import::push`], then call [`Import::finish`].
+    ///
+    /// Appends inside an import are buffered (`Durability::Manual`); `finish` syncs the log
+    /// once before publishing, so an import costs one fsync, not one per event.
+    ///
+    /// # Errors
+    /// `SESSION_EXISTS`, a header refusal, `IO`.
+    pub fn import(&self, id: &str, header: &str) -> Result<Import<'_>> {
+        if self.session_dir(id).exists() {
+            return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
+        }
+        let header =
+            Header::parse(header, id, NegativeZero::Accept).map_err(|e| e.in_session(id))?;
+        let tmp = self.tmp_dir(id);
+        let mut import = Import {
+            store: self,
+            id: id.to_owned(),
+            tmp,
+            session: None,
+        };
+        import.session = Some(import.start(header)?);
+        Ok(import)
+    }
+}
+
+impl Import<'_> {
+    fn start(&self, header: Header) -> Result<StoredSession> {
+        let options = &self.store.options;
+        options
+            .log
+            .storage
+            .create_dir_all(&self.tmp)
+            .map_err(|e| Error::io("create_dir", &self.tmp, &e))?;
+        let text = format!("{}\n", header.text());
+        write_file_atomically(options, &self.tmp, "header.json", text.as_bytes())?;
+        let mut log_options = options.log.clone();
+        log_options.durability = Durability::Manual;
+        let (log, _) = DiskLog::open(&self.tmp.join("log"), log_options)?;
+        let log = StoredLog::new(
+            log,
+            RepairState::default(),
+            0,
+            self.tmp.join(CHECKPOINT_FILE),
+            options.checkpoint_every,
+        );
+        Session::over_log_from(header, log, Surface::new(), 0, options.session.clone())
+    }
+
+    fn session(&mut self) -> &mut StoredSession {
+        self.session.as_mut().expect("present until finish")
+    }
+
+    /// Admits the next stored event (contract §5, import row: every check, `-0` read as 0)
+    /// and appends it. Returns its seq.
+    ///
+    /// # Errors
+    /// The first failed check (the import should then be dropped), `IO`.
+    pub fn push(&mut self, event: &str) -> Result<u64> {
+        self.session().import_event(event)
+    }
+
+    /// The number of events pushed so far, which is also the seq the next one needs.
+    pub fn seq_next(&self) -> u64 {
+        self.session.as_ref().map_or(0, Session::seq_next)
+    }
+
+    /// Closes an interrupted turn with the closers of contract §8, makes everything
+    /// durable, and publishes the session under its id (STORE-6).
+    ///
+    /// # Errors
+    /// `SESSION_EXISTS` when the id was taken meanwhile, a refused closer, `IO`; nothing
+    /// is left in the store.
+    pub fn finish(mut self) -> Result<Imported> {
+        let Some(mut session) = self.session.take() else {
+            unreachable!("the session is present until finish consumes the import");
+        };
+        session.mark_stored();
+        let events = session.seq_next();
+        session.repair()?;
+        let closers = (events..session.seq_next())
+            .filter_map(|seq| session.event(seq).map(|e| e.text.to_owned()))
+            .collect();
+        session.close()?;
+        self.store.publish_dir(&self.id, &self.tmp)?;
+        self.tmp = PathBuf::new();
+        Ok(Imported {
+            id: std::mem::take(&mut self.id),
+            events,
+            closers,
+        })
+    }
+}
+
+impl Drop for Import<'_> {
+    fn drop(&mut self) {
+        // Unfinished: close the log first (its lock lives in the directory), then remove.
+        drop(self.session.take());
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.tmp);
+        }
+    }
+}
