@@ -1,0 +1,437 @@
+//! DSH JSONL import and export beyond the corpus: Zstandard framing and its torn frames,
+//! bad input of every kind (each refused with a code and a location, nothing stored, or
+//! dropped as a torn tail exactly as the format says), atomic and safe export targets.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use surfacelog::adapters::jsonl::{self, Compression, Scan};
+use surfacelog::store::{Imported, Store, StoreOptions};
+
+const FIXTURE: &str = "acp-agent--parallel-tool-calls--session.jsonl";
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/dsh-sessions")
+        .join(name);
+    std::fs::read(path).unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("surfacelog-interop-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
+fn import_bytes(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    compression: Compression,
+) -> (Store, surfacelog::Result<(Imported, Scan)>) {
+    let file = dir.join(name);
+    std::fs::write(&file, bytes).unwrap();
+    let store = Store::at(&dir.join(format!("{name}.store")), StoreOptions::default()).unwrap();
+    let outcome = jsonl::import_jsonl(&store, &file, compression, None, &mut |_| {});
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        bytes,
+        "the source is never written"
+    );
+    (store, outcome)
+}
+
+/// Nothing of a refused import is left in the store.
+fn assert_nothing_stored(store: &Store) {
+    assert!(store.list().unwrap().is_empty());
+    assert_eq!(
+        std::fs::read_dir(store.dir().join("tmp")).unwrap().count(),
+        0
+    );
+}
+
+fn export(store: &Store, id: &str, out: &Path, pack: bool, compression: Compression) -> Vec<u8> {
+    let session = store.inspect(id).unwrap();
+    jsonl::publish_file(out, |file| {
+        jsonl::write_jsonl(
+            session.header(),
+            session.log(),
+            pack,
+            compression,
+            file,
+            out,
+        )
+    })
+    .unwrap();
+    std::fs::read(out).unwrap()
+}
+
+fn zstd_frames(lines: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for frame in lines {
+        let mut encoder = zstd::stream::write::Encoder::new(&mut out, 3).unwrap();
+        encoder.include_checksum(true).unwrap();
+        std::io::Write::write_all(&mut encoder, frame).unwrap();
+        encoder.finish().unwrap();
+    }
+    out
+}
+
+fn split_lines(bytes: &[u8]) -> Vec<&[u8]> {
+    bytes.split_inclusive(|&b| b == b'\n').collect()
+}
+
+#[test]
+fn zstd_round_trip_reads_back_the_same_events() {
+    let dir = scratch("zstd-round-trip");
+    let raw = fixture(FIXTURE);
+    let (store, outcome) = import_bytes(&dir, "raw.jsonl", &raw, Compression::None);
+    let (imported, _) = outcome.unwrap();
+    let compressed = export(
+        &store,
+        &imported.id,
+        &dir.join("out.zst"),
+        true,
+        Compression::Zstd,
+    );
+    assert_eq!(&compressed[..4], &[0x28, 0xB5, 0x2F, 0xFD]);
+    // Every frame carries a content checksum (ZST-4), and the plaintext is the raw file.
+    assert_eq!(zstd::stream::decode_all(&compressed[..]).unwrap(), raw);
+    let (again, outcome) = import_bytes(&dir, "z.jsonl.zstd", &compressed, Compression::Zstd);
+    let (second, scan) = outcome.unwrap();
+    assert_eq!((second.events, scan.torn), (imported.events, None));
+    let back = export(
+        &again,
+        &second.id,
+        &dir.join("back.jsonl"),
+        true,
+        Compression::None,
+    );
+    assert_eq!(back, raw);
+}
+
+#[test]
+fn zstd_torn_last_frame_is_dropped_at_every_cut() {
+    let dir = scratch("zstd-torn");
+    let raw = fixture(FIXTURE);
+    let lines = split_lines(&raw);
+    // Header frame, a frame of all lines but the last two, and a last frame of two lines.
+    let (head, body) = lines.split_at(1);
+    let (middle, last) = body.split_at(body.len() - 2);
+    let complete = zstd_frames(&[head[0], &middle.concat()]);
+    let full = zstd_frames(&[head[0], &middle.concat(), &last.concat()]);
+    let middle_events = {
+        let (_, outcome) = import_bytes(&dir, "complete.zst", &complete, Compression::Zstd);
+        outcome.unwrap().0.events
+    };
+    for cut in complete.len()..full.len() {
+        let name = format!("cut-{cut}.zst");
+        let (_, outcome) = import_bytes(&dir, &name, &full[..cut], Compression::Zstd);
+        let (imported, scan) = outcome.unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+        assert!(imported.events >= middle_events, "cut {cut}");
+        if cut > complete.len() {
+            assert_eq!(
+                scan.torn.map(|t| t.offset),
+                Some(complete.len() as u64),
+                "cut {cut}"
+            );
+        }
+    }
+}
+
+#[test]
+fn zstd_damage_in_complete_frames_is_corrupt() {
+    let dir = scratch("zstd-damage");
+    let raw = fixture(FIXTURE);
+    let lines = split_lines(&raw);
+    let good = zstd_frames(&[lines[0], &lines[1..].concat()]);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("bad-magic", {
+            let mut b = good.clone();
+            b.extend_from_slice(b"JUNKJUNK");
+            b
+        }),
+        ("skippable", {
+            let mut b = good.clone();
+            b.extend_from_slice(&[0x50, 0x2A, 0x4D, 0x18, 0, 0, 0, 0]);
+            b
+        }),
+        ("checksum", {
+            let mut b = good.clone();
+            let n = b.len();
+            b[n - 1] ^= 0xFF;
+            b
+        }),
+        (
+            "two-lines-in-header",
+            zstd_frames(&[&lines[..2].concat(), &lines[2..].concat()]),
+        ),
+        ("no-final-newline", {
+            let body = lines[1..].concat();
+            zstd_frames(&[lines[0], &body[..body.len() - 1]])
+        }),
+    ];
+    for (name, bytes) in cases {
+        let (store, outcome) = import_bytes(&dir, name, &bytes, Compression::Zstd);
+        let error = outcome.err().unwrap_or_else(|| panic!("{name} imported"));
+        assert_eq!(error.code(), "CORRUPT", "{name}: {error}");
+        assert!(
+            error.to_string().contains(name)
+                || error.to_string().contains("byte")
+                || error.to_string().contains("line"),
+            "{name}: {error}"
+        );
+        assert_nothing_stored(&store);
+    }
+    // 1 to 3 stray bytes after the last frame are a torn tail (§6.5).
+    let mut stray = good.clone();
+    stray.extend_from_slice(&[0x28, 0xB5]);
+    let (_, outcome) = import_bytes(&dir, "stray", &stray, Compression::Zstd);
+    let (_, scan) = outcome.unwrap();
+    assert_eq!(scan.torn.map(|t| t.offset), Some(good.len() as u64));
+}
+
+#[test]
+fn bad_raw_input_is_refused_with_a_location_and_nothing_stored() {
+    let dir = scratch("bad-raw");
+    let raw = fixture(FIXTURE);
+    let lines = split_lines(&raw);
+    let body_with = |index: usize, line: &[u8]| {
+        let mut out = lines.clone();
+        out[index] = line;
+        out.concat()
+    };
+    let last_turn_end = lines
+        .iter()
+        .rposition(|l| l.windows(10).any(|w| w == b"\"turn/end\""))
+        .unwrap();
+    assert!(last_turn_end > 3);
+    let cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
+        ("empty", Vec::new(), "CORRUPT", "header-less"),
+        ("garbage", b"\x00\x01garbage\xff\n".to_vec(), "CORRUPT", "not valid JSON"),
+        ("no-newline", lines[0][..lines[0].len() - 1].to_vec(), "CORRUPT", "header-less"),
+        ("newer-version", {
+            let header = String::from_utf8(lines[0].to_vec()).unwrap().replace("\"version\":0", "\"version\":1");
+            let mut out = header.into_bytes();
+            out.extend_from_slice(&lines[1..].concat());
+            out
+        }, "FORMAT_VERSION", "upgrade"),
+        ("not-a-header", body_with(0, b"{\"type\":\"session\",\"id\":\"x\"}\n"), "CORRUPT", "not a session header"),
+        ("retired-field", {
+            let header = String::from_utf8(lines[0].to_vec()).unwrap().replace("\"delegationDepth\":0", "\"delegationDepth\":0,\"sandboxMode\":\"x\"");
+            let mut out = header.into_bytes();
+            out.extend_from_slice(&lines[1..].concat());
+            out
+        }, "CORRUPT", "retired"),
+        ("invalid-utf8-mid", body_with(2, b"{\"type\":\xff\xfe}\n"), "CORRUPT", "unparsable committed event at line 2"),
+        ("seq-gap-mid", {
+            let mut out = lines.clone();
+            out.remove(2);
+            out.concat()
+        }, "CORRUPT", "seq gap in committed region at line 2"),
+        ("malformed-row-mid", body_with(3, b"{\"type\":\"text-chunks\",\"seq0\":2,\"time0\":0,\"data\":{\"turn\":1,\"step\":1,\"index\":0,\"dt\":[1,1,1],\"texts\":[\"a\",\"b\"]}}\n"), "CORRUPT", "unparsable committed event at line 3"),
+        ("blank-line-mid", body_with(3, b"\n"), "CORRUPT", "unparsable"),
+    ];
+    for (name, bytes, code, text) in cases {
+        let (store, outcome) = import_bytes(&dir, name, &bytes, Compression::None);
+        let error = outcome.err().unwrap_or_else(|| panic!("{name} imported"));
+        assert_eq!(error.code(), code, "{name}: {error}");
+        assert!(error.to_string().contains(text), "{name}: {error}");
+        assert_nothing_stored(&store);
+    }
+}
+
+#[test]
+fn a_torn_or_malformed_tail_is_dropped_not_refused() {
+    let dir = scratch("torn-raw");
+    let raw = fixture(FIXTURE);
+    let lines = split_lines(&raw);
+    let keep = 6;
+    let prefix: Vec<u8> = lines[..keep].concat();
+    let tails: Vec<(&str, Vec<u8>)> = vec![
+        ("half-line", lines[keep][..lines[keep].len() / 2].to_vec()),
+        ("whole-line-no-newline", lines[keep][..lines[keep].len() - 1].to_vec()),
+        ("utf8-cut", b"{\"type\":\"x\",\"text\":\"\xe2\x82".to_vec()),
+        ("row-with-gap", b"{\"type\":\"text-chunks\",\"seq0\":99,\"time0\":0,\"data\":{\"turn\":1,\"step\":1,\"index\":0,\"dt\":[1,1],\"texts\":[\"a\",\"b\",\"c\"]}}\n".to_vec()),
+        ("row-fractional-dt", b"{\"type\":\"text-chunks\",\"seq0\":5,\"time0\":0,\"data\":{\"turn\":1,\"step\":1,\"index\":0,\"dt\":[1.5,1],\"texts\":[\"a\",\"b\",\"c\"]}}\n".to_vec()),
+        ("null-line", b"null\n".to_vec()),
+        ("crlf-junk", b"\r\n".to_vec()),
+    ];
+    for (name, tail) in tails {
+        let mut bytes = prefix.clone();
+        bytes.extend_from_slice(&tail);
+        let (store, outcome) = import_bytes(&dir, name, &bytes, Compression::None);
+        let (imported, scan) = outcome.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(imported.events, keep as u64 - 1, "{name}");
+        assert_eq!(
+            scan.torn.as_ref().map(|t| t.offset),
+            Some(prefix.len() as u64),
+            "{name}"
+        );
+        // The export is the kept prefix plus the closers of the open turn.
+        let out = export(
+            &store,
+            &imported.id,
+            &dir.join(format!("{name}.out")),
+            true,
+            Compression::None,
+        );
+        assert!(out.starts_with(&prefix), "{name}");
+        let appended = String::from_utf8(out[prefix.len()..].to_vec()).unwrap();
+        assert_eq!(appended.lines().count(), imported.closers.len(), "{name}");
+    }
+}
+
+#[test]
+fn deep_nesting_imports_without_recursion() {
+    let dir = scratch("deep");
+    let depth = 100_000;
+    let header = b"{\"type\":\"session\",\"version\":0,\"id\":\"deep\",\"createdAt\":0,\"delegationDepth\":0}\n";
+    let mut line =
+        String::from("{\"type\":\"session/title\",\"seq\":0,\"time\":0,\"data\":{\"x\":");
+    line.push_str(&"[".repeat(depth));
+    line.push_str(&"]".repeat(depth));
+    line.push_str("}}\n");
+    let mut bytes = header.to_vec();
+    bytes.extend_from_slice(line.as_bytes());
+    let (store, outcome) = import_bytes(&dir, "deep.jsonl", &bytes, Compression::None);
+    let (imported, _) = outcome.unwrap();
+    assert_eq!(imported.events, 1);
+    let out = export(
+        &store,
+        "deep",
+        &dir.join("deep.out"),
+        true,
+        Compression::None,
+    );
+    assert_eq!(out, bytes);
+}
+
+#[test]
+fn duplicate_sessions_and_mismatched_ids_are_refused() {
+    let dir = scratch("duplicate");
+    let raw = fixture(FIXTURE);
+    let file = dir.join("s.jsonl");
+    std::fs::write(&file, &raw).unwrap();
+    let store = Store::at(&dir.join("store"), StoreOptions::default()).unwrap();
+    let (first, _) =
+        jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {}).unwrap();
+    let again = jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {});
+    assert_eq!(again.unwrap_err().code(), "SESSION_EXISTS");
+    let other = jsonl::import_jsonl(
+        &store,
+        &file,
+        Compression::None,
+        Some("other-id"),
+        &mut |_| {},
+    );
+    assert_eq!(other.unwrap_err().code(), "HEADER_INVALID");
+    assert_eq!(store.list().unwrap().len(), 1);
+    assert_eq!(store.list().unwrap()[0].id(), first.id);
+    assert_eq!(
+        std::fs::read_dir(store.dir().join("tmp")).unwrap().count(),
+        0
+    );
+}
+
+#[test]
+fn export_targets_are_safe_and_published_atomically() {
+    let dir = scratch("targets");
+    let raw = fixture(FIXTURE);
+    let (store, outcome) = import_bytes(&dir, "s.jsonl", &raw, Compression::None);
+    let (imported, _) = outcome.unwrap();
+    let session = store.inspect(&imported.id).unwrap();
+    let write = |out: &Path| {
+        jsonl::publish_file(out, |file| {
+            jsonl::write_jsonl(
+                session.header(),
+                session.log(),
+                true,
+                Compression::None,
+                file,
+                out,
+            )
+        })
+    };
+    // An existing target (file or symlink) is never overwritten or followed.
+    let existing = dir.join("existing.jsonl");
+    std::fs::write(&existing, b"keep").unwrap();
+    assert_eq!(write(&existing).unwrap_err().code(), "UNSAFE_PATH");
+    assert_eq!(std::fs::read(&existing).unwrap(), b"keep");
+    let link = dir.join("link.jsonl");
+    std::os::unix::fs::symlink(dir.join("elsewhere"), &link).unwrap();
+    assert_eq!(write(&link).unwrap_err().code(), "UNSAFE_PATH");
+    assert!(!dir.join("elsewhere").exists());
+    // A directory other users may write to is refused.
+    let open_dir = dir.join("open");
+    std::fs::create_dir(&open_dir).unwrap();
+    std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(
+        write(&open_dir.join("x.jsonl")).unwrap_err().code(),
+        "UNSAFE_PATH"
+    );
+    assert_eq!(std::fs::read_dir(&open_dir).unwrap().count(), 0);
+    // A failing writer leaves no file, not even the temporary one.
+    let failed = jsonl::publish_file(&dir.join("failed.jsonl"), |_| -> surfacelog::Result<()> {
+        Err(surfacelog::error::ErrorKind::Poisoned.into())
+    });
+    assert_eq!(failed.unwrap_err().code(), "POISONED");
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("failed") || n.contains(".tmp-")),
+        "{names:?}"
+    );
+    // The published file is private and whole.
+    let out = dir.join("ok.jsonl");
+    write(&out).unwrap();
+    let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode, std::fs::read(&out).unwrap()), (0o600, raw));
+}
+
+#[test]
+fn unpacked_export_writes_one_event_per_line_and_reimports_equal() {
+    let dir = scratch("no-pack");
+    let raw = fixture("acp-agent--packed-chunks--session.jsonl");
+    let (store, outcome) = import_bytes(&dir, "p.jsonl", &raw, Compression::None);
+    let (imported, _) = outcome.unwrap();
+    let out = export(
+        &store,
+        &imported.id,
+        &dir.join("flat.jsonl"),
+        false,
+        Compression::None,
+    );
+    assert_eq!(split_lines(&out).len() as u64, imported.events + 1);
+    let rows = split_lines(&out)
+        .iter()
+        .filter(|l| {
+            l.starts_with(b"{\"type\":\"") && l.windows(16).any(|w| w == b"-chunks\",\"seq0\":")
+        })
+        .count();
+    assert_eq!(rows, 0);
+    assert!(
+        split_lines(&raw)
+            .iter()
+            .any(|l| l.windows(16).any(|w| w == b"-chunks\",\"seq0\":"))
+    );
+    let (again, outcome) = import_bytes(&dir, "flat.jsonl", &out, Compression::None);
+    let (second, _) = outcome.unwrap();
+    assert_eq!(second.events, imported.events);
+    // Packing it again gives back the original file.
+    let packed = export(
+        &again,
+        &second.id,
+        &dir.join("packed.jsonl"),
+        true,
+        Compression::None,
+    );
+    assert_eq!(packed, raw);
+}
