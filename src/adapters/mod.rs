@@ -2,3 +2,4 @@
 
 pub mod jsonl;
 pub mod rows;
+pub mod sqlite;

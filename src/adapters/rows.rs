@@ -403,6 +403,188 @@ fn push_string(out: &mut String, value: Value<'_, '_>) {
     push_js_string(out, &value.as_wtf8().unwrap_or_default());
 }
 
+/// The most members a packed row of a schema-17 database holds (SQL-22).
+pub(crate) const SQL_ROW_MEMBERS_MAX: usize = 1024;
+
+/// The largest JS-JSON text of the `data` object of a packed row in a schema-17 database,
+/// in UTF-8 bytes (SQL-22, ROW-9 item 8).
+pub(crate) const SQL_ROW_DATA_BYTES_MAX: usize = 1 << 20;
+
+/// A packed row planned for the `events` table of a schema-17 database (SQL-21): the
+/// envelope that lives in columns, and the JS-JSON text of the row's `data` object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SqlRow {
+    /// The row tag (ROW-6), stored in `type`.
+    pub(crate) tag: &'static str,
+    /// The first member's seq, stored in `seq`.
+    pub(crate) seq0: u64,
+    /// The first member's time, stored in `time`.
+    pub(crate) time0: i64,
+    /// The `data` object's JS-JSON text (ROW-6); at most [`SQL_ROW_DATA_BYTES_MAX`] bytes.
+    pub(crate) data: String,
+    /// How many events the row stands for: 3 to [`SQL_ROW_MEMBERS_MAX`].
+    pub(crate) members: usize,
+}
+
+/// One physical row a [`SqlPacker`] decided on, in log order.
+#[derive(Debug)]
+pub(crate) enum SqlRecord<'a> {
+    /// An event stored as its own (scalar) row, handed back parsed.
+    Scalar(Json<'a>),
+    /// A packed row.
+    Packed(SqlRow),
+}
+
+/// Packs one batch for a schema-17 database, streaming: runs form as in ROW-3 and are cut
+/// into rows by the split rule of SQL-23 (3 to 1,024 members, at most 1 MiB of `data`).
+///
+/// Memory is bounded by one row: the packer holds at most [`SQL_ROW_MEMBERS_MAX`] parsed
+/// members of the current run, because once that many wait, the next cut no longer
+/// depends on what follows (`h` of SQL-23 is already 1,024).
+#[derive(Debug, Default)]
+pub(crate) struct SqlPacker<'a> {
+    /// Invariant: every member is packable (ROW-2), each continues the one before
+    /// (ROW-3), and there are fewer than [`SQL_ROW_MEMBERS_MAX`] between calls.
+    run: std::collections::VecDeque<Json<'a>>,
+}
+
+impl<'a> SqlPacker<'a> {
+    /// Adds the next event of the batch; pushes the rows that became final onto `out`.
+    pub(crate) fn push(&mut self, event: Json<'a>, out: &mut Vec<SqlRecord<'a>>) {
+        let (packable, continues_run) = {
+            let next = delta(event.root());
+            let run_ends = self.run.front().zip(self.run.back());
+            let continues_run = match (next, run_ends) {
+                (Some(next), Some((first, last))) => {
+                    let first = delta(first.root()).expect("run members are packable");
+                    let last = delta(last.root()).expect("run members are packable");
+                    continues(&first, &last, &next)
+                }
+                _ => false,
+            };
+            (next.is_some(), continues_run)
+        };
+        if continues_run {
+            self.run.push_back(event);
+            if self.run.len() == SQL_ROW_MEMBERS_MAX {
+                self.cut(out);
+            }
+            return;
+        }
+        self.finish(out);
+        if packable {
+            self.run.push_back(event);
+        } else {
+            out.push(SqlRecord::Scalar(event));
+        }
+    }
+
+    /// Ends the batch: the run in progress is cut into its last rows (SQL-23 step 2).
+    pub(crate) fn finish(&mut self, out: &mut Vec<SqlRecord<'a>>) {
+        while self.run.len() >= ROW_MEMBERS_MIN {
+            self.cut(out);
+        }
+        out.extend(self.run.drain(..).map(SqlRecord::Scalar));
+    }
+
+    /// One step of SQL-23 step 1: the longest prefix of 3 to `h` members whose `data`
+    /// fits becomes a row; when not even 3 fit, the first member stays scalar.
+    fn cut(&mut self, out: &mut Vec<SqlRecord<'a>>) {
+        let row = {
+            let run: Vec<Delta<'_, 'a>> = self
+                .run
+                .iter()
+                .map(|json| delta(json.root()).expect("run members are packable"))
+                .collect();
+            let h = run.len().min(SQL_ROW_MEMBERS_MAX);
+            let fits = |k: usize| row_data(&run[..k]).len() <= SQL_ROW_DATA_BYTES_MAX;
+            // `size(k)` grows strictly with `k` (SQL-23), so the largest fitting `k` is
+            // found by bisection; `lo` always fits.
+            fits(ROW_MEMBERS_MIN).then(|| {
+                let (mut lo, mut hi) = (ROW_MEMBERS_MIN, h);
+                while lo < hi {
+                    let mid = lo + (hi - lo).div_ceil(2);
+                    if fits(mid) { lo = mid } else { hi = mid - 1 }
+                }
+                let first = run[0];
+                SqlRow {
+                    tag: first.kind.row_tag(),
+                    seq0: u64::try_from(first.seq).expect("packable seqs are non-negative"),
+                    time0: first.time,
+                    data: row_data(&run[..lo]),
+                    members: lo,
+                }
+            })
+        };
+        if let Some(row) = row {
+            self.run.drain(..row.members);
+            out.push(SqlRecord::Packed(row));
+        } else {
+            let first = self.run.pop_front().expect("cut needs three members");
+            out.push(SqlRecord::Scalar(first));
+        }
+    }
+}
+
+/// `true` when `event_type` is one of the three row tags (ROW-6).
+pub(crate) fn is_row_tag(event_type: &str) -> bool {
+    [DeltaKind::Text, DeltaKind::Reasoning, DeltaKind::ToolCall]
+        .into_iter()
+        .any(|k| k.row_tag() == event_type)
+}
+
+/// Expands a packed row of a schema-17 database, whose envelope lives in columns (SQL-26):
+/// `tag` from `type`, `seq0` from `seq`, `time0` from `time`, and the `data` text.
+/// Validates ROW-9 with that format's limits (3 to 1,024 members, at most 1 MiB of
+/// `data`) and returns the member events as JS-JSON texts (ROW-10).
+///
+/// # Errors
+/// The reason the row is malformed.
+pub(crate) fn expand_sql_row(
+    tag: &str,
+    seq0: u64,
+    time0: i64,
+    data: &str,
+) -> Result<Vec<String>, String> {
+    let kind = [DeltaKind::Text, DeltaKind::Reasoning, DeltaKind::ToolCall]
+        .into_iter()
+        .find(|k| k.row_tag() == tag)
+        .ok_or("packed discriminator requires a chunk tag")?;
+    // ROW-9 item 8: measured before parsing.
+    if data.len() > SQL_ROW_DATA_BYTES_MAX {
+        return Err(format!("data exceeds {SQL_ROW_DATA_BYTES_MAX} UTF-8 bytes"));
+    }
+    // Parsed alone first, so that the row text built below holds exactly this value.
+    let parsed =
+        Json::parse(data).map_err(|e| format!("data is not JSON at offset {}", e.offset))?;
+    let members_key = if kind == DeltaKind::ToolCall {
+        "args"
+    } else {
+        "texts"
+    };
+    let members = parsed
+        .root()
+        .get(members_key)
+        .filter(|m| m.kind() == Kind::Array);
+    // ROW-9 item 6, SQLite: 3 to 1,024 entries; checked before anything is expanded.
+    if members.is_some_and(|m| !(ROW_MEMBERS_MIN..=SQL_ROW_MEMBERS_MAX).contains(&m.len())) {
+        return Err(format!("{members_key} must contain 3..1024 strings"));
+    }
+    let text = format!("{{\"type\":\"{tag}\",\"seq0\":{seq0},\"time0\":{time0},\"data\":{data}}}");
+    let row = Json::parse(&text).map_err(|_| "data is not a single JSON value".to_owned())?;
+    let mut events = Vec::new();
+    expand(kind, row.root(), &mut events)?;
+    Ok(events)
+}
+
+/// The JS-JSON text of the `data` object of the row of `run` (ROW-6).
+fn row_data(run: &[Delta<'_, '_>]) -> String {
+    let mut text = row(run);
+    let start = text.find(",\"data\":").expect("row() writes data") + ",\"data\":".len();
+    text.pop();
+    text.split_off(start)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
