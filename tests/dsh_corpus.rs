@@ -58,35 +58,7 @@ fn check_fixture(corpus: &str, file: &Path, scratch_dir: &Path) -> Option<String
     );
 
     if !expected.get("ok").unwrap().as_bool().unwrap() {
-        let Err(error) = outcome else {
-            return Some(format!("{stem}: imported, but the reference refuses it"));
-        };
-        let message = expected
-            .get("error")
-            .and_then(|e| e.get("message"))
-            .and_then(|m| m.as_str())
-            .unwrap()
-            .into_owned();
-        // Compare the category of the refusal, not its text.
-        let category_ok = match error.code() {
-            "CORRUPT" => {
-                let text = error.to_string();
-                (message.contains("first line is not a session header")
-                    && text.contains("not a session header"))
-                    || (message.contains("unparsable") && text.contains("unparsable"))
-                    || (message.contains("seq gap") && text.contains("seq gap"))
-            }
-            _ => false,
-        };
-        if !category_ok {
-            return Some(format!("{stem}: refused as {error}, reference: {message}"));
-        }
-        let left =
-            store.list().unwrap().len() + std::fs::read_dir(store_dir.join("tmp")).unwrap().count();
-        if left != 0 {
-            return Some(format!("{stem}: a refused import left {left} entries"));
-        }
-        return None;
+        return check_refusal(&stem, expected, outcome.map(|_| ()), &store, &store_dir);
     }
     let (imported, scan) = match outcome {
         Ok(done) => done,
@@ -138,6 +110,75 @@ fn check_fixture(corpus: &str, file: &Path, scratch_dir: &Path) -> Option<String
         problems.push(format!("truncatedTo {torn_at:?}"));
     }
 
+    check_export(
+        &stem,
+        expected,
+        &original,
+        want_torn,
+        &imported,
+        &session,
+        scratch_dir,
+        &mut problems,
+    );
+    drop(session);
+    (!problems.is_empty()).then(|| format!("{stem}: {}", problems.join("; ")))
+}
+
+/// An import the reference refuses: refused here in the same category, nothing stored.
+fn check_refusal(
+    stem: &str,
+    expected: Value<'_, '_>,
+    outcome: surfacelog::Result<()>,
+    store: &Store,
+    store_dir: &Path,
+) -> Option<String> {
+    let Err(error) = outcome else {
+        return Some(format!("{stem}: imported, but the reference refuses it"));
+    };
+    let message = expected
+        .get("error")
+        .and_then(|e| e.get("message"))
+        .and_then(|m| m.as_str())
+        .unwrap()
+        .into_owned();
+    // Compare the category of the refusal, not its text.
+    let category_ok = match error.code() {
+        "CORRUPT" => {
+            let text = error.to_string();
+            (message.contains("first line is not a session header")
+                && text.contains("not a session header"))
+                || (message.contains("unparsable") && text.contains("unparsable"))
+                || (message.contains("seq gap") && text.contains("seq gap"))
+        }
+        _ => false,
+    };
+    if !category_ok {
+        return Some(format!("{stem}: refused as {error}, reference: {message}"));
+    }
+    let left =
+        store.list().unwrap().len() + std::fs::read_dir(store_dir.join("tmp")).unwrap().count();
+    if left != 0 {
+        return Some(format!("{stem}: a refused import left {left} entries"));
+    }
+    None
+}
+
+/// The export after the committed repair equals the repaired file byte for byte, and
+/// importing that file again needs no repair.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one fixture's state, checked in place"
+)]
+fn check_export(
+    stem: &str,
+    expected: Value<'_, '_>,
+    original: &[u8],
+    want_torn: Option<u64>,
+    imported: &surfacelog::store::Imported,
+    session: &surfacelog::session::Session<surfacelog::store::ReadOnlyLog>,
+    scratch_dir: &Path,
+    problems: &mut Vec<String>,
+) {
     // Export: the repaired file, byte for byte.
     let appended = expected.get("repairAppended").unwrap().as_str().unwrap();
     let mut want_bytes =
@@ -177,8 +218,6 @@ fn check_fixture(corpus: &str, file: &Path, scratch_dir: &Path) -> Option<String
             Err(error) => problems.push(format!("reimport refused: {error}")),
         }
     }
-    drop(session);
-    (!problems.is_empty()).then(|| format!("{stem}: {}", problems.join("; ")))
 }
 
 fn run_corpus(corpus: &str, expected_files: usize) {

@@ -114,7 +114,7 @@ impl JsonlReader {
         &self.id
     }
 
-    /// Streams the logical events to `each`, in seq order, as JSON texts; `progress` is
+    /// Streams the logical events to `each`, in seq order, parsed; `progress` is
     /// told the number of file bytes consumed so far, now and then.
     ///
     /// # Errors
@@ -123,7 +123,7 @@ impl JsonlReader {
     /// error `each` returns, which ends the scan.
     pub fn read_events(
         mut self,
-        each: &mut dyn FnMut(&str) -> Result<()>,
+        each: &mut dyn FnMut(&Json<'_>) -> Result<()>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Scan> {
         let mut scanner = Scanner::new(self.offset);
@@ -179,7 +179,7 @@ impl JsonlReader {
     fn raw_events(
         &mut self,
         scanner: &mut Scanner,
-        each: &mut dyn FnMut(&str) -> Result<()>,
+        each: &mut dyn FnMut(&Json<'_>) -> Result<()>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Scan> {
         let mut chunk = vec![0; 1 << 20];
@@ -204,7 +204,7 @@ impl JsonlReader {
     fn zstd_events(
         &mut self,
         scanner: &mut Scanner,
-        each: &mut dyn FnMut(&str) -> Result<()>,
+        each: &mut dyn FnMut(&Json<'_>) -> Result<()>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Scan> {
         loop {
@@ -338,13 +338,15 @@ struct Scanner {
 }
 
 /// One storage record, classified.
-enum Record<'t> {
+enum Record {
     /// Unparsable: not JSON, `null`, or a malformed packed row.
     Unparsable(String),
-    /// Decoded events: their texts, the first seq (as written), whether they hold a
-    /// `turn/end`.
+    /// Decoded events: a packed row's members (`None`: the record is one event itself,
+    /// or no event at all when `count` is 0), how many, the first seq (as written), and
+    /// whether they hold a `turn/end`.
     Events {
-        texts: Vec<Cow<'t, str>>,
+        members: Option<Vec<String>>,
+        count: u64,
         first_seq: Option<f64>,
         first_seq_text: String,
         turn_end: bool,
@@ -364,7 +366,11 @@ impl Scanner {
         }
     }
 
-    fn feed(&mut self, mut bytes: &[u8], each: &mut dyn FnMut(&str) -> Result<()>) -> Result<()> {
+    fn feed(
+        &mut self,
+        mut bytes: &[u8],
+        each: &mut dyn FnMut(&Json<'_>) -> Result<()>,
+    ) -> Result<()> {
         while let Some(at) = bytes.iter().position(|&b| b == b'\n') {
             let (piece, next) = (&bytes[..at], &bytes[at + 1..]);
             if self.partial.is_empty() {
@@ -394,10 +400,18 @@ impl Scanner {
     }
 
     /// RAW-4 for one complete record (without its line feed).
-    fn record(&mut self, bytes: &[u8], each: &mut dyn FnMut(&str) -> Result<()>) -> Result<()> {
+    fn record(
+        &mut self,
+        bytes: &[u8],
+        each: &mut dyn FnMut(&Json<'_>) -> Result<()>,
+    ) -> Result<()> {
         self.line += 1;
         self.end += bytes.len() as u64 + 1;
-        let text = String::from_utf8_lossy(bytes); // JSON-1
+        // JSON-1; validating first is much faster than the lossy decoder on valid text.
+        let text = match std::str::from_utf8(bytes) {
+            Ok(text) => Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(bytes),
+        };
         let json = Json::parse(&text);
         let record = match &json {
             Err(error) => Record::Unparsable(format!("{}", Error::from(error.clone()))),
@@ -419,7 +433,8 @@ impl Scanner {
                 Ok(())
             }
             Record::Events {
-                texts,
+                members,
+                count,
                 first_seq,
                 first_seq_text,
                 turn_end,
@@ -436,10 +451,19 @@ impl Scanner {
                     }
                     return Ok(());
                 }
-                for text in &texts {
-                    each(text)?;
+                match members {
+                    Some(members) => {
+                        for member in &members {
+                            each(&Json::parse(member)?)?;
+                        }
+                    }
+                    None => {
+                        if let (1, Ok(json)) = (count, &json) {
+                            each(json)?;
+                        }
+                    }
                 }
-                self.next_seq += texts.len() as u64;
+                self.next_seq += count;
                 self.records += 1;
                 self.committed = self.end;
                 Ok(())
@@ -498,7 +522,7 @@ impl Scanner {
 
 /// ROW-8 and §5.3: a packed row decodes to its members; any other object is one event;
 /// `null` is unparsable (reference quirk); any other value has no valid seq.
-fn classify<'t>(root: Value<'_, 't>) -> Record<'t> {
+fn classify(root: Value<'_, '_>) -> Record {
     let is_row = root.kind() == Kind::Object
         && root.get("type").is_some_and(|t| {
             t.is_str("text-chunks") || t.is_str("reasoning-chunks") || t.is_str("tool-call-chunks")
@@ -510,7 +534,8 @@ fn classify<'t>(root: Value<'_, 't>) -> Record<'t> {
             Ok(members) => {
                 let seq0 = root.get("seq0");
                 Record::Events {
-                    texts: members.into_iter().map(Cow::Owned).collect(),
+                    count: members.len() as u64,
+                    members: Some(members),
                     first_seq: seq0.and_then(|v| v.as_f64()),
                     first_seq_text: seq0.map_or("none", |v| v.raw()).to_owned(),
                     turn_end: false,
@@ -520,14 +545,16 @@ fn classify<'t>(root: Value<'_, 't>) -> Record<'t> {
         Kind::Object => {
             let seq = root.get("seq");
             Record::Events {
-                texts: vec![Cow::Borrowed(root.raw())],
+                members: None,
+                count: 1,
                 first_seq: seq.and_then(|v| v.as_f64()),
                 first_seq_text: seq.map_or("none", |v| v.raw()).to_owned(),
                 turn_end: root.get("type").is_some_and(|t| t.is_str("turn/end")),
             }
         }
         _ => Record::Events {
-            texts: Vec::new(),
+            members: None,
+            count: 0,
             first_seq: None,
             first_seq_text: root.raw().chars().take(32).collect(),
             turn_end: false,
@@ -981,7 +1008,7 @@ pub fn import_jsonl(
     let reader = JsonlReader::open(path, compression)?;
     let id = id.unwrap_or(reader.id()).to_owned();
     let mut import = store.import(&id, reader.header())?;
-    let scan = reader.read_events(&mut |text| import.push(text).map(|_| ()), progress)?;
+    let scan = reader.read_events(&mut |event| import.push_parsed(event).map(|_| ()), progress)?;
     let imported = import.finish()?;
     Ok((imported, scan))
 }

@@ -16,7 +16,9 @@ pub(super) fn parse(text: &str) -> Result<Json<'_>, JsonError> {
     let mut parser = Parser {
         bytes: text.as_bytes(),
         pos: 0,
-        nodes: Vec::new(),
+        // Roughly one node per 8 bytes of compact JSON; capped so that a huge text does
+        // not reserve its whole tape up front.
+        nodes: Vec::with_capacity((text.len() / 8 + 4).min(NODES_RESERVE_MAX)),
         neg_zero: None,
     };
     parser.document()?;
@@ -29,10 +31,27 @@ pub(super) fn parse(text: &str) -> Result<Json<'_>, JsonError> {
 
 /// The binary64 value of a number token (correctly rounded, like `JSON.parse`).
 pub(super) fn number_value(token: &str) -> f64 {
+    // Fast path: an integer of at most 15 digits is exact in binary64.
+    let digits = token.strip_prefix('-').unwrap_or(token);
+    if !digits.is_empty() && digits.len() <= 15 && digits.bytes().all(|b| b.is_ascii_digit()) {
+        let magnitude = digits
+            .bytes()
+            .fold(0u64, |acc, b| acc * 10 + u64::from(b - b'0'));
+        #[expect(clippy::cast_precision_loss, reason = "below 10^15: exact")]
+        let magnitude = magnitude as f64;
+        return if token.starts_with('-') {
+            -magnitude
+        } else {
+            magnitude
+        };
+    }
     // The token passed the grammar check, which Rust's float syntax accepts; the fallback
     // is unreachable but keeps this function total.
     token.parse::<f64>().unwrap_or(f64::NAN)
 }
+
+/// The most tape nodes reserved before parsing starts.
+const NODES_RESERVE_MAX: usize = 4096;
 
 struct Parser<'t> {
     bytes: &'t [u8],
@@ -198,6 +217,13 @@ impl Parser<'_> {
         self.pos += 1;
         let mut escaped = false;
         loop {
+            // Skip the plain run in one pass: most strings hold no escape.
+            let rest = &self.bytes[self.pos..];
+            let run = rest
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .unwrap_or(rest.len());
+            self.pos += run;
             let Some(&byte) = self.bytes.get(self.pos) else {
                 return Err(self.error("unterminated string"));
             };
@@ -278,6 +304,9 @@ impl Parser<'_> {
 
     /// Refuses an object that repeats a key (contract §2.1: `DATA_DUPLICATE_KEY`).
     fn check_duplicate_keys(&self, object: u32) -> Result<(), JsonError> {
+        if self.small_object_unique(object) {
+            return Ok(());
+        }
         let mut keys: Vec<(&[u8], u32)> = Vec::new();
         let mut owned: Vec<(Vec<u8>, u32)> = Vec::new();
         let mut at = object + 1;
@@ -307,6 +336,32 @@ impl Parser<'_> {
             Some(pair) => Err(duplicate(pair[1].0, pair[0].1.max(pair[1].1))),
             None => Ok(()),
         }
+    }
+}
+
+impl Parser<'_> {
+    /// The common case without allocating: an object of at most
+    /// [`DUPLICATE_SCAN_KEYS_MAX`] keys, none escaped, all distinct. `false` means "not
+    /// shown here"; the general check then decides.
+    fn small_object_unique(&self, object: u32) -> bool {
+        let mut keys = [&[][..]; DUPLICATE_SCAN_KEYS_MAX];
+        let mut count = 0;
+        let mut at = object + 1;
+        let end = self.nodes[object as usize].next;
+        while at < end {
+            let key = self.nodes[at as usize];
+            if key.flag || count == DUPLICATE_SCAN_KEYS_MAX {
+                return false;
+            }
+            let inner = &self.bytes[key.start as usize + 1..key.end as usize - 1];
+            if keys[..count].contains(&inner) {
+                return false;
+            }
+            keys[count] = inner;
+            count += 1;
+            at = self.nodes[at as usize + 1].next;
+        }
+        true
     }
 }
 

@@ -248,3 +248,40 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The integer fast paths agree with the general ones: reading (`f64::from_str`) and
+    /// writing (`ryu-js`, which implements Number::toString).
+    #[test]
+    fn integer_fast_paths_match_the_general_number_code(
+        n in prop_oneof![any::<i64>(), -1_000_000_000_000_000_i64..1_000_000_000_000_000],
+    ) {
+        let token = n.to_string();
+        prop_assert_eq!(
+            parse::number_value(&token).to_bits(),
+            token.parse::<f64>().unwrap().to_bits()
+        );
+        #[expect(clippy::cast_precision_loss, reason = "the comparison is on binary64 values")]
+        let value = n as f64;
+        let mut fast = String::new();
+        push_js_number(&mut fast, value);
+        let general = if value == 0.0 {
+            "0".to_owned()
+        } else {
+            ryu_js::Buffer::new().format_finite(value).to_owned()
+        };
+        prop_assert_eq!(fast, general);
+    }
+}
+
+#[test]
+fn number_fast_path_keeps_negative_zero_and_long_integers_exact() {
+    assert_eq!(parse::number_value("-0").to_bits(), (-0.0f64).to_bits());
+    // 16 digits and more take the general path (correct rounding).
+    let bits = |token: &str| parse::number_value(token).to_bits();
+    assert_eq!(
+        bits("9007199254740993"),
+        9_007_199_254_740_992.0f64.to_bits()
+    );
+    assert_eq!(bits("123456789012345"), 123_456_789_012_345.0f64.to_bits());
+}

@@ -63,6 +63,12 @@ pub fn push_js_number(out: &mut String, value: f64) {
         out.push_str("null");
     } else if value == 0.0 {
         out.push('0');
+    } else if value.fract() == 0.0 && value.abs() < 1e15 {
+        // Integers below 10^15 print as their decimal digits, which is what
+        // Number::toString gives for them (JSON-12 with n = k <= 21).
+        #[expect(clippy::cast_possible_truncation, reason = "integral and below 1e15")]
+        let integer = value as i64;
+        out.push_str(itoa_i64(integer, &mut [0; 20]));
     } else {
         out.push_str(ryu_js::Buffer::new().format_finite(value));
     }
@@ -98,4 +104,23 @@ fn array_index(key: Value<'_, '_>) -> Option<u32> {
         .iter()
         .fold(0, |acc, d| acc * 10 + u64::from(d - b'0'));
     u32::try_from(value).ok().filter(|v| *v != u32::MAX)
+}
+
+/// The decimal digits of `value`, written into `buf` from its end.
+fn itoa_i64(value: i64, buf: &mut [u8; 20]) -> &str {
+    let mut n = value.unsigned_abs();
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + u8::try_from(n % 10).unwrap_or(0);
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if value < 0 {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    std::str::from_utf8(&buf[at..]).unwrap_or("0")
 }

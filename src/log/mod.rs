@@ -26,7 +26,15 @@ pub struct DiskLog {
     /// Appended events the writer still buffers (DUR-2, DUR-3), so not yet readable from
     /// the files. Invariant: they follow the reader's events, in order.
     unwritten: Vec<crate::event::Event>,
+    /// Bytes of event text in `unwritten`: the reader catches up only after about a write
+    /// buffer's worth, since before that the files cannot hold more (checking costs a
+    /// scan and, at a segment's end, a failed open of the next one).
+    unwritten_bytes: usize,
 }
+
+/// How much appended text [`DiskLog`] lets accumulate before it refreshes its reader:
+/// the writer's buffer size, so in buffered modes most refreshes find new records.
+const CATCH_UP_BYTES: usize = 64 << 10;
 
 impl DiskLog {
     /// Opens (or creates) the log in `dir` for writing and reading, recovering its tail.
@@ -42,6 +50,7 @@ impl DiskLog {
                 writer,
                 reader,
                 unwritten: Vec::new(),
+                unwritten_bytes: 0,
             },
             report,
         ))
@@ -52,9 +61,22 @@ impl DiskLog {
     /// # Errors
     /// As [`LogWriter::append`].
     pub fn append(&mut self, events: &[crate::event::Event]) -> crate::Result<()> {
-        self.writer.append(events)?;
-        self.unwritten.extend_from_slice(events);
-        self.catch_up()
+        self.append_owned(events.to_vec())
+    }
+
+    /// [`DiskLog::append`] taking the events by value, so that the ones the writer still
+    /// buffers are kept without a copy.
+    ///
+    /// # Errors
+    /// As [`LogWriter::append`].
+    pub fn append_owned(&mut self, events: Vec<crate::event::Event>) -> crate::Result<()> {
+        self.writer.append(&events)?;
+        self.unwritten_bytes += events.iter().map(|e| e.text().len()).sum::<usize>();
+        self.unwritten.extend(events);
+        if self.unwritten_bytes >= CATCH_UP_BYTES {
+            self.catch_up()?;
+        }
+        Ok(())
     }
 
     /// Reads what the writer has written and forgets those events from `unwritten`.
@@ -66,6 +88,7 @@ impl DiskLog {
             .take_while(|e| e.seq() < visible)
             .count();
         self.unwritten.drain(..written);
+        self.unwritten_bytes = self.unwritten.iter().map(|e| e.text().len()).sum();
         Ok(())
     }
 

@@ -63,6 +63,20 @@ impl<L: SessionLog> Session<L> {
             self.check_size(text.len())?;
         }
         let json = Json::parse(text)?;
+        self.admit_parsed(ctx, &json, lossless)
+    }
+
+    /// [`Session::admit_json`] of an event already parsed (an importer parses each record
+    /// once to classify it).
+    pub(crate) fn admit_parsed(
+        &self,
+        ctx: &Ctx<'_>,
+        json: &Json<'_>,
+        lossless: Lossless,
+    ) -> Result<Admitted> {
+        if lossless != Lossless::Closer {
+            self.check_size(json.root().raw().len())?;
+        }
         if let (Lossless::Strict | Lossless::Closer, Some(offset)) =
             (lossless, json.negative_zero())
         {

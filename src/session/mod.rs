@@ -102,7 +102,7 @@ impl SessionLog for MemLog {
 
 impl SessionLog for crate::log::DiskLog {
     fn push_events(&mut self, events: Vec<Event>) -> Result<()> {
-        self.append(&events)
+        self.append_owned(events)
     }
 
     fn sync(&mut self, _surface: &Surface) -> Result<()> {
@@ -492,6 +492,16 @@ impl<L: SessionLog> Session<L> {
     /// The first failed check; nothing is appended.
     pub fn import_event(&mut self, text: &str) -> Result<u64> {
         self.ingest(text, Lossless::Lenient)
+    }
+
+    /// [`Session::import_event`] of an event already parsed: its root value is the event
+    /// object, kept exactly as its text spells it.
+    ///
+    /// # Errors
+    /// The first failed check; nothing is appended.
+    pub fn import_parsed(&mut self, event: &crate::json::Json<'_>) -> Result<u64> {
+        let admitted = self.admit_parsed(&self.ctx(), event, Lossless::Lenient);
+        self.commit(admitted)
     }
 
     /// Marks every event appended so far as stored history: the first live seq becomes the

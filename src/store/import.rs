@@ -64,6 +64,19 @@ impl Store {
     }
 }
 
+impl Store {
+    /// `SESSION_EXISTS` when the store holds session `id`.
+    ///
+    /// # Errors
+    /// `SESSION_EXISTS`.
+    pub fn refuse_existing(&self, id: &str) -> Result<()> {
+        if self.session_dir(id).exists() {
+            return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
+        }
+        Ok(())
+    }
+}
+
 impl Import<'_> {
     fn start(&self, header: Header) -> Result<StoredSession> {
         let options = &self.store.options;
@@ -82,7 +95,8 @@ impl Import<'_> {
             RepairState::default(),
             0,
             self.tmp.join(CHECKPOINT_FILE),
-            options.checkpoint_every,
+            // One checkpoint, at the end: an import cut short is discarded, not reopened.
+            u64::MAX,
         );
         Session::over_log_from(header, log, Surface::new(), 0, options.session.clone())
     }
@@ -98,6 +112,14 @@ impl Import<'_> {
     /// The first failed check (the import should then be dropped), `IO`.
     pub fn push(&mut self, event: &str) -> Result<u64> {
         self.session().import_event(event)
+    }
+
+    /// [`Import::push`] of an event already parsed.
+    ///
+    /// # Errors
+    /// As [`Import::push`].
+    pub fn push_parsed(&mut self, event: &crate::json::Json<'_>) -> Result<u64> {
+        self.session().import_parsed(event)
     }
 
     /// The number of events pushed so far, which is also the seq the next one needs.

@@ -63,12 +63,15 @@ impl EventSource for StoredLog {
 
 impl SessionLog for StoredLog {
     fn push_events(&mut self, events: Vec<Event>) -> Result<()> {
-        self.log.append(&events)?;
-        for event in &events {
-            let view = event.as_ref();
-            self.repair.observe(view.seq, view.event_type, view.data());
+        let (from, count) = (self.log.seq_next(), events.len() as u64);
+        self.log.append_owned(events)?;
+        // Observed once appended, so a refused append leaves the repair state as it was.
+        for seq in from..from + count {
+            if let Some(event) = self.log.event(seq) {
+                self.repair.observe(seq, event.event_type, event.data());
+            }
         }
-        self.since += events.len() as u64;
+        self.since += count;
         Ok(())
     }
 
