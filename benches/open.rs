@@ -11,7 +11,7 @@
 //! ~330 bytes of record per event. Every session ends outside a turn, so opening it
 //! appends no repair closer, and `Session::close` leaves a fresh checkpoint. Three sessions: 10k events, 1M events (~0.33 GB of records) and 5M events
 //! (~1.2 GB of event text, ~1.6 GB of records). The sessions are opened through a store
-//! with the default options (`Durability::Sync`, 64 MiB segments).
+//! with the default options (`Durability::Sync`, 8 MiB segments, `store.md` STORE-12).
 //!
 //! Measured, with the targets of the issue (medians; ratios from the same run):
 //!
@@ -118,7 +118,8 @@ struct Built {
     log_bytes: u64,
     /// Segment files.
     segments: usize,
-    /// Record bytes in the last segment: what an open scans (twice) beyond the indexes.
+    /// Record bytes in the last segment: what an open checks in bulk (IDX-5), or scans when
+    /// its index does not vouch for them.
     last_fill: u64,
     /// Surface nodes.
     nodes: usize,

@@ -619,3 +619,102 @@ fn seg_7_a_sealed_segment_filled_to_its_last_byte_reopens() {
     assert_eq!(LogReader::open(&dir).unwrap().seq_next(), 10);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn idx_5_close_indexes_the_last_segment_and_reopen_scans_only_what_follows() {
+    let dir = temp_dir("vouched");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&events(0..100)).unwrap();
+    writer.close().unwrap();
+    let index = dir.join(format!("{:020}.idx", 0));
+    let first_index = std::fs::read(&index).expect("close indexes the last segment");
+    assert_eq!(first_index[8..12], 2u32.to_le_bytes(), "index version 2");
+    assert_eq!(first_index[12..16], 100u32.to_le_bytes(), "every record");
+    // Records appended after the index was written: a stale index only vouches for the
+    // prefix it lists, and open finds the rest by scanning.
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&events(100..150)).unwrap();
+    writer.close().unwrap();
+    std::fs::write(&index, &first_index).unwrap();
+    let segment = segments(&dir).pop().unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let end = end_of_data(&bytes);
+    bytes[end + 24..end + 40].fill(0xAB);
+    std::fs::write(&segment, &bytes).unwrap();
+    let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    assert_eq!(writer.seq_next(), 150);
+    assert_eq!(report.torn_tail.map(|t| t.offset), Some(end as u64));
+    drop(writer);
+    assert_reads_back(&dir, 150);
+    // Damage under the vouched prefix fails the bulk checksum: the whole segment is
+    // scanned and the damage refused (RCV-4), as without an index.
+    let (writer, _) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    drop(writer);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[64 + 40] ^= 0x01;
+    std::fs::write(&segment, &bytes).unwrap();
+    let err = LogWriter::open(&dir, LogOptions::default()).unwrap_err();
+    assert_eq!(err.code(), "CORRUPT", "{err}");
+    assert_eq!(
+        std::fs::read(&segment).unwrap(),
+        bytes,
+        "nothing is changed"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn idx_5_a_poisoned_writer_vouches_for_nothing() {
+    let dir = temp_dir("vouched-poisoned");
+    let (writer, faults) = faulty_writer(&dir, Durability::Sync, 1 << 20);
+    writer.append(&events(0..10)).unwrap();
+    faults.fail_write(1, 30);
+    assert_eq!(writer.append(&events(10..12)).unwrap_err().code(), "IO");
+    drop(writer);
+    assert!(
+        !dir.join(format!("{:020}.idx", 0)).exists(),
+        "no index is written over bytes whose fate is unknown"
+    );
+    let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    assert!(report.torn_tail.is_some());
+    assert_eq!(writer.seq_next(), 10);
+    drop(writer);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn idx_3_sealed_segments_are_read_on_first_access_and_checked_against_the_names() {
+    let dir = temp_dir("lazy-sealed");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 32 << 10)).unwrap();
+    writer.append(&events(0..600)).unwrap();
+    writer.close().unwrap();
+    let files = segments(&dir);
+    assert!(files.len() >= 3);
+    // An index claiming fewer records than the names say is not used; the segment is
+    // scanned on first access.
+    let index = files[0].with_extension("idx");
+    let count: u32 = files[1]
+        .file_stem()
+        .and_then(|stem| stem.to_str()?.parse().ok())
+        .unwrap();
+    let mut stale = std::fs::read(&index).unwrap();
+    stale[12..16].copy_from_slice(&(count - 1).to_le_bytes());
+    stale.truncate(stale.len() - 4);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&stale[..52]), &stale[56..]);
+    stale[52..56].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&index, &stale).unwrap();
+    assert_reads_back(&dir, 600);
+    // Damage in a sealed segment is found when it is read, never returned.
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    bytes[64 + 30] ^= 0x01;
+    std::fs::write(&files[0], &bytes).unwrap();
+    let reader = LogReader::open(&dir).unwrap();
+    assert_eq!(reader.seq_next(), 600);
+    assert!(
+        reader.event(0).is_none(),
+        "a damaged record is never returned"
+    );
+    assert!(reader.event(599).is_some());
+    drop(reader);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -319,8 +319,19 @@ fn store_files_are_private() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The `.seg` files of a log directory, sorted.
+fn segment_files(log: &std::path::Path) -> Vec<PathBuf> {
+    let mut segments: Vec<_> = std::fs::read_dir(log)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segments.sort();
+    segments
+}
+
 #[test]
-fn fork_hard_links_sealed_segments_and_copies_only_the_boundary_segment() {
+fn store_10_fork_links_every_segment_and_limits_the_boundary_one() {
     use std::os::unix::fs::MetadataExt;
     use surfacelog::session::Boundary;
     let (dir, store) = temp_store("fork");
@@ -367,19 +378,23 @@ fn fork_hard_links_sealed_segments_and_copies_only_the_boundary_segment() {
     );
     assert_eq!(child.first_live_seq(), boundary + 1);
     let child_texts = state(&child).0;
+    let prefix = usize::try_from(boundary).unwrap() + 1;
     assert_eq!(
-        child_texts[..=usize::try_from(boundary).unwrap()],
-        source_texts[..=usize::try_from(boundary).unwrap()]
+        child_texts.len(),
+        prefix + 1,
+        "the prefix plus the end-seed"
     );
-    assert!(child_texts.last().unwrap().contains("session/end-seed"));
-    let mut segments: Vec<_> = std::fs::read_dir(dir.join("sessions/c/log"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-        .collect();
-    segments.sort();
-    assert!(segments.len() >= 2, "{segments:?}");
-    let last = segments.pop().unwrap();
+    assert_eq!(child_texts[..prefix], source_texts[..prefix]);
+    assert!(child_texts[prefix].contains("session/end-seed"));
+    let child_log = dir.join("sessions/c/log");
+    let mut segments = segment_files(&child_log);
+    assert!(segments.len() >= 3, "{segments:?}");
+    let own = segments.pop().unwrap();
+    assert_eq!(
+        std::fs::metadata(&own).unwrap().nlink(),
+        1,
+        "the end-seed starts a segment of the child's own (LIM-4)"
+    );
     for shared in &segments {
         assert_eq!(
             std::fs::metadata(shared).unwrap().nlink(),
@@ -388,16 +403,176 @@ fn fork_hard_links_sealed_segments_and_copies_only_the_boundary_segment() {
             shared.display()
         );
     }
-    assert_eq!(
-        std::fs::metadata(&last).unwrap().nlink(),
-        1,
-        "the boundary segment is a copy"
-    );
+    let limited = segments.last().unwrap().with_extension("lim");
+    assert!(limited.exists(), "the boundary segment is limited (LIM-1)");
     drop(child);
     assert_eq!(state(&source).0, source_texts, "the source is unchanged");
+    neither_log_sees_or_writes_the_other(&dir, &store, source, &child_texts, &segments);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// LIM-4 after a fork: the source's appends to the segment it shares stay out of the child,
+/// and the child's appends never touch a shared file.
+fn neither_log_sees_or_writes_the_other(
+    dir: &std::path::Path,
+    store: &Store,
+    mut source: surfacelog::store::StoredSession,
+    child_texts: &[String],
+    segments: &[PathBuf],
+) {
+    use std::os::unix::fs::MetadataExt;
+    let child_log = dir.join("sessions/c/log");
+    // The source appends to the segment it shares: the child sees none of it (LIM-4).
+    workload(&mut source, 3);
+    source.flush().unwrap();
+    let source_texts = state(&source).0;
+    drop(source);
     let (reopened, _) = store.open("c").unwrap();
     assert_eq!(state(&reopened).0, child_texts);
+    drop(reopened);
+    assert_eq!(
+        surfacelog::event::EventSource::seq_next(
+            &surfacelog::log::LogReader::open(&child_log).unwrap()
+        ),
+        child_texts.len() as u64,
+        "a follower of the child stops at the limit too"
+    );
+
+    // The child appends past a roll: the source's files are untouched.
+    let source_log = dir.join("sessions/src/log");
+    let source_bytes: Vec<Vec<u8>> = segment_files(&source_log)
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    let (mut child, _) = store.open("c").unwrap();
+    workload(&mut child, 30);
+    child.close().unwrap();
+    let after: Vec<Vec<u8>> = segment_files(&source_log)
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    assert!(
+        after == source_bytes,
+        "the child never writes a shared file"
+    );
+    for shared in segments {
+        assert_eq!(std::fs::metadata(shared).unwrap().nlink(), 2);
+    }
+    let (source, _) = store.open("src").unwrap();
+    assert_eq!(state(&source).0, source_texts);
+    let (child, _) = store.open("c").unwrap();
+    assert_eq!(state(&child).0[..child_texts.len()], child_texts[..]);
+    drop((source, child));
+}
+
+#[test]
+fn lim_3_a_damaged_limit_is_refused_never_ignored() {
+    use surfacelog::session::Boundary;
+    let (dir, store) = temp_store("fork-limit");
+    let mut source = store.create("src", None, None).unwrap();
+    workload(&mut source, 40);
+    source.flush().unwrap();
+    let boundary = source.seq_next() / 2;
+    workload(&mut source, 5);
+    drop(source);
+    let boundary = (0..boundary)
+        .rev()
+        .find(|&seq| store.fork("src", Boundary::Seq(seq), "c").is_ok())
+        .expect("a boundary outside a turn");
+    let limit = std::fs::read_dir(dir.join("sessions/c/log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "lim"))
+        .expect("the boundary segment is limited");
+    let pristine = std::fs::read(&limit).unwrap();
+    for at in [0, 20, 40, 48, 52, 61] {
+        let mut bytes = pristine.clone();
+        bytes[at] ^= 0x04;
+        std::fs::write(&limit, &bytes).unwrap();
+        let err = store.open("c").unwrap_err();
+        assert_eq!(err.code(), "CORRUPT", "byte {at}: {err}");
+        assert_eq!(
+            surfacelog::log::LogReader::open(&dir.join("sessions/c/log"))
+                .unwrap_err()
+                .code(),
+            "CORRUPT"
+        );
+    }
+    // A limit whose checksum is right but whose end is not its last record's end.
+    let mut bytes = pristine.clone();
+    let end = u32::from_le_bytes(bytes[52..56].try_into().unwrap()) + 8;
+    bytes[52..56].copy_from_slice(&end.to_le_bytes());
+    let crc = crc32c::crc32c(&bytes[..60]);
+    bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&limit, &bytes).unwrap();
+    assert_eq!(store.open("c").unwrap_err().code(), "CORRUPT");
+    std::fs::write(&limit, &pristine).unwrap();
+    let (child, _) = store.open("c").unwrap();
+    assert_eq!(child.seq_next(), boundary + 2);
+    drop(child);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn store_13_a_fork_cut_short_leaves_no_half_made_child() {
+    use surfacelog::session::Boundary;
+    use surfacelog::storage::faulty::FaultyStorage;
+    let (dir, plain) = temp_store("fork-crash");
+    let mut source = plain.create("src", None, None).unwrap();
+    workload(&mut source, 30);
+    source.close().unwrap();
+    let expected = {
+        let (source, _) = plain.open("src").unwrap();
+        state(&source).0
+    };
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let options = StoreOptions {
+        log: LogOptions {
+            storage: Arc::new(storage),
+            ..plain_options()
+        },
+        ..StoreOptions::default()
+    };
+    let store = Store::at(&dir, options).unwrap();
+    let mut failed = 0;
+    for n in 1.. {
+        faults.fail_sync(n);
+        match store.fork("src", Boundary::Last, "c") {
+            Ok(child) => {
+                assert_eq!(state(&child).0[..expected.len()], expected[..]);
+                break;
+            }
+            Err(error) => {
+                failed += 1;
+                assert_eq!(error.code(), "IO", "sync {n}: {error}");
+                // Either no child, or a whole one (the publish renamed it before its
+                // last sync failed): never a part of one.
+                if dir.join("sessions/c").exists() {
+                    let (child, _) = plain.open("c").unwrap();
+                    assert_eq!(state(&child).0[..expected.len()], expected[..]);
+                    drop(child);
+                    plain.delete("c").unwrap();
+                    plain.purge().unwrap();
+                }
+            }
+        }
+        faults.fail_sync(u64::MAX / 2);
+        assert!(n < 50, "the fork never succeeded");
+    }
+    assert!(failed >= 4, "every sync of the fork was tried: {failed}");
+    let (source, _) = plain.open("src").unwrap();
+    assert_eq!(state(&source).0, expected, "the source is unchanged");
+    drop(source);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn plain_options() -> LogOptions {
+    LogOptions {
+        durability: Durability::Manual,
+        segment_bytes: 64 << 10,
+        ..LogOptions::default()
+    }
 }
 
 #[test]

@@ -86,6 +86,11 @@ impl GroupCommit {
         }
     }
 
+    /// Every seq below this one is durable.
+    pub(crate) fn durable_seq(&self) -> u64 {
+        self.lock().durable
+    }
+
     /// Refuses every later wait (a write failed).
     pub(crate) fn poison(&self) {
         self.lock().poisoned = true;

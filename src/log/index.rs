@@ -1,21 +1,39 @@
-//! Offset indexes of sealed segments (IDX-1, IDX-2): a rebuildable cache.
+//! Offset indexes of segments (IDX-1 to IDX-5): a rebuildable cache. A sealed segment's
+//! index is read on the first random access into it, not at open; the last segment's
+//! index vouches for a prefix that open then checks in bulk instead of decoding it.
 #![deny(clippy::indexing_slicing)]
 
 use std::path::Path;
 
-use super::segment::LogId;
+use super::segment::{LogId, SEGMENT_HEADER_LEN};
 use crate::record::{decode as decode_record, u32_at, u64_at};
 
 /// `"surfidx\0"`.
 pub const INDEX_MAGIC: [u8; 8] = *b"surfidx\0";
-/// The index header's length.
-pub const INDEX_HEADER_LEN: usize = 48;
+/// The index version this build writes (IDX-1); version 1 is still read (IDX-4).
+pub const INDEX_VERSION: u32 = 2;
+/// The index header's length in version 2.
+pub const INDEX_HEADER_LEN: usize = 56;
+/// The index header's length in version 1.
+const INDEX_V1_HEADER_LEN: usize = 48;
+
+/// What an index says about its segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Index {
+    /// The offset of each record, in order.
+    pub offsets: Vec<u32>,
+    /// The offset just past the last record.
+    pub end: usize,
+    /// CRC-32C of the segment's bytes from the header to `end` (IDX-1); `None` in a
+    /// version-1 index.
+    pub data_crc: Option<u32>,
+}
 
 /// The bytes of the index of a segment (IDX-1).
-pub fn encode(log_id: &LogId, first_seq: u64, offsets: &[u32], end: u32) -> Vec<u8> {
+pub fn encode(log_id: &LogId, first_seq: u64, offsets: &[u32], end: u32, data_crc: u32) -> Vec<u8> {
     let mut out = Vec::with_capacity(INDEX_HEADER_LEN + 4 * offsets.len());
     out.extend_from_slice(&INDEX_MAGIC);
-    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&INDEX_VERSION.to_le_bytes());
     out.extend_from_slice(
         &u32::try_from(offsets.len())
             .unwrap_or(u32::MAX)
@@ -24,58 +42,89 @@ pub fn encode(log_id: &LogId, first_seq: u64, offsets: &[u32], end: u32) -> Vec<
     out.extend_from_slice(log_id);
     out.extend_from_slice(&first_seq.to_le_bytes());
     out.extend_from_slice(&end.to_le_bytes());
-    let mut body = Vec::with_capacity(4 * offsets.len());
+    out.extend_from_slice(&data_crc.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    let crc_at = out.len();
+    out.extend_from_slice(&0u32.to_le_bytes());
     for offset in offsets {
-        body.extend_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&offset.to_le_bytes());
     }
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&out), &body);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(&body);
+    let crc = crc32c::crc32c_append(
+        crc32c::crc32c(out.get(..crc_at).unwrap_or_default()),
+        out.get(INDEX_HEADER_LEN..).unwrap_or_default(),
+    );
+    if let Some(slot) = out.get_mut(crc_at..crc_at + 4) {
+        slot.copy_from_slice(&crc.to_le_bytes());
+    }
     out
 }
 
-/// The offsets and end an index holds, when its header, checksum, identity and first
-/// seq check out (IDX-2); `None` otherwise (the caller rebuilds by scanning).
-pub fn decode(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<(Vec<u32>, u32)> {
-    if bytes.get(..8)? != INDEX_MAGIC || u32_at(bytes, 8)? != 1 {
+/// The index held in `bytes`, when its header, checksum, identity and first seq check
+/// out (IDX-2); `None` otherwise (the caller rebuilds by scanning).
+pub(crate) fn decode(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<Index> {
+    if bytes.get(..8)? != INDEX_MAGIC {
         return None;
     }
+    // IDX-4: version 1 has no data checksum and a shorter header.
+    let (header_len, crc_at, data_crc) = match u32_at(bytes, 8)? {
+        1 => (INDEX_V1_HEADER_LEN, 44, None),
+        INDEX_VERSION if u32_at(bytes, 48)? == 0 => {
+            (INDEX_HEADER_LEN, 52, Some(u32_at(bytes, 44)?))
+        }
+        _ => return None,
+    };
     let count = usize::try_from(u32_at(bytes, 12)?).ok()?;
     if bytes.get(16..32)? != log_id || u64_at(bytes, 32)? != first_seq {
         return None;
     }
-    let end = u32_at(bytes, 40)?;
-    let body = bytes.get(INDEX_HEADER_LEN..)?;
+    let end = usize::try_from(u32_at(bytes, 40)?).ok()?;
+    let body = bytes.get(header_len..)?;
     if body.len() != count.checked_mul(4)? {
         return None;
     }
-    let crc = crc32c::crc32c_append(crc32c::crc32c(bytes.get(..44)?), body);
-    if crc != u32_at(bytes, 44)? {
+    let crc = crc32c::crc32c_append(crc32c::crc32c(bytes.get(..crc_at)?), body);
+    if crc != u32_at(bytes, crc_at)? {
         return None;
     }
-    Some((
-        body.chunks_exact(4).filter_map(|c| u32_at(c, 0)).collect(),
+    let offsets = body
+        .chunks_exact(4)
+        .map(|c| u32_at(c, 0).unwrap_or(u32::MAX))
+        .collect();
+    Some(Index {
+        offsets,
         end,
-    ))
+        data_crc,
+    })
 }
 
-/// The offsets and end of a sealed segment from its index file, when the index checks out
-/// (IDX-2) and its last offset holds the record it promises, ending at `end`.
-pub fn load(
+/// The index file of a segment when it checks out (IDX-2) and its last offset holds the
+/// record it promises, ending at its `end`.
+pub(crate) fn load(path: &Path, segment: &[u8], log_id: &LogId, first_seq: u64) -> Option<Index> {
+    let bytes = std::fs::read(path).ok()?;
+    let index = decode(&bytes, log_id, first_seq)?;
+    let last_ok = match index.offsets.last() {
+        None => index.end == SEGMENT_HEADER_LEN,
+        Some(&at) => {
+            let at = at as usize;
+            let record = segment.get(at..).and_then(|rest| decode_record(rest).ok());
+            record.is_some_and(|(event, len)| {
+                event.seq == first_seq + index.offsets.len() as u64 - 1 && at + len == index.end
+            })
+        }
+    };
+    last_ok.then_some(index)
+}
+
+/// IDX-5: the prefix of the last segment its index vouches for, when the index checks out
+/// and the segment's bytes up to its `end` still have the checksum it recorded. Open then
+/// scans only what follows (log-format.md §7).
+pub(crate) fn vouched_prefix(
     path: &Path,
     segment: &[u8],
     log_id: &LogId,
     first_seq: u64,
-) -> Option<(Vec<u32>, usize)> {
-    let bytes = std::fs::read(path).ok()?;
-    let (offsets, end) = decode(&bytes, log_id, first_seq)?;
-    let end = usize::try_from(end).ok()?;
-    let last_ok = offsets.last().is_none_or(|&at| {
-        let at = at as usize;
-        let record = segment.get(at..).and_then(|rest| decode_record(rest).ok());
-        record.is_some_and(|(event, len)| {
-            event.seq == first_seq + offsets.len() as u64 - 1 && at + len == end
-        })
-    });
-    last_ok.then_some((offsets, end))
+) -> Option<Index> {
+    let index = load(path, segment, log_id, first_seq)?;
+    let data = segment.get(SEGMENT_HEADER_LEN..index.end)?;
+    (index.data_crc? == crc32c::crc32c(data)).then_some(index)
 }

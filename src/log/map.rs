@@ -1,4 +1,4 @@
-//! Read-only memory maps of segment and index files: the crate's only `unsafe`.
+//! Read-only memory maps of segment, index and checkpoint files: the crate's only `unsafe`.
 
 use std::fs::File;
 use std::io;
@@ -19,8 +19,9 @@ pub(crate) fn map(file: &File) -> io::Result<Mmap> {
     // (log-format.md SEG-8: recovery overwrites a torn tail with zeros instead), so every
     // mapped page stays backed. Bytes that are still being written are only read after
     // their checksum matches (REC-4), and committed bytes are never written again: the
-    // log is append-only. Index files are replaced by rename, never rewritten in place,
-    // so an existing map keeps the old inode.
+    // log is append-only. Index files, limit files (LIM-5) and checkpoints (CKP-5) are
+    // replaced by rename or never changed, never rewritten in place, so an existing map
+    // keeps the old inode.
     let map = unsafe { Mmap::map(file) };
     map
 }

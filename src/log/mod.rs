@@ -5,16 +5,22 @@
 //! modes and group commit; [`LogReader`] reads the committed prefix, in any process,
 //! while the writer appends. Recovery at open drops a torn tail and refuses corruption.
 
+mod chain;
 mod group_commit;
 mod index;
+pub mod limit;
 mod map;
 mod reader;
 mod scan;
 pub mod segment;
 mod writer;
 
+pub(crate) use index::encode as encode_index;
+pub(crate) use map::map as map_file;
+pub(crate) use reader::BoundarySegment;
 pub use reader::LogReader;
 pub use writer::LogWriter;
+pub(crate) use writer::create_segment_file;
 
 /// A log opened for writing together with a reader of it: what a stored session holds.
 /// Appends go through the writer; reads come from the reader, refreshed after each
@@ -43,8 +49,8 @@ impl DiskLog {
     /// As [`LogWriter::open`] and [`LogReader::open`].
     pub fn open(dir: &std::path::Path, options: LogOptions) -> crate::Result<(Self, OpenReport)> {
         let storage = Arc::clone(&options.storage);
-        let (writer, report) = LogWriter::open(dir, options)?;
-        let reader = LogReader::open_seeded(dir, storage, Some(writer.active_layout()))?;
+        let (writer, report, segments) = LogWriter::open_recovered(dir, options)?;
+        let reader = LogReader::from_recovered(dir, storage, segments)?;
         Ok((
             Self {
                 writer,
@@ -99,6 +105,14 @@ impl DiskLog {
     pub fn flush(&mut self) -> crate::Result<()> {
         self.writer.flush()?;
         self.catch_up()
+    }
+
+    /// Makes every appended event durable, without reading them back (a fork's end-seed).
+    ///
+    /// # Errors
+    /// As [`LogWriter::flush`].
+    pub fn sync(&self) -> crate::Result<()> {
+        self.writer.flush()
     }
 
     /// Flushes and closes the log.

@@ -1,11 +1,13 @@
 //! Reading a log: any number of readers, in any process, alongside one writer (§6).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use memmap2::Mmap;
 
+use super::chain::{Chain, open_chain};
 use super::index;
+use super::limit::Limit;
 use super::map::map;
 use super::scan::{Stop, scan};
 use super::segment::{
@@ -19,37 +21,70 @@ use crate::storage::{FsStorage, Storage};
 
 /// A read-only view of a log: the committed prefix as of the last [`LogReader::refresh`].
 ///
-/// Sealed segments are read through their maps without copying; every read checks the
-/// record's checksum again (REC-4), so a reader never returns a partial record.
+/// Segments are read through their maps without copying; every read checks the record's
+/// checksum again (REC-4), so a reader never returns a partial record. A sealed segment's
+/// offsets are read from its index on the first access into it (IDX-3), not at open.
 #[derive(Debug)]
 pub struct LogReader {
     dir: PathBuf,
     storage: Arc<dyn Storage>,
-    /// Offsets of a segment already scanned by this process's writer: (first seq,
-    /// offsets, end). Taken instead of scanning that segment again.
-    seed: Option<(u64, Vec<u32>, usize)>,
     log_id: LogId,
     segments: Vec<Segment>,
     seq_next: u64,
 }
 
+/// One segment as a reader holds it.
 #[derive(Debug)]
-struct Segment {
+pub(crate) struct Segment {
     header: SegmentHeader,
     path: PathBuf,
     map: Mmap,
-    /// Offsets of the records read so far.
-    offsets: Vec<u32>,
-    /// Just past the last record read so far.
+    /// Where this log's part of the segment ends (LIM-1).
+    limit: Option<Limit>,
+    /// The records a sealed segment holds, known from the names (LOG-2) or its limit.
+    /// `None` for the last segment, which is scanned as it grows.
+    count: Option<u64>,
+    /// Record offsets: scanned for the last segment; for a sealed one, read from its index
+    /// (or a scan) on first access. Invariant: set for the last segment.
+    offsets: OnceLock<Vec<u32>>,
+    /// Just past the last record scanned (the last segment).
     end: usize,
+    /// How many of its first records are known to be durable: all of a sealed segment's
+    /// (DUR-4), those a last segment's index vouches for (IDX-5).
+    durable: u64,
+}
+
+/// The parts of a log's first events that a fork takes (STORE-10).
+#[derive(Debug)]
+pub(crate) struct Prefix<'a> {
+    /// The segments before the boundary segment, whole.
+    pub whole: Vec<&'a Path>,
+    /// The segment holding the last of the events; `None` for an empty prefix.
+    pub boundary: Option<BoundarySegment<'a>>,
+}
+
+/// The segment holding a fork's boundary.
+#[derive(Debug)]
+pub(crate) struct BoundarySegment<'a> {
+    pub path: &'a Path,
+    pub header: SegmentHeader,
+    /// The whole segment file.
+    pub bytes: &'a [u8],
+    /// The offsets of its records that belong to the prefix (at least one).
+    pub offsets: &'a [u32],
+    /// Just past the last of them.
+    pub end: usize,
+    /// Whether those records are known to be durable (DUR-4, IDX-5); otherwise a fork
+    /// syncs the file before sharing it.
+    pub durable: bool,
 }
 
 impl LogReader {
     /// Opens the log in `dir` for reading.
     ///
     /// # Errors
-    /// `CORRUPT` for a damaged sealed segment or a broken segment chain (LOG-2, SEG-3,
-    /// RCV-6), `FORMAT_VERSION`, `IO`.
+    /// `CORRUPT` for a broken segment chain (LOG-2, SEG-3) or limit (LIM-3, LIM-5),
+    /// `FORMAT_VERSION`, `IO`.
     pub fn open(dir: &Path) -> Result<Self> {
         Self::open_with(dir, Arc::new(FsStorage))
     }
@@ -59,29 +94,57 @@ impl LogReader {
     /// # Errors
     /// As [`LogReader::open`].
     pub fn open_with(dir: &Path, storage: Arc<dyn Storage>) -> Result<Self> {
-        Self::open_seeded(dir, storage, None)
+        let chain = open_chain(&*storage, dir, false)?;
+        if chain.segments.is_empty() && chain.unborn.is_none() {
+            let path = dir.join(super::segment::segment_name(0));
+            return Err(corrupt(&path, 0, "the log has no first segment"));
+        }
+        // The last segment: take the prefix its index vouches for (IDX-5), then scan on
+        // from there in `refresh`.
+        let layout = chain.segments.last().map(|last| {
+            let first = last.header.first_seq;
+            let index_path = dir.join(index_name(first));
+            index::vouched_prefix(&index_path, &last.map, &last.header.log_id, first)
+                .map_or((Vec::new(), SEGMENT_HEADER_LEN), |p| (p.offsets, p.end))
+        });
+        let vouched = layout
+            .as_ref()
+            .map_or(0, |(offsets, _)| offsets.len() as u64);
+        let (mut segments, _) = into_segments(chain, layout);
+        if let Some(last) = segments.last_mut().filter(|s| s.count.is_none()) {
+            last.durable = vouched;
+        }
+        Self::from_recovered(dir, storage, segments)
     }
 
-    /// [`LogReader::open_with`], taking the offsets of the segment starting at `seed.0`
-    /// from the writer that just recovered it instead of scanning it again.
+    /// A reader over segments the writer's recovery has just opened and scanned, so that
+    /// nothing is read twice (`DiskLog`).
     ///
     /// # Errors
     /// As [`LogReader::open`].
-    pub(crate) fn open_seeded(
+    pub(crate) fn from_recovered(
         dir: &Path,
         storage: Arc<dyn Storage>,
-        seed: Option<(u64, Vec<u32>, usize)>,
+        segments: Vec<Segment>,
     ) -> Result<Self> {
-        let mut reader = Self {
+        let log_id = segments.first().map_or([0; 16], |s| s.header.log_id);
+        let seq_next = segments.last().map_or(0, |s| {
+            let scanned = s.offsets.get().map_or(0, Vec::len) as u64;
+            s.header.first_seq + s.count.unwrap_or(scanned)
+        });
+        Self {
             dir: dir.to_owned(),
             storage,
-            seed,
-            log_id: [0; 16],
-            segments: Vec::new(),
-            seq_next: 0,
-        };
-        reader.refresh()?;
-        Ok(reader)
+            log_id,
+            segments,
+            seq_next,
+        }
+        .refreshed()
+    }
+
+    fn refreshed(mut self) -> Result<Self> {
+        self.refresh()?;
+        Ok(self)
     }
 
     /// Picks up records committed since the last refresh, including new segments.
@@ -92,14 +155,20 @@ impl LogReader {
     pub fn refresh(&mut self) -> Result<u64> {
         loop {
             if let Some(last) = self.segments.last_mut() {
-                let found = scan(&last.map, last.end, self.seq_next);
-                last.offsets.extend_from_slice(&found.offsets);
-                last.end = found.end;
-                self.seq_next = found.seq_next;
-                // Not yet written or being written (RD-1); or a segment with no record yet,
-                // which the writer has not rolled from.
-                if !matches!(found.stop, Stop::End | Stop::Full) || last.offsets.is_empty() {
-                    return Ok(self.seq_next);
+                // LIM-4: nothing after a limit belongs to this log; the next segment may.
+                if last.limit.is_none() {
+                    let found = scan(&last.map, last.end, self.seq_next);
+                    let mut offsets = last.offsets.take().unwrap_or_default();
+                    offsets.extend_from_slice(&found.offsets);
+                    let empty = offsets.is_empty();
+                    last.offsets = OnceLock::from(offsets);
+                    last.end = found.end;
+                    self.seq_next = found.seq_next;
+                    // Not yet written or being written (RD-1); or a segment with no record
+                    // yet, which the writer has not rolled from.
+                    if !matches!(found.stop, Stop::End | Stop::Full) || empty {
+                        return Ok(self.seq_next);
+                    }
                 }
             }
             // The last segment ends here; the writer may have rolled (RD-2).
@@ -119,34 +188,59 @@ impl LogReader {
         (seq..self.seq_next).map_while(|seq| self.event(seq))
     }
 
-    /// The segments holding the first `len` events, in order: each segment's path, its
-    /// bytes, and the offset just past the last of those events in it. For a fork: all
-    /// but the last can be shared as they are; the last is cut at that offset.
-    pub(crate) fn prefix_segments(&self, len: u64) -> Vec<(&Path, &[u8], usize)> {
+    /// The segments holding the first `len` events: for a fork, all but the last are
+    /// shared whole, and the last is shared up to a limit (STORE-10, LIM-1).
+    ///
+    /// # Errors
+    /// `CORRUPT` when the boundary segment's records cannot be read back.
+    pub(crate) fn prefix(&self, len: u64) -> Result<Prefix<'_>> {
         let len = len.min(self.seq_next);
-        let mut parts = Vec::new();
-        for segment in &self.segments {
-            let first = segment.header.first_seq;
-            if first >= len && !(len == 0 && first == 0) {
-                break;
-            }
-            let count = usize::try_from(len - first)
-                .unwrap_or(usize::MAX)
-                .min(segment.offsets.len());
-            let end = match count
-                .checked_sub(1)
-                .and_then(|last| segment.offsets.get(last))
-            {
-                Some(&at) => segment
-                    .map
-                    .get(at as usize..)
-                    .and_then(|rest| decode(rest).ok())
-                    .map_or(SEGMENT_HEADER_LEN, |(_, frame)| at as usize + frame),
-                None => SEGMENT_HEADER_LEN,
-            };
-            parts.push((segment.path.as_path(), &segment.map[..], end));
+        let mut prefix = Prefix {
+            whole: Vec::new(),
+            boundary: None,
+        };
+        let Some(last) = len.checked_sub(1) else {
+            return Ok(prefix);
+        };
+        let at = self.segment_of(last).unwrap_or(0);
+        prefix.whole = self
+            .segments
+            .iter()
+            .take(at)
+            .map(|s| s.path.as_path())
+            .collect();
+        let Some(segment) = self.segments.get(at) else {
+            return Ok(prefix);
+        };
+        let count = usize::try_from(len - segment.header.first_seq).unwrap_or(usize::MAX);
+        let offsets = segment.offsets(&self.dir, &self.log_id);
+        let unreadable = || corrupt(&segment.path, 0, "a record of the prefix cannot be read");
+        let kept = offsets.get(..count).ok_or_else(unreadable)?;
+        let &last_offset = kept.last().ok_or_else(unreadable)?;
+        let (event, frame) = segment
+            .map
+            .get(last_offset as usize..)
+            .and_then(|rest| decode(rest).ok())
+            .ok_or_else(|| corrupt(&segment.path, last_offset as usize, "checksum mismatch"))?;
+        if event.seq != last {
+            return Err(unreadable());
         }
-        parts
+        prefix.boundary = Some(BoundarySegment {
+            path: &segment.path,
+            header: segment.header,
+            bytes: &segment.map,
+            offsets: kept,
+            end: last_offset as usize + frame,
+            durable: segment.count.is_some() || segment.durable >= count as u64,
+        });
+        Ok(prefix)
+    }
+
+    /// The position of the segment holding `seq`.
+    fn segment_of(&self, seq: u64) -> Option<usize> {
+        self.segments
+            .partition_point(|s| s.header.first_seq <= seq)
+            .checked_sub(1)
     }
 
     /// Opens the segment after the last one if its file exists with a valid header.
@@ -157,9 +251,6 @@ impl LogReader {
         let first_seq = self.seq_next;
         let path = self.dir.join(super::segment::segment_name(first_seq));
         let Ok(file) = self.storage.open_file(&path, false) else {
-            if expected_index == 0 {
-                return Err(corrupt(&path, 0, "the log has no first segment"));
-            }
             return Ok(false);
         };
         let map = map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
@@ -188,25 +279,21 @@ impl LogReader {
                 "segment does not continue the log (SEG-3)",
             ));
         }
-        let mut segment = Segment {
+        if let Some(previous) = self.segments.last_mut() {
+            previous
+                .count
+                .get_or_insert(first_seq - previous.header.first_seq);
+        }
+        self.segments.push(Segment {
             header,
             path,
             map,
-            offsets: Vec::new(),
+            limit: None,
+            count: None,
+            offsets: OnceLock::from(Vec::new()),
             end: SEGMENT_HEADER_LEN,
-        };
-        match self.seed.take() {
-            Some((seed_first, offsets, end)) if seed_first == first_seq => {
-                segment.offsets = offsets;
-                segment.end = end;
-            }
-            other => {
-                self.seed = other;
-                self.load_index(&mut segment);
-            }
-        }
-        self.seq_next = first_seq + segment.offsets.len() as u64;
-        self.segments.push(segment);
+            durable: 0,
+        });
         Ok(true)
     }
 
@@ -221,17 +308,66 @@ impl LogReader {
             .filter_map(|n| parse_segment_name(n))
             .any(|first| first > first_seq))
     }
+}
 
-    /// Takes a sealed segment's offsets from its index when it checks out (IDX-2).
-    fn load_index(&self, segment: &mut Segment) {
-        let path = self.dir.join(index_name(segment.header.first_seq));
-        if let Some((offsets, end)) =
-            index::load(&path, &segment.map, &self.log_id, segment.header.first_seq)
+impl Segment {
+    /// The record offsets, read on first use for a sealed segment: from its index when it
+    /// checks out and holds the expected count (IDX-2, IDX-3), otherwise by a scan. A scan
+    /// that finds fewer records leaves the rest unreadable: they are reported when read
+    /// (RCV-6).
+    fn offsets(&self, dir: &Path, log_id: &LogId) -> &[u32] {
+        self.offsets.get_or_init(|| {
+            let count = usize::try_from(self.count.unwrap_or(0)).unwrap_or(usize::MAX);
+            let bound = self.limit.map_or(self.map.len(), |l| l.end as usize);
+            let bytes = self.map.get(..bound).unwrap_or(&self.map);
+            let first = self.header.first_seq;
+            let index_path = dir.join(index_name(first));
+            if let Some(index) = index::load(&index_path, bytes, log_id, first)
+                .filter(|index| index.offsets.len() == count)
+            {
+                return index.offsets;
+            }
+            let mut offsets = scan(bytes, SEGMENT_HEADER_LEN, first).offsets;
+            offsets.truncate(count);
+            offsets
+        })
+    }
+}
+
+/// The reader's segments from `chain`, consumed: sealed ones unread, and the last one, when
+/// it is not limited, with the offsets and end in `layout`. Also returns the last
+/// segment's file (the writer appends to it).
+pub(crate) fn into_segments(
+    chain: Chain,
+    layout: Option<(Vec<u32>, usize)>,
+) -> (Vec<Segment>, Option<std::fs::File>) {
+    let counts: Vec<Option<u64>> = (0..chain.segments.len())
+        .map(|at| chain.sealed_count(at))
+        .collect();
+    let mut segments = Vec::with_capacity(counts.len());
+    let mut last_file = None;
+    let mut layout = layout;
+    for (linked, count) in chain.segments.into_iter().zip(counts) {
+        let mut segment = Segment {
+            header: linked.header,
+            path: linked.path,
+            map: linked.map,
+            limit: linked.limit,
+            count,
+            offsets: OnceLock::new(),
+            end: SEGMENT_HEADER_LEN,
+            durable: count.unwrap_or(0),
+        };
+        if count.is_none()
+            && let Some((offsets, end)) = layout.take()
         {
-            segment.offsets = offsets;
+            segment.offsets = OnceLock::from(offsets);
             segment.end = end;
         }
+        last_file = Some(linked.file);
+        segments.push(segment);
     }
+    (segments, last_file)
 }
 
 impl EventSource for LogReader {
@@ -243,21 +379,12 @@ impl EventSource for LogReader {
         if seq >= self.seq_next {
             return None;
         }
-        let at = self
-            .segments
-            .partition_point(|s| s.header.first_seq <= seq)
-            .checked_sub(1)?;
-        let segment = self.segments.get(at)?;
+        let segment = self.segments.get(self.segment_of(seq)?)?;
         let index = usize::try_from(seq - segment.header.first_seq).ok()?;
-        let offset = *segment.offsets.get(index)? as usize;
+        let offset = *segment.offsets(&self.dir, &self.log_id).get(index)? as usize;
         let (event, _) = decode(segment.map.get(offset..)?).ok()?;
-        debug_assert_eq!(
-            event.seq,
-            seq,
-            "offset table points at the wrong record in {}",
-            segment.path.display()
-        );
-        Some(event)
+        // A record damaged since its index was written points elsewhere: never return it.
+        (event.seq == seq).then_some(event)
     }
 }
 

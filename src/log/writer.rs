@@ -7,14 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+use super::chain::{Chain, open_chain};
 use super::group_commit::{GroupCommit, WaitError};
-use super::map::map;
-use super::reader::corrupt;
+use super::reader::{Segment, corrupt, into_segments};
 use super::scan::{Stop, nonzero_end, scan, valid_record_after};
-use super::segment::{
-    HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_segment_name,
-    segment_name, version_error,
-};
+use super::segment::{LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name};
 use super::{Durability, LogOptions, OpenReport, TornTail, index};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::Event;
@@ -63,6 +60,13 @@ struct State {
     write_offset: u64,
     /// Offsets of the active segment's records, for its index (IDX-1).
     offsets: Vec<u32>,
+    /// CRC-32C of the active segment's bytes from its header to `write_offset` (IDX-1).
+    data_crc: u32,
+    /// How many of the active segment's records its index file covers (IDX-5).
+    indexed: usize,
+    /// The active segment is limited (LIM-4): nothing is written to it; the first append
+    /// starts the next segment.
+    limited: bool,
     /// The next seq, counting the records still in `buffer`.
     seq_next: u64,
     poisoned: bool,
@@ -86,12 +90,24 @@ impl LogWriter {
     /// `LOCKED` when another writer holds it, `CORRUPT` with the file and offset for
     /// damage (nothing is changed then), `FORMAT_VERSION`, `IO`.
     pub fn open(dir: &Path, options: LogOptions) -> Result<(Self, OpenReport)> {
+        Self::open_recovered(dir, options).map(|(writer, report, _)| (writer, report))
+    }
+
+    /// [`LogWriter::open`], also handing over the segments recovery opened, for a reader
+    /// in this process that then reads nothing twice (`DiskLog`).
+    ///
+    /// # Errors
+    /// As [`LogWriter::open`].
+    pub(crate) fn open_recovered(
+        dir: &Path,
+        options: LogOptions,
+    ) -> Result<(Self, OpenReport, Vec<Segment>)> {
         let storage = Arc::clone(&options.storage);
         storage
             .create_dir_all(dir)
             .map_err(|e| Error::io("create_dir", dir, &e))?;
         let lock = take_lock(&*storage, dir)?;
-        let (state, log_id, report) = recover(&*storage, dir, &options)?;
+        let (state, log_id, report, segments) = recover(&*storage, dir, &options)?;
         let durable_seq = state.seq_next;
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
@@ -110,7 +126,7 @@ impl LogWriter {
             Durability::Batch { max_delay } => Some(Flusher::start(Arc::clone(&shared), max_delay)),
             Durability::Sync | Durability::Manual => None,
         };
-        Ok((Self { shared, flusher }, report))
+        Ok((Self { shared, flusher }, report, segments))
     }
 
     /// Checks that no writer holds the log in `dir`, without opening it: takes the lock
@@ -197,14 +213,6 @@ impl LogWriter {
         self.shared.wait_durable(seq_next)
     }
 
-    /// The active segment's first seq, record offsets and end, as recovery found them:
-    /// a reader in this process takes them instead of scanning the segment again.
-    pub(crate) fn active_layout(&self) -> (u64, Vec<u32>, usize) {
-        let state = self.shared.lock_state();
-        let end = usize::try_from(state.write_offset).unwrap_or(usize::MAX);
-        (state.header.first_seq, state.offsets.clone(), end)
-    }
-
     /// The next seq: the number of events in the log.
     pub fn seq_next(&self) -> u64 {
         self.shared.lock_state().seq_next
@@ -221,7 +229,9 @@ impl LogWriter {
     /// As [`LogWriter::flush`].
     pub fn close(mut self) -> Result<()> {
         self.stop_flusher();
-        self.flush()
+        self.flush()?;
+        self.shared.index_active();
+        Ok(())
     }
 
     fn stop_flusher(&mut self) {
@@ -237,7 +247,9 @@ impl Drop for LogWriter {
     fn drop(&mut self) {
         self.stop_flusher();
         // Best effort: an explicit close() reports the error.
-        let _ = self.flush();
+        if self.flush().is_ok() {
+            self.shared.index_active();
+        }
     }
 }
 
@@ -254,7 +266,8 @@ impl Shared {
     fn write(&self, state: &mut State, events: &[Event]) -> Result<()> {
         for event in events {
             let len = frame_len(body_len(&event.as_ref())) as u64;
-            if state.write_offset + state.buffer.len() as u64 + len > state.header.capacity {
+            let full = state.write_offset + state.buffer.len() as u64 + len > state.header.capacity;
+            if full || state.limited {
                 self.flush_buffer(state)?;
                 self.roll(state, len)?;
             }
@@ -287,18 +300,23 @@ impl Shared {
             return Err(Error::io("write", self.active_path(state), &error));
         }
         state.write_offset += state.buffer.len() as u64;
+        state.data_crc = crc32c::crc32c_append(state.data_crc, &state.buffer);
         state.pending = 0;
         state.buffer.clear();
         Ok(())
     }
 
-    /// Seals the active segment and creates the next one (SEG-6, SEG-7, DUR-4).
+    /// Seals the active segment and creates the next one (SEG-6, SEG-7, DUR-4). A limited
+    /// segment was sealed by the fork that made it (LIM-4): it is neither synced nor
+    /// indexed again.
     fn roll(&self, state: &mut State, record_len: u64) -> Result<()> {
-        let path = self.active_path(state);
-        self.storage
-            .sync_data(&state.active)
-            .map_err(|e| Error::io("fsync", &path, &e))?;
-        self.write_index(state);
+        if !state.limited {
+            let path = self.active_path(state);
+            self.storage
+                .sync_data(&state.active)
+                .map_err(|e| Error::io("fsync", &path, &e))?;
+            self.write_index(state);
+        }
         let capacity = self
             .options
             .segment_bytes
@@ -314,14 +332,23 @@ impl Shared {
         state.header = header;
         state.write_offset = SEGMENT_HEADER_LEN as u64;
         state.offsets.clear();
+        state.data_crc = 0;
+        state.indexed = 0;
+        state.limited = false;
         Ok(())
     }
 
-    /// Writes the sealed segment's index through a temporary file (IDX-1). The index is
+    /// Writes the active segment's index through a temporary file (IDX-1). The index is
     /// a cache (IDX-2): a failure only costs readers a scan, so it is not an error.
-    fn write_index(&self, state: &State) {
+    fn write_index(&self, state: &mut State) {
         let end = u32::try_from(state.write_offset).unwrap_or(u32::MAX);
-        let bytes = index::encode(&self.log_id, state.header.first_seq, &state.offsets, end);
+        let bytes = index::encode(
+            &self.log_id,
+            state.header.first_seq,
+            &state.offsets,
+            end,
+            state.data_crc,
+        );
         let name = index_name(state.header.first_seq);
         let tmp = self.dir.join(format!("{name}.tmp"));
         let _ = self.storage.remove_file(&tmp);
@@ -332,6 +359,20 @@ impl Shared {
             .and_then(|()| self.storage.rename(&tmp, &self.dir.join(&name)));
         if written.is_err() {
             let _ = self.storage.remove_file(&tmp);
+        } else {
+            state.indexed = state.offsets.len();
+        }
+    }
+
+    /// IDX-5: after a flush, indexes the active segment's records, now all durable, so that
+    /// the next open scans only what is appended after them. Nothing to do when the index
+    /// already covers them, or when the writer is poisoned or its segment limited.
+    fn index_active(&self) {
+        let mut state = self.lock_state();
+        let durable = self.commit.durable_seq() >= state.seq_next;
+        let dirty = state.offsets.len() > state.indexed;
+        if durable && dirty && !state.poisoned && !state.limited && state.buffer.is_empty() {
+            self.write_index(&mut state);
         }
     }
 
@@ -432,6 +473,23 @@ fn take_lock(storage: &dyn Storage, dir: &Path) -> Result<File> {
 
 /// SEG-6: header, sync the file, sync the directory.
 fn create_segment(storage: &dyn Storage, dir: &Path, header: &SegmentHeader) -> Result<File> {
+    let file = create_segment_file(storage, dir, header)?;
+    storage
+        .sync_dir(dir)
+        .map_err(|e| Error::io("fsync", dir, &e))?;
+    Ok(file)
+}
+
+/// SEG-6 without the directory sync: a segment file with its header, synced. For a log
+/// not yet published, whose directory is synced once at the end (`store.md` STORE-13).
+///
+/// # Errors
+/// `IO`.
+pub(crate) fn create_segment_file(
+    storage: &dyn Storage,
+    dir: &Path,
+    header: &SegmentHeader,
+) -> Result<File> {
     let path = dir.join(segment_name(header.first_seq));
     let file = storage
         .create_file(&path, header.capacity)
@@ -442,32 +500,37 @@ fn create_segment(storage: &dyn Storage, dir: &Path, header: &SegmentHeader) -> 
     storage
         .sync_data(&file)
         .map_err(|e| Error::io("fsync", &path, &e))?;
-    storage
-        .sync_dir(dir)
-        .map_err(|e| Error::io("fsync", dir, &e))?;
     Ok(file)
 }
 
-/// Opens every segment, checks the chain, and recovers the last one (§7).
-fn recover(
-    storage: &dyn Storage,
-    dir: &Path,
-    options: &LogOptions,
-) -> Result<(State, LogId, OpenReport)> {
-    let names = storage
-        .list_dir(dir)
-        .map_err(|e| Error::io("list", dir, &e))?;
-    for name in names.iter().filter(|n| {
-        std::path::Path::new(n)
-            .extension()
-            .is_some_and(|x| x == "tmp")
-    }) {
-        let _ = storage.remove_file(&dir.join(name));
-    }
-    let mut firsts: Vec<u64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
-    firsts.sort_unstable();
+/// What recovery hands over: the writer's state, the log's identity, the report, and
+/// the segments it opened for a reader.
+type Recovered = (State, LogId, OpenReport, Vec<Segment>);
+
+/// Opens every segment, checks the chain, and recovers the last one (§7). Sealed segments
+/// are not read beyond their headers; the last is scanned from where its index's vouched
+/// prefix ends (IDX-5), or from its first record.
+fn recover(storage: &dyn Storage, dir: &Path, options: &LogOptions) -> Result<Recovered> {
+    remove_temporary_files(storage, dir)?;
+    let mut chain = open_chain(storage, dir, true)?;
     let mut report = OpenReport::default();
-    if firsts.is_empty() {
+    if let Some(unborn) = chain.unborn.take() {
+        // RCV-7: a later segment whose creation was cut short holds nothing.
+        let holds_nothing = !valid_record_after(&unborn.map, 0, &[(0, unborn.map.len())]);
+        if chain.segments.is_empty() || !holds_nothing {
+            return Err(corrupt(&unborn.path, 0, unborn.reason));
+        }
+        drop(unborn.map);
+        storage
+            .remove_file(&unborn.path)
+            .map_err(|e| Error::io("remove", &unborn.path, &e))?;
+        storage
+            .sync_dir(dir)
+            .map_err(|e| Error::io("fsync", dir, &e))?;
+        // The segment before it becomes the last again; appends continue there.
+        report.removed_segment = Some(unborn.path);
+    }
+    let Some(last) = chain.segments.last() else {
         let header = SegmentHeader {
             log_id: new_log_id(dir),
             index: 0,
@@ -476,97 +539,104 @@ fn recover(
         };
         let file = create_segment(storage, dir, &header)?;
         let state = new_state(file, header, SEGMENT_HEADER_LEN as u64, Vec::new(), 0);
-        return Ok((state, header.log_id, report));
+        let segments = reopened_segments(storage, dir)?;
+        return Ok((state, header.log_id, report, segments));
+    };
+    let (header, log_id) = (last.header, last.header.log_id);
+    if let Some(limit) = last.limit {
+        // LIM-4: a limited last segment is sealed; nothing after its limit is recovered.
+        let (segments, file) = into_segments(chain, None);
+        let file = file.ok_or_else(|| corrupt(dir, 0, "no segment"))?;
+        let mut state = new_state(
+            file,
+            header,
+            u64::from(limit.end),
+            Vec::new(),
+            limit.seq_next,
+        );
+        state.limited = true;
+        return Ok((state, log_id, report, segments));
     }
-    let mut seq_next = 0;
-    let mut log_id = None;
-    for (position, &first) in firsts.iter().enumerate() {
-        let path = dir.join(segment_name(first));
-        let last = position + 1 == firsts.len();
-        let file = storage
-            .open_file(&path, true)
-            .map_err(|e| Error::io("open", &path, &e))?;
-        let bytes = map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
-        let header = match SegmentHeader::decode(&bytes) {
-            Ok(header) => header,
-            Err(HeaderError::Version(found)) => return Err(version_error(found)),
-            // RCV-7: a later segment whose creation was cut short holds nothing.
-            Err(HeaderError::Invalid(_))
-                if last && position > 0 && !valid_record_after(&bytes, 0, &[(0, bytes.len())]) =>
-            {
-                drop(bytes);
-                storage
-                    .remove_file(&path)
-                    .map_err(|e| Error::io("remove", &path, &e))?;
-                storage
-                    .sync_dir(dir)
-                    .map_err(|e| Error::io("fsync", dir, &e))?;
-                // The segment before it becomes the last again; appends continue there.
-                let (state, id, mut report) = recover(storage, dir, options)?;
-                report.removed_segment = Some(path);
-                return Ok((state, id, report));
-            }
-            Err(HeaderError::Invalid(reason)) => return Err(corrupt(&path, 0, reason)),
-        };
-        let id = *log_id.get_or_insert(header.log_id);
-        if header.log_id != id
-            || header.index != position as u64
-            || header.first_seq != seq_next
-            || header.first_seq != first
-        {
-            return Err(corrupt(
-                &path,
-                0,
-                "segment does not continue the log (SEG-3)",
-            ));
-        }
-        if !last {
-            seq_next = sealed_seq_next(dir, &path, &bytes, &header, seq_next)?;
-            continue;
-        }
-        let found = scan(&bytes, SEGMENT_HEADER_LEN, seq_next);
-        let end = found.end;
-        let regions = data_regions(&file, end, bytes.len());
-        let torn = classify_tail(&bytes, &found.stop, end, &regions)
-            .map_err(|reason| corrupt(&path, stop_offset(found.stop, end), reason))?;
-        drop(bytes);
-        if let Some(dropped_to) = torn {
-            zero_tail(storage, &file, &path, end, dropped_to)?;
-            report.torn_tail = Some(TornTail {
-                segment: path.clone(),
-                offset: end as u64,
-                bytes: (dropped_to - end) as u64,
-            });
-        }
-        let state = new_state(file, header, end as u64, found.offsets, found.seq_next);
-        return Ok((state, id, report));
-    }
-    unreachable!("the loop returns at the last segment")
+    let tail = recover_tail(storage, dir, &chain, &mut report)?;
+    let layout = (tail.offsets.clone(), tail.end);
+    let (segments, file) = into_segments(chain, Some(layout));
+    let file = file.ok_or_else(|| corrupt(dir, 0, "no segment"))?;
+    let mut state = new_state(file, header, tail.end as u64, tail.offsets, tail.seq_next);
+    state.data_crc = tail.data_crc;
+    state.indexed = tail.indexed;
+    Ok((state, log_id, report, segments))
 }
 
-/// The seq after a sealed segment. One with a sound index is not rescanned (IDX-2), so
-/// opening costs the last segment, not the log; one without is scanned (RCV-6).
-fn sealed_seq_next(
-    dir: &Path,
-    path: &Path,
-    bytes: &[u8],
-    header: &SegmentHeader,
+/// The last segment after recovery.
+struct Tail {
+    offsets: Vec<u32>,
+    end: usize,
     seq_next: u64,
-) -> Result<u64> {
-    let index_path = dir.join(index_name(header.first_seq));
-    let indexed = index::load(&index_path, bytes, &header.log_id, header.first_seq);
-    if let Some((offsets, _)) = indexed.filter(|(_, end)| {
-        // An end marker follows, or the records fill the segment to its last byte.
-        *end == bytes.len() || crate::record::u32_at(bytes, *end) == Some(0)
-    }) {
-        return Ok(seq_next + offsets.len() as u64);
+    data_crc: u32,
+    indexed: usize,
+}
+
+/// Recovers the last segment of `chain`: the prefix its index vouches for is taken as it is
+/// (IDX-5), the rest is scanned and decided by the table (RCV-1 to RCV-9).
+fn recover_tail(
+    storage: &dyn Storage,
+    dir: &Path,
+    chain: &Chain,
+    report: &mut OpenReport,
+) -> Result<Tail> {
+    let Some(last) = chain.segments.last() else {
+        return Err(corrupt(dir, 0, "no segment"));
+    };
+    let (bytes, header, path) = (&last.map[..], last.header, &last.path);
+    let first = header.first_seq;
+    let index_path = dir.join(index_name(first));
+    let prefix = index::vouched_prefix(&index_path, bytes, &header.log_id, first);
+    let (mut offsets, start, crc) = prefix.map_or((Vec::new(), SEGMENT_HEADER_LEN, 0), |p| {
+        (p.offsets, p.end, p.data_crc.unwrap_or(0))
+    });
+    let indexed = offsets.len();
+    let found = scan(bytes, start, first + offsets.len() as u64);
+    let end = found.end;
+    let regions = data_regions(&last.file, end, bytes.len());
+    let torn = classify_tail(bytes, &found.stop, end, &regions)
+        .map_err(|reason| corrupt(path, stop_offset(found.stop, end), reason))?;
+    if let Some(dropped_to) = torn {
+        zero_tail(storage, &last.file, path, end, dropped_to)?;
+        report.torn_tail = Some(TornTail {
+            segment: path.clone(),
+            offset: end as u64,
+            bytes: (dropped_to - end) as u64,
+        });
     }
-    let found = scan(bytes, SEGMENT_HEADER_LEN, seq_next);
-    if !matches!(found.stop, Stop::End | Stop::Full) {
-        let offset = stop_offset(found.stop, found.end);
-        return Err(corrupt(path, offset, "damage in a sealed segment (RCV-6)"));
+    offsets.extend_from_slice(&found.offsets);
+    let data_crc = crc32c::crc32c_append(crc, bytes.get(start..end).unwrap_or_default());
+    Ok(Tail {
+        offsets,
+        end,
+        seq_next: found.seq_next,
+        data_crc,
+        indexed,
+    })
+}
+
+/// LOG-1: a writer removes the `.tmp` files a crash left.
+fn remove_temporary_files(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    let names = storage
+        .list_dir(dir)
+        .map_err(|e| Error::io("list", dir, &e))?;
+    for name in names
+        .iter()
+        .filter(|n| Path::new(n).extension().is_some_and(|x| x == "tmp"))
+    {
+        let _ = storage.remove_file(&dir.join(name));
     }
-    Ok(found.seq_next)
+    Ok(())
+}
+
+/// The segments of a log just created, for its reader.
+fn reopened_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<Segment>> {
+    let chain = open_chain(storage, dir, false)?;
+    Ok(into_segments(chain, Some((Vec::new(), SEGMENT_HEADER_LEN))).0)
 }
 
 /// The torn-tail decision (RCV-1 to RCV-5, RCV-8): `Ok(None)` for a clean end,
@@ -663,6 +733,9 @@ fn new_state(
         header,
         write_offset,
         offsets,
+        data_crc: 0,
+        indexed: 0,
+        limited: false,
         seq_next,
         poisoned: false,
         buffer: Vec::new(),

@@ -113,17 +113,23 @@ impl Checkpoint {
             .checked_mul(16)
             .and_then(|n| n.checked_add(nodes_end))
             .ok_or(Unusable::Corrupt)?;
+        // `map` keeps the exact length, so each vector is allocated once.
         let nodes: Vec<u64> = body
             .get(48..nodes_end)
             .ok_or(Unusable::Corrupt)?
             .chunks_exact(8)
-            .filter_map(|c| u64_at(c, 0))
+            .map(|c| u64_at(c, 0).unwrap_or_default())
             .collect();
         let keys: Vec<(u64, u64)> = body
             .get(nodes_end..keys_end)
             .ok_or(Unusable::Corrupt)?
             .chunks_exact(16)
-            .filter_map(|c| Some((u64_at(c, 0)?, u64_at(c, 8)?)))
+            .map(|c| {
+                (
+                    u64_at(c, 0).unwrap_or_default(),
+                    u64_at(c, 8).unwrap_or_default(),
+                )
+            })
             .collect();
         let repair_len = u32_at(body, keys_end).ok_or(Unusable::Corrupt)? as usize;
         let repair_bytes = body
@@ -147,12 +153,30 @@ impl Checkpoint {
     ///
     /// # Errors
     /// Why it cannot be used.
+    /// The file is mapped rather than read: decoding copies the nodes once, into the
+    /// surface, and touches no other fresh memory.
     pub fn load(dir: &Path, log: &impl EventSource) -> Result<Self, Unusable> {
-        match std::fs::read(dir.join(CHECKPOINT_FILE)) {
-            Ok(bytes) => Self::decode(&bytes, log),
-            Err(_) => Err(Unusable::Missing),
-        }
+        let Ok(file) = std::fs::File::open(dir.join(CHECKPOINT_FILE)) else {
+            return Err(Unusable::Missing);
+        };
+        let bytes = crate::log::map_file(&file).map_err(|_| Unusable::Corrupt)?;
+        Self::decode(&bytes, log)
     }
+}
+
+/// The number of events the checkpoint file at `path` says it covers, from its header
+/// alone (CKP-1): what a fork needs to decide whether to share it. Nothing else is
+/// checked; opening does (CKP-1 to CKP-3).
+pub fn covered_len(path: &Path) -> Option<u64> {
+    use std::io::Read;
+    let mut header = [0; 24];
+    std::fs::File::open(path)
+        .ok()?
+        .read_exact(&mut header)
+        .ok()?;
+    let ours = header.get(..8) == Some(&CHECKPOINT_MAGIC[..])
+        && u32_at(&header, 8) == Some(CHECKPOINT_VERSION);
+    ours.then(|| u64_at(&header, 16))?
 }
 
 /// CRC-32C of the text of event `seq_next − 1`, or 0 for an empty prefix.
