@@ -3,3 +3,4 @@
 pub mod jsonl;
 pub mod rows;
 pub mod sqlite;
+pub mod sqlite_import;

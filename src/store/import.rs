@@ -75,6 +75,12 @@ impl Store {
         }
         Ok(())
     }
+
+    /// Removes session `id`, which this process has just published and nobody has opened:
+    /// how a multi-session import that fails takes back the sessions it already stored.
+    pub(crate) fn discard(&self, id: &str) {
+        let _ = std::fs::remove_dir_all(self.session_dir(id));
+    }
 }
 
 impl Import<'_> {

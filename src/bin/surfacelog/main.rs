@@ -3,12 +3,14 @@
 //! Errors print as `error[CODE]: message` on stderr and exit with status 3.
 
 mod demo;
+mod interop;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// surfacelog: the storage engine for LLM agent sessions (demo and log inspection).
+/// surfacelog: the storage engine for LLM agent sessions (demo, DSH import and export,
+/// inspection).
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
@@ -40,6 +42,54 @@ enum Command {
         #[arg(long, default_value_t = 5000)]
         timeout_ms: u64,
     },
+    /// Import a DSH session log (JSONL, Zstandard JSONL) or every session of a DSH `SQLite`
+    /// database into the store. Prints one JSON line per imported session:
+    /// `{"id":…,"events":N,"repaired":bool,"closers":K}`. The file is only read; a refused
+    /// import stores nothing.
+    Import {
+        /// The file's format.
+        #[arg(long, value_enum)]
+        format: interop::Format,
+        /// The file to import.
+        file: std::path::PathBuf,
+        /// JSONL: the id the header must name. `SQLite`: the one session to import.
+        #[arg(long)]
+        id: Option<String>,
+        /// The store directory.
+        #[arg(long, default_value = "./surfacelog-data")]
+        store: std::path::PathBuf,
+    },
+    /// Export a stored session to a DSH format. The target is published atomically and
+    /// never overwritten (JSONL); a `SQLite` target may be an existing schema-17 database.
+    Export {
+        /// The session id.
+        id: String,
+        /// The target format.
+        #[arg(long, value_enum)]
+        format: interop::Format,
+        /// Write every event as its own record instead of packing delta runs into rows.
+        #[arg(long)]
+        no_pack: bool,
+        /// The file to write.
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// The store directory.
+        #[arg(long, default_value = "./surfacelog-data")]
+        store: std::path::PathBuf,
+    },
+    /// Show a stored session read-only: header, event count, surface, messages and
+    /// replacements (with `--json`, as one JSON document).
+    Show {
+        /// The session id.
+        id: String,
+        /// Print one JSON document:
+        /// `{"header","events","surface","messages":[{"seq","message"}],"replacements"}`.
+        #[arg(long)]
+        json: bool,
+        /// The store directory.
+        #[arg(long, default_value = "./surfacelog-data")]
+        store: std::path::PathBuf,
+    },
     /// Read a log directory (no lock needed) and print its length as JSON.
     Log {
         /// The log directory.
@@ -68,6 +118,20 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Demo { store } => demo::run(&store, &mut std::io::stdout().lock()),
         Command::Log { dir, check_writer } => log_info(&dir, check_writer),
+        Command::Import {
+            format,
+            file,
+            id,
+            store,
+        } => interop::import(&store, format, &file, id.as_deref()),
+        Command::Export {
+            id,
+            format,
+            no_pack,
+            out,
+            store,
+        } => interop::export(&store, &id, format, !no_pack, &out),
+        Command::Show { id, json, store } => interop::show(&store, &id, json),
         Command::Wait {
             id,
             seq,
