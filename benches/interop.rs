@@ -180,13 +180,12 @@ fn bench(c: &mut Criterion) {
             n += 1;
             let out = root.join(format!("export-{n}.jsonl"));
             let exported = jsonl::publish_file(&out, |file| {
-                let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
                 jsonl::write_jsonl(
                     session.header(),
                     session.log(),
                     true,
                     Compression::None,
-                    &mut writer,
+                    file,
                     &out,
                 )
             })

@@ -41,6 +41,10 @@ pub const RECORD_BYTES_MAX: usize = MAX_EVENT_BYTES_DEFAULT;
 /// a reader (ZST-3).
 pub const FRAME_PLAINTEXT_BYTES: usize = 1 << 20;
 
+/// The most consecutive `assistant/chunk` events the writer packs at once; a longer run
+/// is packed in pieces of this size (bounded memory).
+pub const RUN_EVENTS_MAX: usize = 1 << 16;
+
 /// What a scan of the records found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scan {
@@ -523,15 +527,11 @@ impl Scanner {
 /// ROW-8 and §5.3: a packed row decodes to its members; any other object is one event;
 /// `null` is unparsable (reference quirk); any other value has no valid seq.
 fn classify(root: Value<'_, '_>) -> Record {
-    let is_row = root.kind() == Kind::Object
-        && root.get("type").is_some_and(|t| {
-            t.is_str("text-chunks") || t.is_str("reasoning-chunks") || t.is_str("tool-call-chunks")
-        });
     match root.kind() {
         Kind::Null => Record::Unparsable("the record is null".to_owned()),
-        _ if is_row => match rows::unpack(&[root.raw()]) {
-            Err(error) => Record::Unparsable(error.to_string()),
-            Ok(members) => {
+        Kind::Object => match rows::expand_row(root) {
+            Some(Err(reason)) => Record::Unparsable(format!("malformed packed row: {reason}")),
+            Some(Ok(members)) => {
                 let seq0 = root.get("seq0");
                 Record::Events {
                     count: members.len() as u64,
@@ -541,17 +541,17 @@ fn classify(root: Value<'_, '_>) -> Record {
                     turn_end: false,
                 }
             }
-        },
-        Kind::Object => {
-            let seq = root.get("seq");
-            Record::Events {
-                members: None,
-                count: 1,
-                first_seq: seq.and_then(|v| v.as_f64()),
-                first_seq_text: seq.map_or("none", |v| v.raw()).to_owned(),
-                turn_end: root.get("type").is_some_and(|t| t.is_str("turn/end")),
+            None => {
+                let seq = root.get("seq");
+                Record::Events {
+                    members: None,
+                    count: 1,
+                    first_seq: seq.and_then(|v| v.as_f64()),
+                    first_seq_text: seq.map_or("none", |v| v.raw()).to_owned(),
+                    turn_end: root.get("type").is_some_and(|t| t.is_str("turn/end")),
+                }
             }
-        }
+        },
         _ => Record::Events {
             members: None,
             count: 0,
@@ -797,13 +797,15 @@ pub fn write_jsonl(
     out: &mut dyn Write,
     path: &Path,
 ) -> Result<Exported> {
-    let mut sink = Sink::new(out, compression, path);
+    let mut buffered = std::io::BufWriter::with_capacity(1 << 20, out);
+    let mut sink = Sink::new(&mut buffered, compression, path);
     let mut line = header_line(header);
     line.push('\n');
     sink.write(line.as_bytes())?;
     sink.end_frame()?; // ZST-2: the header is a frame of its own.
     let mut exported = Exported::default();
-    let mut window: Vec<&str> = Vec::new();
+    // The chunks seen since the last other event: only they can form runs.
+    let mut run: Vec<&str> = Vec::new();
     let end = events.seq_next();
     for seq in 0..end {
         let event = events.event(seq).ok_or_else(|| -> Error {
@@ -813,49 +815,59 @@ pub fn write_jsonl(
             }
             .into()
         })?;
-        window.push(event.text);
-        // A run can only continue through assistant/chunk events: flush at any other.
-        if event.event_type != "assistant/chunk" || window.len() >= 1 << 16 {
-            flush_window(&mut window, pack, &mut sink, &mut exported)?;
+        if event.event_type == "assistant/chunk" {
+            run.push(event.text);
+            if run.len() >= RUN_EVENTS_MAX {
+                write_chunks(&mut run, pack, &mut sink, &mut exported)?;
+            }
+            continue;
         }
+        write_chunks(&mut run, pack, &mut sink, &mut exported)?;
+        write_record(&mut sink, event.text, &mut exported)?;
     }
-    flush_window(&mut window, pack, &mut sink, &mut exported)?;
+    write_chunks(&mut run, pack, &mut sink, &mut exported)?;
     exported.events = end;
     exported.text_bytes = sink.text_bytes;
     sink.finish()?;
     Ok(exported)
 }
 
-fn flush_window(
-    window: &mut Vec<&str>,
+/// Writes the pending `assistant/chunk` events: with `pack`, runs of three or more
+/// become rows (ROW-3 to ROW-7); the others are written as stored.
+fn write_chunks(
+    run: &mut Vec<&str>,
     pack: bool,
     sink: &mut Sink<'_>,
     exported: &mut Exported,
 ) -> Result<()> {
-    if window.is_empty() {
-        return Ok(());
-    }
-    let records: Vec<Cow<'_, str>> = if pack {
-        rows::pack(window)?.into_iter().map(Cow::Owned).collect()
-    } else {
-        window.iter().map(|t| Cow::Borrowed(*t)).collect()
-    };
-    if pack && records.len() < window.len() {
+    if pack && run.len() >= rows::ROW_MEMBERS_MIN {
+        let records = rows::pack(run)?;
         exported.packed_rows += records.iter().filter(|r| is_row_text(r)).count() as u64;
+        for record in &records {
+            write_record(sink, record, exported)?;
+        }
+    } else {
+        for text in run.iter() {
+            write_record(sink, text, exported)?;
+        }
     }
-    for record in &records {
-        let mut line = if record.contains(['\n', '\r']) {
-            let mut compact = String::with_capacity(record.len());
-            write_js(&mut compact, Json::parse(record)?.root());
-            compact
-        } else {
-            record.to_string()
-        };
-        line.push('\n');
-        sink.write(line.as_bytes())?;
-        exported.records += 1;
+    run.clear();
+    Ok(())
+}
+
+/// One storage record and its line feed; a text that spans lines (whitespace the JSON
+/// grammar allows) is rewritten compactly so that it stays one record (RAW-1).
+fn write_record(sink: &mut Sink<'_>, record: &str, exported: &mut Exported) -> Result<()> {
+    let bytes = record.as_bytes();
+    if bytes.contains(&b'\n') || bytes.contains(&b'\r') {
+        let mut compact = String::with_capacity(record.len());
+        write_js(&mut compact, Json::parse(record)?.root());
+        sink.write(compact.as_bytes())?;
+    } else {
+        sink.write(record.as_bytes())?;
     }
-    window.clear();
+    sink.write(b"\n")?;
+    exported.records += 1;
     Ok(())
 }
 

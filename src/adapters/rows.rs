@@ -135,6 +135,15 @@ pub fn unpack(records: &[&str]) -> Result<Vec<String>> {
     Ok(events)
 }
 
+/// Expands one packed row already parsed (ROW-9, ROW-10): `None` when `row` is not a row
+/// (its `type` is no row tag), else its members or why it is malformed.
+pub(crate) fn expand_row(row: Value<'_, '_>) -> Option<Result<Vec<String>, &'static str>> {
+    let tag = row.get("type").filter(|_| row.kind() == Kind::Object)?;
+    let kind = DeltaKind::from_row_tag(tag)?;
+    let mut members = Vec::new();
+    Some(expand(kind, row, &mut members).map(|()| members))
+}
+
 /// ROW-2: the event is an `assistant/chunk` of exactly `type, seq, time, data`, with
 /// `data` exactly `turn, step, chunk` and a delta chunk of an exact key set.
 fn delta<'j, 'a>(event: Value<'j, 'a>) -> Option<Delta<'j, 'a>> {

@@ -285,3 +285,22 @@ fn number_fast_path_keeps_negative_zero_and_long_integers_exact() {
     );
     assert_eq!(bits("123456789012345"), 123_456_789_012_345.0f64.to_bits());
 }
+
+proptest! {
+    /// The word-at-a-time scan finds the same first special byte as a byte-at-a-time one.
+    #[test]
+    fn plain_run_matches_a_bytewise_scan(
+        bytes in prop::collection::vec(
+            prop_oneof![1 => Just(b'"'), 1 => Just(b'\\'), 1 => 0u8..0x20, 30 => 0x20u8..=0xff],
+            0..200,
+        ),
+        cut in 0usize..16,
+    ) {
+        let bytes = &bytes[cut.min(bytes.len())..];
+        let expected = bytes
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+            .unwrap_or(bytes.len());
+        prop_assert_eq!(parse::plain_run(bytes), expected);
+    }
+}

@@ -4,10 +4,13 @@
 use std::time::{Duration, Instant};
 
 use super::Store;
+use super::checkpoint::Checkpoint;
 use crate::error::Result;
-use crate::event::{Event, EventSource, Overlay};
+use crate::event::{Event, EventRef, EventSource, Overlay};
 use crate::log::LogReader;
+use crate::session::repair::RepairState;
 use crate::session::{Session, SessionLog};
+use crate::surface::Surface;
 
 /// The longest pause between two looks at the log while waiting.
 const POLL_INTERVAL_MAX: Duration = Duration::from_millis(10);
@@ -20,7 +23,18 @@ pub struct Follower {
 
 /// A stored log opened without the writer's lock, with events appended only in memory:
 /// what a read-only inspection uses to show repair closers without writing them.
-pub type ReadOnlyLog = Overlay<LogReader>;
+#[derive(Debug)]
+pub struct ReadOnlyLog {
+    log: Overlay<LogReader>,
+    repair: RepairState,
+}
+
+impl ReadOnlyLog {
+    /// The events on disk, without the ones appended in memory.
+    pub fn reader(&self) -> &LogReader {
+        &self.log.base
+    }
+}
 
 impl Store {
     /// A follower of session `id`. Takes no lock.
@@ -44,11 +58,21 @@ impl Store {
         let header = Self::read_header(id, &dir)?;
         let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())?;
         let stored = reader.seq_next();
-        let log = ReadOnlyLog {
-            base: reader,
-            events: Vec::new(),
+        // CKP-3: the checkpoint is used only when it matches this log, as by `open`.
+        let (surface, mut repair) = match Checkpoint::load(&dir, &reader) {
+            Ok(checkpoint) => (checkpoint.surface, checkpoint.repair),
+            Err(_) => (Surface::new(), RepairState::default()),
         };
-        let mut session = Session::over_log(header, log, stored, self.options.session.clone())?;
+        repair.observe_from(&reader, surface.seq_next());
+        let log = ReadOnlyLog {
+            log: Overlay {
+                base: reader,
+                events: Vec::new(),
+            },
+            repair,
+        };
+        let mut session =
+            Session::over_log_from(header, log, surface, stored, self.options.session.clone())?;
         session.repair()?;
         Ok(session)
     }
@@ -81,9 +105,27 @@ impl Follower {
     }
 }
 
+impl EventSource for ReadOnlyLog {
+    fn seq_next(&self) -> u64 {
+        self.log.seq_next()
+    }
+
+    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+        self.log.event(seq)
+    }
+}
+
 impl SessionLog for ReadOnlyLog {
     fn push_events(&mut self, events: Vec<Event>) -> Result<()> {
-        self.events.extend(events);
+        for event in &events {
+            let view = event.as_ref();
+            self.repair.observe(view.seq, view.event_type, view.data());
+        }
+        self.log.events.extend(events);
         Ok(())
+    }
+
+    fn closers(&self) -> Vec<String> {
+        self.repair.closers(&self.log)
     }
 }

@@ -95,13 +95,12 @@ pub fn export(store: &Path, id: &str, format: Format, pack: bool, out: &Path) ->
                 Compression::Zstd
             };
             let exported = jsonl::publish_file(out, |file| {
-                let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
                 jsonl::write_jsonl(
                     session.header(),
                     session.log(),
                     pack,
                     compression,
-                    &mut writer,
+                    file,
                     out,
                 )
             })?;
