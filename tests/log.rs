@@ -718,3 +718,113 @@ fn idx_3_sealed_segments_are_read_on_first_access_and_checked_against_the_names(
     drop(reader);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The environment variable that makes this test binary the resident-memory child of
+/// `rd_4_a_reader_releases_the_pages_it_has_read_through`.
+const RSS_CHILD: &str = "SURFACELOG_LOG_TEST_RSS_CHILD";
+
+/// The bytes of file-backed resident memory of this process (`RssFile`).
+fn rss_file_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("RssFile:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb << 10
+}
+
+/// A ~4 KiB log-only event.
+fn large_event(seq: u64) -> Event {
+    let pad = "p".repeat(4000);
+    let text = format!(r#"{{"type":"plugin/t","seq":{seq},"time":0,"data":{{"pad":"{pad}"}}}}"#);
+    let data = text.find("{\"pad\"").unwrap()..text.len() - 1;
+    let fields = EventFields {
+        event_type: "plugin/t".into(),
+        seq,
+        time: 0,
+        surface_op: None,
+        sources: None,
+        ignorable: false,
+    };
+    Event::new(text, data, None, fields)
+}
+
+/// RD-4: a reader releases the pages of what it has scanned or iterated through, so a
+/// process that appends, rescans or reads a 64 MiB log holds a small part of it resident
+/// (importing a 1 GB file once held all of it: `RssFile` grew with the log). Measured in a
+/// child process (this test binary again, running only this test), where no other test
+/// maps files meanwhile.
+#[test]
+fn rd_4_a_reader_releases_the_pages_it_has_read_through() {
+    if std::env::var_os(RSS_CHILD).is_some() {
+        rss_child();
+        return;
+    }
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "rd_4_a_reader_releases_the_pages_it_has_read_through",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(RSS_CHILD, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("rd_4 measured"), "{stdout}\n{stderr}");
+    println!("{stdout}");
+}
+
+/// The child of `rd_4_a_reader_releases_the_pages_it_has_read_through`: appends 64 MiB
+/// through a `DiskLog` (whose reader scans each record as it is written), then reads the log
+/// back through a fresh reader, then through one that must scan every sealed segment (no
+/// indexes). Each phase may grow `RssFile` by at most a quarter of the log.
+fn rss_child() {
+    let dir = temp_dir("rss");
+    let log_bytes: u64 = 64 << 20;
+    let count = log_bytes / 4096;
+    let bound = log_bytes / 4;
+    let before = rss_file_bytes();
+    let (mut log, _) =
+        surfacelog::log::DiskLog::open(&dir, options(Durability::Manual, 4 << 20)).unwrap();
+    for start in (0..count).step_by(256) {
+        let batch: Vec<Event> = (start..(start + 256).min(count)).map(large_event).collect();
+        log.append_owned(batch).unwrap();
+    }
+    log.flush().unwrap();
+    assert_eq!(log.seq_next(), count);
+    let appended = rss_file_bytes().saturating_sub(before);
+    log.close().unwrap();
+    assert!(appended < bound, "appending: RssFile +{appended} bytes");
+
+    let before = rss_file_bytes();
+    let reader = LogReader::open(&dir).unwrap();
+    let text_bytes: usize = reader.iter_from(0).map(|e| e.text.len()).sum();
+    assert!(text_bytes as u64 > log_bytes * 9 / 10, "{text_bytes}");
+    let iterated = rss_file_bytes().saturating_sub(before);
+    drop(reader);
+    assert!(iterated < bound, "iterating: RssFile +{iterated} bytes");
+
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|x| x == "idx") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let before = rss_file_bytes();
+    let reader = LogReader::open(&dir).unwrap();
+    // One read per segment: each scans its segment (IDX-2), then keeps about a page.
+    for seq in (0..count).step_by(1024) {
+        assert_eq!(reader.event(seq).unwrap().seq, seq);
+    }
+    let scanned = rss_file_bytes().saturating_sub(before);
+    drop(reader);
+    assert!(
+        scanned < bound,
+        "scanning sealed segments: RssFile +{scanned} bytes"
+    );
+    println!(
+        "rd_4 measured: RssFile +{appended} appending, +{iterated} iterating, +{scanned} scanning, of a {log_bytes}-byte log"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -2,8 +2,9 @@
 
 use std::fs::File;
 use std::io;
+use std::ops::Range;
 
-use memmap2::Mmap;
+use memmap2::{Mmap, UncheckedAdvice};
 
 /// Maps `file` read-only.
 ///
@@ -24,4 +25,33 @@ pub(crate) fn map(file: &File) -> io::Result<Mmap> {
     // keeps the old inode.
     let map = unsafe { Mmap::map(file) };
     map
+}
+
+/// Releases this process's pages of `map` in `range` (RD-4): they stop counting as its
+/// resident memory, and a later read of them faults them in again from the page cache (or
+/// the file), with the same bytes. Use it once a range has been read through and is not
+/// expected to be read again soon. Best effort: a failure only leaves the pages resident.
+/// The range is clamped to the map; the OS works in whole pages, so the pages holding its
+/// ends are released too.
+pub(crate) fn release(map: &Mmap, range: Range<usize>) {
+    let end = range.end.min(map.len());
+    let Some(len) = end.checked_sub(range.start).filter(|&len| len > 0) else {
+        return;
+    };
+    #[expect(
+        unsafe_code,
+        reason = "MADV_DONTNEED would zero an anonymous or private mapping under its borrows"
+    )]
+    // SAFETY: `madvise(MADV_DONTNEED)` is unsafe in general because on an anonymous or
+    // private mapping the released pages read back as zeros, changing memory that may be
+    // borrowed. Every `Mmap` of this crate is made by `map` above, so it is a shared
+    // (`MAP_SHARED`), read-only mapping of a file: for those the call only drops the
+    // process's page-table entries, and the next access faults the page in again from the
+    // page cache, which holds the file's current bytes. Those are the bytes a borrow saw
+    // before: the same precondition `map` relies on holds here (SEG-8: a segment is never
+    // truncated, so no page loses its backing; committed records are never rewritten in
+    // place; indexes, limits and checkpoints are replaced by rename). Bytes a writer is
+    // still writing may change with or without this call, and readers take them only once
+    // their checksum matches (REC-4). `range.start + len` is within the map.
+    let _ = unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, range.start, len) };
 }

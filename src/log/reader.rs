@@ -8,7 +8,7 @@ use memmap2::Mmap;
 use super::chain::{Chain, open_chain};
 use super::index;
 use super::limit::Limit;
-use super::map::map;
+use super::map::{map, release};
 use super::scan::{Stop, scan};
 use super::segment::{
     HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_segment_name,
@@ -52,7 +52,19 @@ pub(crate) struct Segment {
     /// How many of its first records are known to be durable: all of a sealed segment's
     /// (DUR-4), those a last segment's index vouches for (IDX-5).
     durable: u64,
+    /// The bytes from the start of the map whose pages were released once read through
+    /// (RD-4): only a hint of where the next release starts, not a correctness fact.
+    released: usize,
 }
+
+/// The reader releases the pages of the last segment's records it has scanned once this
+/// many bytes of them are held (RD-4): an madvise per MiB scanned, and at most this much
+/// plus a page of them resident.
+const RELEASE_STEP_BYTES: usize = 1 << 20;
+
+/// The page size ranges are rounded down to before they are released. A smaller size than
+/// the system's only means that the OS releases the page holding the range's end too.
+const PAGE_BYTES: usize = 4096;
 
 /// The parts of a log's first events that a fork takes (STORE-10).
 #[derive(Debug)]
@@ -132,19 +144,19 @@ impl LogReader {
             let scanned = s.offsets.get().map_or(0, Vec::len) as u64;
             s.header.first_seq + s.count.unwrap_or(scanned)
         });
-        Self {
+        let mut reader = Self {
             dir: dir.to_owned(),
             storage,
             log_id,
             segments,
             seq_next,
+        };
+        reader.refresh()?;
+        // RD-4: what recovery scanned or checked in bulk (IDX-5) is read through.
+        if let Some(last) = reader.segments.last_mut() {
+            last.release_read(0);
         }
-        .refreshed()
-    }
-
-    fn refreshed(mut self) -> Result<Self> {
-        self.refresh()?;
-        Ok(self)
+        Ok(reader)
     }
 
     /// Picks up records committed since the last refresh, including new segments.
@@ -163,6 +175,7 @@ impl LogReader {
                     let empty = offsets.is_empty();
                     last.offsets = OnceLock::from(offsets);
                     last.end = found.end;
+                    last.release_read(RELEASE_STEP_BYTES);
                     self.seq_next = found.seq_next;
                     // Not yet written or being written (RD-1); or a segment with no record
                     // yet, which the writer has not rolled from.
@@ -183,9 +196,28 @@ impl LogReader {
         &self.dir
     }
 
-    /// Iterates the events from `seq` to the end of what this reader has seen.
+    /// Iterates the events from `seq` to the end of what this reader has seen. The pages of
+    /// a sealed segment it has read through are released when it moves on (RD-4), so
+    /// iterating a long log keeps about one segment resident.
     pub fn iter_from(&self, seq: u64) -> impl Iterator<Item = EventRef<'_>> + '_ {
-        (seq..self.seq_next).map_while(|seq| self.event(seq))
+        let mut current = None;
+        (seq..self.seq_next).map_while(move |seq| {
+            let at = self.segment_of(seq)?;
+            if current.is_some_and(|previous| previous != at) {
+                self.release_sealed(current);
+            }
+            current = Some(at);
+            self.event(seq)
+        })
+    }
+
+    /// RD-4: releases the pages of sealed segment `at`.
+    fn release_sealed(&self, at: Option<usize>) {
+        if let Some(segment) = at.and_then(|at| self.segments.get(at))
+            && segment.count.is_some()
+        {
+            release(&segment.map, 0..segment.map.len());
+        }
     }
 
     /// The segments holding the first `len` events: for a fork, all but the last are
@@ -283,6 +315,9 @@ impl LogReader {
             previous
                 .count
                 .get_or_insert(first_seq - previous.header.first_seq);
+            // RD-4: the previous segment is read through; later reads fault it in again.
+            release(&previous.map, previous.released..previous.map.len());
+            previous.released = previous.map.len();
         }
         self.segments.push(Segment {
             header,
@@ -293,6 +328,7 @@ impl LogReader {
             offsets: OnceLock::from(Vec::new()),
             end: SEGMENT_HEADER_LEN,
             durable: 0,
+            released: 0,
         });
         Ok(true)
     }
@@ -329,8 +365,20 @@ impl Segment {
             }
             let mut offsets = scan(bytes, SEGMENT_HEADER_LEN, first).offsets;
             offsets.truncate(count);
+            // RD-4: the scan read the whole segment once; the reads that follow are few.
+            release(&self.map, 0..bound);
             offsets
         })
+    }
+
+    /// RD-4: releases the pages of the records scanned so far, up to the page holding
+    /// `end`, once more than `min_bytes` of them are held.
+    fn release_read(&mut self, min_bytes: usize) {
+        let to = self.end / PAGE_BYTES * PAGE_BYTES;
+        if to > self.released && to - self.released >= min_bytes {
+            release(&self.map, self.released..to);
+            self.released = to;
+        }
     }
 }
 
@@ -357,6 +405,7 @@ pub(crate) fn into_segments(
             offsets: OnceLock::new(),
             end: SEGMENT_HEADER_LEN,
             durable: count.unwrap_or(0),
+            released: 0,
         };
         if count.is_none()
             && let Some((offsets, end)) = layout.take()
