@@ -17,9 +17,13 @@
 //!    untimed, after each run). It includes the scan, the import-path checks of every
 //!    event, the log writes, the checkpoint and the final fsync. Target ≥ 150 MB/s.
 //! 2. `export_jsonl`: [`jsonl::write_jsonl`] of the stored session, packing on, through
-//!    [`jsonl::publish_file`] (temporary file, fsync, rename). Target ≥ 200 MB/s.
+//!    [`jsonl::export_file`] (temporary file, fsync, rename). Target ≥ 200 MB/s.
 //! 3. `import_sqlite`: [`import_sqlite`] of a schema-17 database holding the same session
 //!    (written once by `sqlite::export_session`). Target ≥ 100k events/s.
+//!
+//! 4. `resident_memory` (printed, not timed): a child process (this executable again)
+//!    imports the workload scaled to 200,000 turns (~1 GB of JSONL) and prints its peak
+//!    resident memory (`VmHWM`). Target ≤ 100 MB.
 //!
 //! `cargo test --benches` runs each once over a session 100× smaller. Run with
 //! `cargo bench --bench interop`.
@@ -118,12 +122,17 @@ fn turn_events(turn: u64, base: u64, time: u64) -> Vec<String> {
 
 /// Writes the workload file; returns (path, bytes, events).
 fn write_workload(dir: &Path) -> (PathBuf, u64, u64) {
+    write_workload_turns(dir, turns())
+}
+
+/// [`write_workload`] with `turns` turns.
+fn write_workload_turns(dir: &Path, turns: u64) -> (PathBuf, u64, u64) {
     use std::io::Write;
     let path = dir.join("session.jsonl");
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
     out.write_all(b"{\"type\":\"session\",\"version\":0,\"id\":\"bench\",\"createdAt\":1700000000000,\"cwd\":\"/work/bench\",\"delegationDepth\":0}\n").unwrap();
     let mut seq = 0;
-    for turn in 1..=turns() {
+    for turn in 1..=turns {
         let events = turn_events(turn, seq, 1_700_000_000_000 + turn * 1000);
         seq += events.len() as u64;
         let texts: Vec<&str> = events.iter().map(String::as_str).collect();
@@ -179,32 +188,26 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             n += 1;
             let out = root.join(format!("export-{n}.jsonl"));
-            let exported = jsonl::publish_file(&out, |file| {
-                jsonl::write_jsonl(
-                    session.header(),
-                    session.log(),
-                    true,
-                    Compression::None,
-                    file,
-                    &out,
-                )
-            })
+            let exported = jsonl::export_file(
+                &out,
+                session.header(),
+                session.log(),
+                true,
+                Compression::None,
+            )
             .unwrap();
             black_box(exported);
             std::fs::remove_file(&out).unwrap();
         });
     });
     let check = root.join("check.jsonl");
-    jsonl::publish_file(&check, |f| {
-        jsonl::write_jsonl(
-            session.header(),
-            session.log(),
-            true,
-            Compression::None,
-            f,
-            &check,
-        )
-    })
+    jsonl::export_file(
+        &check,
+        session.header(),
+        session.log(),
+        true,
+        Compression::None,
+    )
     .unwrap();
     assert_eq!(
         std::fs::read(&check).unwrap(),
@@ -231,5 +234,81 @@ fn bench(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&root);
 }
 
-criterion::criterion_group!(benches, bench);
-criterion::criterion_main!(benches);
+/// Set in the child of [`resident_memory`]: the file to import and the store, one per line.
+const RSS_CHILD: &str = "SURFACELOG_INTEROP_BENCH_RSS_CHILD";
+
+/// Imports the workload scaled to `turns` turns in a child process (this executable
+/// again, so nothing of the build is resident) and prints its peak resident memory.
+fn resident_memory(root: &Path, turns: u64) {
+    let dir = root.join(format!("rss-{turns}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (file, bytes, events) = write_workload_turns(&dir, turns);
+    let spec = format!("{}\n{}", file.display(), dir.join("store").display());
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .env(RSS_CHILD, spec)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let field = |key: &str| -> f64 {
+        report
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse::<f64>().ok())
+            .unwrap_or_default()
+            / 1024.0
+    };
+    eprintln!(
+        "resident_memory: import of {} MB ({events} events): peak VmHWM {:.1} MB \
+         (RssAnon {:.1} MB, RssFile {:.1} MB at the end); target <= 100 MB",
+        bytes / 1_000_000,
+        field("hwm"),
+        field("anon"),
+        field("file"),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The child of [`resident_memory`].
+fn rss_child(spec: &str) {
+    let (file, store) = spec.split_once('\n').unwrap();
+    let store = Store::at(Path::new(store), StoreOptions::default()).unwrap();
+    jsonl::import_jsonl(
+        &store,
+        Path::new(file),
+        Compression::None,
+        None,
+        &mut |_| {},
+    )
+    .unwrap();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    for (key, name) in [
+        ("VmHWM:", "hwm"),
+        ("RssAnon:", "anon"),
+        ("RssFile:", "file"),
+    ] {
+        let value = status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map_or("0", |v| v.trim().trim_end_matches(" kB"));
+        println!("{name} {value}");
+    }
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var(RSS_CHILD) {
+        rss_child(&spec);
+        return;
+    }
+    let mut criterion = Criterion::default().configure_from_args();
+    bench(&mut criterion);
+    let full = std::env::args().any(|a| a == "--bench");
+    let root = std::env::temp_dir().join(format!("surfacelog-bench-rss-{}", std::process::id()));
+    // About 1 GB of JSONL in a full run.
+    resident_memory(&root, if full { 200_000 } else { 200 });
+    let _ = std::fs::remove_dir_all(&root);
+    criterion.final_summary();
+}

@@ -37,6 +37,44 @@ fn s(path: &Path) -> &str {
     path.to_str().unwrap()
 }
 
+/// Runs a command that must succeed; returns its stdout.
+fn ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// Imports `file` (raw JSONL) into `store`; returns the session id.
+fn import_id(file: &Path, store: &Path) -> String {
+    let line = ok(&[
+        "import",
+        "--format",
+        "dsh-jsonl",
+        s(file),
+        "--store",
+        s(store),
+    ]);
+    let report = Json::parse(line.trim_end()).unwrap();
+    report
+        .root()
+        .get("id")
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .into_owned()
+}
+
+/// Runs a command that must be refused with `code` (exit 3, nothing on stdout); returns
+/// its stderr.
+fn refused(args: &[&str], code: &str) -> String {
+    let out = run(args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{args:?}: {stderr}");
+    assert!(stderr.starts_with(&format!("error[{code}]: ")), "{stderr}");
+    assert!(out.stdout.is_empty());
+    stderr
+}
+
 /// The ok fixtures of the real corpus, with their expected results.
 fn loadable() -> Vec<(PathBuf, String)> {
     let mut out = Vec::new();
@@ -216,22 +254,21 @@ fn a_damaged_file_is_repaired_on_import_and_a_corrupt_one_refused() {
     let corrupt = data("dsh-sessions-damaged/acp-agent--bash-spill--session--gap-4.jsonl");
     let before = std::fs::read(&corrupt).unwrap();
     let empty_store = dir.join("empty");
-    let out = run(&[
-        "import",
-        "--format",
-        "dsh-jsonl",
-        s(&corrupt),
-        "--store",
-        s(&empty_store),
-    ]);
-    assert_eq!(out.status.code(), Some(3));
-    let stderr = text(&out.stderr);
-    assert!(stderr.starts_with("error[CORRUPT]: "), "{stderr}");
+    let stderr = refused(
+        &[
+            "import",
+            "--format",
+            "dsh-jsonl",
+            s(&corrupt),
+            "--store",
+            s(&empty_store),
+        ],
+        "CORRUPT",
+    );
     assert!(
         stderr.contains("seq gap") && stderr.contains("line 3"),
         "{stderr}"
     );
-    assert!(out.stdout.is_empty());
     assert_eq!(std::fs::read(&corrupt).unwrap(), before);
     assert_eq!(
         std::fs::read_dir(empty_store.join("sessions"))
@@ -239,36 +276,10 @@ fn a_damaged_file_is_repaired_on_import_and_a_corrupt_one_refused() {
             .count(),
         0
     );
-    let shown = run(&["show", "fx-anything", "--json", "--store", s(&empty_store)]);
-    assert_eq!(shown.status.code(), Some(3));
-    assert!(text(&shown.stderr).starts_with("error[SESSION_NOT_FOUND]"));
-}
-
-/// Runs a command that must succeed; returns its stdout.
-fn ok(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
-    text(&out.stdout)
-}
-
-/// Imports `file` (raw JSONL) into `store`; returns the session id.
-fn import_id(file: &Path, store: &Path) -> String {
-    let line = ok(&[
-        "import",
-        "--format",
-        "dsh-jsonl",
-        s(file),
-        "--store",
-        s(store),
-    ]);
-    let report = Json::parse(line.trim_end()).unwrap();
-    report
-        .root()
-        .get("id")
-        .unwrap()
-        .as_str()
-        .unwrap()
-        .into_owned()
+    refused(
+        &["show", "fx-anything", "--json", "--store", s(&empty_store)],
+        "SESSION_NOT_FOUND",
+    );
 }
 
 #[test]
@@ -305,16 +316,17 @@ fn sqlite_round_trip_through_the_command_line() {
     ]);
     assert_eq!(lines.lines().count(), 2);
     // A second import of the same database is refused as a whole: nothing is added.
-    let again = run(&[
-        "import",
-        "--format",
-        "dsh-sqlite",
-        s(&db),
-        "--store",
-        s(&other),
-    ]);
-    assert_eq!(again.status.code(), Some(3));
-    assert!(text(&again.stderr).starts_with("error[SESSION_EXISTS]"));
+    refused(
+        &[
+            "import",
+            "--format",
+            "dsh-sqlite",
+            s(&db),
+            "--store",
+            s(&other),
+        ],
+        "SESSION_EXISTS",
+    );
     assert_eq!(
         std::fs::read_dir(other.join("sessions")).unwrap().count(),
         2
@@ -343,17 +355,17 @@ fn sqlite_round_trip_through_the_command_line() {
     std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o600)).unwrap();
     let before = std::fs::read(&foreign).unwrap();
     let x = dir.join("x");
-    let out = run(&[
-        "import",
-        "--format",
-        "dsh-sqlite",
-        s(&foreign),
-        "--store",
-        s(&x),
-    ]);
-    assert_eq!(out.status.code(), Some(3));
-    let stderr = text(&out.stderr);
-    assert!(stderr.starts_with("error[FORMAT_VERSION]"), "{stderr}");
+    refused(
+        &[
+            "import",
+            "--format",
+            "dsh-sqlite",
+            s(&foreign),
+            "--store",
+            s(&x),
+        ],
+        "FORMAT_VERSION",
+    );
     assert_eq!(std::fs::read(&foreign).unwrap(), before);
 }
 
@@ -403,37 +415,23 @@ fn zstd_round_trip_through_the_command_line() {
 fn export_never_overwrites_and_refuses_unsafe_targets() {
     let dir = scratch("targets");
     let store = dir.join("store");
-    let file = data("dsh-sessions/acp-agent--cancel--session.jsonl");
-    let out = run(&[
-        "import",
-        "--format",
-        "dsh-jsonl",
-        s(&file),
-        "--store",
-        s(&store),
-    ]);
-    let line = text(&out.stdout);
-    let id = Json::parse(line.trim_end())
-        .unwrap()
-        .root()
-        .get("id")
-        .unwrap()
-        .as_str()
-        .unwrap()
-        .into_owned();
+    let id = import_id(
+        &data("dsh-sessions/acp-agent--cancel--session.jsonl"),
+        &store,
+    );
     let existing = dir.join("existing.jsonl");
     std::fs::write(&existing, b"mine").unwrap();
-    let out = run(&[
+    let out = s(&existing);
+    let args = [
         "export",
         &id,
         "--format",
         "dsh-jsonl",
         "--out",
-        s(&existing),
+        out,
         "--store",
         s(&store),
-    ]);
-    assert_eq!(out.status.code(), Some(3));
-    assert!(text(&out.stderr).starts_with("error[UNSAFE_PATH]"));
+    ];
+    refused(&args, "UNSAFE_PATH");
     assert_eq!(std::fs::read(&existing).unwrap(), b"mine");
 }

@@ -185,16 +185,13 @@ fn check_export(
         original[..usize::try_from(want_torn.unwrap_or(original.len() as u64)).unwrap()].to_vec();
     want_bytes.extend_from_slice(appended.as_bytes());
     let out = scratch_dir.join(format!("{stem}.export.jsonl"));
-    let exported = jsonl::publish_file(&out, |file| {
-        jsonl::write_jsonl(
-            session.header(),
-            session.log(),
-            true,
-            Compression::None,
-            file,
-            &out,
-        )
-    });
+    let exported = jsonl::export_file(
+        &out,
+        session.header(),
+        session.log(),
+        true,
+        Compression::None,
+    );
     if let Err(error) = exported {
         problems.push(format!("export failed: {error}"));
     } else if std::fs::read(&out).unwrap() != want_bytes {

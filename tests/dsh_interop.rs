@@ -55,17 +55,7 @@ fn assert_nothing_stored(store: &Store) {
 
 fn export(store: &Store, id: &str, out: &Path, pack: bool, compression: Compression) -> Vec<u8> {
     let session = store.inspect(id).unwrap();
-    jsonl::publish_file(out, |file| {
-        jsonl::write_jsonl(
-            session.header(),
-            session.log(),
-            pack,
-            compression,
-            file,
-            out,
-        )
-    })
-    .unwrap();
+    jsonl::export_file(out, session.header(), session.log(), pack, compression).unwrap();
     std::fs::read(out).unwrap()
 }
 
@@ -345,16 +335,13 @@ fn export_targets_are_safe_and_published_atomically() {
     let (imported, _) = outcome.unwrap();
     let session = store.inspect(&imported.id).unwrap();
     let write = |out: &Path| {
-        jsonl::publish_file(out, |file| {
-            jsonl::write_jsonl(
-                session.header(),
-                session.log(),
-                true,
-                Compression::None,
-                file,
-                out,
-            )
-        })
+        jsonl::export_file(
+            out,
+            session.header(),
+            session.log(),
+            true,
+            Compression::None,
+        )
     };
     // An existing target (file or symlink) is never overwritten or followed.
     let existing = dir.join("existing.jsonl");

@@ -66,11 +66,10 @@ pub struct TornTail {
 }
 
 /// A JSONL log opened for reading: its header record has been read and checked.
-#[derive(Debug)]
 pub struct JsonlReader {
     path: PathBuf,
     compression: Compression,
-    file: BufReader<File>,
+    file: BufReader<Box<dyn Read>>,
     /// The header record's JSON text (HDR-4), without its line feed.
     header: String,
     id: String,
@@ -78,6 +77,17 @@ pub struct JsonlReader {
     rest: Vec<u8>,
     /// Bytes of the file consumed so far.
     offset: u64,
+}
+
+impl std::fmt::Debug for JsonlReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonlReader")
+            .field("path", &self.path)
+            .field("compression", &self.compression)
+            .field("id", &self.id)
+            .field("offset", &self.offset)
+            .finish_non_exhaustive()
+    }
 }
 
 impl JsonlReader {
@@ -88,10 +98,22 @@ impl JsonlReader {
     /// not a session header; `FORMAT_VERSION` for a header of another version (HDR-5).
     pub fn open(path: &Path, compression: Compression) -> Result<Self> {
         let file = File::open(path).map_err(|e| Error::io("open", path, &e))?;
+        Self::from_reader(Box::new(file), path, compression)
+    }
+
+    /// [`JsonlReader::open`] over any byte stream; `name` is what errors call it.
+    ///
+    /// # Errors
+    /// As [`JsonlReader::open`].
+    pub fn from_reader(
+        source: Box<dyn Read>,
+        name: &Path,
+        compression: Compression,
+    ) -> Result<Self> {
         let mut reader = Self {
-            path: path.to_owned(),
+            path: name.to_owned(),
             compression,
-            file: BufReader::with_capacity(1 << 20, file),
+            file: BufReader::with_capacity(1 << 20, source),
             header: String::new(),
             id: String::new(),
             rest: Vec::new(),
@@ -941,6 +963,23 @@ impl<'o> Sink<'o> {
             .flush()
             .map_err(|e| Error::io("write", self.path, &e))
     }
+}
+
+/// Exports `events` with `header` to a new JSONL file at `path`: [`write_jsonl`] through
+/// [`publish_file`], so the file appears whole or not at all.
+///
+/// # Errors
+/// As [`publish_file`] and [`write_jsonl`].
+pub fn export_file(
+    path: &Path,
+    header: &Header,
+    events: &dyn EventSource,
+    pack: bool,
+    compression: Compression,
+) -> Result<Exported> {
+    publish_file(path, |file| {
+        write_jsonl(header, events, pack, compression, file, path)
+    })
 }
 
 /// Writes a new file at `path` through a temporary file in the same directory that is

@@ -94,16 +94,8 @@ pub fn export(store: &Path, id: &str, format: Format, pack: bool, out: &Path) ->
             } else {
                 Compression::Zstd
             };
-            let exported = jsonl::publish_file(out, |file| {
-                jsonl::write_jsonl(
-                    session.header(),
-                    session.log(),
-                    pack,
-                    compression,
-                    file,
-                    out,
-                )
-            })?;
+            let exported =
+                jsonl::export_file(out, session.header(), session.log(), pack, compression)?;
             format!(
                 "\"records\":{},\"packedRows\":{},\"textBytes\":{}",
                 exported.records, exported.packed_rows, exported.text_bytes
