@@ -422,3 +422,38 @@ fn unpacked_export_writes_one_event_per_line_and_reimports_equal() {
     );
     assert_eq!(packed, raw);
 }
+
+#[test]
+fn zstd_lengths_claimed_beyond_the_file_are_torn_not_trusted() {
+    let dir = scratch("zstd-claims");
+    let raw = fixture(FIXTURE);
+    let lines = split_lines(&raw);
+    let good = zstd_frames(&[lines[0], &lines[1..].concat()]);
+    // A last frame whose raw block claims 2 MiB - 1 bytes, with 10 present: torn.
+    let mut block_claim = good.clone();
+    let size: u32 = (1 << 21) - 1;
+    let header = (size << 3) | 1; // last block, raw
+    block_claim.extend_from_slice(&[0x28, 0xB5, 0x2F, 0xFD, 0x04, 0x58]);
+    block_claim.extend_from_slice(&header.to_le_bytes()[..3]);
+    block_claim.extend_from_slice(b"{\"type\":\"x");
+    // A last frame whose header claims 2^60 bytes of content (8-byte size field).
+    let mut content_claim = good.clone();
+    content_claim.extend_from_slice(&[0x28, 0xB5, 0x2F, 0xFD, 0xC4, 0x58]);
+    content_claim.extend_from_slice(&(1u64 << 60).to_le_bytes());
+    content_claim.extend_from_slice(&[0x01, 0x00, 0x00]);
+    for (name, bytes) in [("block", block_claim), ("content", content_claim)] {
+        let (_, outcome) = import_bytes(&dir, name, &bytes, Compression::Zstd);
+        match outcome {
+            Ok((imported, scan)) => {
+                assert_eq!(imported.events, lines.len() as u64 - 1, "{name}");
+                assert_eq!(
+                    scan.torn.map(|t| t.offset),
+                    Some(good.len() as u64),
+                    "{name}"
+                );
+            }
+            // A complete frame that does not decode is corruption (ZST-13).
+            Err(error) => assert_eq!(error.code(), "CORRUPT", "{name}: {error}"),
+        }
+    }
+}
