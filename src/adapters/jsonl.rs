@@ -364,7 +364,7 @@ struct Scanner {
 }
 
 /// One storage record, classified.
-enum Record {
+enum Record<'t> {
     /// Unparsable: not JSON, `null`, or a malformed packed row.
     Unparsable(String),
     /// Decoded events: a packed row's members (`None`: the record is one event itself,
@@ -374,7 +374,8 @@ enum Record {
         members: Option<Vec<String>>,
         count: u64,
         first_seq: Option<f64>,
-        first_seq_text: String,
+        /// The first seq as written, for the gap message (`None`: absent or no object).
+        first_seq_text: Option<&'t str>,
         turn_end: bool,
     },
 }
@@ -397,7 +398,7 @@ impl Scanner {
         mut bytes: &[u8],
         each: &mut dyn FnMut(&Json<'_>) -> Result<()>,
     ) -> Result<()> {
-        while let Some(at) = bytes.iter().position(|&b| b == b'\n') {
+        while let Some(at) = find_newline(bytes) {
             let (piece, next) = (&bytes[..at], &bytes[at + 1..]);
             if self.partial.is_empty() {
                 self.record(piece, each)?;
@@ -469,8 +470,9 @@ impl Scanner {
                 let expected = self.next_seq as f64;
                 if first_seq != Some(expected) {
                     self.issue = Some(format!(
-                        "seq gap in committed region at line {line} (expected {}, got {first_seq_text})",
-                        self.next_seq
+                        "seq gap in committed region at line {line} (expected {}, got {})",
+                        self.next_seq,
+                        first_seq_text.map_or_else(|| "no seq".to_owned(), crate::error::excerpt),
                     ));
                     if turn_end {
                         return Err(self.corrupt_committed());
@@ -546,9 +548,28 @@ impl Scanner {
     }
 }
 
+/// The index of the first line feed in `bytes`, eight bytes at a time (see
+/// `json::parse::plain_run` for the word trick).
+fn find_newline(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let mut at = 0;
+    while let Some(word) = bytes.get(at..at + 8) {
+        let mut le = [0u8; 8];
+        le.copy_from_slice(word);
+        let x = u64::from_le_bytes(le) ^ (ONES * u64::from(b'\n'));
+        let hits = x.wrapping_sub(ONES) & !x & HIGHS;
+        if hits != 0 {
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    bytes[at..].iter().position(|&b| b == b'\n').map(|i| at + i)
+}
+
 /// ROW-8 and §5.3: a packed row decodes to its members; any other object is one event;
 /// `null` is unparsable (reference quirk); any other value has no valid seq.
-fn classify(root: Value<'_, '_>) -> Record {
+fn classify<'t>(root: Value<'_, 't>) -> Record<'t> {
     match root.kind() {
         Kind::Null => Record::Unparsable("the record is null".to_owned()),
         Kind::Object => match rows::expand_row(root) {
@@ -559,7 +580,7 @@ fn classify(root: Value<'_, '_>) -> Record {
                     count: members.len() as u64,
                     members: Some(members),
                     first_seq: seq0.and_then(|v| v.as_f64()),
-                    first_seq_text: seq0.map_or("none", |v| v.raw()).to_owned(),
+                    first_seq_text: seq0.map(|v| v.raw()),
                     turn_end: false,
                 }
             }
@@ -569,7 +590,7 @@ fn classify(root: Value<'_, '_>) -> Record {
                     members: None,
                     count: 1,
                     first_seq: seq.and_then(|v| v.as_f64()),
-                    first_seq_text: seq.map_or("none", |v| v.raw()).to_owned(),
+                    first_seq_text: seq.map(|v| v.raw()),
                     turn_end: root.get("type").is_some_and(|t| t.is_str("turn/end")),
                 }
             }
@@ -578,7 +599,7 @@ fn classify(root: Value<'_, '_>) -> Record {
             members: None,
             count: 0,
             first_seq: None,
-            first_seq_text: root.raw().chars().take(32).collect(),
+            first_seq_text: Some(root.raw()),
             turn_end: false,
         },
     }
@@ -1062,4 +1083,21 @@ pub fn import_jsonl(
     let scan = reader.read_events(&mut |event| import.push_parsed(event).map(|_| ()), progress)?;
     let imported = import.finish()?;
     Ok((imported, scan))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The word-at-a-time search agrees with a byte-at-a-time one.
+        #[test]
+        fn find_newline_matches_a_bytewise_search(
+            bytes in prop::collection::vec(prop_oneof![1 => Just(b'\n'), 20 => any::<u8>()], 0..100),
+            cut in 0usize..16,
+        ) {
+            let bytes = &bytes[cut.min(bytes.len())..];
+            prop_assert_eq!(super::find_newline(bytes), bytes.iter().position(|&b| b == b'\n'));
+        }
+    }
 }

@@ -5,7 +5,7 @@
 //! lines and expanded events are byte-exact.
 
 use crate::error::{ErrorKind, Result};
-use crate::json::{Json, Kind, Value, push_js_number, push_js_string};
+use crate::json::{Json, Kind, Value, push_js_number, push_js_string_value};
 
 /// The fewest members a row this writer produces has (ROW-4).
 pub const ROW_MEMBERS_MIN: usize = 3;
@@ -147,35 +147,41 @@ pub(crate) fn expand_row(row: Value<'_, '_>) -> Option<Result<Vec<String>, &'sta
 /// ROW-2: the event is an `assistant/chunk` of exactly `type, seq, time, data`, with
 /// `data` exactly `turn, step, chunk` and a delta chunk of an exact key set.
 fn delta<'j, 'a>(event: Value<'j, 'a>) -> Option<Delta<'j, 'a>> {
-    exact_keys(event, &["type", "seq", "time", "data"], &[])?;
-    if !event.get("type")?.is_str("assistant/chunk") {
+    let [Some(event_type), Some(seq), Some(time), Some(data)] =
+        fields(event, ["type", "seq", "time", "data"])?
+    else {
+        return None;
+    };
+    if !event_type.is_str("assistant/chunk") {
         return None;
     }
-    let seq = event.get("seq")?.as_safe_int().filter(|s| *s >= 0)?;
-    let time = event.get("time")?.as_safe_int()?;
-    let data = event.get("data")?;
-    exact_keys(data, &["turn", "step", "chunk"], &[])?;
-    let (turn, step) = (
-        finite_number(data.get("turn")?)?,
-        finite_number(data.get("step")?)?,
-    );
-    let chunk = data.get("chunk")?;
-    let kind = DeltaKind::from_chunk_type(chunk.get("type")?)?;
-    let index = finite_number(chunk.get("index")?)?;
-    let (id, name, payload) = if kind == DeltaKind::ToolCall {
-        exact_keys(chunk, &["type", "index", "id", "argumentsDelta"], &["name"])?;
-        let name = match chunk.get("name") {
-            None => None,
-            Some(name) => Some(string(name)?),
-        };
-        (
-            Some(string(chunk.get("id")?)?),
-            name,
-            string(chunk.get("argumentsDelta")?)?,
-        )
-    } else {
-        exact_keys(chunk, &["type", "index", "text"], &[])?;
-        (None, None, string(chunk.get("text")?)?)
+    let seq = seq.as_safe_int().filter(|s| *s >= 0)?;
+    let time = time.as_safe_int()?;
+    let [Some(turn), Some(step), Some(chunk)] = fields(data, ["turn", "step", "chunk"])? else {
+        return None;
+    };
+    let (turn, step) = (finite_number(turn)?, finite_number(step)?);
+    let [Some(chunk_type), Some(index), text, id, arguments, name] = fields(
+        chunk,
+        ["type", "index", "text", "id", "argumentsDelta", "name"],
+    )?
+    else {
+        return None;
+    };
+    let kind = DeltaKind::from_chunk_type(chunk_type)?;
+    let index = finite_number(index)?;
+    let (id, name, payload) = match (kind, text, id, arguments) {
+        (DeltaKind::ToolCall, None, Some(id), Some(arguments)) => {
+            let name = match name {
+                None => None,
+                Some(name) => Some(string(name)?),
+            };
+            (Some(string(id)?), name, string(arguments)?)
+        }
+        (DeltaKind::Text | DeltaKind::Reasoning, Some(text), None, None) if name.is_none() => {
+            (None, None, string(text)?)
+        }
+        _ => return None,
     };
     Some(Delta {
         kind,
@@ -188,6 +194,23 @@ fn delta<'j, 'a>(event: Value<'j, 'a>) -> Option<Delta<'j, 'a>> {
         name,
         payload,
     })
+}
+
+/// One pass over `object`'s members: the value of each of `keys`, or `None` (not an
+/// object, or a key not in `keys`). Which keys must be present is the caller's rule.
+fn fields<'j, 'a, const N: usize>(
+    object: Value<'j, 'a>,
+    keys: [&str; N],
+) -> Option<[Option<Value<'j, 'a>>; N]> {
+    if object.kind() != Kind::Object {
+        return None;
+    }
+    let mut found = [None; N];
+    for (key, value) in object.members() {
+        let slot = keys.iter().position(|k| key.is_str(k))?;
+        found[slot] = Some(value);
+    }
+    Some(found)
 }
 
 /// ROW-3: `next` continues a run that started at `first` and last reached `prev`.
@@ -339,10 +362,15 @@ fn expand(
 
 /// ROW-10: one member as an `assistant/chunk` event, key orders of `dsh-formats.md` §2.3.
 fn member_event(member: &Delta<'_, '_>) -> String {
-    let mut out = format!(
-        "{{\"type\":\"assistant/chunk\",\"seq\":{},\"time\":{},\"data\":{{\"turn\":",
-        member.seq, member.time
-    );
+    let mut out = String::with_capacity(member.payload.raw().len() + 128);
+    out.push_str("{\"type\":\"assistant/chunk\",\"seq\":");
+    #[expect(clippy::cast_precision_loss, reason = "seq and time are safe integers")]
+    {
+        push_js_number(&mut out, member.seq as f64);
+        out.push_str(",\"time\":");
+        push_js_number(&mut out, member.time as f64);
+    }
+    out.push_str(",\"data\":{\"turn\":");
     push_number(&mut out, member.turn);
     out.push_str(",\"step\":");
     push_number(&mut out, member.step);
@@ -409,7 +437,7 @@ fn push_number(out: &mut String, value: Value<'_, '_>) {
 }
 
 fn push_string(out: &mut String, value: Value<'_, '_>) {
-    push_js_string(out, &value.as_wtf8().unwrap_or_default());
+    push_js_string_value(out, value);
 }
 
 /// The most members a packed row of a schema-17 database holds (SQL-22).

@@ -20,7 +20,7 @@ mod write;
 
 pub use equal::{equal, equal_except};
 pub use string::{decode_string, encode_js_string, push_js_string};
-pub use write::{push_js_number, write_js};
+pub use write::{push_js_number, push_js_string_value, write_js};
 
 use std::borrow::Cow;
 use std::ops::Range;

@@ -395,7 +395,12 @@ fn duplicate(key: &[u8], at: u32) -> JsonError {
     }
 }
 
+#[inline]
 fn to_u32(n: usize) -> u32 {
-    // parse() refuses texts longer than u32::MAX, and there is at most one node per byte.
-    u32::try_from(n).expect("offsets fit in u32 after the size check")
+    debug_assert!(u32::try_from(n).is_ok());
+    // parse() refuses texts longer than u32::MAX, and there is at most one node per byte,
+    // so every offset and index fits; a checked conversion here costs a branch per node.
+    #[expect(clippy::cast_possible_truncation, reason = "bounded by the size check")]
+    let n = n as u32;
+    n
 }

@@ -304,3 +304,17 @@ proptest! {
         prop_assert_eq!(parse::plain_run(bytes), expected);
     }
 }
+
+proptest! {
+    /// Copying an unescaped string's text gives what decoding and writing it again gives.
+    #[test]
+    fn string_values_are_written_as_javascript_does(text in "\\PC*|[\\x00-\\x7f\\u{2028}\\u{e9}]*") {
+        let token = encode_js_string(text.as_bytes());
+        let json = Json::parse(&token).unwrap();
+        let mut fast = String::new();
+        push_js_string_value(&mut fast, json.root());
+        let mut general = String::new();
+        push_js_string(&mut general, &json.root().as_wtf8().unwrap());
+        prop_assert_eq!(fast, general);
+    }
+}

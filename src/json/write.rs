@@ -27,7 +27,7 @@ pub fn write_js(out: &mut String, value: Value<'_, '_>) {
             Kind::Null => out.push_str("null"),
             Kind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
             Kind::Number => push_js_number(out, value.as_f64().unwrap_or(f64::NAN)),
-            Kind::String => push_js_string(out, &value.as_wtf8().unwrap_or_default()),
+            Kind::String => push_js_string_value(out, value),
             Kind::Array => {
                 out.push('[');
                 work.push(Work::Text("]"));
@@ -53,6 +53,18 @@ pub fn write_js(out: &mut String, value: Value<'_, '_>) {
                 }
             }
         }
+    }
+}
+
+/// Appends the JS-JSON of a string value (JSON-13). A string written without escapes is
+/// already in that form (valid UTF-8 holds no surrogate, and JSON forbids raw control
+/// characters), so its text is copied; an escaped one is decoded and written again.
+pub fn push_js_string_value(out: &mut String, value: Value<'_, '_>) {
+    let node = value.node();
+    if node.kind == Kind::String && !node.flag {
+        out.push_str(value.raw());
+    } else {
+        push_js_string(out, &value.as_wtf8().unwrap_or_default());
     }
 }
 
