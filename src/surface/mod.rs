@@ -373,13 +373,11 @@ impl Surface {
             history: None,
         };
         let keys_sorted = surface.replacement_keys.windows(2).all(|w| w[0].0 < w[1].0);
-        let below = |seq: &u64| *seq < seq_next;
-        let in_range = surface.nodes.iter().all(below)
-            && surface
-                .replacement_keys
-                .iter()
-                .all(|(s, k)| below(s) && k <= s);
-        if !(keys_sorted && in_range && surface.keys_increase()) {
+        let keys_in_range = surface
+            .replacement_keys
+            .iter()
+            .all(|(s, k)| *s < seq_next && k <= s);
+        if !(keys_sorted && keys_in_range && surface.nodes_valid()) {
             return None;
         }
         let listed = surface
@@ -508,6 +506,29 @@ impl Surface {
             Ok(at) => self.replacement_keys[at].1,
             Err(_) => seq,
         }
+    }
+
+    /// Every node is below `seq_next` and node keys strictly increase: the checks of
+    /// [`Surface::from_parts`] that read every node. Without replacements a key is the seq,
+    /// so this is one comparison per node; with them, only a node at or above the smallest
+    /// replacement seq can be one, so only those are looked up (instead of two binary
+    /// searches per node).
+    fn nodes_valid(&self) -> bool {
+        let seq_next = self.seq_next;
+        let Some(&(smallest, _)) = self.replacement_keys.first() else {
+            let below = self.nodes.last().is_none_or(|last| *last < seq_next);
+            let increasing = self.nodes.windows(2).all(|w| w[0] < w[1]);
+            return below && increasing;
+        };
+        let key = |node: u64| {
+            if node < smallest {
+                node
+            } else {
+                self.key_of(node)
+            }
+        };
+        let below = self.nodes.iter().all(|node| *node < seq_next);
+        below && self.nodes.windows(2).all(|w| key(w[0]) < key(w[1]))
     }
 
     fn keys_increase(&self) -> bool {

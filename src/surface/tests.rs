@@ -370,3 +370,55 @@ fn catch_up_resumes_where_the_fold_stopped() {
     assert_eq!(partial, whole);
     assert!(whole.heap_bytes() >= whole.nodes().len() * 8);
 }
+
+/// CKP-2: `from_parts` refuses parts that break the surface's invariants, with and without
+/// replacements (its two checking paths), and accepts what a fold produced.
+#[test]
+fn ckp_2_from_parts_refuses_broken_invariants() {
+    let parts = |nodes: &[u64], keys: &[(u64, u64)], seq_next| {
+        Surface::from_parts(nodes.to_vec(), keys.to_vec(), 0, seq_next)
+    };
+    // Without replacements: keys are seqs.
+    assert!(parts(&[0, 1, 5], &[], 6).is_some());
+    assert!(parts(&[], &[], 0).is_some());
+    assert!(parts(&[0, 5, 1], &[], 6).is_none(), "not increasing");
+    assert!(parts(&[0, 1, 1], &[], 6).is_none(), "a repeated node");
+    assert!(parts(&[0, 1, 6], &[], 6).is_none(), "a node at seq_next");
+    // With replacements: node 7 replaced 2..=3 and holds key 2.
+    assert!(parts(&[0, 7, 4], &[(7, 2)], 8).is_some());
+    assert!(
+        parts(&[0, 4, 7], &[(7, 2)], 8).is_none(),
+        "keys out of order"
+    );
+    assert!(
+        parts(&[0, 7, 4, 9], &[(7, 2)], 9).is_none(),
+        "a node at seq_next"
+    );
+    assert!(
+        parts(&[0, 7, 4], &[(7, 2), (6, 1)], 8).is_none(),
+        "keys unsorted"
+    );
+    assert!(
+        parts(&[0, 7, 4], &[(6, 1), (7, 2)], 8).is_none(),
+        "a key of no node"
+    );
+    assert!(
+        parts(&[0, 7, 4], &[(7, 8)], 8).is_none(),
+        "a key above its seq"
+    );
+    let events = vec![
+        user(0, "\"append\"", None),
+        user(1, "\"append\"", None),
+        user(2, "\"append\"", None),
+        user(3, r#"{"op":"replace","start":1,"end":2}"#, Some("[1,2]")),
+        user(4, "\"append\"", None),
+    ];
+    let surface = fold(&events).unwrap();
+    let rebuilt = Surface::from_parts(
+        surface.nodes().to_vec(),
+        surface.replacement_keys().to_vec(),
+        surface.replace_generation(),
+        surface.seq_next(),
+    );
+    assert_eq!(rebuilt, Some(surface));
+}
