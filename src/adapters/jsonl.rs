@@ -884,7 +884,7 @@ fn write_chunks(
     exported: &mut Exported,
 ) -> Result<()> {
     if pack && run.len() >= rows::ROW_MEMBERS_MIN {
-        let records = rows::pack(run)?;
+        let records = rows::pack_stored(run);
         exported.packed_rows += records.iter().filter(|r| is_row_text(r)).count() as u64;
         for record in &records {
             write_record(sink, record, exported)?;

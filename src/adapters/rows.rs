@@ -5,7 +5,7 @@
 //! lines and expanded events are byte-exact.
 
 use crate::error::{ErrorKind, Result};
-use crate::json::{Json, Kind, Value, push_js_number, push_js_string_value};
+use crate::json::{Json, Kind, Value, number_value, push_js_number, push_js_string};
 
 /// The fewest members a row this writer produces has (ROW-4).
 pub const ROW_MEMBERS_MIN: usize = 3;
@@ -50,21 +50,22 @@ impl DeltaKind {
     }
 }
 
-/// A packable event (ROW-2), its fields borrowed from the parsed text.
+/// A packable event (ROW-2): its numbers and strings as their exact JSON tokens, slices of
+/// the event's text (a string token includes its quotes).
 #[derive(Debug, Clone, Copy)]
-struct Delta<'j, 'a> {
+struct Delta<'a> {
     kind: DeltaKind,
     seq: i64,
     time: i64,
-    turn: Value<'j, 'a>,
-    step: Value<'j, 'a>,
-    index: Value<'j, 'a>,
+    turn: &'a str,
+    step: &'a str,
+    index: &'a str,
     /// `id` of a tool-call delta.
-    id: Option<Value<'j, 'a>>,
+    id: Option<&'a str>,
     /// `name` of a tool-call delta, when present.
-    name: Option<Value<'j, 'a>>,
+    name: Option<&'a str>,
     /// `text` or `argumentsDelta`.
-    payload: Value<'j, 'a>,
+    payload: &'a str,
 }
 
 /// Packs one write batch of events (JSON texts) into storage records (ROW-3 to ROW-7,
@@ -81,34 +82,141 @@ pub fn pack(events: &[&str]) -> Result<Vec<String>> {
         .iter()
         .map(|t| Json::parse(t))
         .collect::<Result<_, _>>()?;
-    let deltas: Vec<Option<Delta<'_, '_>>> = parsed.iter().map(|j| delta(j.root())).collect();
-    let mut records = Vec::with_capacity(events.len());
+    let deltas: Vec<Option<Delta<'_>>> = parsed.iter().map(|j| delta(j.root())).collect();
+    let texts: Vec<&str> = parsed.iter().map(|j| j.root().raw()).collect();
+    Ok(pack_deltas(&texts, &deltas))
+}
+
+/// [`pack`] of events read back from a log, whose texts are valid JSON objects without
+/// surrounding whitespace: a delta in the reference's canonical layout is recognized
+/// without parsing it (the result is the same, see `canonical_delta`).
+pub(crate) fn pack_stored(events: &[&str]) -> Vec<String> {
+    let deltas: Vec<Option<Delta<'_>>> = events
+        .iter()
+        .map(|text| match canonical_delta(text) {
+            Some(delta) => Some(delta),
+            None => Json::parse(text).ok().and_then(|json| delta(json.root())),
+        })
+        .collect();
+    pack_deltas(events, &deltas)
+}
+
+/// [`delta`] of an event in exactly the layout the reference writes (and [`expand`]
+/// writes): `{"type":"assistant/chunk","seq":…,"time":…,"data":{"turn":…,"step":…,
+/// "chunk":{"type":…,"index":…,` then `"text":…` or `"id":…[,"name":…],"argumentsDelta":…`
+/// `}}}`, without parsing the text. `text` must be valid JSON; any other layout gives
+/// `None`, and the caller parses it. The checks on the values are those of [`delta`].
+fn canonical_delta(text: &str) -> Option<Delta<'_>> {
+    let rest = text.strip_prefix(r#"{"type":"assistant/chunk","seq":"#)?;
+    let (seq, rest) = number_token(rest)?;
+    let (time, rest) = number_token(rest.strip_prefix(r#","time":"#)?)?;
+    let (turn, rest) = number_token(rest.strip_prefix(r#","data":{"turn":"#)?)?;
+    let (step, rest) = number_token(rest.strip_prefix(r#","step":"#)?)?;
+    let rest = rest.strip_prefix(r#","chunk":{"type":""#)?;
+    let (kind, rest) = [DeltaKind::Text, DeltaKind::Reasoning, DeltaKind::ToolCall]
+        .into_iter()
+        .find_map(|kind| {
+            let rest = rest.strip_prefix(kind.chunk_type())?.strip_prefix('"')?;
+            Some((kind, rest))
+        })?;
+    let (index, rest) = number_token(rest.strip_prefix(r#","index":"#)?)?;
+    let (id, name, payload, rest) = if kind == DeltaKind::ToolCall {
+        let (id, rest) = string_token(rest.strip_prefix(r#","id":"#)?)?;
+        let (name, rest) = match rest.strip_prefix(r#","name":"#) {
+            Some(rest) => {
+                let (name, rest) = string_token(rest)?;
+                (Some(name), rest)
+            }
+            None => (None, rest),
+        };
+        let (arguments, rest) = string_token(rest.strip_prefix(r#","argumentsDelta":"#)?)?;
+        (Some(id), name, arguments, rest)
+    } else {
+        let (text, rest) = string_token(rest.strip_prefix(r#","text":"#)?)?;
+        (None, None, text, rest)
+    };
+    if rest != "}}}" {
+        return None;
+    }
+    let safe = |token: &str| {
+        let value = number_value(token);
+        #[expect(clippy::cast_precision_loss, reason = "2^53 - 1 is exact in binary64")]
+        let limit = SAFE_MAX as f64;
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "checked integral and in range"
+        )]
+        (value.fract() == 0.0 && value.abs() <= limit).then_some(value as i64)
+    };
+    let finite = |token: &'_ str| number_value(token).is_finite();
+    if !(finite(turn) && finite(step) && finite(index)) {
+        return None;
+    }
+    Some(Delta {
+        kind,
+        seq: safe(seq).filter(|s| *s >= 0)?,
+        time: safe(time)?,
+        turn,
+        step,
+        index,
+        id,
+        name,
+        payload,
+    })
+}
+
+/// A number token at the start of `text` (valid JSON), and the text after it.
+fn number_token(text: &str) -> Option<(&str, &str)> {
+    let end = text
+        .bytes()
+        .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+        .unwrap_or(text.len());
+    (end > 0).then(|| text.split_at(end))
+}
+
+/// A string token (quotes included) at the start of `text` (valid JSON), and the text
+/// after it.
+fn string_token(text: &str) -> Option<(&str, &str)> {
+    let bytes = text.as_bytes();
+    if bytes.first() != Some(&b'"') {
+        return None;
+    }
+    let mut at = 1;
+    loop {
+        match bytes.get(at)? {
+            b'"' => return Some(text.split_at(at + 1)),
+            b'\\' => at += 2,
+            _ => at += 1,
+        }
+    }
+}
+
+/// ROW-3 to ROW-7 over events already classified: runs of three or more become rows,
+/// every other event keeps its text.
+fn pack_deltas(texts: &[&str], deltas: &[Option<Delta<'_>>]) -> Vec<String> {
+    let mut records = Vec::with_capacity(texts.len());
     let mut at = 0;
-    while at < parsed.len() {
+    while at < texts.len() {
         let mut end = at + 1;
         if let Some(first) = deltas[at] {
-            while end < parsed.len()
-                && deltas[end]
-                    .is_some_and(|next| continues(&first, &deltas[end - 1].expect("in run"), &next))
-            {
+            while let Some(Some(next)) = deltas.get(end) {
+                let Some(prev) = deltas[end - 1] else { break };
+                if !continues(&first, &prev, next) {
+                    break;
+                }
                 end += 1;
             }
         }
         if end - at >= ROW_MEMBERS_MIN {
-            let run: Vec<Delta<'_, '_>> =
-                deltas[at..end].iter().map(|d| d.expect("in run")).collect();
+            let run: Vec<Delta<'_>> = deltas[at..end].iter().flatten().copied().collect();
             records.push(row(&run));
         } else {
             // Unpacked events keep their exact text (contract §2.1).
-            records.extend(
-                parsed[at..end]
-                    .iter()
-                    .map(|json| json.root().raw().to_owned()),
-            );
+            records.extend(texts[at..end].iter().map(|t| (*t).to_owned()));
         }
         at = end;
     }
-    Ok(records)
+    records
 }
 
 /// Decodes storage records (JSON texts) into event texts (ROW-8 to ROW-10): rows expand
@@ -146,7 +254,7 @@ pub(crate) fn expand_row(row: Value<'_, '_>) -> Option<Result<Vec<String>, &'sta
 
 /// ROW-2: the event is an `assistant/chunk` of exactly `type, seq, time, data`, with
 /// `data` exactly `turn, step, chunk` and a delta chunk of an exact key set.
-fn delta<'j, 'a>(event: Value<'j, 'a>) -> Option<Delta<'j, 'a>> {
+fn delta<'a>(event: Value<'_, 'a>) -> Option<Delta<'a>> {
     let [Some(event_type), Some(seq), Some(time), Some(data)] =
         fields(event, ["type", "seq", "time", "data"])?
     else {
@@ -160,7 +268,7 @@ fn delta<'j, 'a>(event: Value<'j, 'a>) -> Option<Delta<'j, 'a>> {
     let [Some(turn), Some(step), Some(chunk)] = fields(data, ["turn", "step", "chunk"])? else {
         return None;
     };
-    let (turn, step) = (finite_number(turn)?, finite_number(step)?);
+    let (turn, step) = (finite_number(turn)?.raw(), finite_number(step)?.raw());
     let [Some(chunk_type), Some(index), text, id, arguments, name] = fields(
         chunk,
         ["type", "index", "text", "id", "argumentsDelta", "name"],
@@ -169,17 +277,17 @@ fn delta<'j, 'a>(event: Value<'j, 'a>) -> Option<Delta<'j, 'a>> {
         return None;
     };
     let kind = DeltaKind::from_chunk_type(chunk_type)?;
-    let index = finite_number(index)?;
+    let index = finite_number(index)?.raw();
     let (id, name, payload) = match (kind, text, id, arguments) {
         (DeltaKind::ToolCall, None, Some(id), Some(arguments)) => {
             let name = match name {
                 None => None,
-                Some(name) => Some(string(name)?),
+                Some(name) => Some(string(name)?.raw()),
             };
-            (Some(string(id)?), name, string(arguments)?)
+            (Some(string(id)?.raw()), name, string(arguments)?.raw())
         }
         (DeltaKind::Text | DeltaKind::Reasoning, Some(text), None, None) if name.is_none() => {
-            (None, None, string(text)?)
+            (None, None, string(text)?.raw())
         }
         _ => return None,
     };
@@ -214,11 +322,15 @@ fn fields<'j, 'a, const N: usize>(
 }
 
 /// ROW-3: `next` continues a run that started at `first` and last reached `prev`.
-fn continues(first: &Delta<'_, '_>, prev: &Delta<'_, '_>, next: &Delta<'_, '_>) -> bool {
-    let same_number = |a: Value<'_, '_>, b: Value<'_, '_>| a.as_f64() == b.as_f64();
-    let same_string = |a: Option<Value<'_, '_>>, b: Option<Value<'_, '_>>| match (a, b) {
+fn continues(first: &Delta<'_>, prev: &Delta<'_>, next: &Delta<'_>) -> bool {
+    #[expect(
+        clippy::float_cmp,
+        reason = "ROW-3: numerically equal, as JavaScript's ==="
+    )]
+    let same_number = |a: &str, b: &str| a == b || number_value(a) == number_value(b);
+    let same_string = |a: Option<&str>, b: Option<&str>| match (a, b) {
         (None, None) => true,
-        (Some(a), Some(b)) => a.as_wtf8() == b.as_wtf8(),
+        (Some(a), Some(b)) => a == b || string_bytes(a) == string_bytes(b),
         _ => false,
     };
     next.kind == first.kind
@@ -232,7 +344,7 @@ fn continues(first: &Delta<'_, '_>, prev: &Delta<'_, '_>, next: &Delta<'_, '_>) 
 }
 
 /// ROW-6: the row record of a run.
-fn row(run: &[Delta<'_, '_>]) -> String {
+fn row(run: &[Delta<'_>]) -> String {
     let first = run[0];
     let mut out = format!(
         "{{\"type\":\"{}\",\"seq0\":{},\"time0\":{},\"data\":{{\"turn\":",
@@ -309,9 +421,10 @@ fn expand(
         (None, None, data.get("texts"))
     };
     let numbers = ["turn", "step", "index"].map(|k| data.get(k).and_then(number));
-    let [Some(turn), Some(step), Some(index)] = numbers else {
+    let [Some(turn), Some(step), Some(index)] = numbers.map(|n| n.map(|v| v.raw())) else {
         return Err("turn, step or index is not a number");
     };
+    let (id, name) = (id.map(|v| v.raw()), name.map(|v| v.raw()));
     let members: Vec<Value<'_, '_>> = members
         .filter(|m| m.kind() == Kind::Array)
         .ok_or("members are not an array")?
@@ -353,7 +466,7 @@ fn expand(
             index,
             id,
             name,
-            payload: *payload,
+            payload: payload.raw(),
         };
         events.push(member_event(&member));
     }
@@ -361,8 +474,8 @@ fn expand(
 }
 
 /// ROW-10: one member as an `assistant/chunk` event, key orders of `dsh-formats.md` §2.3.
-fn member_event(member: &Delta<'_, '_>) -> String {
-    let mut out = String::with_capacity(member.payload.raw().len() + 128);
+fn member_event(member: &Delta<'_>) -> String {
+    let mut out = String::with_capacity(member.payload.len() + 128);
     out.push_str("{\"type\":\"assistant/chunk\",\"seq\":");
     #[expect(clippy::cast_precision_loss, reason = "seq and time are safe integers")]
     {
@@ -421,7 +534,7 @@ fn string<'j, 'a>(value: Value<'j, 'a>) -> Option<Value<'j, 'a>> {
 }
 
 /// `,"id":…` and, when present, `,"name":…` of a tool-call delta (ROW-6, ROW-10).
-fn push_call(out: &mut String, delta: &Delta<'_, '_>) {
+fn push_call(out: &mut String, delta: &Delta<'_>) {
     if let Some(id) = delta.id {
         out.push_str(",\"id\":");
         push_string(out, id);
@@ -432,12 +545,38 @@ fn push_call(out: &mut String, delta: &Delta<'_, '_>) {
     }
 }
 
-fn push_number(out: &mut String, value: Value<'_, '_>) {
-    push_js_number(out, value.as_f64().unwrap_or(f64::NAN));
+/// The JS-JSON of a number token (JSON-12): a plain integer of at most 15 digits is
+/// already in that form; any other spelling is read and written again.
+fn push_number(out: &mut String, token: &str) {
+    let digits = token.strip_prefix('-').unwrap_or(token);
+    let plain = !digits.is_empty()
+        && digits.len() <= 15
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+        && token != "-0";
+    if plain {
+        out.push_str(token);
+    } else {
+        push_js_number(out, number_value(token));
+    }
 }
 
-fn push_string(out: &mut String, value: Value<'_, '_>) {
-    push_js_string_value(out, value);
+/// The JS-JSON of a string token (JSON-13): one without escapes is already in that form
+/// (see `json::push_js_string_value`); one with escapes is decoded and written again.
+fn push_string(out: &mut String, token: &str) {
+    if token.contains('\\') {
+        push_js_string(out, &string_bytes(token));
+    } else {
+        out.push_str(token);
+    }
+}
+
+/// The decoded (WTF-8) content of a string token.
+fn string_bytes(token: &str) -> Vec<u8> {
+    let inner = token
+        .get(1..token.len().saturating_sub(1))
+        .unwrap_or_default();
+    crate::json::decode_string(inner)
 }
 
 /// The most members a packed row of a schema-17 database holds (SQL-22).
@@ -528,7 +667,7 @@ impl<'a> SqlPacker<'a> {
     /// fits becomes a row; when not even 3 fit, the first member stays scalar.
     fn cut(&mut self, out: &mut Vec<SqlRecord<'a>>) {
         let row = {
-            let run: Vec<Delta<'_, 'a>> = self
+            let run: Vec<Delta<'a>> = self
                 .run
                 .iter()
                 .map(|json| delta(json.root()).expect("run members are packable"))
@@ -615,7 +754,7 @@ pub(crate) fn expand_sql_row(
 }
 
 /// The JS-JSON text of the `data` object of the row of `run` (ROW-6).
-fn row_data(run: &[Delta<'_, '_>]) -> String {
+fn row_data(run: &[Delta<'_>]) -> String {
     let mut text = row(run);
     let start = text.find(",\"data\":").expect("row() writes data") + ",\"data\":".len();
     text.pop();
@@ -625,6 +764,82 @@ fn row_data(run: &[Delta<'_, '_>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn number_tokens() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (0u64..5).prop_map(|n| n.to_string()),
+            Just("1.5".to_owned()),
+            Just("1e2".to_owned()),
+            Just("-0".to_owned()),
+            Just("1.0".to_owned()),
+            Just("9007199254740993".to_owned()),
+            Just("-3".to_owned()),
+            Just("1e400".to_owned()),
+        ]
+    }
+
+    fn string_tokens() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-c]{0,3}".prop_map(|s| format!("\"{s}\"")),
+            Just(r#""a\"b""#.to_owned()),
+            Just(r#""\u0061""#.to_owned()),
+            Just(r#""\\""#.to_owned()),
+            Just(r#""\ud800x""#.to_owned()),
+        ]
+    }
+
+    /// A chunk event in the canonical layout, or in another key order.
+    fn chunk_events() -> impl Strategy<Value = String> {
+        let kinds = prop_oneof![
+            Just("text-delta"),
+            Just("reasoning-delta"),
+            Just("tool-call-delta"),
+            Just("block-end"),
+        ];
+        (
+            (number_tokens(), number_tokens(), number_tokens(), number_tokens(), number_tokens()),
+            kinds,
+            (string_tokens(), string_tokens(), proptest::option::of(string_tokens())),
+            any::<bool>(),
+        )
+            .prop_map(|((seq, time, turn, step, index), kind, (a, b, name), reorder)| {
+                let fields = if kind == "tool-call-delta" {
+                    let name = name.map(|n| format!(r#","name":{n}"#)).unwrap_or_default();
+                    format!(r#","id":{a}{name},"argumentsDelta":{b}"#)
+                } else {
+                    format!(r#","text":{a}"#)
+                };
+                let chunk = format!(r#"{{"type":"{kind}","index":{index}{fields}}}"#);
+                if reorder {
+                    format!(
+                        r#"{{"seq":{seq},"type":"assistant/chunk","time":{time},"data":{{"step":{step},"turn":{turn},"chunk":{chunk}}}}}"#
+                    )
+                } else {
+                    format!(
+                        r#"{{"type":"assistant/chunk","seq":{seq},"time":{time},"data":{{"turn":{turn},"step":{step},"chunk":{chunk}}}}}"#
+                    )
+                }
+            })
+    }
+
+    proptest! {
+        /// The canonical-layout reader agrees with the parser on every event it accepts,
+        /// and packing stored events gives what packing parsed ones gives.
+        #[test]
+        fn canonical_deltas_match_parsed_ones(events in prop::collection::vec(chunk_events(), 1..8)) {
+            for text in &events {
+                let json = Json::parse(text).unwrap();
+                let parsed = delta(json.root());
+                if let Some(fast) = canonical_delta(text) {
+                    let slow = parsed.expect("the parser accepts what the fast path accepts");
+                    prop_assert_eq!(format!("{fast:?}"), format!("{slow:?}"));
+                }
+            }
+            let refs: Vec<&str> = events.iter().map(String::as_str).collect();
+            prop_assert_eq!(pack_stored(&refs), pack(&refs).unwrap());
+        }
+    }
 
     fn chunk(seq: u64, turn: &str) -> String {
         format!(

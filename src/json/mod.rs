@@ -22,6 +22,9 @@ pub use equal::{equal, equal_except};
 pub use string::{decode_string, encode_js_string, push_js_string};
 pub use write::{push_js_number, push_js_string_value, write_js};
 
+/// The binary64 value of a JSON number token, correctly rounded (JSON-3).
+pub(crate) use parse::number_value;
+
 use std::borrow::Cow;
 use std::ops::Range;
 

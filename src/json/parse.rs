@@ -30,7 +30,7 @@ pub(super) fn parse(text: &str) -> Result<Json<'_>, JsonError> {
 }
 
 /// The binary64 value of a number token (correctly rounded, like `JSON.parse`).
-pub(super) fn number_value(token: &str) -> f64 {
+pub(crate) fn number_value(token: &str) -> f64 {
     // Fast path: an integer of at most 15 digits is exact in binary64.
     let digits = token.strip_prefix('-').unwrap_or(token);
     if !digits.is_empty() && digits.len() <= 15 && digits.bytes().all(|b| b.is_ascii_digit()) {
