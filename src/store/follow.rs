@@ -58,7 +58,7 @@ impl Store {
         let header = Self::read_header(id, &dir)?;
         let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())?;
         let stored = reader.seq_next();
-        // CKP-3: the checkpoint is used only when it matches this log, as by `open`.
+        // STORE-15, CKP-3: the checkpoint is used only when it matches this log, as by `open`.
         let (surface, mut repair) = match Checkpoint::load(&dir, &reader) {
             Ok(checkpoint) => (checkpoint.surface, checkpoint.repair),
             Err(_) => (Surface::new(), RepairState::default()),

@@ -1,4 +1,4 @@
-//! Importing a session written elsewhere (`store.md` STORE-13): events are streamed into
+//! Importing a session written elsewhere (`store.md` STORE-14): events are streamed into
 //! a new session built under `tmp/`, checked one by one on the import path (contract §5),
 //! closed by crash repair (contract §8), made durable, and only then renamed into place.
 //! An import that fails or is dropped leaves nothing in the store.
