@@ -457,3 +457,40 @@ fn zstd_lengths_claimed_beyond_the_file_are_torn_not_trusted() {
         }
     }
 }
+
+#[test]
+fn a_strict_import_refuses_types_the_reference_does_not_know() {
+    let dir = scratch("strict");
+    let header = b"{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":0,\"delegationDepth\":0}\n";
+    let known = b"{\"type\":\"session/title\",\"seq\":0,\"time\":0,\"data\":{\"title\":\"t\"}}\n";
+    let unknown = b"{\"type\":\"x/new\",\"seq\":1,\"time\":0,\"data\":{}}\n";
+    let ignorable = b"{\"type\":\"x/new\",\"seq\":1,\"time\":0,\"data\":{},\"ignorable\":true}\n";
+    let file = |name: &str, last: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, [&header[..], known, last].concat()).unwrap();
+        path
+    };
+    let (unknown, ignorable) = (
+        file("unknown.jsonl", unknown),
+        file("ignorable.jsonl", ignorable),
+    );
+    let strict = {
+        let mut options = StoreOptions::default();
+        options.session.strict_vocabulary = true;
+        options
+    };
+    // By default every type is kept (contract §11).
+    let lenient = Store::at(&dir.join("lenient"), StoreOptions::default()).unwrap();
+    let (imported, _) =
+        jsonl::import_jsonl(&lenient, &unknown, Compression::None, None, &mut |_| {}).unwrap();
+    assert_eq!(imported.events, 2);
+    // Strict: LOAD-10, and nothing is stored.
+    let store = Store::at(&dir.join("strict"), strict.clone()).unwrap();
+    let refused = jsonl::import_jsonl(&store, &unknown, Compression::None, None, &mut |_| {});
+    let error = refused.unwrap_err();
+    assert_eq!((error.code(), error.seq()), ("UNKNOWN_EVENT_TYPE", Some(1)));
+    assert_nothing_stored(&store);
+    let (imported, _) =
+        jsonl::import_jsonl(&store, &ignorable, Compression::None, None, &mut |_| {}).unwrap();
+    assert_eq!(imported.events, 2);
+}

@@ -249,3 +249,89 @@ pub fn check_request_header(data: Value<'_, '_>) -> Result<(), &'static str> {
 fn non_empty_str(value: Option<Value<'_, '_>>) -> bool {
     value.is_some_and(|v| v.kind() == Kind::String && v.raw().len() > 2)
 }
+
+/// The 48 event types the DSH reference knows (`dsh-formats.md` Appendix A), sorted.
+pub const DSH_KNOWN_TYPES: [&str; 48] = [
+    "agent-preset/selected",
+    "agent/inbox/spliced",
+    "approval/asked",
+    "approval/decided",
+    "approval/policy",
+    "assistant/chunk",
+    "assistant/message",
+    "command/done",
+    "command/run",
+    "compaction/end",
+    "compaction/prune",
+    "compaction/start",
+    "compaction/summary",
+    "feedback/record",
+    "goal/change",
+    "hook/invoked",
+    "hook/result",
+    "llm/retry",
+    "llm/retry-started",
+    "permission/preset",
+    "plan/mode",
+    "request/context",
+    "request/header",
+    "sandbox/mode",
+    "schedule/change",
+    "session/end-seed",
+    "session/title",
+    "session/title-llm-request",
+    "step/end",
+    "step/start",
+    "subagent/descriptor",
+    "team/member",
+    "team/message/delivered",
+    "team/message/queued",
+    "team/task",
+    "todo/write",
+    "tool-workflow/agent-end",
+    "tool-workflow/agent-start",
+    "tool-workflow/run-end",
+    "tool-workflow/run-start",
+    "tool/call",
+    "tool/code-dispatch",
+    "tool/code-dispatch-start",
+    "tool/result",
+    "turn/end",
+    "turn/start",
+    "user/message",
+    "web/deepseek-search-llm-request",
+];
+
+/// LOAD-10 (`dsh-formats.md` §9.4), for an import as strict as DSH's loader: the type is
+/// known (after the `steering/message` → `user/message` projection of §9.2) or the event
+/// is marked `ignorable`.
+///
+/// # Errors
+/// `UNKNOWN_EVENT_TYPE`.
+pub fn check_dsh_known(event_type: &str, ignorable: bool) -> crate::Result<()> {
+    let known =
+        event_type == "steering/message" || DSH_KNOWN_TYPES.binary_search(&event_type).is_ok();
+    if known || ignorable {
+        return Ok(());
+    }
+    Err(crate::error::ErrorKind::UnknownEventType {
+        event_type: event_type.to_owned(),
+    }
+    .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dsh_vocabulary_is_appendix_a_sorted_for_lookup() {
+        assert_eq!(DSH_KNOWN_TYPES.len(), 48);
+        assert!(DSH_KNOWN_TYPES.windows(2).all(|w| w[0] < w[1]));
+        assert!(check_dsh_known("assistant/chunk", false).is_ok());
+        assert!(check_dsh_known("steering/message", false).is_ok());
+        assert!(check_dsh_known("text-chunks", true).is_ok());
+        let refused = check_dsh_known("text-chunks", false).unwrap_err();
+        assert_eq!(refused.code(), "UNKNOWN_EVENT_TYPE");
+    }
+}

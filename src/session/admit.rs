@@ -86,6 +86,10 @@ impl<L: SessionLog> Session<L> {
         let envelope = Envelope::read(root)?;
         envelope.check()?;
         let candidate = envelope.candidate();
+        if lossless == Lossless::Lenient && self.options.strict_vocabulary {
+            let ignorable = envelope.ignorable.is_some_and(|i| i.is_true());
+            crate::event::vocabulary::check_dsh_known(&candidate.event_type, ignorable)?;
+        }
         let data = envelope.data.expect("checked: data is present");
         let (step, invariants) = self.check_event(ctx, &candidate, data)?;
         let base = root.span().start;

@@ -39,6 +39,10 @@ pub struct Options {
     /// The largest accepted event, in bytes of JSON text; larger ones are refused with
     /// `EVENT_TOO_LARGE`. Default: 64 MiB. Values above 4 GiB − 1 are clamped.
     pub max_event_bytes: usize,
+    /// Refuse, on the import path only, an event whose type DSH's loader does not know
+    /// and that is not `ignorable` (`UNKNOWN_EVENT_TYPE`, contract §11, `dsh-formats.md`
+    /// LOAD-10). The engine itself accepts every type. Default: off.
+    pub strict_vocabulary: bool,
     /// Check the invariants of contract §9 before every commit. Costs a few lookups
     /// in the event's already parsed data and O(1) state per event. Default: off.
     pub invariants: bool,
@@ -51,6 +55,7 @@ impl Default for Options {
         Self {
             vocabulary: Arc::new(Vocabulary::dsh_v0()),
             max_event_bytes: MAX_EVENT_BYTES_DEFAULT,
+            strict_vocabulary: false,
             invariants: false,
             clock: Arc::new(SystemClock),
         }

@@ -54,8 +54,16 @@ fn print_imported(out: &mut impl Write, imported: &Imported, torn: bool) {
 }
 
 /// `surfacelog import`: one JSON line per imported session.
-pub fn import(store: &Path, format: Format, file: &Path, id: Option<&str>) -> Result<()> {
-    let store = Store::at(store, StoreOptions::default())?;
+pub fn import(
+    store: &Path,
+    format: Format,
+    file: &Path,
+    id: Option<&str>,
+    strict: bool,
+) -> Result<()> {
+    let mut options = StoreOptions::default();
+    options.session.strict_vocabulary = strict;
+    let store = Store::at(store, options)?;
     let stdout = &mut std::io::stdout().lock();
     match format {
         Format::DshJsonl | Format::DshJsonlZstd => {

@@ -55,6 +55,10 @@ enum Command {
         /// JSONL: the id the header must name. `SQLite`: the one session to import.
         #[arg(long)]
         id: Option<String>,
+        /// Refuse event types DSH's loader does not know and that are not `ignorable`
+        /// (`UNKNOWN_EVENT_TYPE`), as the reference does; by default every type is kept.
+        #[arg(long)]
+        strict: bool,
         /// The store directory.
         #[arg(long, default_value = "./surfacelog-data")]
         store: std::path::PathBuf,
@@ -122,8 +126,9 @@ fn main() -> ExitCode {
             format,
             file,
             id,
+            strict,
             store,
-        } => interop::import(&store, format, &file, id.as_deref()),
+        } => interop::import(&store, format, &file, id.as_deref(), strict),
         Command::Export {
             id,
             format,
