@@ -14,10 +14,16 @@ use crate::surface::Surface;
 /// A stored session's log. Appends go to the on-disk log; the repair scan (contract §8) is
 /// kept up to date as events are appended, and the surface is checkpointed every
 /// `every` events, on flush and on close.
+///
+/// The repair scan is lazy: a `turn/end` resets it without being read, and the events
+/// after the last one are read only when the closers or a checkpoint need the state. A
+/// session's open turn is short, so appends do not parse their data a second time.
 #[derive(Debug)]
 pub struct StoredLog {
     log: DiskLog,
+    /// The repair state after the events before `observed`.
     repair: RepairState,
+    observed: u64,
     checkpoint_path: PathBuf,
     every: u64,
     since: u64,
@@ -33,9 +39,11 @@ impl StoredLog {
         every: u64,
     ) -> Self {
         repair.observe_from(&log, from);
+        let observed = log.seq_next();
         Self {
             log,
             repair,
+            observed,
             checkpoint_path,
             every: every.max(1),
             since: 0,
@@ -46,6 +54,8 @@ impl StoredLog {
     /// is a cache, rebuilt at open when missing or stale.
     pub(crate) fn write_checkpoint(&mut self, surface: &Surface) {
         self.since = 0;
+        self.repair.observe_from(&self.log, self.observed);
+        self.observed = self.log.seq_next();
         let bytes = Checkpoint::of(surface, &self.repair, &self.log).encode();
         let _ = write_atomically(&self.checkpoint_path, &bytes);
     }
@@ -76,10 +86,17 @@ impl SessionLog for StoredLog {
     fn push_events(&mut self, events: Vec<Event>) -> Result<()> {
         let (from, count) = (self.log.seq_next(), events.len() as u64);
         self.log.append_owned(events)?;
-        // Observed once appended, so a refused append leaves the repair state as it was.
-        for seq in from..from + count {
-            if let Some(event) = self.log.event(seq) {
-                self.repair.observe(seq, event.event_type, event.data());
+        // A turn/end resets the repair scan (contract §8): what came before it is never
+        // read again. Done once appended, so a refused append changes nothing.
+        for seq in (from..from + count).rev() {
+            if self
+                .log
+                .event(seq)
+                .is_some_and(|e| e.event_type == "turn/end")
+            {
+                self.repair = RepairState::default();
+                self.observed = seq + 1;
+                break;
             }
         }
         self.since += count;
@@ -87,7 +104,9 @@ impl SessionLog for StoredLog {
     }
 
     fn closers(&self) -> Vec<String> {
-        self.repair.closers(&self.log)
+        let mut state = self.repair.clone();
+        state.observe_from(&self.log, self.observed);
+        state.closers(&self.log)
     }
 
     fn committed(&mut self, surface: &Surface) {
