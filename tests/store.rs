@@ -535,6 +535,21 @@ fn store_13_a_fork_cut_short_leaves_no_half_made_child() {
         ..StoreOptions::default()
     };
     let store = Store::at(&dir, options).unwrap();
+    // The child is published with its end-seed marker already durable: three files are
+    // synced (header, limit, the child's own segment holding the marker), none after the
+    // publish, so no crash leaves a published child without its marker.
+    let before = faults.syncs();
+    let child = store.fork("src", Boundary::Last, "d").unwrap();
+    assert_eq!(faults.syncs() - before, 3, "syncs of one fork");
+    assert_eq!(child.seq_next(), expected.len() as u64 + 1);
+    assert_eq!(child.first_live_seq(), expected.len() as u64);
+    drop(child);
+    let (child, _) = plain.open("d").unwrap();
+    let last = surfacelog::event::EventSource::event(child.log(), child.seq_next() - 1).unwrap();
+    assert_eq!(last.event_type, "session/end-seed", "the marker is stored");
+    drop(child);
+    plain.delete("d").unwrap();
+    plain.purge().unwrap();
     let mut failed = 0;
     for n in 1.. {
         faults.fail_sync(n);
@@ -560,7 +575,9 @@ fn store_13_a_fork_cut_short_leaves_no_half_made_child() {
         faults.fail_sync(u64::MAX / 2);
         assert!(n < 50, "the fork never succeeded");
     }
-    assert!(failed >= 4, "every sync of the fork was tried: {failed}");
+    // Header, limit, the child's own segment holding the end-seed: the boundary segment
+    // is durable (its source was closed), and nothing is synced after the publish.
+    assert!(failed >= 3, "every sync of the fork was tried: {failed}");
     let (source, _) = plain.open("src").unwrap();
     assert_eq!(state(&source).0, expected, "the source is unchanged");
     drop(source);
@@ -875,5 +892,45 @@ fn a_record_damaged_under_a_checkpoint_is_reported_not_skipped() {
     std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
     let err = store.open("s").unwrap_err();
     assert_eq!(err.code(), "CORRUPT", "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// STORE-10: the end-seed marker a fork writes into its child's own segment is written once
+/// (contract §5: none when the prefix already ends with one), for an empty prefix too
+/// (segment 0 of the child), and the child appends after it and reopens the same.
+#[test]
+fn store_10_a_fork_end_seeds_its_child_once_even_from_an_empty_prefix() {
+    use surfacelog::session::Boundary;
+    let (dir, store) = temp_store("fork-seed");
+    drop(store.create("empty", None, None).unwrap());
+    let mut child = store.fork("empty", Boundary::Last, "c0").unwrap();
+    assert_eq!((child.seq_next(), child.first_live_seq()), (1, 0));
+    let marker = |session: &surfacelog::store::StoredSession, seq| {
+        surfacelog::event::EventSource::event(session.log(), seq)
+            .unwrap()
+            .event_type
+            .to_owned()
+    };
+    assert_eq!(marker(&child, 0), "session/end-seed");
+    child
+        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+        .unwrap();
+    child.close().unwrap();
+    let (child, opened) = store.open("c0").unwrap();
+    assert_eq!(
+        (child.seq_next(), opened.closers),
+        (3, 1),
+        "closer of turn 1"
+    );
+    drop(child);
+    // A fork of a fork at its marker: the prefix ends with one, so no second marker.
+    drop(store.fork("c0", Boundary::Seq(0), "c1").unwrap());
+    let (grandchild, _) = store.open("c1").unwrap();
+    assert_eq!(grandchild.seq_next(), 1);
+    assert_eq!(marker(&grandchild, 0), "session/end-seed");
+    drop(grandchild);
+    let (resumed, _) = store.resume("c1").unwrap();
+    assert_eq!(resumed.seq_next(), 1, "resume adds no second marker");
+    drop(resumed);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -20,7 +20,9 @@ use crate::storage::Storage;
 pub(crate) struct Linked {
     pub header: SegmentHeader,
     pub path: PathBuf,
-    pub file: File,
+    /// The open file; `None` for a sealed segment handed over from a reader, which only
+    /// reads it through its map (a fork's child, [`crate::log::LogReader::into_fork_chain`]).
+    pub file: Option<File>,
     pub map: Mmap,
     /// Its limit file, checked (LIM-3).
     pub limit: Option<Limit>,
@@ -111,7 +113,7 @@ pub(crate) fn open_chain(storage: &dyn Storage, dir: &Path, write: bool) -> Resu
         chain.segments.push(Linked {
             header,
             path,
-            file,
+            file: Some(file),
             map,
             limit,
         });
@@ -152,4 +154,28 @@ fn check_limits(dir: &Path, chain: &Chain, limits: &[u64]) -> Result<()> {
 fn parse_limit_name(name: &str) -> Option<u64> {
     let digits = name.strip_suffix(".lim")?;
     parse_segment_name(&format!("{digits}.seg"))
+}
+
+/// Opens, for writing, the segment a fork's child appends to: one the fork has just created
+/// and synced with its header (`store.md` STORE-10), checked as [`open_chain`] checks one.
+///
+/// # Errors
+/// `CORRUPT` when its header does not check out, `FORMAT_VERSION`, `IO`.
+pub(crate) fn open_own_segment(storage: &dyn Storage, path: &Path) -> Result<Linked> {
+    let file = storage
+        .open_file(path, true)
+        .map_err(|e| Error::io("open", path, &e))?;
+    let map = map(&file).map_err(|e| Error::io("mmap", path, &e))?;
+    let header = match SegmentHeader::decode(&map) {
+        Ok(header) => header,
+        Err(HeaderError::Version(found)) => return Err(version_error(found)),
+        Err(HeaderError::Invalid(reason)) => return Err(corrupt(path, 0, reason)),
+    };
+    Ok(Linked {
+        header,
+        path: path.to_owned(),
+        file: Some(file),
+        map,
+        limit: None,
+    })
 }

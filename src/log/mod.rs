@@ -15,12 +15,12 @@ mod scan;
 pub mod segment;
 mod writer;
 
+pub(crate) use chain::{Chain, open_own_segment};
 pub(crate) use index::encode as encode_index;
 pub(crate) use map::map as map_file;
 pub(crate) use reader::BoundarySegment;
 pub use reader::LogReader;
 pub use writer::LogWriter;
-pub(crate) use writer::create_segment_file;
 
 /// A log opened for writing together with a reader of it: what a stored session holds.
 /// Appends go through the writer; reads come from the reader, refreshed after each
@@ -48,8 +48,21 @@ impl DiskLog {
     /// # Errors
     /// As [`LogWriter::open`] and [`LogReader::open`].
     pub fn open(dir: &std::path::Path, options: LogOptions) -> crate::Result<(Self, OpenReport)> {
+        Self::open_from(dir, options, None)
+    }
+
+    /// [`DiskLog::open`] over a chain already opened and checked, when given: a fork's
+    /// child ([`LogReader::into_fork_chain`]).
+    ///
+    /// # Errors
+    /// As [`DiskLog::open`].
+    pub(crate) fn open_from(
+        dir: &std::path::Path,
+        options: LogOptions,
+        chain: Option<Chain>,
+    ) -> crate::Result<(Self, OpenReport)> {
         let storage = Arc::clone(&options.storage);
-        let (writer, report, segments) = LogWriter::open_recovered(dir, options)?;
+        let (writer, report, segments) = LogWriter::open_recovered_from(dir, options, chain)?;
         let reader = LogReader::from_recovered(dir, storage, segments)?;
         Ok((
             Self {

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use memmap2::Mmap;
 
-use super::chain::{Chain, open_chain};
+use super::chain::{Chain, Linked, open_chain};
 use super::index;
 use super::limit::Limit;
 use super::map::{map, release};
@@ -74,8 +74,9 @@ const PAGE_BYTES: usize = 4096;
 /// The parts of a log's first events that a fork takes (STORE-10).
 #[derive(Debug)]
 pub(crate) struct Prefix<'a> {
-    /// The segments before the boundary segment, whole.
-    pub whole: Vec<&'a Path>,
+    /// The segments before the boundary segment, whole, each with whether it has a limit
+    /// file (LIM-1) to share too.
+    pub whole: Vec<(&'a Path, bool)>,
     /// The segment holding the last of the events; `None` for an empty prefix.
     pub boundary: Option<BoundarySegment<'a>>,
 }
@@ -246,7 +247,7 @@ impl LogReader {
             .segments
             .iter()
             .take(at)
-            .map(|s| s.path.as_path())
+            .map(|s| (s.path.as_path(), s.limit.is_some()))
             .collect();
         let Some(segment) = self.segments.get(at) else {
             return Ok(prefix);
@@ -273,6 +274,49 @@ impl LogReader {
             durable: segment.count.is_some() || segment.durable >= count as u64,
         });
         Ok(prefix)
+    }
+
+    /// Consumes the reader for the child of a fork of its first `len` events (STORE-10):
+    /// the chain of the child's log in `log_dir`, whose segment files are links to this
+    /// reader's, so that the child's writer does not open and check every segment again.
+    /// The segments holding the prefix keep their maps (the same files) and limits, the
+    /// one holding the boundary gets `boundary_limit`, the limit the fork wrote for it;
+    /// `own`, the segment the fork created for the child's appends, comes last.
+    pub(crate) fn into_fork_chain(
+        self,
+        log_dir: &Path,
+        len: u64,
+        boundary_limit: Option<Limit>,
+        own: Linked,
+    ) -> Chain {
+        let len = len.min(self.seq_next);
+        let kept = len
+            .checked_sub(1)
+            .and_then(|last| self.segment_of(last))
+            .map_or(0, |at| at + 1);
+        let mut segments: Vec<Linked> = self
+            .segments
+            .into_iter()
+            .take(kept)
+            .map(|segment| Linked {
+                header: segment.header,
+                path: segment
+                    .path
+                    .file_name()
+                    .map_or_else(|| segment.path.clone(), |name| log_dir.join(name)),
+                file: None,
+                map: segment.map,
+                limit: segment.limit,
+            })
+            .collect();
+        if let Some(boundary) = segments.last_mut() {
+            boundary.limit = boundary_limit;
+        }
+        segments.push(own);
+        Chain {
+            segments,
+            unborn: None,
+        }
     }
 
     /// The position of the segment holding `seq`.
@@ -420,7 +464,7 @@ pub(crate) fn into_segments(
             segment.offsets = OnceLock::from(offsets);
             segment.end = end;
         }
-        last_file = Some(linked.file);
+        last_file = linked.file;
         segments.push(segment);
     }
     (segments, last_file)

@@ -102,12 +102,26 @@ impl LogWriter {
         dir: &Path,
         options: LogOptions,
     ) -> Result<(Self, OpenReport, Vec<Segment>)> {
+        Self::open_recovered_from(dir, options, None)
+    }
+
+    /// [`LogWriter::open_recovered`] over a chain already opened and checked, when given
+    /// (a fork's child, whose segments its source's reader has just checked), instead of
+    /// opening every segment of `dir` again.
+    ///
+    /// # Errors
+    /// As [`LogWriter::open`].
+    pub(crate) fn open_recovered_from(
+        dir: &Path,
+        options: LogOptions,
+        chain: Option<Chain>,
+    ) -> Result<(Self, OpenReport, Vec<Segment>)> {
         let storage = Arc::clone(&options.storage);
         storage
             .create_dir_all(dir)
             .map_err(|e| Error::io("create_dir", dir, &e))?;
         let lock = take_lock(&*storage, dir)?;
-        let (state, log_id, report, segments) = recover(&*storage, dir, &options)?;
+        let (state, log_id, report, segments) = recover(&*storage, dir, &options, chain)?;
         let durable_seq = state.seq_next;
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
@@ -510,9 +524,17 @@ type Recovered = (State, LogId, OpenReport, Vec<Segment>);
 /// Opens every segment, checks the chain, and recovers the last one (§7). Sealed segments
 /// are not read beyond their headers; the last is scanned from where its index's vouched
 /// prefix ends (IDX-5), or from its first record.
-fn recover(storage: &dyn Storage, dir: &Path, options: &LogOptions) -> Result<Recovered> {
+fn recover(
+    storage: &dyn Storage,
+    dir: &Path,
+    options: &LogOptions,
+    chain: Option<Chain>,
+) -> Result<Recovered> {
     remove_temporary_files(storage, dir)?;
-    let mut chain = open_chain(storage, dir, true)?;
+    let mut chain = match chain {
+        Some(chain) => chain,
+        None => open_chain(storage, dir, true)?,
+    };
     let mut report = OpenReport::default();
     if let Some(unborn) = chain.unborn.take() {
         // RCV-7: a later segment whose creation was cut short holds nothing.
@@ -588,6 +610,10 @@ fn recover_tail(
         return Err(corrupt(dir, 0, "no segment"));
     };
     let (bytes, header, path) = (&last.map[..], last.header, &last.path);
+    let file = last
+        .file
+        .as_ref()
+        .ok_or_else(|| corrupt(path, 0, "the last segment is not open for writing"))?;
     let first = header.first_seq;
     let index_path = dir.join(index_name(first));
     let prefix = index::vouched_prefix(&index_path, bytes, &header.log_id, first);
@@ -597,11 +623,11 @@ fn recover_tail(
     let indexed = offsets.len();
     let found = scan(bytes, start, first + offsets.len() as u64);
     let end = found.end;
-    let regions = data_regions(&last.file, end, bytes.len());
+    let regions = data_regions(file, end, bytes.len());
     let torn = classify_tail(bytes, &found.stop, end, &regions)
         .map_err(|reason| corrupt(path, stop_offset(found.stop, end), reason))?;
     if let Some(dropped_to) = torn {
-        zero_tail(storage, &last.file, path, end, dropped_to)?;
+        zero_tail(storage, file, path, end, dropped_to)?;
         report.torn_tail = Some(TornTail {
             segment: path.clone(),
             offset: end as u64,

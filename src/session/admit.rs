@@ -259,6 +259,30 @@ impl<L: SessionLog> Session<L> {
     }
 }
 
+/// The end-seed marker (contract §5) as [`Session::end_seed`] appends it at `seq`, timed by
+/// `clock`: a fork writes it into its child's log before publishing the child
+/// (`store.md` STORE-10, STORE-13).
+pub(crate) fn end_seed_event(seq: u64, clock: &dyn crate::clock::Clock) -> Event {
+    let time = super::now_ms(clock);
+    let candidate = Candidate {
+        seq: Ok(seq),
+        event_type: super::END_SEED_TYPE.into(),
+        surface_op: Field::Absent,
+        sources: Field::Absent,
+        data: "{}",
+    };
+    let (text, data) = build_text(&candidate, seq, time);
+    let fields = EventFields {
+        event_type: super::END_SEED_TYPE.to_owned(),
+        seq,
+        time,
+        surface_op: None,
+        sources: None,
+        ignorable: false,
+    };
+    Event::new(text, data, None, fields)
+}
+
 /// The text of an appended event, keys in the engine's order (contract §2, "Key order"):
 /// `type, seq, time, data, sourceEventSeqs, surfaceOp`. Returns the span of `data`.
 fn build_text(candidate: &Candidate<'_>, seq: u64, time: i64) -> (String, std::ops::Range<usize>) {

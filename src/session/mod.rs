@@ -12,6 +12,7 @@ mod invariants;
 pub mod repair;
 mod typed;
 
+pub(crate) use admit::end_seed_event;
 pub use fork::{Boundary, MemStore};
 pub use history::{Compaction, Prune};
 pub use invariants::InvariantState;

@@ -2,17 +2,19 @@
 //! prefix with the source by hard links, the one holding the boundary up to a limit
 //! (`store.md` STORE-10, `log-format.md` LIM-1), so the cost does not grow with the prefix.
 
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::checkpoint::CHECKPOINT_FILE;
 use super::{Store, StoredSession};
 use crate::error::{Error, ErrorKind, Result};
-use crate::event::{EventSource, Header};
-use crate::log::LogReader;
+use crate::event::{Event, EventSource, Header};
 use crate::log::limit::{Limit, limit_name};
 use crate::log::segment::{SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name};
-use crate::session::Boundary;
+use crate::log::{LogReader, open_own_segment};
+use crate::record::encode_event;
 use crate::session::fork::{fork_len, open_turn_at};
+use crate::session::{Boundary, END_SEED_TYPE, end_seed_event};
 use crate::storage::Storage;
 
 impl Store {
@@ -51,32 +53,58 @@ impl Store {
         }
         let now = u64::try_from(self.options.session.clock.now_ms()).unwrap_or(0);
         let child_header = Header::for_fork(child, now, header.cwd(), source, len);
-        let segment_bytes = self.options.log.segment_bytes;
+        // The end-seed marker (contract §5), unless the prefix already ends with one, as
+        // `Session::end_seed` decides: written into the child's own last segment before
+        // the child is published, so the child is never seen without it (STORE-13).
+        let ends_seeded = len
+            .checked_sub(1)
+            .and_then(|seq| reader.event(seq))
+            .is_some_and(|e| e.event_type == END_SEED_TYPE);
+        let marker = (!ends_seeded).then(|| end_seed_event(len, &*self.options.session.clock));
+        let child_log = ChildLog {
+            len,
+            marker: marker.as_ref(),
+            segment_bytes: self.options.log.segment_bytes,
+        };
+        let mut limit = None;
         self.publish(child, |tmp| {
-            write_fork(&**storage, tmp, &child_header, &reader, len, segment_bytes)
-                .map_err(|e| e.in_session(source))
+            limit = write_fork(&**storage, tmp, &child_header, &reader, &child_log)
+                .map_err(|e| e.in_session(source))?;
+            Ok(())
         })?;
-        let (mut session, _) = self.open(child)?;
-        session.end_seed()?;
-        // The end-seed is made durable without writing a checkpoint: the one the child
-        // shares with its source covers the prefix, and opening folds only what follows.
-        session.log().flush_log()?;
+        // The child's log is opened over the segments the reader has checked (the same
+        // files), and its checkpoint is its source's (CKP-7): opening folds only the marker.
+        let log_dir = self.session_dir(child).join("log");
+        let own = open_own_segment(&**storage, &log_dir.join(segment_name(len)))?;
+        let chain = reader.into_fork_chain(&log_dir, len, limit, own);
+        let (session, _) = self.open_live_from(child, Some(len), Some(chain))?;
         Ok(session)
     }
 }
 
+/// What the child's log holds beyond the shared prefix.
+struct ChildLog<'a> {
+    /// The prefix's length: the child's first own seq.
+    len: u64,
+    /// The end-seed marker at seq `len`, if the child gets one.
+    marker: Option<&'a Event>,
+    /// The capacity of the child's own segment (SEG-7).
+    segment_bytes: u64,
+}
+
 /// Writes the child's directory `dir`, not yet published (STORE-6): its header, its log
-/// sharing the source's segments (STORE-10), and its checkpoint. Every file written is
-/// synced and every other one is a link to a durable file, so the directories' syncs here
-/// and the publish's rename and sync make the whole child durable at once (STORE-13).
+/// sharing the source's segments (STORE-10) and ending with a segment of its own that
+/// holds the end-seed marker, and its checkpoint. Every file written is synced and every
+/// other one is a link to a durable file, so the directories' syncs here and the
+/// publish's rename and sync make the whole child durable at once (STORE-13). Returns the
+/// limit of the boundary segment, if any.
 fn write_fork(
     storage: &dyn Storage,
     dir: &Path,
     header: &Header,
     reader: &LogReader,
-    len: u64,
-    segment_bytes: u64,
-) -> Result<()> {
+    child: &ChildLog<'_>,
+) -> Result<Option<Limit>> {
     let log_dir = dir.join("log");
     storage
         .create_dir_all(&log_dir)
@@ -85,68 +113,102 @@ fn write_fork(
     let text = format!("{}\n", header.text());
     write_synced(storage, &dir.join("header.json"), text.as_bytes())?;
     let source_log = reader.dir();
-    let prefix = reader.prefix(len)?;
-    for path in &prefix.whole {
-        let Some(name) = path.file_name() else {
-            continue;
-        };
-        link(path, &log_dir.join(name))?;
-        for extension in ["idx", "lim"] {
-            let from = path.with_extension(extension);
-            let to = log_dir.join(name).with_extension(extension);
-            match std::fs::hard_link(&from, &to) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                // An index is a cache (IDX-2); a limit is not (LIM-5).
-                Err(_) if extension == "idx" => {}
-                Err(e) => return Err(Error::io("link", &to, &e)),
-            }
-        }
+    let prefix = reader.prefix(child.len)?;
+    for &(path, limited) in &prefix.whole {
+        link_whole(path, limited, &log_dir)?;
     }
-    match prefix.boundary {
-        // An empty prefix: a fresh first segment of the same log, holding no record.
+    let mut limit = None;
+    // The segment the child's first append, the end-seed marker, goes to (LIM-4): after
+    // the limited boundary segment, or the first segment of an empty prefix.
+    let own = match prefix.boundary {
         None => {
-            use std::os::unix::fs::FileExt;
             let source_first = source_log.join(segment_name(0));
-            let mut header = [0; SEGMENT_HEADER_LEN];
-            let capacity = storage
+            let mut bytes = [0; SEGMENT_HEADER_LEN];
+            storage
                 .open_file(&source_first, false)
-                .and_then(|file| {
-                    file.read_exact_at(&mut header, 0)?;
-                    Ok(file.metadata()?.len())
-                })
+                .and_then(|file| file.read_exact_at(&mut bytes, 0))
                 .map_err(|e| Error::io("read", &source_first, &e))?;
-            let target = log_dir.join(segment_name(0));
-            let file = storage
-                .create_file(&target, capacity)
-                .map_err(|e| Error::io("create", &target, &e))?;
-            storage
-                .write_at(&file, 0, &header)
-                .map_err(|e| Error::io("write", &target, &e))?;
-            storage
-                .sync_data(&file)
-                .map_err(|e| Error::io("fsync", &target, &e))?;
+            SegmentHeader::decode(&bytes).map_err(|_| corrupt_header(&source_first))?
         }
         Some(boundary) => {
-            share_boundary(storage, &log_dir, &boundary)?;
-            // The segment the child's first append, the end-seed marker, goes to (LIM-4),
-            // made here so that its creation needs no directory sync of its own.
-            let next = SegmentHeader {
+            limit = Some(share_boundary(storage, &log_dir, &boundary)?);
+            SegmentHeader {
                 log_id: boundary.header.log_id,
                 index: boundary.header.index + 1,
-                first_seq: len,
-                capacity: segment_bytes.clamp(SEGMENT_HEADER_LEN as u64 + 1, u64::from(u32::MAX)),
-            };
-            crate::log::create_segment_file(storage, &log_dir, &next)?;
+                first_seq: child.len,
+                capacity: child.segment_bytes,
+            }
         }
-    }
-    link_checkpoint(source_log, dir, len);
+    };
+    create_own_segment(storage, &log_dir, own, child.marker)?;
+    link_checkpoint(source_log, dir, child.len);
     for synced in [&log_dir, dir] {
         storage
             .sync_dir(synced)
             .map_err(|e| Error::io("fsync", synced, &e))?;
     }
+    Ok(limit)
+}
+
+/// A sealed segment of the prefix, shared whole with its index and, when `limited`, its
+/// limit.
+fn link_whole(path: &Path, limited: bool, log_dir: &Path) -> Result<()> {
+    let Some(name) = path.file_name() else {
+        return Ok(());
+    };
+    link(path, &log_dir.join(name))?;
+    let extensions: &[&str] = if limited { &["idx", "lim"] } else { &["idx"] };
+    for &extension in extensions {
+        let from = path.with_extension(extension);
+        let to = log_dir.join(name).with_extension(extension);
+        match std::fs::hard_link(&from, &to) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // An index is a cache (IDX-2); a limit is not (LIM-5).
+            Err(_) if extension == "idx" => {}
+            Err(e) => return Err(Error::io("link", &to, &e)),
+        }
+    }
     Ok(())
+}
+
+/// Creates the child's own segment (SEG-6) with `header` and, right after it, the record
+/// of `marker`, in one write and one sync: the directory's sync in [`write_fork`] then
+/// makes the file's entry durable, and nothing reads it before the publish (STORE-13).
+fn create_own_segment(
+    storage: &dyn Storage,
+    log_dir: &Path,
+    mut header: SegmentHeader,
+    marker: Option<&Event>,
+) -> Result<()> {
+    let mut bytes = header.encode().to_vec();
+    if let Some(marker) = marker {
+        encode_event(marker, &mut bytes);
+    }
+    // SEG-7: the capacity leaves room for the record and an end marker.
+    let needed = bytes.len() as u64 + 8;
+    header.capacity = header.capacity.max(needed).min(u64::from(u32::MAX));
+    if let Some(head) = bytes.get_mut(..SEGMENT_HEADER_LEN) {
+        head.copy_from_slice(&header.encode());
+    }
+    let path = log_dir.join(segment_name(header.first_seq));
+    let file = storage
+        .create_file(&path, header.capacity)
+        .map_err(|e| Error::io("create", &path, &e))?;
+    storage
+        .write_at(&file, 0, &bytes)
+        .map_err(|e| Error::io("write", &path, &e))?;
+    storage
+        .sync_data(&file)
+        .map_err(|e| Error::io("fsync", &path, &e))
+}
+
+fn corrupt_header(path: &Path) -> Error {
+    ErrorKind::Corrupt {
+        location: format!("{} offset=0", path.display()),
+        reason: "the source's first segment header does not check out".to_owned(),
+    }
+    .into()
 }
 
 /// STORE-10: the boundary segment is linked and limited to the prefix (LIM-1), with an
@@ -157,7 +219,7 @@ fn share_boundary(
     storage: &dyn Storage,
     log_dir: &Path,
     boundary: &crate::log::BoundarySegment<'_>,
-) -> Result<()> {
+) -> Result<Limit> {
     let first = boundary.header.first_seq;
     if !boundary.durable {
         let source = storage
@@ -194,7 +256,7 @@ fn share_boundary(
     let _ = storage
         .create_file(&index_path, 0)
         .and_then(|file| storage.write_at(&file, 0, &index));
-    Ok(())
+    Ok(limit)
 }
 
 /// The source's checkpoint serves the child when it covers no more than the prefix: the

@@ -162,9 +162,22 @@ impl Store {
     /// `SESSION_NOT_FOUND`, `LOCKED` when another writer has it open, `CORRUPT`,
     /// `FORMAT_VERSION`, `HEADER_INVALID`, `IO`.
     pub fn open(&self, id: &str) -> Result<(StoredSession, Opened)> {
+        self.open_live_from(id, None, None)
+    }
+
+    /// [`Store::open`] for a fork's child, when `first_live_seq` and `chain` are given: its
+    /// end-seed marker is stored before it is first opened, and it is live from that marker
+    /// (contract §5); its log's segments are the ones its source's reader has just opened
+    /// and checked, handed over rather than opened again.
+    fn open_live_from(
+        &self,
+        id: &str,
+        first_live_seq: Option<u64>,
+        chain: Option<crate::log::Chain>,
+    ) -> Result<(StoredSession, Opened)> {
         let dir = self.session_dir(id);
         let header = Self::read_header(id, &dir)?;
-        let (log, report) = DiskLog::open(&dir.join("log"), self.options.log.clone())
+        let (log, report) = DiskLog::open_from(&dir.join("log"), self.options.log.clone(), chain)
             .map_err(|e| e.in_session(id))?;
         let stored = crate::event::EventSource::seq_next(&log);
         // CKP-3: a checkpoint is used only when it matches this log; otherwise fold it all.
@@ -188,8 +201,9 @@ impl Store {
             dir.join(checkpoint::CHECKPOINT_FILE),
             self.options.checkpoint_every,
         );
+        let live = first_live_seq.unwrap_or(stored).min(stored);
         let mut session =
-            Session::over_log_from(header, log, surface, stored, self.options.session.clone())?;
+            Session::over_log_from(header, log, surface, live, self.options.session.clone())?;
         let closers = session.repair()?;
         if closers > 0 || used.is_err() {
             session.flush()?;

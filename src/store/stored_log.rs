@@ -61,17 +61,6 @@ impl StoredLog {
     }
 }
 
-impl StoredLog {
-    /// Makes every appended event durable without writing a checkpoint: for a fork, whose
-    /// child shares its source's checkpoint (`store.md` STORE-10).
-    ///
-    /// # Errors
-    /// As [`DiskLog::sync`].
-    pub(crate) fn flush_log(&self) -> Result<()> {
-        self.log.sync()
-    }
-}
-
 impl EventSource for StoredLog {
     fn seq_next(&self) -> u64 {
         self.log.seq_next()
