@@ -194,25 +194,8 @@ fn replacements_are_shown_with_what_they_shadowed() {
     let dir = scratch("replace");
     let file = data("dsh-sessions/headless-agent--compaction-recovery--session.jsonl");
     let store = dir.join("store");
-    let out = run(&[
-        "import",
-        "--format",
-        "dsh-jsonl",
-        s(&file),
-        "--store",
-        s(&store),
-    ]);
-    assert!(out.status.success());
-    let line = text(&out.stdout);
-    let id = Json::parse(line.trim_end())
-        .unwrap()
-        .root()
-        .get("id")
-        .unwrap()
-        .as_str()
-        .unwrap()
-        .into_owned();
-    let shown = text(&run(&["show", &id, "--json", "--store", s(&store)]).stdout);
+    let id = import_id(&file, &store);
+    let shown = ok(&["show", &id, "--json", "--store", s(&store)]);
     let shown = Json::parse(shown.trim_end()).unwrap();
     let replacements: Vec<_> = shown
         .root()
