@@ -934,3 +934,62 @@ fn store_10_a_fork_end_seeds_its_child_once_even_from_an_empty_prefix() {
     drop(resumed);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// CKP-7: an open with a checkpoint reads the surface's nodes in place from the mapped
+/// checkpoint (no copy: the surface holds no heap for them) and copies them at its first
+/// change; the nodes stay right when the file is replaced or removed meanwhile.
+#[test]
+fn ckp_7_an_opened_surface_borrows_its_nodes_until_it_changes() {
+    let (dir, store) = temp_store("ckp-borrow");
+    let mut session = store.create("s", None, None).unwrap();
+    workload(&mut session, 4);
+    for turn in 5..=100 {
+        session
+            .append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
+            .unwrap();
+        session
+            .append::<kinds::UserMessage>(&user(&format!("u{turn}")), SurfaceIntent::append())
+            .unwrap();
+        session
+            .append::<kinds::TurnEnd>(
+                &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
+                NoSurface,
+            )
+            .unwrap();
+    }
+    session.close().unwrap();
+    let expected = {
+        let (session, _) = store.open("s").unwrap();
+        state(&session)
+    };
+    let (mut session, opened) = store.open("s").unwrap();
+    assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
+    let nodes_bytes = session.surface().nodes().len() * 8;
+    assert!(nodes_bytes > 0);
+    assert!(
+        session.surface().heap_bytes() < nodes_bytes,
+        "borrowed: {} heap bytes for {nodes_bytes} bytes of nodes",
+        session.surface().heap_bytes()
+    );
+    // Replaced by a flush (rename), then removed: the map keeps the old bytes.
+    session.flush().unwrap();
+    std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
+    assert_eq!(state(&session), expected);
+    session
+        .append::<kinds::TurnStart>(r#"{"turn":101}"#, NoSurface)
+        .unwrap();
+    session
+        .append::<kinds::UserMessage>(&user("u-late"), SurfaceIntent::append())
+        .unwrap();
+    assert!(session.surface().heap_bytes() >= nodes_bytes + 8, "copied");
+    assert_eq!(
+        session.surface().nodes()[..expected.1.len()],
+        expected.1[..]
+    );
+    assert_eq!(session.surface().nodes().len(), expected.1.len() + 1);
+    drop(session);
+    let (reopened, _) = store.open("s").unwrap();
+    assert_eq!(reopened.surface().nodes().len(), expected.1.len() + 1);
+    drop(reopened);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

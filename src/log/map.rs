@@ -55,3 +55,49 @@ pub(crate) fn release(map: &Mmap, range: Range<usize>) {
     // their checksum matches (REC-4). `range.start + len` is within the map.
     let _ = unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, range.start, len) };
 }
+
+/// Little-endian u64s read in place from a shared map (CKP-7: a checkpoint's nodes), so that
+/// a surface can borrow them instead of copying them until it first changes.
+#[derive(Debug, Clone)]
+pub(crate) struct MappedWords {
+    map: std::sync::Arc<Mmap>,
+    /// Invariant: `start..start + 8 * len` lies within `map`, and `map`'s address plus
+    /// `start` is a multiple of 8.
+    start: usize,
+    len: usize,
+}
+
+impl MappedWords {
+    /// The `len` u64s at `start` in `map`; `None` when they do not lie within it, are not
+    /// 8-byte aligned in memory, or this target is not little-endian (the caller copies
+    /// them then).
+    pub(crate) fn new(map: std::sync::Arc<Mmap>, start: usize, len: usize) -> Option<Self> {
+        let end = len.checked_mul(8)?.checked_add(start)?;
+        let bytes = map.get(start..end)?;
+        let aligned = bytes.as_ptr().align_offset(align_of::<u64>()) == 0;
+        (cfg!(target_endian = "little") && aligned).then_some(Self { map, start, len })
+    }
+
+    /// The words.
+    pub(crate) fn as_slice(&self) -> &[u64] {
+        let Some(bytes) = self.map.get(self.start..self.start + 8 * self.len) else {
+            return &[];
+        };
+        #[expect(
+            unsafe_code,
+            reason = "reads aligned little-endian u64s in place instead of copying them"
+        )]
+        #[expect(
+            clippy::cast_ptr_alignment,
+            reason = "`new` checked that the words are 8-byte aligned"
+        )]
+        // SAFETY: `new` checked that the `len` words lie within the map (so `bytes` holds
+        // `8 * len` bytes, just re-checked by `get`) and that their address is 8-byte
+        // aligned, and that the target is little-endian, so each 8 bytes are the u64 the
+        // file holds. Every bit pattern is a valid u64. The map lives as long as `self`
+        // (the `Arc`), and the bytes do not change under it: checkpoints are replaced by
+        // rename, never written in place (CKP-5, the precondition of `map`).
+        let words = unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<u64>(), self.len) };
+        words
+    }
+}

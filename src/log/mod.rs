@@ -17,7 +17,7 @@ mod writer;
 
 pub(crate) use chain::{Chain, open_own_segment};
 pub(crate) use index::encode as encode_index;
-pub(crate) use map::map as map_file;
+pub(crate) use map::{MappedWords, map as map_file};
 pub(crate) use reader::BoundarySegment;
 pub use reader::LogReader;
 pub use writer::LogWriter;

@@ -4,8 +4,12 @@
 #![deny(clippy::indexing_slicing)]
 
 use std::path::Path;
+use std::sync::Arc;
+
+use memmap2::Mmap;
 
 use crate::event::EventSource;
+use crate::log::MappedWords;
 use crate::record::{u32_at, u64_at};
 use crate::session::repair::RepairState;
 use crate::surface::Surface;
@@ -91,6 +95,16 @@ impl Checkpoint {
     /// # Errors
     /// Why it cannot be used; the caller then folds the whole log.
     pub fn decode(bytes: &[u8], log: &impl EventSource) -> Result<Self, Unusable> {
+        Self::decode_from(bytes, None, log)
+    }
+
+    /// [`Checkpoint::decode`] of `bytes`, which are all of `map` when it is given: the
+    /// surface then borrows its nodes from the map instead of copying them (CKP-7).
+    fn decode_from(
+        bytes: &[u8],
+        map: Option<&Arc<Mmap>>,
+        log: &impl EventSource,
+    ) -> Result<Self, Unusable> {
         let (body, crc) = bytes.split_last_chunk::<4>().ok_or(Unusable::Corrupt)?;
         if crc32c::crc32c(body) != u32::from_le_bytes(*crc)
             || body.get(..8) != Some(&CHECKPOINT_MAGIC[..])
@@ -113,13 +127,16 @@ impl Checkpoint {
             .checked_mul(16)
             .and_then(|n| n.checked_add(nodes_end))
             .ok_or(Unusable::Corrupt)?;
-        // `map` keeps the exact length, so each vector is allocated once.
-        let nodes: Vec<u64> = body
-            .get(48..nodes_end)
-            .ok_or(Unusable::Corrupt)?
-            .chunks_exact(8)
-            .map(|c| u64_at(c, 0).unwrap_or_default())
-            .collect();
+        let node_bytes = body.get(48..nodes_end).ok_or(Unusable::Corrupt)?;
+        // Read in place when they can be; otherwise copied (`map` keeps the exact length,
+        // so the vector is allocated once).
+        let mapped = map.and_then(|map| MappedWords::new(Arc::clone(map), 48, node_count));
+        let nodes = || -> Vec<u64> {
+            node_bytes
+                .chunks_exact(8)
+                .map(|c| u64_at(c, 0).unwrap_or_default())
+                .collect()
+        };
         let keys: Vec<(u64, u64)> = body
             .get(nodes_end..keys_end)
             .ok_or(Unusable::Corrupt)?
@@ -137,8 +154,11 @@ impl Checkpoint {
             .filter(|r| r.len() == repair_len)
             .ok_or(Unusable::Corrupt)?;
         let repair = RepairState::decode(repair_bytes).ok_or(Unusable::Corrupt)?;
-        let surface =
-            Surface::from_parts(nodes, keys, generation, seq_next).ok_or(Unusable::Corrupt)?;
+        let surface = match mapped {
+            Some(words) => Surface::from_mapped_parts(words, keys, generation, seq_next),
+            None => Surface::from_parts(nodes(), keys, generation, seq_next),
+        }
+        .ok_or(Unusable::Corrupt)?;
         if seq_next > log.seq_next() || last_text_crc(log, seq_next) != crc_of_last {
             return Err(Unusable::Stale);
         }
@@ -153,14 +173,14 @@ impl Checkpoint {
     ///
     /// # Errors
     /// Why it cannot be used.
-    /// The file is mapped rather than read: decoding copies the nodes once, into the
-    /// surface, and touches no other fresh memory.
+    /// The file is mapped rather than read, and the surface reads its nodes in place from
+    /// the map until it first changes (CKP-7): opening copies none of them.
     pub fn load(dir: &Path, log: &impl EventSource) -> Result<Self, Unusable> {
         let Ok(file) = std::fs::File::open(dir.join(CHECKPOINT_FILE)) else {
             return Err(Unusable::Missing);
         };
-        let bytes = crate::log::map_file(&file).map_err(|_| Unusable::Corrupt)?;
-        Self::decode(&bytes, log)
+        let map = Arc::new(crate::log::map_file(&file).map_err(|_| Unusable::Corrupt)?);
+        Self::decode_from(&map, Some(&map), log)
     }
 }
 

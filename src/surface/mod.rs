@@ -38,7 +38,7 @@ const SOURCES_PAIRWISE_MAX: usize = 16;
 #[derive(Debug, Clone, Default)]
 pub struct Surface {
     /// Invariant: node keys strictly increase (see the type's doc).
-    nodes: Vec<u64>,
+    nodes: Nodes,
     /// `(seq, key)` of each replacement node on the surface, sorted by seq; a node not
     /// listed is an appended event, whose key is its seq.
     replacement_keys: Vec<(u64, u64)>,
@@ -48,11 +48,59 @@ pub struct Surface {
     history: Option<History>,
 }
 
+/// The nodes of a surface: owned, or borrowed in place from a mapped checkpoint (CKP-7)
+/// until the surface first changes, when they are copied (copy on write). Opening a
+/// session then costs no copy of its nodes; its first append or replace on the surface
+/// pays it instead.
+#[derive(Debug, Clone)]
+enum Nodes {
+    Owned(Vec<u64>),
+    Mapped(crate::log::MappedWords),
+}
+
+impl Default for Nodes {
+    fn default() -> Self {
+        Self::Owned(Vec::new())
+    }
+}
+
+impl std::ops::Deref for Nodes {
+    type Target = [u64];
+
+    fn deref(&self) -> &[u64] {
+        match self {
+            Self::Owned(nodes) => nodes,
+            Self::Mapped(words) => words.as_slice(),
+        }
+    }
+}
+
+impl Nodes {
+    /// The nodes to change, copied out of the map first when borrowed.
+    fn to_mut(&mut self) -> &mut Vec<u64> {
+        if let Self::Mapped(words) = self {
+            *self = Self::Owned(words.as_slice().to_vec());
+        }
+        match self {
+            Self::Owned(nodes) => nodes,
+            Self::Mapped(_) => unreachable!("just copied"),
+        }
+    }
+
+    /// Bytes of heap memory held (none while borrowed from a map).
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Self::Owned(nodes) => nodes.capacity() * size_of::<u64>(),
+            Self::Mapped(_) => 0,
+        }
+    }
+}
+
 /// Equal surfaces have the same nodes, keys, generation and next seq: the state the fold
 /// depends on. Whether history is recorded does not matter.
 impl PartialEq for Surface {
     fn eq(&self, other: &Self) -> bool {
-        self.nodes == other.nodes
+        *self.nodes == *other.nodes
             && self.replacement_keys == other.replacement_keys
             && self.replace_generation == other.replace_generation
             && self.seq_next == other.seq_next
@@ -255,7 +303,7 @@ impl Surface {
                     self.seq_next
                 );
                 if matches!(step, Step::Append { .. }) {
-                    self.nodes.push(seq);
+                    self.nodes.to_mut().push(seq);
                 }
             }
             Step::Replace {
@@ -288,7 +336,7 @@ impl Surface {
                         shadowed_end,
                     });
                 }
-                self.nodes.splice(first..=last, [seq]);
+                self.nodes.to_mut().splice(first..=last, [seq]);
                 // seq is larger than every seq before it, so the list stays sorted.
                 self.replacement_keys.push((seq, key));
                 self.replace_generation += 1;
@@ -365,6 +413,36 @@ impl Surface {
         replace_generation: u64,
         seq_next: u64,
     ) -> Option<Self> {
+        Self::from_node_parts(
+            Nodes::Owned(nodes),
+            replacement_keys,
+            replace_generation,
+            seq_next,
+        )
+    }
+
+    /// [`Surface::from_parts`] with nodes read in place from a mapped checkpoint (CKP-7),
+    /// checked the same way, and copied only when the surface first changes.
+    pub(crate) fn from_mapped_parts(
+        nodes: crate::log::MappedWords,
+        replacement_keys: Vec<(u64, u64)>,
+        replace_generation: u64,
+        seq_next: u64,
+    ) -> Option<Self> {
+        Self::from_node_parts(
+            Nodes::Mapped(nodes),
+            replacement_keys,
+            replace_generation,
+            seq_next,
+        )
+    }
+
+    fn from_node_parts(
+        nodes: Nodes,
+        replacement_keys: Vec<(u64, u64)>,
+        replace_generation: u64,
+        seq_next: u64,
+    ) -> Option<Self> {
         let surface = Self {
             nodes,
             replacement_keys,
@@ -410,7 +488,7 @@ impl Surface {
             h.entries.capacity() * size_of::<ReplaceEntry>()
                 + h.shadowed.capacity() * size_of::<u64>()
         });
-        self.nodes.capacity() * size_of::<u64>()
+        self.nodes.heap_bytes()
             + self.replacement_keys.capacity() * size_of::<(u64, u64)>()
             + history
     }
