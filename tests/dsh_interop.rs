@@ -76,31 +76,30 @@ fn split_lines(bytes: &[u8]) -> Vec<&[u8]> {
 
 #[test]
 fn zstd_round_trip_reads_back_the_same_events() {
-    let dir = scratch("zstd-round-trip");
-    let raw = fixture(FIXTURE);
-    let (store, outcome) = import_bytes(&dir, "raw.jsonl", &raw, Compression::None);
-    let (imported, _) = outcome.unwrap();
-    let compressed = export(
-        &store,
-        &imported.id,
-        &dir.join("out.zst"),
-        true,
-        Compression::Zstd,
-    );
-    assert_eq!(&compressed[..4], &[0x28, 0xB5, 0x2F, 0xFD]);
-    // Every frame carries a content checksum (ZST-4), and the plaintext is the raw file.
-    assert_eq!(zstd::stream::decode_all(&compressed[..]).unwrap(), raw);
-    let (again, outcome) = import_bytes(&dir, "z.jsonl.zstd", &compressed, Compression::Zstd);
-    let (second, scan) = outcome.unwrap();
-    assert_eq!((second.events, scan.torn), (imported.events, None));
-    let back = export(
-        &again,
-        &second.id,
-        &dir.join("back.jsonl"),
-        true,
-        Compression::None,
-    );
-    assert_eq!(back, raw);
+    // The second fixture's body is one frame of 82 KB: its plaintext reaches the scanner
+    // in pieces, with a record cut between two of them.
+    for (n, name) in [FIXTURE, "headless-agent--advanced-toolchain--session.jsonl"]
+        .into_iter()
+        .enumerate()
+    {
+        let dir = scratch(&format!("zstd-round-trip-{n}"));
+        let raw = fixture(name);
+        let (store, outcome) = import_bytes(&dir, "raw.jsonl", &raw, Compression::None);
+        let (imported, _) = outcome.unwrap();
+        let out = dir.join("out.zst");
+        let compressed = export(&store, &imported.id, &out, true, Compression::Zstd);
+        assert_eq!(&compressed[..4], &[0x28, 0xB5, 0x2F, 0xFD]);
+        // Every frame carries a content checksum (ZST-4); the plaintext is the raw file.
+        assert_eq!(zstd::stream::decode_all(&compressed[..]).unwrap(), raw);
+        let (again, outcome) = import_bytes(&dir, "z.jsonl.zstd", &compressed, Compression::Zstd);
+        let (second, scan) = outcome.unwrap();
+        assert_eq!((second.events, scan.torn), (imported.events, None));
+        let back = dir.join("back.jsonl");
+        assert_eq!(
+            export(&again, &second.id, &back, true, Compression::None),
+            raw
+        );
+    }
 }
 
 #[test]

@@ -188,7 +188,15 @@ impl JsonlReader {
                 return Err(corrupt(&self.path, "byte 0", reason));
             }
         };
-        let plain = decode_frame(&frame, 0, &self.path)?;
+        let mut plain = Vec::new();
+        decode_frame(&frame, 0, &self.path, &mut |piece| {
+            plain.extend_from_slice(piece);
+            if plain.len() > RECORD_BYTES_MAX {
+                let reason = "the header record is longer than the record limit";
+                return Err(corrupt(&self.path, "byte 0", reason));
+            }
+            Ok(())
+        })?;
         let one_line = plain
             .split_last()
             .is_some_and(|(last, before)| *last == b'\n' && !before.contains(&b'\n'));
@@ -239,8 +247,9 @@ impl JsonlReader {
                 Frame::End => break,
                 Frame::Complete(bytes) => {
                     self.offset += bytes.len() as u64;
-                    let plain = decode_frame(&bytes, start, &self.path)?;
-                    scanner.feed(&plain, each)?;
+                    decode_frame(&bytes, start, &self.path, &mut |piece| {
+                        scanner.feed(piece, each)
+                    })?;
                     progress(self.offset);
                 }
                 Frame::Torn(bytes) => {
@@ -691,19 +700,32 @@ fn next_frame(file: &mut impl Read, start: u64, path: &Path) -> Result<Frame> {
 }
 
 /// ZST-13: decompresses one complete frame, checking its content checksum.
-fn decode_frame(frame: &[u8], start: u64, path: &Path) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut decoder = zstd::stream::read::Decoder::with_buffer(frame)
-        .map_err(|e| Error::io("zstd", path, &e))?
-        .single_frame();
-    decoder.read_to_end(&mut out).map_err(|e| {
+fn decode_frame(
+    frame: &[u8],
+    start: u64,
+    path: &Path,
+    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
+    let invalid = |e: std::io::Error| {
         corrupt(
             path,
             &format!("byte {start}"),
             &format!("frame failed validation (ZST-13): {e}"),
         )
-    })?;
-    Ok(out)
+    };
+    let mut decoder = zstd::stream::read::Decoder::with_buffer(frame)
+        .map_err(invalid)?
+        .single_frame();
+    // The plaintext goes on in pieces, so memory does not grow with the frame.
+    let mut piece = vec![0; 64 << 10];
+    loop {
+        match decoder.read(&mut piece) {
+            Ok(0) => return Ok(()),
+            Ok(n) => sink(&piece[..n])?,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(invalid(e)),
+        }
+    }
 }
 
 /// ZST-16: what the bytes of a torn frame decode to before they run out (nothing on a
