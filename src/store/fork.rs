@@ -109,9 +109,11 @@ fn write_fork(
     storage
         .create_dir_all(&log_dir)
         .map_err(|e| Error::io("create_dir", &log_dir, &e))?;
+    // Every file written here is synced at the end, together (STORE-13).
+    let mut syncs = Syncs::default();
     // No temporary file: the directory is not published yet (STORE-13).
     let text = format!("{}\n", header.text());
-    write_synced(storage, &dir.join("header.json"), text.as_bytes())?;
+    syncs.write(storage, &dir.join("header.json"), text.as_bytes())?;
     let source_log = reader.dir();
     let prefix = reader.prefix(child.len)?;
     for &(path, limited) in &prefix.whole {
@@ -131,7 +133,7 @@ fn write_fork(
             SegmentHeader::decode(&bytes).map_err(|_| corrupt_header(&source_first))?
         }
         Some(boundary) => {
-            limit = Some(share_boundary(storage, &log_dir, &boundary)?);
+            limit = Some(share_boundary(storage, &log_dir, &boundary, &mut syncs)?);
             SegmentHeader {
                 log_id: boundary.header.log_id,
                 index: boundary.header.index + 1,
@@ -140,13 +142,10 @@ fn write_fork(
             }
         }
     };
-    create_own_segment(storage, &log_dir, own, child.marker)?;
+    create_own_segment(storage, &log_dir, own, child.marker, &mut syncs)?;
     link_checkpoint(source_log, dir, child.len);
-    for synced in [&log_dir, dir] {
-        storage
-            .sync_dir(synced)
-            .map_err(|e| Error::io("fsync", synced, &e))?;
-    }
+    syncs.dirs = vec![log_dir, dir.to_owned()];
+    syncs.run(storage)?;
     Ok(limit)
 }
 
@@ -173,13 +172,15 @@ fn link_whole(path: &Path, limited: bool, log_dir: &Path) -> Result<()> {
 }
 
 /// Creates the child's own segment (SEG-6) with `header` and, right after it, the record
-/// of `marker`, in one write and one sync: the directory's sync in [`write_fork`] then
-/// makes the file's entry durable, and nothing reads it before the publish (STORE-13).
+/// of `marker`, in one write, synced with the rest of the child (STORE-13): the
+/// directory's sync then makes the file's entry durable, and nothing reads it before the
+/// publish.
 fn create_own_segment(
     storage: &dyn Storage,
     log_dir: &Path,
     mut header: SegmentHeader,
     marker: Option<&Event>,
+    syncs: &mut Syncs,
 ) -> Result<()> {
     let mut bytes = header.encode().to_vec();
     if let Some(marker) = marker {
@@ -198,9 +199,8 @@ fn create_own_segment(
     storage
         .write_at(&file, 0, &bytes)
         .map_err(|e| Error::io("write", &path, &e))?;
-    storage
-        .sync_data(&file)
-        .map_err(|e| Error::io("fsync", &path, &e))
+    syncs.files.push((path, file));
+    Ok(())
 }
 
 fn corrupt_header(path: &Path) -> Error {
@@ -219,15 +219,14 @@ fn share_boundary(
     storage: &dyn Storage,
     log_dir: &Path,
     boundary: &crate::log::BoundarySegment<'_>,
+    syncs: &mut Syncs,
 ) -> Result<Limit> {
     let first = boundary.header.first_seq;
     if !boundary.durable {
         let source = storage
             .open_file(boundary.path, false)
             .map_err(|e| Error::io("open", boundary.path, &e))?;
-        storage
-            .sync_data(&source)
-            .map_err(|e| Error::io("fsync", boundary.path, &e))?;
+        syncs.files.push((boundary.path.to_owned(), source));
     }
     link(boundary.path, &log_dir.join(segment_name(first)))?;
     let last_offset = boundary.offsets.last().copied().unwrap_or_default();
@@ -239,7 +238,7 @@ fn share_boundary(
         last_offset,
         end,
     };
-    write_synced(storage, &log_dir.join(limit_name(first)), &limit.encode())?;
+    syncs.write(storage, &log_dir.join(limit_name(first)), &limit.encode())?;
     // A cache (IDX-2): not synced.
     let data = boundary
         .bytes
@@ -282,15 +281,56 @@ fn link(from: &Path, to: &Path) -> Result<()> {
     std::fs::hard_link(from, to).map_err(|e| Error::io("link", to, &e))
 }
 
-/// Creates `path` with `bytes` and syncs it.
-fn write_synced(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<()> {
-    let file = storage
-        .create_file(path, 0)
-        .map_err(|e| Error::io("create", path, &e))?;
-    storage
-        .write_at(&file, 0, bytes)
-        .map_err(|e| Error::io("write", path, &e))?;
-    storage
-        .sync_data(&file)
-        .map_err(|e| Error::io("fsync", path, &e))
+/// The files and directories a fork syncs before it publishes its child (STORE-13).
+#[derive(Debug, Default)]
+struct Syncs {
+    files: Vec<(std::path::PathBuf, std::fs::File)>,
+    dirs: Vec<std::path::PathBuf>,
+}
+
+impl Syncs {
+    /// Creates `path` with `bytes`, to be synced.
+    fn write(&mut self, storage: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<()> {
+        let file = storage
+            .create_file(path, 0)
+            .map_err(|e| Error::io("create", path, &e))?;
+        storage
+            .write_at(&file, 0, bytes)
+            .map_err(|e| Error::io("write", path, &e))?;
+        self.files.push((path.to_owned(), file));
+        Ok(())
+    }
+
+    /// Syncs every file's data and every directory, all at once, and returns when all are
+    /// durable: the first error, if any. At once, because nothing orders them among
+    /// themselves (each sync makes its own file or directory durable; only the publish
+    /// must follow all of them), and a filesystem commits concurrent syncs together (one
+    /// journal commit on ext4 instead of one per call).
+    fn run(&self, storage: &dyn Storage) -> Result<()> {
+        std::thread::scope(|scope| {
+            let files = self.files.iter().map(|(path, file)| {
+                scope.spawn(move || {
+                    storage
+                        .sync_data(file)
+                        .map_err(|e| Error::io("fsync", path, &e))
+                })
+            });
+            let dirs = self.dirs.iter().map(|dir| {
+                scope.spawn(move || {
+                    storage
+                        .sync_dir(dir)
+                        .map_err(|e| Error::io("fsync", dir, &e))
+                })
+            });
+            let handles: Vec<_> = files.chain(dirs).collect();
+            handles
+                .into_iter()
+                .map(|handle| {
+                    handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .fold(Ok(()), Result::and)
+        })
+    }
 }
