@@ -2143,7 +2143,13 @@ fn feed_texts(written: &[String], header: &str, time: i64) -> Result<(), TestCas
             &surface,
             &Surface::fold(&log, &vocabulary).map_err(|e| fail(&e))?
         );
-        prop_assert_eq!(texts(&log), written.to_vec());
+        // An event is stored as the exact text of its JSON object: whitespace around the
+        // object (which a mutation may add) is not part of it.
+        let objects: Vec<String> = written
+            .iter()
+            .map(|t| t.trim_matches([' ', '\t', '\n', '\r']).to_owned())
+            .collect();
+        prop_assert_eq!(texts(&log), objects);
         let nodes = surface::messages(&surface, &log).len();
         prop_assert!(nodes <= surface.nodes().len());
     }
