@@ -44,15 +44,7 @@ impl Limit {
             (48, &self.last_offset.to_le_bytes()),
             (52, &self.end.to_le_bytes()),
         ];
-        for (at, field) in fields {
-            if let Some(slot) = bytes.get_mut(at..at + field.len()) {
-                slot.copy_from_slice(field);
-            }
-        }
-        let crc = crc32c::crc32c(bytes.get(..60).unwrap_or_default());
-        if let Some(slot) = bytes.get_mut(60..64) {
-            slot.copy_from_slice(&crc.to_le_bytes());
-        }
+        super::segment::write_checked_block(&mut bytes, &fields);
         bytes
     }
 

@@ -35,6 +35,18 @@ pub enum HeaderError {
     Version(u32),
 }
 
+/// Fills a 64-byte block: each field at its offset, then the CRC-32C of bytes 0..60 in
+/// bytes 60..64 (the layout shared by segment headers, SEG-2, and limit files, LIM-2).
+pub(crate) fn write_checked_block(bytes: &mut [u8; 64], fields: &[(usize, &[u8])]) {
+    for (at, field) in fields {
+        if let Some(slot) = bytes.get_mut(*at..at + field.len()) {
+            slot.copy_from_slice(field);
+        }
+    }
+    let crc = crc32c::crc32c(&bytes[..60]);
+    bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+}
+
 impl SegmentHeader {
     /// The header's 64 bytes.
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
@@ -51,15 +63,7 @@ impl SegmentHeader {
             (40, &self.first_seq.to_le_bytes()),
             (48, &self.capacity.to_le_bytes()),
         ];
-        for (at, field) in fields {
-            if let Some(slot) = bytes.get_mut(at..at + field.len()) {
-                slot.copy_from_slice(field);
-            }
-        }
-        let crc = crc32c::crc32c(bytes.get(..60).unwrap_or_default());
-        if let Some(slot) = bytes.get_mut(60..64) {
-            slot.copy_from_slice(&crc.to_le_bytes());
-        }
+        write_checked_block(&mut bytes, &fields);
         bytes
     }
 
