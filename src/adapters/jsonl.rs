@@ -557,23 +557,9 @@ impl Scanner {
     }
 }
 
-/// The index of the first line feed in `bytes`, eight bytes at a time (see
-/// `json::parse::plain_run` for the word trick).
+/// The index of the first line feed in `bytes`, eight bytes at a time.
 fn find_newline(bytes: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let mut at = 0;
-    while let Some(word) = bytes.get(at..at + 8) {
-        let mut le = [0u8; 8];
-        le.copy_from_slice(word);
-        let x = u64::from_le_bytes(le) ^ (ONES * u64::from(b'\n'));
-        let hits = x.wrapping_sub(ONES) & !x & HIGHS;
-        if hits != 0 {
-            return Some(at + (hits.trailing_zeros() / 8) as usize);
-        }
-        at += 8;
-    }
-    bytes[at..].iter().position(|&b| b == b'\n').map(|i| at + i)
+    crate::json::find_byte(bytes, b'\n')
 }
 
 /// ROW-8 and §5.3: a packed row decodes to its members; any other object is one event;

@@ -138,16 +138,7 @@ fn canonical_delta(text: &str) -> Option<Delta<'_>> {
     if rest != "}}}" {
         return None;
     }
-    let safe = |token: &str| {
-        let value = number_value(token);
-        #[expect(clippy::cast_precision_loss, reason = "2^53 - 1 is exact in binary64")]
-        let limit = SAFE_MAX as f64;
-        #[expect(
-            clippy::cast_possible_truncation,
-            reason = "checked integral and in range"
-        )]
-        (value.fract() == 0.0 && value.abs() <= limit).then_some(value as i64)
-    };
+    let safe = |token: &str| crate::json::safe_int(number_value(token));
     let finite = |token: &'_ str| number_value(token).is_finite();
     if !(finite(turn) && finite(step) && finite(index)) {
         return None;

@@ -22,8 +22,20 @@ pub use equal::{equal, equal_except};
 pub use string::{decode_string, encode_js_string, push_js_string};
 pub use write::{push_js_number, push_js_string_value, write_js};
 
+/// `value` when it is a *safe integer* (contract §2): integral, of magnitude at most
+/// 2^53−1. `-0` gives 0.
+pub(crate) fn safe_int(value: f64) -> Option<i64> {
+    #[expect(clippy::cast_precision_loss, reason = "2^53 - 1 is exact in binary64")]
+    let limit = crate::limits::SAFE_INTEGER_MAX as f64;
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "checked integral and in range"
+    )]
+    (value.fract() == 0.0 && value.abs() <= limit).then_some(value as i64)
+}
+
 /// The binary64 value of a JSON number token, correctly rounded (JSON-3).
-pub(crate) use parse::number_value;
+pub(crate) use parse::{find_byte, number_value};
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -182,14 +194,7 @@ impl<'j, 'a> Value<'j, 'a> {
     /// The value when it is a *safe integer* (contract §2): an integer, judged by value,
     /// of magnitude at most 2^53−1. `-0` reads as 0.
     pub fn as_safe_int(&self) -> Option<i64> {
-        let value = self.as_f64()?;
-        #[expect(clippy::cast_precision_loss, reason = "2^53 - 1 is exact in binary64")]
-        let limit = crate::limits::SAFE_INTEGER_MAX as f64;
-        #[expect(
-            clippy::cast_possible_truncation,
-            reason = "checked integral and in range"
-        )]
-        (value.fract() == 0.0 && value.abs() <= limit).then_some(value as i64)
+        safe_int(self.as_f64()?)
     }
 
     /// The value when it is a non-negative safe integer.

@@ -366,26 +366,51 @@ impl Parser<'_> {
 /// borrow can only add flags above a real one), so XOR with `"` or `\\` finds those
 /// bytes and subtracting `0x20..` finds bytes below 0x20 (bytes >= 0x80 never match).
 pub(super) fn plain_run(bytes: &[u8]) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let zero_bytes = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let special = |b: u8| b == b'"' || b == b'\\' || b < 0x20;
+    let hits = |x: u64| {
+        zero_bytes(x ^ (ONES * u64::from(b'"')))
+            | zero_bytes(x ^ (ONES * u64::from(b'\\')))
+            | (x.wrapping_sub(ONES * 0x20) & !x & HIGHS)
+    };
+    find_by_words(bytes, hits, special).unwrap_or(bytes.len())
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of each zero byte of `x`; the lowest one is exact (see [`plain_run`]).
+fn zero_bytes(x: u64) -> u64 {
+    x.wrapping_sub(ONES) & !x & HIGHS
+}
+
+/// The first index whose byte matches, eight bytes at a time: `hits` flags matching bytes
+/// of a little-endian word by their high bit (the lowest flag exact), `matches` judges the
+/// bytes of the last, partial word.
+pub(crate) fn find_by_words(
+    bytes: &[u8],
+    hits: impl Fn(u64) -> u64,
+    matches: impl Fn(u8) -> bool,
+) -> Option<usize> {
     let mut at = 0;
     while let Some(word) = bytes.get(at..at + 8) {
         let mut le = [0u8; 8];
         le.copy_from_slice(word);
-        let x = u64::from_le_bytes(le);
-        let hits = zero_bytes(x ^ (ONES * u64::from(b'"')))
-            | zero_bytes(x ^ (ONES * u64::from(b'\\')))
-            | (x.wrapping_sub(ONES * 0x20) & !x & HIGHS);
-        if hits != 0 {
-            return at + (hits.trailing_zeros() / 8) as usize;
+        let flags = hits(u64::from_le_bytes(le));
+        if flags != 0 {
+            return Some(at + (flags.trailing_zeros() / 8) as usize);
         }
         at += 8;
     }
-    at + bytes[at..]
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-        .unwrap_or(bytes.len() - at)
+    bytes[at..].iter().position(|&b| matches(b)).map(|i| at + i)
+}
+
+/// The first index of `byte` in `bytes` (see [`find_by_words`]).
+pub(crate) fn find_byte(bytes: &[u8], byte: u8) -> Option<usize> {
+    find_by_words(
+        bytes,
+        |x| zero_bytes(x ^ (ONES * u64::from(byte))),
+        |b| b == byte,
+    )
 }
 
 fn duplicate(key: &[u8], at: u32) -> JsonError {

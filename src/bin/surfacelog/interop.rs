@@ -27,6 +27,17 @@ pub enum Format {
     DshSqlite,
 }
 
+impl Format {
+    /// How a JSONL format is framed (`dsh-formats.md` §5, §6).
+    fn compression(self) -> Compression {
+        if self == Format::DshJsonlZstd {
+            Compression::Zstd
+        } else {
+            Compression::None
+        }
+    }
+}
+
 /// A progress bar on a terminal's stderr; hidden when stderr is piped.
 fn progress_bar(total: u64, what: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
@@ -67,11 +78,7 @@ pub fn import(
     let stdout = &mut std::io::stdout().lock();
     match format {
         Format::DshJsonl | Format::DshJsonlZstd => {
-            let compression = if format == Format::DshJsonl {
-                Compression::None
-            } else {
-                Compression::Zstd
-            };
+            let compression = format.compression();
             let size = std::fs::metadata(file).map_or(0, |m| m.len());
             let bar = progress_bar(size, "import");
             let outcome = jsonl::import_jsonl(&store, file, compression, id, &mut |at| {
@@ -97,11 +104,7 @@ pub fn export(store: &Path, id: &str, format: Format, pack: bool, out: &Path) ->
     let events = session.log().seq_next();
     let summary = match format {
         Format::DshJsonl | Format::DshJsonlZstd => {
-            let compression = if format == Format::DshJsonl {
-                Compression::None
-            } else {
-                Compression::Zstd
-            };
+            let compression = format.compression();
             let exported =
                 jsonl::export_file(out, session.header(), session.log(), pack, compression)?;
             format!(
