@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use surfacelog::event::{Event, EventFields, EventSource, SurfaceOp};
-use surfacelog::log::{Durability, LogOptions, LogReader, LogWriter, TornTail};
+use surfacelog::log::{DiskLog, Durability, LogOptions, LogReader, LogWriter, TornTail};
 use surfacelog::storage::faulty::{Faults, FaultyStorage};
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -127,6 +127,7 @@ fn reopening_continues_the_log_in_every_durability_mode() {
             max_delay: Duration::from_millis(5),
         },
         Durability::Manual,
+        Durability::Staged,
     ];
     for (i, durability) in modes.into_iter().enumerate() {
         let dir = temp_dir(&format!("reopen-{i}"));
@@ -296,6 +297,73 @@ fn a_failed_sync_poisons_every_waiter_and_never_reports_success() {
     // The write reached the OS before the sync failed; whether it is kept is not
     // promised, but nothing after it was written.
     assert!(writer.seq_next() == 3 || writer.seq_next() == 4);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn dur_6_a_failed_background_sync_of_a_sealed_segment_fails_the_flush() {
+    let dir = temp_dir("staged-sync");
+    let (writer, faults) = faulty_writer(&dir, Durability::Staged, 16 << 10);
+    // The first sync is the first sealed segment's, run in the background.
+    faults.fail_sync(1);
+    writer.append(&events(0..400)).unwrap();
+    assert!(segments(&dir).len() > 3, "the appends sealed segments");
+    let error = writer.flush().unwrap_err();
+    assert_eq!(error.code(), "IO");
+    assert!(
+        error.to_string().contains("00000000000000000000.seg"),
+        "the failure names the sealed segment: {error}"
+    );
+    assert_eq!(
+        writer.append(&events(400..401)).unwrap_err().code(),
+        "POISONED"
+    );
+    assert_eq!(writer.flush().unwrap_err().code(), "POISONED");
+    drop(writer);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn dur_6_staged_segments_are_synced_by_the_flush_and_read_back() {
+    let dir = temp_dir("staged");
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let options = LogOptions {
+        storage: Arc::new(storage),
+        ..options(Durability::Staged, 16 << 10)
+    };
+    let (writer, _) = LogWriter::open(&dir, options).unwrap();
+    let syncs_before = faults.syncs();
+    writer.append(&events(0..2000)).unwrap();
+    let sealed = segments(&dir).len() - 1;
+    assert!(sealed > 10);
+    writer.flush().unwrap();
+    // Each sealed segment once, then the active one; new segments are not synced when
+    // created (DUR-6).
+    assert_eq!(faults.syncs() - syncs_before, sealed as u64 + 1);
+    writer.close().unwrap();
+    assert_reads_back(&dir, 2000);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_disk_log_reads_its_own_appends_back_across_segments() {
+    let dir = temp_dir("disklog-own");
+    let (mut log, _) = DiskLog::open(&dir, options(Durability::Manual, 16 << 10)).unwrap();
+    let mut next = 0;
+    for size in [1, 7, 100, 3, 250, 1, 600, 40].into_iter().cycle().take(40) {
+        log.append_owned(events(next..next + size)).unwrap();
+        next += size;
+        assert_eq!(log.seq_next(), next);
+        // Every event reads back, whether still buffered, written or in a sealed segment.
+        for seq in (0..next).step_by(13).chain(next - 1..next) {
+            assert_eq!(log.event(seq).unwrap().text, event(seq).text(), "seq {seq}");
+        }
+    }
+    assert!(segments(&dir).len() > 20);
+    log.flush().unwrap();
+    drop(log);
+    assert_reads_back(&dir, next);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use super::rows;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventSource, Header};
-use crate::json::{Json, Kind, Value, push_js_number, push_js_string, write_js};
+use crate::json::{Batch, Json, Kind, Value, push_js_number, push_js_string, write_js};
 use crate::limits::MAX_EVENT_BYTES_DEFAULT;
 
 /// How a JSONL log is framed on disk.
@@ -272,16 +272,21 @@ impl JsonlReader {
 
     /// Names the file in a `CORRUPT` location that gives only a line or byte.
     fn locate(&self, error: Error) -> Error {
-        match error.kind() {
-            ErrorKind::Corrupt { location, reason } if !location.starts_with('/') => {
-                ErrorKind::Corrupt {
-                    location: format!("{} {location}", self.path.display()),
-                    reason: reason.clone(),
-                }
-                .into()
+        locate(&self.path, error)
+    }
+}
+
+/// A `CORRUPT` error whose location is relative to the file (a line) names the file too.
+fn locate(path: &Path, error: Error) -> Error {
+    match error.kind() {
+        ErrorKind::Corrupt { location, reason } if !location.starts_with('/') => {
+            ErrorKind::Corrupt {
+                location: format!("{} {location}", path.display()),
+                reason: reason.clone(),
             }
-            _ => error,
+            .into()
         }
+        _ => error,
     }
 }
 
@@ -1088,9 +1093,79 @@ pub fn import_jsonl(
     let reader = JsonlReader::open(path, compression)?;
     let id = id.unwrap_or(reader.id()).to_owned();
     let mut import = store.import(&id, reader.header())?;
-    let scan = reader.read_events(&mut |event| import.push_parsed(event).map(|_| ()), progress)?;
+    let scan = read_into(reader, &mut import, progress)?;
     let imported = import.finish()?;
     Ok((imported, scan))
+}
+
+/// The text bytes of parsed events the reading thread gathers before handing them to the
+/// importing one.
+const BATCH_TEXT_BYTES: usize = 256 << 10;
+
+/// Full batches waiting for the importing thread: with the one being filled and the one
+/// being imported, at most this many plus two batches exist, which bounds memory.
+const BATCHES_QUEUED: usize = 2;
+
+/// Streams the events of `reader` into `import` on two threads: this one reads, splits
+/// records, decodes rows and parses (with `progress`); another runs the import path's
+/// checks and writes the log. Parsed events cross over in batches through a bounded
+/// queue, and emptied batches come back for reuse.
+///
+/// The outcome is the one a single thread would give: the events read before a read
+/// failure are imported first, and a refusal by the import path wins over a read failure
+/// found after it.
+fn read_into(
+    reader: JsonlReader,
+    import: &mut crate::store::Import<'_>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Scan> {
+    use std::sync::mpsc;
+    let path = reader.path.clone();
+    let stopped = || {
+        Error::io(
+            "import",
+            &path,
+            &std::io::Error::other("the import stopped"),
+        )
+    };
+    let (full_tx, full_rx) = mpsc::sync_channel::<Batch>(BATCHES_QUEUED);
+    let (empty_tx, empty_rx) = mpsc::channel::<Batch>();
+    std::thread::scope(|scope| {
+        let importer = std::thread::Builder::new()
+            .name("surfacelog-import".into())
+            .spawn_scoped(scope, move || -> Result<()> {
+                for mut batch in full_rx {
+                    batch.for_each(|event| import.push_parsed(event).map(|_| ()))?;
+                    batch.clear();
+                    // The reader may be gone already; the batch is then simply dropped.
+                    let _ = empty_tx.send(batch);
+                }
+                Ok(())
+            })
+            .map_err(|e| Error::io("spawn", &path, &e))?;
+        let mut batch = Batch::new();
+        let read = reader.read_events(
+            &mut |event| {
+                batch.push(event);
+                if batch.text_bytes() >= BATCH_TEXT_BYTES {
+                    let next = empty_rx.try_recv().unwrap_or_default();
+                    full_tx
+                        .send(std::mem::replace(&mut batch, next))
+                        .map_err(|_| stopped())?;
+                }
+                Ok(())
+            },
+            progress,
+        );
+        if !batch.is_empty() {
+            // Fails only when the importer stopped, and then its error is returned below.
+            let _ = full_tx.send(batch);
+        }
+        drop(full_tx);
+        let imported = importer.join().unwrap_or_else(|_| Err(stopped()));
+        imported.map_err(|e| locate(&path, e))?;
+        read
+    })
 }
 
 #[cfg(test)]

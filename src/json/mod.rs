@@ -13,11 +13,13 @@
 //! the contract refuses `-0` on some entry points and accepts it on others.
 //! Escaped lone surrogates (`"\ud800"`) are accepted and kept (JSON-5).
 
+mod batch;
 mod equal;
 mod parse;
 mod string;
 mod write;
 
+pub use batch::Batch;
 pub use equal::{equal, equal_except};
 pub use string::{decode_string, encode_js_string, push_js_string};
 pub use write::{push_js_number, push_js_string_value, write_js};
@@ -81,7 +83,7 @@ pub enum Kind {
 }
 
 /// One tape entry. Invariant: `next` is the index just past this node's subtree.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Node {
     kind: Kind,
     /// For strings: the literal contains a backslash. For bools: the value is `true`.
@@ -194,7 +196,11 @@ impl<'j, 'a> Value<'j, 'a> {
     /// The value when it is a *safe integer* (contract §2): an integer, judged by value,
     /// of magnitude at most 2^53−1. `-0` reads as 0.
     pub fn as_safe_int(&self) -> Option<i64> {
-        safe_int(self.as_f64()?)
+        if self.kind() != Kind::Number {
+            return None;
+        }
+        let token = self.raw();
+        parse::small_integer(token).or_else(|| safe_int(parse::number_value(token)))
     }
 
     /// The value when it is a non-negative safe integer.

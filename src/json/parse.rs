@@ -31,14 +31,10 @@ pub(super) fn parse(text: &str) -> Result<Json<'_>, JsonError> {
 
 /// The binary64 value of a number token (correctly rounded, like `JSON.parse`).
 pub(crate) fn number_value(token: &str) -> f64 {
-    // Fast path: an integer of at most 15 digits is exact in binary64.
-    let digits = token.strip_prefix('-').unwrap_or(token);
-    if !digits.is_empty() && digits.len() <= 15 && digits.bytes().all(|b| b.is_ascii_digit()) {
-        let magnitude = digits
-            .bytes()
-            .fold(0u64, |acc, b| acc * 10 + u64::from(b - b'0'));
+    if let Some(value) = small_integer(token) {
         #[expect(clippy::cast_precision_loss, reason = "below 10^15: exact")]
-        let magnitude = magnitude as f64;
+        let magnitude = value.unsigned_abs() as f64;
+        // `-0` keeps its sign (JSON-3).
         return if token.starts_with('-') {
             -magnitude
         } else {
@@ -48,6 +44,28 @@ pub(crate) fn number_value(token: &str) -> f64 {
     // The token passed the grammar check, which Rust's float syntax accepts; the fallback
     // is unreachable but keeps this function total.
     token.parse::<f64>().unwrap_or(f64::NAN)
+}
+
+/// The value of an integer token of at most 15 digits (so exact in binary64, and a safe
+/// integer), read in one pass; `None` for any other token. `-0` gives 0.
+pub(crate) fn small_integer(token: &str) -> Option<i64> {
+    let bytes = token.as_bytes();
+    let (negative, digits) = match bytes {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, bytes),
+    };
+    if digits.is_empty() || digits.len() > 15 {
+        return None;
+    }
+    let mut magnitude: i64 = 0;
+    for &byte in digits {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        magnitude = magnitude * 10 + i64::from(digit);
+    }
+    Some(if negative { -magnitude } else { magnitude })
 }
 
 /// The most tape nodes reserved before parsing starts.

@@ -318,3 +318,19 @@ proptest! {
         prop_assert_eq!(fast, general);
     }
 }
+
+proptest! {
+    /// `as_safe_int`, with its one-pass integer path, judges every number as the general
+    /// rule does: by its binary64 value (contract §2), `-0` as 0.
+    #[test]
+    fn safe_int_fast_path_matches_the_value_rule(
+        token in prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            "-?(0|[1-9][0-9]{0,17})(\\.[0-9]{1,3})?([eE][-+]?[0-9]{1,2})?",
+        ],
+    ) {
+        let json = Json::parse(&token).unwrap();
+        let general = super::safe_int(token.parse::<f64>().unwrap());
+        prop_assert_eq!(json.root().as_safe_int(), general);
+    }
+}

@@ -100,7 +100,7 @@ impl DiskLog {
 
     /// Reads what the writer has written and forgets those events from `unwritten`.
     fn catch_up(&mut self) -> crate::Result<()> {
-        let visible = self.reader.refresh()?;
+        let visible = self.reader.refresh_written(self.writer.seq_on_file())?;
         let written = self
             .unwritten
             .iter()
@@ -173,6 +173,13 @@ pub enum Durability {
     },
     /// Durable at `flush()` and at close (DUR-3).
     Manual,
+    /// For a log that nobody can open yet, built to be published whole (an import under
+    /// the store's `tmp/`, `store.md` STORE-14): as `Manual`, but a sealed segment's sync
+    /// runs in the background while appends go on, and segments are created without
+    /// syncs; `flush()` waits for those syncs, then syncs the active segment and the
+    /// directory (DUR-6). The order of DUR-4 is not kept, so after a crash the log must be
+    /// discarded, never recovered.
+    Staged,
 }
 
 /// How a log is written.

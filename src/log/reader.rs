@@ -10,7 +10,7 @@ use super::chain::{Chain, Linked, open_chain};
 use super::index;
 use super::limit::Limit;
 use super::map::{map, release};
-use super::scan::{Stop, scan};
+use super::scan::{Stop, scan, walk_written};
 use super::segment::{
     HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_segment_name,
     version_error,
@@ -196,6 +196,42 @@ impl LogReader {
                 return Ok(self.seq_next);
             }
         }
+    }
+
+    /// [`LogReader::refresh`] for the reader beside this process's writer (`DiskLog`):
+    /// catches up to `written`, the seq after the last record the writer has written,
+    /// walking frame lengths instead of scanning (`scan::walk_written`): the writer has
+    /// just written those bytes, and every read checks its record again (REC-4). Should the
+    /// bytes not frame the records expected, it falls back to [`LogReader::refresh`].
+    ///
+    /// # Errors
+    /// As [`LogReader::refresh`].
+    pub(crate) fn refresh_written(&mut self, written: u64) -> Result<u64> {
+        while self.seq_next < written {
+            let Some(last) = self.segments.last_mut() else {
+                return self.refresh();
+            };
+            if last.limit.is_none() {
+                let found = walk_written(&last.map, last.end, self.seq_next, written);
+                if let Stop::Invalid { .. } = found.stop {
+                    return self.refresh();
+                }
+                if !found.offsets.is_empty() {
+                    let mut offsets = last.offsets.take().unwrap_or_default();
+                    offsets.extend_from_slice(&found.offsets);
+                    last.offsets = OnceLock::from(offsets);
+                    last.end = found.end;
+                    last.release_read(RELEASE_STEP_BYTES);
+                    self.seq_next = found.seq_next;
+                    continue;
+                }
+            }
+            // The writer has rolled to the next segment (RD-2).
+            if !self.open_next_segment()? {
+                return self.refresh();
+            }
+        }
+        Ok(self.seq_next)
     }
 
     /// The directory of the log.

@@ -74,6 +74,11 @@ struct State {
     /// exactly `pending` records; it is empty in `Sync` durability between appends.
     buffer: Vec<u8>,
     pending: u64,
+    /// `Staged` (DUR-6): the syncs of sealed segments still running in the background,
+    /// each with its segment's path; the next flush waits for them.
+    sealing: Vec<(PathBuf, JoinHandle<std::io::Result<()>>)>,
+    /// `Staged` (DUR-6): a segment was created since the directory was last synced.
+    dir_unsynced: bool,
 }
 
 #[derive(Debug)]
@@ -138,7 +143,7 @@ impl LogWriter {
         });
         let flusher = match shared.options.durability {
             Durability::Batch { max_delay } => Some(Flusher::start(Arc::clone(&shared), max_delay)),
-            Durability::Sync | Durability::Manual => None,
+            Durability::Sync | Durability::Manual | Durability::Staged => None,
         };
         Ok((Self { shared, flusher }, report, segments))
     }
@@ -230,6 +235,13 @@ impl LogWriter {
     /// The next seq: the number of events in the log.
     pub fn seq_next(&self) -> u64 {
         self.shared.lock_state().seq_next
+    }
+
+    /// The seq after the last record written to the files (records still in the write
+    /// buffer excluded): what a reader in this process can find there.
+    pub(crate) fn seq_on_file(&self) -> u64 {
+        let state = self.shared.lock_state();
+        state.seq_next - state.pending
     }
 
     /// The log's directory.
@@ -324,11 +336,16 @@ impl Shared {
     /// segment was sealed by the fork that made it (LIM-4): it is neither synced nor
     /// indexed again.
     fn roll(&self, state: &mut State, record_len: u64) -> Result<()> {
+        let staged = self.options.durability == Durability::Staged;
         if !state.limited {
             let path = self.active_path(state);
-            self.storage
-                .sync_data(&state.active)
-                .map_err(|e| Error::io("fsync", &path, &e))?;
+            if staged {
+                self.sync_in_background(state, path)?;
+            } else {
+                self.storage
+                    .sync_data(&state.active)
+                    .map_err(|e| Error::io("fsync", &path, &e))?;
+            }
             self.write_index(state);
         }
         let capacity = self
@@ -341,7 +358,12 @@ impl Shared {
             first_seq: state.seq_next,
             capacity,
         };
-        let file = create_segment(&*self.storage, &self.dir, &header)?;
+        let file = if staged {
+            state.dir_unsynced = true;
+            write_segment_file(&*self.storage, &self.dir, &header)?
+        } else {
+            create_segment(&*self.storage, &self.dir, &header)?
+        };
         state.active = Arc::new(file);
         state.header = header;
         state.write_offset = SEGMENT_HEADER_LEN as u64;
@@ -349,6 +371,53 @@ impl Shared {
         state.data_crc = 0;
         state.indexed = 0;
         state.limited = false;
+        Ok(())
+    }
+
+    /// DUR-6: starts the sync of the sealed active segment on a thread of its own, so that
+    /// the disk writes it back while appends go on; the next flush waits for it. Should no
+    /// thread start, the segment is synced here instead.
+    fn sync_in_background(&self, state: &mut State, path: PathBuf) -> Result<()> {
+        let file = Arc::clone(&state.active);
+        let storage = Arc::clone(&self.storage);
+        let spawned = std::thread::Builder::new()
+            .name("surfacelog-seal".into())
+            .spawn(move || storage.sync_data(&file));
+        match spawned {
+            Ok(handle) => state.sealing.push((path, handle)),
+            Err(_) => self
+                .storage
+                .sync_data(&state.active)
+                .map_err(|e| Error::io("fsync", &path, &e))?,
+        }
+        Ok(())
+    }
+
+    /// DUR-6: waits for the background syncs of sealed segments, then syncs the directory
+    /// when segments were created in it since it was last synced. The first failure is
+    /// returned with the file it concerns.
+    fn finish_staged(
+        &self,
+        sealing: Vec<(PathBuf, JoinHandle<std::io::Result<()>>)>,
+        dir_unsynced: bool,
+    ) -> std::result::Result<(), (PathBuf, std::io::Error)> {
+        let mut first_error = None;
+        for (path, handle) in sealing {
+            let outcome = handle
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the sync thread panicked")));
+            if let (Err(error), None) = (outcome, &first_error) {
+                first_error = Some((path, error));
+            }
+        }
+        if let Some(failure) = first_error {
+            return Err(failure);
+        }
+        if dir_unsynced {
+            self.storage
+                .sync_dir(&self.dir)
+                .map_err(|e| (self.dir.clone(), e))?;
+        }
         Ok(())
     }
 
@@ -412,8 +481,9 @@ impl Shared {
                 std::thread::yield_now();
             }
             // Write what is buffered; then everything is in the active file or in sealed
-            // segments, which were synced when sealed (DUR-4).
-            let (file, upto, path) = {
+            // segments, which were synced when sealed (DUR-4) or are being synced in the
+            // background (DUR-6).
+            let (file, upto, path, sealing, dir_unsynced) = {
                 let mut state = self.lock_state();
                 if let Err(error) = self.flush_buffer(&mut state) {
                     state.poisoned = true;
@@ -423,8 +493,14 @@ impl Shared {
                     Arc::clone(&state.active),
                     state.seq_next,
                     self.active_path(&state),
+                    std::mem::take(&mut state.sealing),
+                    std::mem::take(&mut state.dir_unsynced),
                 )
             };
+            if let Err((path, error)) = self.finish_staged(sealing, dir_unsynced) {
+                failed_path = Some(path);
+                return Err(error);
+            }
             let before = self.synced_upto.load(Ordering::SeqCst);
             let synced = self.storage.sync_data(&file).map(|()| upto);
             self.last_covered
@@ -504,6 +580,16 @@ pub(crate) fn create_segment_file(
     dir: &Path,
     header: &SegmentHeader,
 ) -> Result<File> {
+    let file = write_segment_file(storage, dir, header)?;
+    storage
+        .sync_data(&file)
+        .map_err(|e| Error::io("fsync", dir.join(segment_name(header.first_seq)), &e))?;
+    Ok(file)
+}
+
+/// A segment file with its header, not synced: a `Staged` log syncs it when it is sealed
+/// or flushed (DUR-6).
+fn write_segment_file(storage: &dyn Storage, dir: &Path, header: &SegmentHeader) -> Result<File> {
     let path = dir.join(segment_name(header.first_seq));
     let file = storage
         .create_file(&path, header.capacity)
@@ -511,9 +597,6 @@ pub(crate) fn create_segment_file(
     storage
         .write_at(&file, 0, &header.encode())
         .map_err(|e| Error::io("write", &path, &e))?;
-    storage
-        .sync_data(&file)
-        .map_err(|e| Error::io("fsync", &path, &e))?;
     Ok(file)
 }
 
@@ -765,6 +848,8 @@ fn new_state(
         seq_next,
         poisoned: false,
         buffer: Vec::new(),
+        sealing: Vec::new(),
+        dir_unsynced: false,
     }
 }
 

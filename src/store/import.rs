@@ -41,8 +41,10 @@ impl Store {
     /// `-0` read as 0, unknown keys kept verbatim). Push the stored events in seq order with
     /// [`Import::push`], then call [`Import::finish`].
     ///
-    /// Appends inside an import are buffered (`Durability::Manual`); `finish` syncs the log
-    /// once before publishing, so an import costs one fsync, not one per event.
+    /// Appends inside an import are buffered and staged (`Durability::Staged`, DUR-6): a
+    /// sealed segment is synced in the background while the import goes on, and `finish`
+    /// waits for those syncs and syncs the rest once before publishing, so an import never
+    /// waits for a sync per event or per segment.
     ///
     /// # Errors
     /// `SESSION_EXISTS`, a header refusal, `IO`.
@@ -94,7 +96,7 @@ impl Import<'_> {
         let text = format!("{}\n", header.text());
         write_file_atomically(options, &self.tmp, "header.json", text.as_bytes())?;
         let mut log_options = options.log.clone();
-        log_options.durability = Durability::Manual;
+        log_options.durability = Durability::Staged;
         let (log, _) = DiskLog::open(&self.tmp.join("log"), log_options)?;
         let log = StoredLog::new(
             log,
