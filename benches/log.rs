@@ -95,7 +95,7 @@ fn event_for(seq: u64, text_bytes: usize) -> Event {
     assert_eq!(text.len(), text_bytes, "the padding makes the text exact");
     let data = data_start..text.len() - 1;
     let fields = EventFields {
-        event_type: "assistant/chunk".to_owned(),
+        event_type: "assistant/chunk".into(),
         seq,
         time,
         surface_op: None,

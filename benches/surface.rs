@@ -376,7 +376,7 @@ impl Generator {
         text.push('}');
         let message = surface_op.is_some().then_some(message_span);
         let fields = EventFields {
-            event_type: event_type.to_owned(),
+            event_type: surfacelog::event::type_name(event_type),
             seq,
             time,
             surface_op,

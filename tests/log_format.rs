@@ -28,7 +28,7 @@ fn example_events() -> Vec<Event> {
         Event::new(text, data.clone(), message.then_some(data), fields)
     };
     let fields = |event_type: &str, seq, surface_op, sources| EventFields {
-        event_type: event_type.into(),
+        event_type: event_type.to_owned().into(),
         seq,
         time: 1_700_000_000_000 + i64::try_from(seq).unwrap(),
         surface_op,

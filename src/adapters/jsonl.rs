@@ -385,7 +385,7 @@ enum Record<'t> {
     /// or no event at all when `count` is 0), how many, the first seq (as written), and
     /// whether they hold a `turn/end`.
     Events {
-        members: Option<Vec<String>>,
+        members: Option<Vec<crate::json::Built>>,
         count: u64,
         first_seq: Option<f64>,
         /// The first seq as written, for the gap message (`None`: absent or no object).
@@ -495,8 +495,8 @@ impl Scanner {
                 }
                 match members {
                     Some(members) => {
-                        for member in &members {
-                            each(&Json::parse(member)?)?;
+                        for member in members {
+                            member.with_json(|json| each(json))?;
                         }
                     }
                     None => {

@@ -5,7 +5,9 @@
 //! lines and expanded events are byte-exact.
 
 use crate::error::{ErrorKind, Result};
-use crate::json::{Json, Kind, Value, number_value, push_js_number, push_js_string};
+use crate::json::{
+    Built, Json, Kind, TapeWriter, Value, number_value, push_js_number, push_js_string,
+};
 
 /// The fewest members a row this writer produces has (ROW-4).
 pub const ROW_MEMBERS_MIN: usize = 3;
@@ -224,10 +226,14 @@ pub fn unpack(records: &[&str]) -> Result<Vec<String>> {
         let root = json.root();
         let tag = root.get("type").filter(|_| root.kind() == Kind::Object);
         match tag.and_then(DeltaKind::from_row_tag) {
-            Some(kind) => expand(kind, root, &mut events).map_err(|reason| ErrorKind::Corrupt {
-                location: format!("record {index}"),
-                reason: format!("malformed packed row: {reason}"),
-            })?,
+            Some(kind) => {
+                let mut members = Vec::new();
+                expand(kind, root, &mut members).map_err(|reason| ErrorKind::Corrupt {
+                    location: format!("record {index}"),
+                    reason: format!("malformed packed row: {reason}"),
+                })?;
+                events.extend(members.into_iter().map(Built::into_text));
+            }
             None => events.push((*text).to_owned()),
         }
     }
@@ -236,7 +242,7 @@ pub fn unpack(records: &[&str]) -> Result<Vec<String>> {
 
 /// Expands one packed row already parsed (ROW-9, ROW-10): `None` when `row` is not a row
 /// (its `type` is no row tag), else its members or why it is malformed.
-pub(crate) fn expand_row(row: Value<'_, '_>) -> Option<Result<Vec<String>, &'static str>> {
+pub(crate) fn expand_row(row: Value<'_, '_>) -> Option<Result<Vec<Built>, &'static str>> {
     let tag = row.get("type").filter(|_| row.kind() == Kind::Object)?;
     let kind = DeltaKind::from_row_tag(tag)?;
     let mut members = Vec::new();
@@ -376,7 +382,7 @@ fn row(run: &[Delta<'_>]) -> String {
 fn expand(
     kind: DeltaKind,
     row: Value<'_, '_>,
-    events: &mut Vec<String>,
+    events: &mut Vec<Built>,
 ) -> Result<(), &'static str> {
     exact_keys(row, &["type", "seq0", "time0", "data"], &[])
         .ok_or("row keys are not type, seq0, time0, data")?;
@@ -464,33 +470,56 @@ fn expand(
     Ok(())
 }
 
-/// ROW-10: one member as an `assistant/chunk` event, key orders of `dsh-formats.md` §2.3.
-fn member_event(member: &Delta<'_>) -> String {
-    let mut out = String::with_capacity(member.payload.len() + 128);
-    out.push_str("{\"type\":\"assistant/chunk\",\"seq\":");
+/// ROW-10: one member as an `assistant/chunk` event, key orders of `dsh-formats.md` §2.3,
+/// written with its tape (every part is valid JSON already, so it is not parsed again).
+fn member_event(member: &Delta<'_>) -> Built {
+    // The fixed keys and numbers take up to about 200 bytes.
+    let call = member.id.map_or(0, str::len) + member.name.map_or(0, str::len);
+    let mut out = TapeWriter::with_capacity(member.payload.len() + call + 256);
+    out.open_object();
+    out.key("type");
+    out.string(|text| text.push_str("\"assistant/chunk\""));
     #[expect(clippy::cast_precision_loss, reason = "seq and time are safe integers")]
     {
-        push_js_number(&mut out, member.seq as f64);
-        out.push_str(",\"time\":");
-        push_js_number(&mut out, member.time as f64);
+        out.key("seq");
+        out.number(|text| push_js_number(text, member.seq as f64));
+        out.key("time");
+        out.number(|text| push_js_number(text, member.time as f64));
     }
-    out.push_str(",\"data\":{\"turn\":");
-    push_number(&mut out, member.turn);
-    out.push_str(",\"step\":");
-    push_number(&mut out, member.step);
-    out.push_str(",\"chunk\":{\"type\":\"");
-    out.push_str(member.kind.chunk_type());
-    out.push_str("\",\"index\":");
-    push_number(&mut out, member.index);
-    push_call(&mut out, member);
-    out.push_str(if member.kind == DeltaKind::ToolCall {
-        ",\"argumentsDelta\":"
-    } else {
-        ",\"text\":"
+    out.key("data");
+    out.open_object();
+    out.key("turn");
+    out.number(|text| push_number(text, member.turn));
+    out.key("step");
+    out.number(|text| push_number(text, member.step));
+    out.key("chunk");
+    out.open_object();
+    out.key("type");
+    out.string(|text| {
+        text.push('"');
+        text.push_str(member.kind.chunk_type());
+        text.push('"');
     });
-    push_string(&mut out, member.payload);
-    out.push_str("}}}");
-    out
+    out.key("index");
+    out.number(|text| push_number(text, member.index));
+    if let Some(id) = member.id {
+        out.key("id");
+        out.string(|text| push_string(text, id));
+    }
+    if let Some(name) = member.name {
+        out.key("name");
+        out.string(|text| push_string(text, name));
+    }
+    out.key(if member.kind == DeltaKind::ToolCall {
+        "argumentsDelta"
+    } else {
+        "text"
+    });
+    out.string(|text| push_string(text, member.payload));
+    out.close_object();
+    out.close_object();
+    out.close_object();
+    out.finish()
 }
 
 /// `Some(())` when `object` is an object whose keys are all of `required` plus any of
@@ -741,7 +770,7 @@ pub(crate) fn expand_sql_row(
     let row = Json::parse(&text).map_err(|_| "data is not a single JSON value".to_owned())?;
     let mut events = Vec::new();
     expand(kind, row.root(), &mut events)?;
-    Ok(events)
+    Ok(events.into_iter().map(Built::into_text).collect())
 }
 
 /// The JS-JSON text of the `data` object of the row of `run` (ROW-6).
@@ -829,6 +858,57 @@ mod tests {
             }
             let refs: Vec<&str> = events.iter().map(String::as_str).collect();
             prop_assert_eq!(pack_stored(&refs), pack(&refs).unwrap());
+        }
+
+        /// A row's members come with the tape a parse of their text gives, so the import
+        /// may navigate them without parsing them.
+        #[test]
+        fn expanded_members_carry_their_parsed_tape(
+            payloads in prop::collection::vec(string_tokens(), 3..8),
+            (turn, step, index) in (number_tokens(), number_tokens(), number_tokens()),
+            call in proptest::option::of((string_tokens(), proptest::option::of(string_tokens()))),
+            seq0 in 0u64..1000,
+        ) {
+            // One packable run: contiguous seqs, one kind, the same turn, step and index.
+            let events: Vec<String> = payloads
+                .iter()
+                .enumerate()
+                .map(|(k, payload)| {
+                    let seq = seq0 + k as u64;
+                    let chunk = match &call {
+                        Some((id, name)) => {
+                            let name = name.as_ref().map(|n| format!(r#","name":{n}"#));
+                            format!(
+                                r#"{{"type":"tool-call-delta","index":{index},"id":{id}{},"argumentsDelta":{payload}}}"#,
+                                name.unwrap_or_default()
+                            )
+                        }
+                        None => format!(r#"{{"type":"text-delta","index":{index},"text":{payload}}}"#),
+                    };
+                    format!(
+                        r#"{{"type":"assistant/chunk","seq":{seq},"time":{},"data":{{"turn":{turn},"step":{step},"chunk":{chunk}}}}}"#,
+                        1_700_000_000_000 + seq
+                    )
+                })
+                .collect();
+            let refs: Vec<&str> = events.iter().map(String::as_str).collect();
+            let mut rows = 0;
+            for record in pack(&refs).unwrap() {
+                let row = Json::parse(&record).unwrap();
+                let Some(members) = expand_row(row.root()) else { continue };
+                rows += 1;
+                for member in members.unwrap() {
+                    member.with_json(|json| {
+                        let parsed = Json::parse(json.text()).unwrap();
+                        prop_assert_eq!(json, &parsed);
+                        Ok(())
+                    })?;
+                }
+            }
+            let finite = |t: &str| t != "1e400";
+            if finite(&turn) && finite(&step) && finite(&index) {
+                prop_assert_eq!(rows, 1, "the run is packed into one row");
+            }
         }
     }
 

@@ -18,6 +18,7 @@ pub use envelope::{Candidate, Field};
 pub use header::Header;
 pub use vocabulary::{Origin, Projection, SurfaceType, Vocabulary};
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 /// How a surface event entered the surface (contract §2, §4).
@@ -41,7 +42,8 @@ pub enum SurfaceOp {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     text: Box<str>,
-    type_name: Box<str>,
+    /// A known type borrows its static name (`EventFields::event_type`).
+    type_name: Cow<'static, str>,
     seq: u64,
     time: i64,
     data: Range<u32>,
@@ -54,8 +56,9 @@ pub struct Event {
 /// The parts of an [`Event`] other than its text and spans, as given to [`Event::new`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventFields {
-    /// The type, decoded.
-    pub event_type: String,
+    /// The type, decoded. [`type_name`] gives a known type's static name, which costs no
+    /// allocation.
+    pub event_type: Cow<'static, str>,
     /// The seq.
     pub seq: u64,
     /// The time, Unix epoch milliseconds.
@@ -102,6 +105,16 @@ pub trait EventSource {
     fn event(&self, seq: u64) -> Option<EventRef<'_>>;
 }
 
+/// The type name an event keeps: a static string for the types of the DSH vocabulary
+/// (`vocabulary::DSH_KNOWN_TYPES`), so the common events allocate nothing for it; an owned
+/// copy otherwise.
+pub fn type_name(event_type: &str) -> Cow<'static, str> {
+    match vocabulary::DSH_KNOWN_TYPES.binary_search(&event_type) {
+        Ok(at) => Cow::Borrowed(vocabulary::DSH_KNOWN_TYPES[at]),
+        Err(_) => Cow::Owned(event_type.to_owned()),
+    }
+}
+
 impl Event {
     /// Assembles an event from its text, the span of `data` and of the message inside
     /// the text, and its envelope fields.
@@ -125,7 +138,7 @@ impl Event {
         let span = |r: Range<usize>| span32(r.start)..span32(r.end);
         Self {
             text: text.into_boxed_str(),
-            type_name: fields.event_type.into_boxed_str(),
+            type_name: fields.event_type,
             seq: fields.seq,
             time: fields.time,
             data: span(data),

@@ -14,12 +14,14 @@
 //! Escaped lone surrogates (`"\ud800"`) are accepted and kept (JSON-5).
 
 mod batch;
+mod build;
 mod equal;
 mod parse;
 mod string;
 mod write;
 
 pub use batch::Batch;
+pub(crate) use build::{Built, TapeWriter};
 pub use equal::{equal, equal_except};
 pub use string::{decode_string, encode_js_string, push_js_string};
 pub use write::{push_js_number, push_js_string_value, write_js};
@@ -93,8 +95,9 @@ struct Node {
     next: u32,
 }
 
-/// A validated JSON text with its tape. Cheap to navigate through [`Value`].
-#[derive(Debug, Clone)]
+/// A validated JSON text with its tape. Cheap to navigate through [`Value`]. Two are
+/// equal when they hold the same text with the same tape.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Json<'a> {
     text: &'a str,
     nodes: Vec<Node>,
@@ -173,6 +176,14 @@ impl<'j, 'a> Value<'j, 'a> {
     /// The decoded string when it is valid Unicode; `None` for other kinds and for
     /// strings holding a lone surrogate.
     pub fn as_str(&self) -> Option<Cow<'a, str>> {
+        let node = self.node();
+        if node.kind == Kind::String && !node.flag {
+            // Without escapes the content is a slice of the text between its quotes (ASCII,
+            // so on character boundaries): valid Unicode already.
+            return Some(Cow::Borrowed(
+                &self.json.text[node.start as usize + 1..node.end as usize - 1],
+            ));
+        }
         match self.as_wtf8()? {
             Cow::Borrowed(bytes) => std::str::from_utf8(bytes).ok().map(Cow::Borrowed),
             Cow::Owned(bytes) => String::from_utf8(bytes).ok().map(Cow::Owned),
@@ -183,6 +194,10 @@ impl<'j, 'a> Value<'j, 'a> {
     pub fn is_str(&self, s: &str) -> bool {
         let node = self.node();
         if node.kind != Kind::String {
+            return false;
+        }
+        // An unescaped literal is its quotes around the content: compare lengths first.
+        if !node.flag && (node.end - node.start) as usize != s.len() + 2 {
             return false;
         }
         self.decode(node).as_ref() == s.as_bytes()

@@ -439,7 +439,7 @@ fn duplicate(key: &[u8], at: u32) -> JsonError {
 }
 
 #[inline]
-fn to_u32(n: usize) -> u32 {
+pub(super) fn to_u32(n: usize) -> u32 {
     debug_assert!(u32::try_from(n).is_ok());
     // parse() refuses texts longer than u32::MAX, and there is at most one node per byte,
     // so every offset and index fits; a checked conversion here costs a branch per node.

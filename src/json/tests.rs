@@ -334,3 +334,33 @@ proptest! {
         prop_assert_eq!(json.root().as_safe_int(), general);
     }
 }
+
+proptest! {
+    /// `as_str` and `is_str` (with their unescaped fast paths) give what decoding gives,
+    /// for literals written plainly and for the same strings fully escaped.
+    #[test]
+    fn as_str_and_is_str_agree_with_decoding(
+        s in "\\PC{0,12}",
+        other in "\\PC{0,3}",
+        escape_all in any::<bool>(),
+    ) {
+        let literal = if escape_all {
+            let units = s.encode_utf16().fold(String::new(), |mut out, unit| {
+                use std::fmt::Write;
+                let _ = write!(out, "\\u{unit:04x}");
+                out
+            });
+            format!("\"{units}\"")
+        } else {
+            encode_js_string(s.as_bytes())
+        };
+        let json = Json::parse(&literal).unwrap();
+        let root = json.root();
+        let text = root.as_str();
+        prop_assert_eq!(text.as_deref(), Some(s.as_str()));
+        prop_assert!(root.is_str(&s));
+        prop_assert_eq!(root.is_str(&other), other == s);
+        let bytes = root.as_wtf8();
+        prop_assert_eq!(bytes.as_deref(), Some(s.as_bytes()));
+    }
+}

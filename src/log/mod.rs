@@ -92,6 +92,22 @@ impl DiskLog {
         self.writer.append(&events)?;
         self.unwritten_bytes += events.iter().map(|e| e.text().len()).sum::<usize>();
         self.unwritten.extend(events);
+        self.appended()
+    }
+
+    /// [`DiskLog::append_owned`] of one event.
+    ///
+    /// # Errors
+    /// As [`DiskLog::append_owned`].
+    pub fn append_one(&mut self, event: crate::event::Event) -> crate::Result<()> {
+        self.writer.append(std::slice::from_ref(&event))?;
+        self.unwritten_bytes += event.text().len();
+        self.unwritten.push(event);
+        self.appended()
+    }
+
+    /// After an append: catches the reader up once enough text waits in `unwritten`.
+    fn appended(&mut self) -> crate::Result<()> {
         if self.unwritten_bytes >= CATCH_UP_BYTES {
             self.catch_up()?;
         }

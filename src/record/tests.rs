@@ -123,7 +123,7 @@ fn arb_event() -> impl Strategy<Value = Event> {
             });
             let message = ignorable.then(|| span.clone());
             let fields = EventFields {
-                event_type,
+                event_type: event_type.into(),
                 seq,
                 time,
                 surface_op,

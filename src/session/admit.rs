@@ -143,7 +143,7 @@ impl<L: SessionLog> Session<L> {
             span.start - root_start + data_start..span.end - root_start + data_start
         };
         let fields = EventFields {
-            event_type: event_type.to_owned(),
+            event_type: crate::event::type_name(event_type),
             seq,
             time,
             surface_op: valid(&candidate.surface_op).copied(),
@@ -273,7 +273,7 @@ pub(crate) fn end_seed_event(seq: u64, clock: &dyn crate::clock::Clock) -> Event
     };
     let (text, data) = build_text(&candidate, seq, time);
     let fields = EventFields {
-        event_type: super::END_SEED_TYPE.to_owned(),
+        event_type: std::borrow::Cow::Borrowed(super::END_SEED_TYPE),
         seq,
         time,
         surface_op: None,
@@ -324,7 +324,7 @@ fn build_text(candidate: &Candidate<'_>, seq: u64, time: i64) -> (String, std::o
 
 fn fields_of(candidate: &Candidate<'_>, envelope: &Envelope<'_, '_>) -> EventFields {
     EventFields {
-        event_type: candidate.event_type.clone().into_owned(),
+        event_type: crate::event::type_name(&candidate.event_type),
         seq: *candidate.seq.as_ref().expect("checked: seq is contiguous"),
         time: envelope
             .time

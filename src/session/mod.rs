@@ -72,6 +72,15 @@ pub trait SessionLog: EventSource {
     /// The log's I/O refusal (`IO`, `POISONED`).
     fn push_events(&mut self, events: Vec<Event>) -> Result<()>;
 
+    /// [`SessionLog::push_events`] of one event (each commit's case), without building a
+    /// vector for it.
+    ///
+    /// # Errors
+    /// As [`SessionLog::push_events`].
+    fn push_event(&mut self, event: Event) -> Result<()> {
+        self.push_events(vec![event])
+    }
+
     /// The crash-repair closers for the log as it is (contract §8). The default scans the
     /// whole log; a log that keeps the repair state as it goes answers from its tail.
     fn closers(&self) -> Vec<String>
@@ -104,11 +113,20 @@ impl SessionLog for MemLog {
         }
         Ok(())
     }
+
+    fn push_event(&mut self, event: Event) -> Result<()> {
+        self.push(event);
+        Ok(())
+    }
 }
 
 impl SessionLog for crate::log::DiskLog {
     fn push_events(&mut self, events: Vec<Event>) -> Result<()> {
         self.append_owned(events)
+    }
+
+    fn push_event(&mut self, event: Event) -> Result<()> {
+        self.append_one(event)
     }
 
     fn sync(&mut self, _surface: &Surface) -> Result<()> {
@@ -570,7 +588,7 @@ impl<L: SessionLog> Session<L> {
         let admitted = admitted.map_err(|e| e.in_session(self.header.id()).at_seq(seq_next))?;
         let seq = admitted.event.seq();
         self.log
-            .push_events(vec![admitted.event])
+            .push_event(admitted.event)
             .map_err(|e| e.in_session(self.header.id()))?;
         self.surface.apply(admitted.step);
         self.log.committed(&self.surface);

@@ -92,6 +92,19 @@ impl SessionLog for StoredLog {
         Ok(())
     }
 
+    fn push_event(&mut self, event: Event) -> Result<()> {
+        let seq = self.log.seq_next();
+        let turn_end = event.as_ref().event_type == "turn/end";
+        self.log.append_one(event)?;
+        // As in `push_events`: once appended, a turn/end resets the repair scan.
+        if turn_end {
+            self.repair = RepairState::default();
+            self.observed = seq + 1;
+        }
+        self.since += 1;
+        Ok(())
+    }
+
     fn closers(&self) -> Vec<String> {
         let mut state = self.repair.clone();
         state.observe_from(&self.log, self.observed);

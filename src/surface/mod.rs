@@ -222,7 +222,7 @@ impl Surface {
                     .map(|m| local(m.span()))
             });
             let fields = EventFields {
-                event_type: candidate.event_type.into_owned(),
+                event_type: crate::event::type_name(&candidate.event_type),
                 seq: surface.seq_next,
                 time: envelope.time.and_then(|t| t.as_safe_int()).unwrap_or(0),
                 surface_op: match candidate.surface_op {
