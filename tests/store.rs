@@ -221,6 +221,20 @@ fn a_torn_tail_is_dropped_and_reported_and_damage_is_refused() {
     let mut bytes = std::fs::read(&segment).unwrap();
     bytes[200] ^= 0x40;
     std::fs::write(&segment, &bytes).unwrap();
+    // Close indexed the segment, so the damage lies under the vouched prefix, which open
+    // takes without reading it (log-format.md IDX-5), and under the checkpoint: open
+    // succeeds, and the damaged record is never returned (RCV-6).
+    let (session, _) = store.open("s").unwrap();
+    assert_eq!(session.seq_next(), 9);
+    let log = session.log();
+    let damaged = (0..9)
+        .filter(|&seq| surfacelog::event::EventSource::event(log, seq).is_none())
+        .count();
+    assert_eq!(damaged, 1, "the damaged record is not returned");
+    drop(session);
+    assert_eq!(std::fs::read(&segment).unwrap(), bytes, "nothing changed");
+    // A fold over the whole log reads it, and refuses the session.
+    std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
     let err = store.open("s").unwrap_err();
     assert_eq!(err.code(), "CORRUPT");
     assert_eq!(err.session(), Some("s"));

@@ -159,7 +159,8 @@ impl LogReader {
             cursor: AtomicUsize::new(0),
         };
         reader.refresh()?;
-        // RD-4: what recovery scanned or checked in bulk (IDX-5) is read through.
+        // RD-4: what recovery scanned (and the last record of a vouched prefix, IDX-5) is
+        // read through.
         if let Some(last) = reader.segments.last_mut() {
             last.release_read(0);
         }
