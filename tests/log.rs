@@ -415,6 +415,49 @@ fn rcv_2_garbage_after_the_end_is_a_torn_tail() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A segment header with `edit` applied and its checksum recomputed (SEG-1).
+fn resealed(segment: &[u8], edit: impl FnOnce(&mut [u8])) -> Vec<u8> {
+    let mut bytes = segment.to_vec();
+    edit(&mut bytes);
+    let crc = crc32c::crc32c(&bytes[..60]);
+    bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+/// The first seq of a segment file, from its name (LOG-1).
+fn first_seq_of(path: &Path) -> u64 {
+    path.file_stem().unwrap().to_str().unwrap().parse().unwrap()
+}
+
+/// Asserts that the sealed segment `bad` is refused with `code` on the first access into
+/// it, with its path, and that the segments around it read back: the log opens, for
+/// writing and reading, since sealed segments are not read at open (§7).
+fn assert_refused_on_first_access(dir: &Path, bad: &Path, next: &Path, code: &str) {
+    let (writer, report) = LogWriter::open(dir, LogOptions::default()).unwrap();
+    assert_eq!((writer.seq_next(), report.torn_tail), (2000, None));
+    drop(writer);
+    let reader = LogReader::open(dir).unwrap();
+    assert_eq!(reader.seq_next(), 2000);
+    let (first, after) = (first_seq_of(bad), first_seq_of(next));
+    for seq in [first, after - 1] {
+        assert!(reader.event(seq).is_none(), "seq {seq} is never returned");
+        let error = reader.unreadable(seq).expect("the reason");
+        assert_eq!(error.code(), code, "{error}");
+        if code == "CORRUPT" {
+            assert!(error.to_string().contains(bad.to_str().unwrap()), "{error}");
+        }
+    }
+    for seq in [0, first - 1, after, 1999] {
+        assert_eq!(reader.event(seq).unwrap(), event(seq).as_ref());
+        assert!(reader.unreadable(seq).is_none());
+    }
+    assert_eq!(
+        reader.iter_from(0).count() as u64,
+        first,
+        "a read in order stops there"
+    );
+}
+
 #[test]
 fn seg_2_seg_3_foreign_stale_and_newer_segments_are_refused() {
     let dir = temp_dir("segments");
@@ -422,35 +465,42 @@ fn seg_2_seg_3_foreign_stale_and_newer_segments_are_refused() {
     writer.append(&events(0..2000)).unwrap();
     writer.close().unwrap();
     let files = segments(&dir);
-    assert!(files.len() >= 3);
+    assert!(files.len() >= 4);
     let original = std::fs::read(&files[1]).unwrap();
-    // Another log's identity.
-    let mut foreign = original.clone();
-    foreign[16] ^= 0xFF;
-    let crc = crc32c::crc32c(&foreign[..60]);
-    foreign[60..64].copy_from_slice(&crc.to_le_bytes());
-    std::fs::write(&files[1], &foreign).unwrap();
-    assert_eq!(
-        LogWriter::open(&dir, LogOptions::default())
-            .unwrap_err()
-            .code(),
-        "CORRUPT"
-    );
-    assert_eq!(LogReader::open(&dir).unwrap_err().code(), "CORRUPT");
-    // A newer format version.
-    let mut newer = original.clone();
-    newer[8] = 2;
-    let crc = crc32c::crc32c(&newer[..60]);
-    newer[60..64].copy_from_slice(&crc.to_le_bytes());
-    std::fs::write(&files[1], &newer).unwrap();
-    assert_eq!(
-        LogWriter::open(&dir, LogOptions::default())
-            .unwrap_err()
-            .code(),
-        "FORMAT_VERSION"
-    );
-    // A missing segment.
+    // A sealed segment is opened and checked on the first access into it, not at open:
+    // another log's identity, another index or first seq, a damaged header, a newer
+    // format version.
+    let foreign = resealed(&original, |b| b[16] ^= 0xFF);
+    let stale_index = resealed(&original, |b| b[32] ^= 0x01);
+    let stale_first = resealed(&original, |b| b[40] ^= 0x01);
+    let mut damaged = original.clone();
+    damaged[20] ^= 0x01;
+    let newer = resealed(&original, |b| b[8] = 2);
+    for (bytes, code) in [
+        (&foreign, "CORRUPT"),
+        (&stale_index, "CORRUPT"),
+        (&stale_first, "CORRUPT"),
+        (&damaged, "CORRUPT"),
+        (&newer, "FORMAT_VERSION"),
+    ] {
+        std::fs::write(&files[1], bytes).unwrap();
+        assert_refused_on_first_access(&dir, &files[1], &files[2], code);
+    }
     std::fs::write(&files[1], &original).unwrap();
+    // The last segment is checked at open.
+    let last = files.last().unwrap();
+    let pristine_last = std::fs::read(last).unwrap();
+    for (bytes, code) in [
+        (resealed(&pristine_last, |b| b[32] ^= 0x01), "CORRUPT"),
+        (resealed(&pristine_last, |b| b[8] = 2), "FORMAT_VERSION"),
+    ] {
+        std::fs::write(last, &bytes).unwrap();
+        let error = LogWriter::open(&dir, LogOptions::default()).unwrap_err();
+        assert_eq!(error.code(), code, "{error}");
+        assert_eq!(LogReader::open(&dir).unwrap_err().code(), code);
+    }
+    std::fs::write(last, &pristine_last).unwrap();
+    // A missing segment: the names no longer continue the last segment's index (LOG-2).
     let moved = dir.join("moved");
     std::fs::rename(&files[1], &moved).unwrap();
     assert_eq!(
@@ -459,10 +509,13 @@ fn seg_2_seg_3_foreign_stale_and_newer_segments_are_refused() {
             .code(),
         "CORRUPT"
     );
+    assert_eq!(LogReader::open(&dir).unwrap_err().code(), "CORRUPT");
     std::fs::rename(&moved, &files[1]).unwrap();
     let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
     assert_eq!(report.torn_tail, None);
     assert_eq!(writer.seq_next(), 2000);
+    drop(writer);
+    assert_reads_back(&dir, 2000);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

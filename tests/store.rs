@@ -909,6 +909,51 @@ fn a_record_damaged_under_a_checkpoint_is_reported_not_skipped() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// log-format.md §7: a sealed segment is opened and checked on the first access into it,
+/// not at open. One whose header does not check out is `CORRUPT`, with its path, when it
+/// is read: by a fold (an open without the checkpoint), by a read of one of its events,
+/// and by a fork, which checks every segment it links.
+#[test]
+fn a_sealed_segment_with_a_bad_header_is_corrupt_on_first_access() {
+    use surfacelog::event::EventSource;
+    use surfacelog::session::Boundary;
+    let (dir, store) = temp_store("bad-sealed-header");
+    let mut session = store.create("s", None, None).unwrap();
+    workload(&mut session, 200);
+    session.close().unwrap();
+    let mut segments: Vec<_> = std::fs::read_dir(dir.join("sessions/s/log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segments.sort();
+    assert!(segments.len() >= 3, "{segments:?}");
+    let bad = &segments[1];
+    let first: u64 = bad.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    let mut bytes = std::fs::read(bad).unwrap();
+    bytes[0] ^= 0x01;
+    std::fs::write(bad, &bytes).unwrap();
+    let names_bad = |error: &surfacelog::Error| {
+        assert_eq!(error.code(), "CORRUPT", "{error}");
+        assert!(error.to_string().contains(bad.to_str().unwrap()), "{error}");
+    };
+    // With the checkpoint, open reads nothing of it.
+    let (session, _) = store.open("s").unwrap();
+    assert!(session.log().event(first).is_none());
+    names_bad(&session.log().unreadable(first).unwrap());
+    assert!(session.log().event(first - 1).is_some());
+    drop(session);
+    names_bad(&store.fork("s", Boundary::Last, "c").unwrap_err());
+    assert!(!dir.join("sessions/c").exists(), "nothing is published");
+    // A fold reads it.
+    std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
+    let error = store.open("s").unwrap_err();
+    names_bad(&error);
+    assert_eq!((error.session(), error.seq()), (Some("s"), Some(first)));
+    assert_eq!(std::fs::read(bad).unwrap(), bytes, "nothing changed");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// STORE-10: the end-seed marker a fork writes into its child's own segment is written once
 /// (contract §5: none when the prefix already ends with one), for an empty prefix too
 /// (segment 0 of the child), and the child appends after it and reopens the same.
