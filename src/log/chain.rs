@@ -12,7 +12,8 @@ use super::limit::{Limit, limit_name};
 use super::map::map;
 use super::reader::corrupt;
 use super::segment::{
-    HeaderError, LogId, SegmentHeader, parse_segment_name, segment_name, version_error,
+    HeaderError, LogId, SegmentHeader, parse_first_seq, parse_segment_name, segment_name,
+    version_error,
 };
 use crate::error::{Error, Result};
 use crate::storage::Storage;
@@ -242,8 +243,7 @@ fn check_limits(dir: &Path, chain: &Chain, limits: &[u64]) -> Result<()> {
 
 /// The `first_seq` a limit file name encodes, or `None` for other names.
 fn parse_limit_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".lim")?;
-    parse_segment_name(&format!("{digits}.seg"))
+    parse_first_seq(name.strip_suffix(".lim")?)
 }
 
 /// Opens, for writing, the segment a fork's child appends to: one the fork has just created
