@@ -34,7 +34,8 @@
 //!    [`Store::open`] of the child with the checkpoint it shares with its source (CKP-7),
 //!    folding the one event after it, timed on a child forked just before (untimed), so
 //!    each pair gives the share of the fork spent opening the child (an upper bound: fork
-//!    hands the child the segments its reader has opened, and this open reopens them).
+//!    hands the child the segments its reader has opened and checked, and this open lists
+//!    the directory and opens its last and its limited segment again).
 //!    Target: fork ≤ 20 ms.
 //!
 //! Also printed: the phases of [`Store::open`] replayed with the public pieces it is made
@@ -121,8 +122,8 @@ struct Built {
     log_bytes: u64,
     /// Segment files.
     segments: usize,
-    /// Record bytes in the last segment: what an open checks in bulk (IDX-5), or scans when
-    /// its index does not vouch for them.
+    /// Record bytes in the last segment: what an open takes from its index without reading
+    /// them (IDX-5), or scans when its index does not vouch for them.
     last_fill: u64,
     /// Surface nodes.
     nodes: usize,

@@ -438,6 +438,25 @@ fn rcv_4_damage_followed_by_valid_records_is_corrupt_and_nothing_changes() {
     drop(reader);
     bytes[at] ^= 0x20;
     std::fs::write(&segment, &bytes).unwrap();
+    // Close indexed every record: the damage lies under the vouched prefix, which open
+    // takes without reading it (IDX-5). It is found when the record is read (RCV-6).
+    let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    assert_eq!((writer.seq_next(), report.torn_tail), (30, None));
+    drop(writer);
+    let reader = LogReader::open(&dir).unwrap();
+    assert!(
+        reader.event(5).is_none(),
+        "a damaged record is never returned"
+    );
+    assert!(reader.event(4).is_some() && reader.event(6).is_some());
+    drop(reader);
+    assert_eq!(
+        std::fs::read(&segment).unwrap(),
+        bytes,
+        "nothing is changed"
+    );
+    // Without the index, recovery scans the segment and refuses the damage at open.
+    std::fs::remove_file(segment.with_extension("idx")).unwrap();
     let err = LogWriter::open(&dir, LogOptions::default()).unwrap_err();
     assert_eq!(err.code(), "CORRUPT");
     assert!(err.to_string().contains("offset="), "{err}");
@@ -464,6 +483,49 @@ fn rcv_2_garbage_after_the_end_is_a_torn_tail() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A segment header with `edit` applied and its checksum recomputed (SEG-1).
+fn resealed(segment: &[u8], edit: impl FnOnce(&mut [u8])) -> Vec<u8> {
+    let mut bytes = segment.to_vec();
+    edit(&mut bytes);
+    let crc = crc32c::crc32c(&bytes[..60]);
+    bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+/// The first seq of a segment file, from its name (LOG-1).
+fn first_seq_of(path: &Path) -> u64 {
+    path.file_stem().unwrap().to_str().unwrap().parse().unwrap()
+}
+
+/// Asserts that the sealed segment `bad` is refused with `code` on the first access into
+/// it, with its path, and that the segments around it read back: the log opens, for
+/// writing and reading, since sealed segments are not read at open (§7).
+fn assert_refused_on_first_access(dir: &Path, bad: &Path, next: &Path, code: &str) {
+    let (writer, report) = LogWriter::open(dir, LogOptions::default()).unwrap();
+    assert_eq!((writer.seq_next(), report.torn_tail), (2000, None));
+    drop(writer);
+    let reader = LogReader::open(dir).unwrap();
+    assert_eq!(reader.seq_next(), 2000);
+    let (first, after) = (first_seq_of(bad), first_seq_of(next));
+    for seq in [first, after - 1] {
+        assert!(reader.event(seq).is_none(), "seq {seq} is never returned");
+        let error = reader.unreadable(seq).expect("the reason");
+        assert_eq!(error.code(), code, "{error}");
+        if code == "CORRUPT" {
+            assert!(error.to_string().contains(bad.to_str().unwrap()), "{error}");
+        }
+    }
+    for seq in [0, first - 1, after, 1999] {
+        assert_eq!(reader.event(seq).unwrap(), event(seq).as_ref());
+        assert!(reader.unreadable(seq).is_none());
+    }
+    assert_eq!(
+        reader.iter_from(0).count() as u64,
+        first,
+        "a read in order stops there"
+    );
+}
+
 #[test]
 fn seg_2_seg_3_foreign_stale_and_newer_segments_are_refused() {
     let dir = temp_dir("segments");
@@ -471,35 +533,42 @@ fn seg_2_seg_3_foreign_stale_and_newer_segments_are_refused() {
     writer.append(&events(0..2000)).unwrap();
     writer.close().unwrap();
     let files = segments(&dir);
-    assert!(files.len() >= 3);
+    assert!(files.len() >= 4);
     let original = std::fs::read(&files[1]).unwrap();
-    // Another log's identity.
-    let mut foreign = original.clone();
-    foreign[16] ^= 0xFF;
-    let crc = crc32c::crc32c(&foreign[..60]);
-    foreign[60..64].copy_from_slice(&crc.to_le_bytes());
-    std::fs::write(&files[1], &foreign).unwrap();
-    assert_eq!(
-        LogWriter::open(&dir, LogOptions::default())
-            .unwrap_err()
-            .code(),
-        "CORRUPT"
-    );
-    assert_eq!(LogReader::open(&dir).unwrap_err().code(), "CORRUPT");
-    // A newer format version.
-    let mut newer = original.clone();
-    newer[8] = 2;
-    let crc = crc32c::crc32c(&newer[..60]);
-    newer[60..64].copy_from_slice(&crc.to_le_bytes());
-    std::fs::write(&files[1], &newer).unwrap();
-    assert_eq!(
-        LogWriter::open(&dir, LogOptions::default())
-            .unwrap_err()
-            .code(),
-        "FORMAT_VERSION"
-    );
-    // A missing segment.
+    // A sealed segment is opened and checked on the first access into it, not at open:
+    // another log's identity, another index or first seq, a damaged header, a newer
+    // format version.
+    let foreign = resealed(&original, |b| b[16] ^= 0xFF);
+    let stale_index = resealed(&original, |b| b[32] ^= 0x01);
+    let stale_first = resealed(&original, |b| b[40] ^= 0x01);
+    let mut damaged = original.clone();
+    damaged[20] ^= 0x01;
+    let newer = resealed(&original, |b| b[8] = 2);
+    for (bytes, code) in [
+        (&foreign, "CORRUPT"),
+        (&stale_index, "CORRUPT"),
+        (&stale_first, "CORRUPT"),
+        (&damaged, "CORRUPT"),
+        (&newer, "FORMAT_VERSION"),
+    ] {
+        std::fs::write(&files[1], bytes).unwrap();
+        assert_refused_on_first_access(&dir, &files[1], &files[2], code);
+    }
     std::fs::write(&files[1], &original).unwrap();
+    // The last segment is checked at open.
+    let last = files.last().unwrap();
+    let pristine_last = std::fs::read(last).unwrap();
+    for (bytes, code) in [
+        (resealed(&pristine_last, |b| b[32] ^= 0x01), "CORRUPT"),
+        (resealed(&pristine_last, |b| b[8] = 2), "FORMAT_VERSION"),
+    ] {
+        std::fs::write(last, &bytes).unwrap();
+        let error = LogWriter::open(&dir, LogOptions::default()).unwrap_err();
+        assert_eq!(error.code(), code, "{error}");
+        assert_eq!(LogReader::open(&dir).unwrap_err().code(), code);
+    }
+    std::fs::write(last, &pristine_last).unwrap();
+    // A missing segment: the names no longer continue the last segment's index (LOG-2).
     let moved = dir.join("moved");
     std::fs::rename(&files[1], &moved).unwrap();
     assert_eq!(
@@ -508,10 +577,13 @@ fn seg_2_seg_3_foreign_stale_and_newer_segments_are_refused() {
             .code(),
         "CORRUPT"
     );
+    assert_eq!(LogReader::open(&dir).unwrap_err().code(), "CORRUPT");
     std::fs::rename(&moved, &files[1]).unwrap();
     let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
     assert_eq!(report.torn_tail, None);
     assert_eq!(writer.seq_next(), 2000);
+    drop(writer);
+    assert_reads_back(&dir, 2000);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -714,15 +786,83 @@ fn idx_5_close_indexes_the_last_segment_and_reopen_scans_only_what_follows() {
     assert_eq!(report.torn_tail.map(|t| t.offset), Some(end as u64));
     drop(writer);
     assert_reads_back(&dir, 150);
-    // Damage under the vouched prefix fails the bulk checksum: the whole segment is
-    // scanned and the damage refused (RCV-4), as without an index.
+    // Damage under the vouched prefix is not read at open (IDX-5): open succeeds and
+    // changes nothing, and the damaged record is never returned (REC-4, RCV-6).
     let (writer, _) = LogWriter::open(&dir, LogOptions::default()).unwrap();
     drop(writer);
     let mut bytes = std::fs::read(&segment).unwrap();
     bytes[64 + 40] ^= 0x01;
     std::fs::write(&segment, &bytes).unwrap();
-    let err = LogWriter::open(&dir, LogOptions::default()).unwrap_err();
-    assert_eq!(err.code(), "CORRUPT", "{err}");
+    let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    assert_eq!((writer.seq_next(), report.torn_tail), (150, None));
+    drop(writer);
+    let reader = LogReader::open(&dir).unwrap();
+    assert_eq!(reader.seq_next(), 150);
+    assert!(
+        reader.event(0).is_none(),
+        "a damaged record is never returned"
+    );
+    assert_eq!(reader.event(149).unwrap(), event(149).as_ref());
+    drop(reader);
+    assert_eq!(
+        std::fs::read(&segment).unwrap(),
+        bytes,
+        "nothing is changed"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The bytes of an index file whose header field at `at` is `value`, its `crc` recomputed.
+fn reindexed(index: &[u8], at: usize, value: u32) -> Vec<u8> {
+    let mut bytes = index.to_vec();
+    bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&bytes[..52]), &bytes[56..]);
+    bytes[52..56].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+#[test]
+fn idx_5_an_index_whose_last_record_does_not_match_is_ignored_and_the_segment_scanned() {
+    let dir = temp_dir("vouched-mismatch");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&events(0..100)).unwrap();
+    writer.close().unwrap();
+    let segment = segments(&dir).pop().unwrap();
+    let index = segment.with_extension("idx");
+    let pristine = std::fs::read(&index).unwrap();
+    let offset =
+        |k: usize| u32::from_le_bytes(pristine[56 + 4 * k..60 + 4 * k].try_into().unwrap());
+    // Damage record 10, under the prefix the index vouches for.
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[offset(10) as usize + 20] ^= 0x01;
+    std::fs::write(&segment, &bytes).unwrap();
+    let (writer, _) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+    assert_eq!(
+        writer.seq_next(),
+        100,
+        "the vouched prefix is not read at open"
+    );
+    drop(writer);
+    assert!(LogReader::open(&dir).unwrap().event(10).is_none());
+    // Indexes whose last listed record does not match: its `end` is not the record's end;
+    // its last offset holds another seq; it lists a record more than the segment holds.
+    let end = u32::from_le_bytes(pristine[40..44].try_into().unwrap());
+    let mut another_seq = pristine.clone();
+    another_seq[56 + 4 * 99..56 + 4 * 100].copy_from_slice(&offset(98).to_le_bytes());
+    let another_seq = reindexed(&another_seq, 40, offset(99));
+    let mut one_more = pristine.clone();
+    one_more.extend_from_slice(&end.to_le_bytes());
+    let one_more = reindexed(&one_more, 12, 101);
+    for bad in [reindexed(&pristine, 40, end + 8), another_seq, one_more] {
+        std::fs::write(&index, &bad).unwrap();
+        // Each is ignored: the segment is scanned from its first record, and the damage
+        // refused at open (RCV-4).
+        let err = LogWriter::open(&dir, LogOptions::default()).unwrap_err();
+        assert_eq!(err.code(), "CORRUPT", "{err}");
+        assert_eq!(LogReader::open(&dir).unwrap().seq_next(), 10);
+    }
+    std::fs::write(&index, &pristine).unwrap();
+    assert_eq!(LogReader::open(&dir).unwrap().seq_next(), 100);
     assert_eq!(
         std::fs::read(&segment).unwrap(),
         bytes,

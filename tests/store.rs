@@ -221,6 +221,20 @@ fn a_torn_tail_is_dropped_and_reported_and_damage_is_refused() {
     let mut bytes = std::fs::read(&segment).unwrap();
     bytes[200] ^= 0x40;
     std::fs::write(&segment, &bytes).unwrap();
+    // Close indexed the segment, so the damage lies under the vouched prefix, which open
+    // takes without reading it (log-format.md IDX-5), and under the checkpoint: open
+    // succeeds, and the damaged record is never returned (RCV-6).
+    let (session, _) = store.open("s").unwrap();
+    assert_eq!(session.seq_next(), 9);
+    let log = session.log();
+    let damaged = (0..9)
+        .filter(|&seq| surfacelog::event::EventSource::event(log, seq).is_none())
+        .count();
+    assert_eq!(damaged, 1, "the damaged record is not returned");
+    drop(session);
+    assert_eq!(std::fs::read(&segment).unwrap(), bytes, "nothing changed");
+    // A fold over the whole log reads it, and refuses the session.
+    std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
     let err = store.open("s").unwrap_err();
     assert_eq!(err.code(), "CORRUPT");
     assert_eq!(err.session(), Some("s"));
@@ -892,6 +906,51 @@ fn a_record_damaged_under_a_checkpoint_is_reported_not_skipped() {
     std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
     let err = store.open("s").unwrap_err();
     assert_eq!(err.code(), "CORRUPT", "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// log-format.md §7: a sealed segment is opened and checked on the first access into it,
+/// not at open. One whose header does not check out is `CORRUPT`, with its path, when it
+/// is read: by a fold (an open without the checkpoint), by a read of one of its events,
+/// and by a fork, which checks every segment it links.
+#[test]
+fn a_sealed_segment_with_a_bad_header_is_corrupt_on_first_access() {
+    use surfacelog::event::EventSource;
+    use surfacelog::session::Boundary;
+    let (dir, store) = temp_store("bad-sealed-header");
+    let mut session = store.create("s", None, None).unwrap();
+    workload(&mut session, 200);
+    session.close().unwrap();
+    let mut segments: Vec<_> = std::fs::read_dir(dir.join("sessions/s/log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segments.sort();
+    assert!(segments.len() >= 3, "{segments:?}");
+    let bad = &segments[1];
+    let first: u64 = bad.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    let mut bytes = std::fs::read(bad).unwrap();
+    bytes[0] ^= 0x01;
+    std::fs::write(bad, &bytes).unwrap();
+    let names_bad = |error: &surfacelog::Error| {
+        assert_eq!(error.code(), "CORRUPT", "{error}");
+        assert!(error.to_string().contains(bad.to_str().unwrap()), "{error}");
+    };
+    // With the checkpoint, open reads nothing of it.
+    let (session, _) = store.open("s").unwrap();
+    assert!(session.log().event(first).is_none());
+    names_bad(&session.log().unreadable(first).unwrap());
+    assert!(session.log().event(first - 1).is_some());
+    drop(session);
+    names_bad(&store.fork("s", Boundary::Last, "c").unwrap_err());
+    assert!(!dir.join("sessions/c").exists(), "nothing is published");
+    // A fold reads it.
+    std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
+    let error = store.open("s").unwrap_err();
+    names_bad(&error);
+    assert_eq!((error.session(), error.seq()), (Some("s"), Some(first)));
+    assert_eq!(std::fs::read(bad).unwrap(), bytes, "nothing changed");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

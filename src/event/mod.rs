@@ -103,6 +103,15 @@ pub trait EventSource {
 
     /// The event at `seq`, or `None` past the end.
     fn event(&self, seq: u64) -> Option<EventRef<'_>>;
+
+    /// Why the event at `seq`, below [`EventSource::seq_next`], cannot be read when
+    /// [`EventSource::event`] returns nothing for it: the on-disk log names the file, the
+    /// offset and the rule (`CORRUPT`, `FORMAT_VERSION`, `IO`). `None` when it reads back,
+    /// or lies past the end, or the source cannot tell (the default).
+    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
+        let _ = seq;
+        None
+    }
 }
 
 /// The type name an event keeps: a static string for the types of the DSH vocabulary
@@ -235,6 +244,10 @@ impl<S: EventSource + ?Sized> EventSource for &S {
     fn event(&self, seq: u64) -> Option<EventRef<'_>> {
         (**self).event(seq)
     }
+
+    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
+        (**self).unreadable(seq)
+    }
 }
 
 /// A log followed by events kept in memory: a batch being admitted, or the repair
@@ -260,6 +273,10 @@ impl<S: EventSource> EventSource for Overlay<S> {
                 .get(usize::try_from(index).ok()?)
                 .map(Event::as_ref),
         }
+    }
+
+    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
+        self.base.unreadable(seq)
     }
 }
 

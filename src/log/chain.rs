@@ -1,7 +1,7 @@
-//! The segment chain of a log directory: one pass over its names and segment headers
-//! (LOG-1, LOG-2, SEG-2, SEG-3) and its limit files (LIM-3), shared by the writer's
-//! recovery and by readers. Only headers are read: a sealed segment's records are not
-//! touched at open (log-format.md §7).
+//! The segment chain of a log directory: one pass over its names (LOG-1, LOG-2), the last
+//! segment's header (SEG-2, SEG-3) and the limit files (LIM-3), shared by the writer's
+//! recovery and by readers. A sealed segment's file is not even opened at open: its header
+//! is checked on the first access into it (log-format.md §7), unless it is limited.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -11,7 +11,10 @@ use memmap2::Mmap;
 use super::limit::{Limit, limit_name};
 use super::map::map;
 use super::reader::corrupt;
-use super::segment::{HeaderError, SegmentHeader, parse_segment_name, segment_name, version_error};
+use super::segment::{
+    HeaderError, LogId, SegmentHeader, parse_first_seq, parse_segment_name, segment_name,
+    version_error,
+};
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 
@@ -20,12 +23,25 @@ use crate::storage::Storage;
 pub(crate) struct Linked {
     pub header: SegmentHeader,
     pub path: PathBuf,
-    /// The open file; `None` for a sealed segment handed over from a reader, which only
-    /// reads it through its map (a fork's child, [`crate::log::LogReader::into_fork_chain`]).
+    /// The open file (the writer appends to it), until a consumer of the chain takes it.
     pub file: Option<File>,
     pub map: Mmap,
     /// Its limit file, checked (LIM-3).
     pub limit: Option<Limit>,
+}
+
+/// A segment before the last one: sealed (DUR-4). Known at open by its name (LOG-2); its
+/// file is opened, mapped and checked (SEG-2, SEG-3) on the first access into it.
+#[derive(Debug)]
+pub(crate) struct Sealed {
+    /// Its name's seq, the first of its records (LOG-2).
+    pub first_seq: u64,
+    pub path: PathBuf,
+    /// Its limit file, checked (LIM-3).
+    pub limit: Option<Limit>,
+    /// Its header and map when it is already open: a limited segment, whose limit open
+    /// checks against its last record (LIM-3), or one a fork's reader hands over.
+    pub opened: Option<(SegmentHeader, Mmap)>,
 }
 
 /// The last segment file when its header does not check out: being created (SEG-6), or
@@ -37,29 +53,21 @@ pub(crate) struct Unborn {
     pub reason: &'static str,
 }
 
-/// The segments of a log, in order.
+/// The segments of a log, in order: the sealed ones, then the last one.
 #[derive(Debug)]
 pub(crate) struct Chain {
+    /// The segments before the last one.
+    pub sealed: Vec<Sealed>,
+    /// The last segment, opened and checked (recovery reads and writes it): none for a
+    /// log without a segment, otherwise exactly one.
     pub segments: Vec<Linked>,
     pub unborn: Option<Unborn>,
 }
 
-impl Chain {
-    /// The number of records segment `at` holds when it is sealed: known from the next
-    /// segment's name (LOG-2) or from its limit (LIM-1), before any of them is read.
-    pub fn sealed_count(&self, at: usize) -> Option<u64> {
-        let segment = self.segments.get(at)?;
-        let first = segment.header.first_seq;
-        match (segment.limit, self.segments.get(at + 1)) {
-            (Some(limit), _) => Some(limit.seq_next - first),
-            (None, Some(next)) => Some(next.header.first_seq - first),
-            (None, None) => None,
-        }
-    }
-}
-
-/// Opens and maps every segment of the log in `dir` and checks the chain: headers, identity,
-/// indexes and names (SEG-2, SEG-3), and limits (LIM-3, LIM-5). `write` opens the files for
+/// Lists the log in `dir` and checks its chain: the names (LOG-2), the last segment's
+/// header, identity, index and name (SEG-2, SEG-3), and the limits (LIM-3, LIM-5), which
+/// opens the segments they limit. Every other segment is left unopened: a reader opens
+/// and checks it on first access ([`open_sealed`]). `write` opens the last segment for
 /// writing (the writer's recovery).
 ///
 /// # Errors
@@ -73,60 +81,144 @@ pub(crate) fn open_chain(storage: &dyn Storage, dir: &Path, write: bool) -> Resu
     let mut limits: Vec<u64> = names.iter().filter_map(|n| parse_limit_name(n)).collect();
     limits.sort_unstable();
     let mut chain = Chain {
-        segments: Vec::with_capacity(firsts.len()),
+        sealed: Vec::new(),
+        segments: Vec::new(),
         unborn: None,
     };
-    for (position, &first) in firsts.iter().enumerate() {
-        let path = dir.join(segment_name(first));
-        let file = storage
-            .open_file(&path, write)
-            .map_err(|e| Error::io("open", &path, &e))?;
-        let map = map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
-        let header = match SegmentHeader::decode(&map) {
-            Ok(header) => header,
-            Err(HeaderError::Version(found)) => return Err(version_error(found)),
-            Err(HeaderError::Invalid(reason)) if position + 1 == firsts.len() => {
-                chain.unborn = Some(Unborn { path, map, reason });
-                break;
-            }
-            Err(HeaderError::Invalid(reason)) => return Err(corrupt(&path, 0, reason)),
-        };
-        let log_id = chain
-            .segments
-            .first()
-            .map_or(header.log_id, |s| s.header.log_id);
-        if header.log_id != log_id
-            || header.index != position as u64
-            || header.first_seq != first
-            || (position == 0 && first != 0)
-        {
-            return Err(corrupt(
-                &path,
-                0,
-                "segment does not continue the log (SEG-3)",
-            ));
-        }
-        let limit = match limits.binary_search(&first) {
-            Ok(_) => Some(Limit::load(&dir.join(limit_name(first)), &header, &map)?),
-            Err(_) => None,
-        };
-        chain.segments.push(Linked {
-            header,
-            path,
-            file: Some(file),
-            map,
-            limit,
-        });
+    // LOG-2: the first segment starts at seq 0.
+    if let Some(&first) = firsts.first().filter(|&&first| first != 0) {
+        return Err(discontinued(&dir.join(segment_name(first))));
     }
+    let Some(&last_first) = firsts.last() else {
+        check_limits(dir, &chain, &limits)?;
+        return Ok(chain);
+    };
+    let mut last_at = firsts.len() - 1;
+    let path = dir.join(segment_name(last_first));
+    let (file, map) = open_mapped(storage, &path, write)?;
+    let last = match SegmentHeader::decode(&map) {
+        Ok(header) => Some((header, path, file, map)),
+        Err(HeaderError::Version(found)) => return Err(version_error(found)),
+        Err(HeaderError::Invalid(reason)) => {
+            chain.unborn = Some(Unborn { path, map, reason });
+            // RCV-7: the segment before a torn last one is the last, and must check out.
+            match last_at.checked_sub(1) {
+                None => None,
+                Some(at) => {
+                    last_at = at;
+                    let first = firsts.get(at).copied().unwrap_or_default();
+                    let path = dir.join(segment_name(first));
+                    let (file, map) = open_mapped(storage, &path, write)?;
+                    let header = checked_header(&map, &path)?;
+                    Some((header, path, file, map))
+                }
+            }
+        }
+    };
+    let Some((header, path, file, map)) = last else {
+        check_limits(dir, &chain, &limits)?;
+        return Ok(chain);
+    };
+    let log_id = header.log_id;
+    if header.index != last_at as u64 || Some(&header.first_seq) != firsts.get(last_at) {
+        return Err(discontinued(&path));
+    }
+    for (position, &first) in firsts.iter().enumerate().take(last_at) {
+        let path = dir.join(segment_name(first));
+        let mut sealed = Sealed {
+            first_seq: first,
+            path,
+            limit: None,
+            opened: None,
+        };
+        if limits.binary_search(&first).is_ok() {
+            // LIM-3: a limit is checked against its segment's last record before use.
+            let (header, map) =
+                open_sealed(storage, &sealed.path, position as u64, first, &log_id)?;
+            sealed.limit = Some(Limit::load(&dir.join(limit_name(first)), &header, &map)?);
+            sealed.opened = Some((header, map));
+        }
+        chain.sealed.push(sealed);
+    }
+    let limit = match limits.binary_search(&header.first_seq) {
+        Ok(_) => Some(Limit::load(
+            &dir.join(limit_name(header.first_seq)),
+            &header,
+            &map,
+        )?),
+        Err(_) => None,
+    };
+    chain.segments.push(Linked {
+        header,
+        path,
+        file: Some(file),
+        map,
+        limit,
+    });
     check_limits(dir, &chain, &limits)?;
     Ok(chain)
+}
+
+/// Opens and maps a sealed segment on the first access into it, and checks its header
+/// (SEG-2) and its place in the log (SEG-3): the log's identity `log_id`, its position
+/// `index` and its name's `first_seq`.
+///
+/// # Errors
+/// `CORRUPT` with the segment's path, `FORMAT_VERSION`, `IO`.
+pub(crate) fn open_sealed(
+    storage: &dyn Storage,
+    path: &Path,
+    index: u64,
+    first_seq: u64,
+    log_id: &LogId,
+) -> Result<(SegmentHeader, Mmap)> {
+    let (_, map) = open_mapped(storage, path, false)?;
+    let header = checked_header(&map, path)?;
+    if header.log_id != *log_id || header.index != index || header.first_seq != first_seq {
+        return Err(discontinued(path));
+    }
+    Ok((header, map))
+}
+
+/// Opens and maps a segment file.
+fn open_mapped(storage: &dyn Storage, path: &Path, write: bool) -> Result<(File, Mmap)> {
+    let file = storage
+        .open_file(path, write)
+        .map_err(|e| Error::io("open", path, &e))?;
+    let map = map(&file).map_err(|e| Error::io("mmap", path, &e))?;
+    Ok((file, map))
+}
+
+/// The header of a segment that is not the last file (SEG-2): an invalid one is `CORRUPT`.
+fn checked_header(map: &[u8], path: &Path) -> Result<SegmentHeader> {
+    match SegmentHeader::decode(map) {
+        Ok(header) => Ok(header),
+        Err(HeaderError::Version(found)) => Err(version_error(found)),
+        Err(HeaderError::Invalid(reason)) => Err(corrupt(path, 0, reason)),
+    }
+}
+
+/// SEG-3: `CORRUPT` at a segment that does not continue the log.
+fn discontinued(path: &Path) -> Error {
+    corrupt(path, 0, "segment does not continue the log (SEG-3)")
 }
 
 /// LIM-5: every limit names a segment of the chain, and a limited segment that is not the
 /// last ends where the next one starts.
 fn check_limits(dir: &Path, chain: &Chain, limits: &[u64]) -> Result<()> {
+    let segments: Vec<(u64, &Path, Option<Limit>)> = chain
+        .sealed
+        .iter()
+        .map(|s| (s.first_seq, s.path.as_path(), s.limit))
+        .chain(
+            chain
+                .segments
+                .iter()
+                .map(|s| (s.header.first_seq, s.path.as_path(), s.limit)),
+        )
+        .collect();
     for &first in limits {
-        if !chain.segments.iter().any(|s| s.header.first_seq == first) {
+        if !segments.iter().any(|&(f, _, _)| f == first) {
             let path = dir.join(limit_name(first));
             return Err(corrupt(
                 &path,
@@ -135,13 +227,12 @@ fn check_limits(dir: &Path, chain: &Chain, limits: &[u64]) -> Result<()> {
             ));
         }
     }
-    for pair in chain.segments.windows(2) {
-        if let [segment, next] = pair
-            && let Some(limit) = segment.limit
-            && limit.seq_next != next.header.first_seq
+    for pair in segments.windows(2) {
+        if let [(_, _, Some(limit)), (next_first, next_path, _)] = pair
+            && limit.seq_next != *next_first
         {
             return Err(corrupt(
-                &next.path,
+                next_path,
                 0,
                 "segment does not continue its limited predecessor (LIM-5)",
             ));
@@ -152,8 +243,7 @@ fn check_limits(dir: &Path, chain: &Chain, limits: &[u64]) -> Result<()> {
 
 /// The `first_seq` a limit file name encodes, or `None` for other names.
 fn parse_limit_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".lim")?;
-    parse_segment_name(&format!("{digits}.seg"))
+    parse_first_seq(name.strip_suffix(".lim")?)
 }
 
 /// Opens, for writing, the segment a fork's child appends to: one the fork has just created
@@ -162,15 +252,8 @@ fn parse_limit_name(name: &str) -> Option<u64> {
 /// # Errors
 /// `CORRUPT` when its header does not check out, `FORMAT_VERSION`, `IO`.
 pub(crate) fn open_own_segment(storage: &dyn Storage, path: &Path) -> Result<Linked> {
-    let file = storage
-        .open_file(path, true)
-        .map_err(|e| Error::io("open", path, &e))?;
-    let map = map(&file).map_err(|e| Error::io("mmap", path, &e))?;
-    let header = match SegmentHeader::decode(&map) {
-        Ok(header) => header,
-        Err(HeaderError::Version(found)) => return Err(version_error(found)),
-        Err(HeaderError::Invalid(reason)) => return Err(corrupt(path, 0, reason)),
-    };
+    let (file, map) = open_mapped(storage, path, true)?;
+    let header = checked_header(&map, path)?;
     Ok(Linked {
         header,
         path: path.to_owned(),

@@ -167,6 +167,10 @@ impl crate::event::EventSource for DiskLog {
                 .map(crate::event::Event::as_ref),
         }
     }
+
+    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
+        self.reader.unreadable(seq)
+    }
 }
 
 use std::path::PathBuf;

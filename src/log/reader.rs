@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use memmap2::Mmap;
 
-use super::chain::{Chain, Linked, open_chain};
+use super::chain::{Chain, Linked, Sealed, open_chain, open_sealed};
 use super::index;
 use super::limit::Limit;
 use super::map::{map, release};
@@ -23,8 +23,9 @@ use crate::storage::{FsStorage, Storage};
 /// A read-only view of a log: the committed prefix as of the last [`LogReader::refresh`].
 ///
 /// Segments are read through their maps without copying; every read checks the record's
-/// checksum again (REC-4), so a reader never returns a partial record. A sealed segment's
-/// offsets are read from its index on the first access into it (IDX-3), not at open.
+/// checksum again (REC-4), so a reader never returns a partial record. A sealed segment is
+/// opened, mapped and checked (SEG-2, SEG-3), and its offsets read from its index (IDX-3),
+/// on the first access into it, not at open (§7).
 #[derive(Debug)]
 pub struct LogReader {
     dir: PathBuf,
@@ -41,9 +42,15 @@ pub struct LogReader {
 /// One segment as a reader holds it.
 #[derive(Debug)]
 pub(crate) struct Segment {
-    header: SegmentHeader,
+    /// The seq of its first record: its name's (LOG-2), which its header repeats (SEG-3).
+    first_seq: u64,
+    /// Its position in the log: the `segment_index` its header carries (SEG-3).
+    index: u64,
     path: PathBuf,
-    map: Mmap,
+    /// Its header and map: set at open for the last segment (and a limited one, LIM-3), on
+    /// the first access for another sealed one. A refusal found then is kept, so every
+    /// later read is refused the same way; an I/O error is not (the next access retries).
+    mapped: OnceLock<Result<Mapped, ErrorKind>>,
     /// Where this log's part of the segment ends (LIM-1).
     limit: Option<Limit>,
     /// The records a sealed segment holds, known from the names (LOG-2) or its limit.
@@ -60,6 +67,13 @@ pub(crate) struct Segment {
     /// The bytes from the start of the map whose pages were released once read through
     /// (RD-4): only a hint of where the next release starts, not a correctness fact.
     released: usize,
+}
+
+/// A segment's checked header and its map.
+#[derive(Debug)]
+struct Mapped {
+    header: SegmentHeader,
+    map: Mmap,
 }
 
 /// The reader releases the pages of the last segment's records it has scanned once this
@@ -98,11 +112,13 @@ pub(crate) struct BoundarySegment<'a> {
 }
 
 impl LogReader {
-    /// Opens the log in `dir` for reading.
+    /// Opens the log in `dir` for reading: lists it and opens its last segment (and any
+    /// limited one, LIM-3); every other segment is opened on the first access into it.
     ///
     /// # Errors
     /// `CORRUPT` for a broken segment chain (LOG-2, SEG-3) or limit (LIM-3, LIM-5),
-    /// `FORMAT_VERSION`, `IO`.
+    /// `FORMAT_VERSION`, `IO`. A sealed segment's header is checked on first access: a
+    /// read there returns nothing, and [`EventSource::unreadable`] says why.
     pub fn open(dir: &Path) -> Result<Self> {
         Self::open_with(dir, Arc::new(FsStorage))
     }
@@ -145,10 +161,13 @@ impl LogReader {
         storage: Arc<dyn Storage>,
         segments: Vec<Segment>,
     ) -> Result<Self> {
-        let log_id = segments.first().map_or([0; 16], |s| s.header.log_id);
+        let log_id = segments
+            .last()
+            .and_then(Segment::mapped)
+            .map_or([0; 16], |m| m.header.log_id);
         let seq_next = segments.last().map_or(0, |s| {
             let scanned = s.offsets.get().map_or(0, Vec::len) as u64;
-            s.header.first_seq + s.count.unwrap_or(scanned)
+            s.first_seq + s.count.unwrap_or(scanned)
         });
         let mut reader = Self {
             dir: dir.to_owned(),
@@ -159,7 +178,8 @@ impl LogReader {
             cursor: AtomicUsize::new(0),
         };
         reader.refresh()?;
-        // RD-4: what recovery scanned or checked in bulk (IDX-5) is read through.
+        // RD-4: what recovery scanned (and the last record of a vouched prefix, IDX-5) is
+        // read through.
         if let Some(last) = reader.segments.last_mut() {
             last.release_read(0);
         }
@@ -176,7 +196,10 @@ impl LogReader {
             if let Some(last) = self.segments.last_mut() {
                 // LIM-4: nothing after a limit belongs to this log; the next segment may.
                 if last.limit.is_none() {
-                    let found = scan(&last.map, last.end, self.seq_next);
+                    let Some(mapped) = last.mapped() else {
+                        return Ok(self.seq_next);
+                    };
+                    let found = scan(&mapped.map, last.end, self.seq_next);
                     let mut offsets = last.offsets.take().unwrap_or_default();
                     offsets.extend_from_slice(&found.offsets);
                     let empty = offsets.is_empty();
@@ -212,7 +235,10 @@ impl LogReader {
                 return self.refresh();
             };
             if last.limit.is_none() {
-                let found = walk_written(&last.map, last.end, self.seq_next, written);
+                let Some(mapped) = last.mapped() else {
+                    return self.refresh();
+                };
+                let found = walk_written(&mapped.map, last.end, self.seq_next, written);
                 if let Stop::Invalid { .. } = found.stop {
                     return self.refresh();
                 }
@@ -259,16 +285,20 @@ impl LogReader {
         if previous.checked_add(1) == Some(at)
             && let Some(segment) = self.segments.get(previous)
             && segment.count.is_some()
+            && let Some(mapped) = segment.mapped()
         {
-            release(&segment.map, 0..segment.map.len());
+            release(&mapped.map, 0..mapped.map.len());
         }
     }
 
     /// The segments holding the first `len` events: for a fork, all but the last are
-    /// shared whole, and the last is shared up to a limit (STORE-10, LIM-1).
+    /// shared whole, and the last is shared up to a limit (STORE-10, LIM-1). Each of them
+    /// is opened and checked (SEG-2, SEG-3) if no read has done so yet, so that a fork
+    /// refuses a broken chain and hands its child checked segments.
     ///
     /// # Errors
-    /// `CORRUPT` when the boundary segment's records cannot be read back.
+    /// `CORRUPT` when a segment does not check out or the boundary segment's records
+    /// cannot be read back, `FORMAT_VERSION`, `IO`.
     pub(crate) fn prefix(&self, len: u64) -> Result<Prefix<'_>> {
         let len = len.min(self.seq_next);
         let mut prefix = Prefix {
@@ -279,6 +309,9 @@ impl LogReader {
             return Ok(prefix);
         };
         let at = self.segment_of(last).unwrap_or(0);
+        for segment in self.segments.iter().take(at) {
+            self.open_segment(segment)?;
+        }
         prefix.whole = self
             .segments
             .iter()
@@ -288,12 +321,13 @@ impl LogReader {
         let Some(segment) = self.segments.get(at) else {
             return Ok(prefix);
         };
-        let count = usize::try_from(len - segment.header.first_seq).unwrap_or(usize::MAX);
-        let offsets = segment.offsets(&self.dir, &self.log_id);
+        let count = usize::try_from(len - segment.first_seq).unwrap_or(usize::MAX);
+        let mapped = self.open_segment(segment)?;
+        let offsets = segment.offsets(mapped, &self.dir, &self.log_id);
         let unreadable = || corrupt(&segment.path, 0, "a record of the prefix cannot be read");
         let kept = offsets.get(..count).ok_or_else(unreadable)?;
         let &last_offset = kept.last().ok_or_else(unreadable)?;
-        let (event, frame) = segment
+        let (event, frame) = mapped
             .map
             .get(last_offset as usize..)
             .and_then(|rest| decode(rest).ok())
@@ -303,8 +337,8 @@ impl LogReader {
         }
         prefix.boundary = Some(BoundarySegment {
             path: &segment.path,
-            header: segment.header,
-            bytes: &segment.map,
+            header: mapped.header,
+            bytes: &mapped.map,
             offsets: kept,
             end: last_offset as usize + frame,
             durable: segment.count.is_some() || segment.durable >= count as u64,
@@ -314,10 +348,11 @@ impl LogReader {
 
     /// Consumes the reader for the child of a fork of its first `len` events (STORE-10):
     /// the chain of the child's log in `log_dir`, whose segment files are links to this
-    /// reader's, so that the child's writer does not open and check every segment again.
-    /// The segments holding the prefix keep their maps (the same files) and limits, the
-    /// one holding the boundary gets `boundary_limit`, the limit the fork wrote for it;
-    /// `own`, the segment the fork created for the child's appends, comes last.
+    /// reader's, so that the child's writer does not open and check them again. The
+    /// segments holding the prefix keep their maps (the same files; [`LogReader::prefix`]
+    /// has opened and checked them) and limits, the one holding the boundary gets
+    /// `boundary_limit`, the limit the fork wrote for it; `own`, the segment the fork
+    /// created for the child's appends, comes last.
     pub(crate) fn into_fork_chain(
         self,
         log_dir: &Path,
@@ -330,27 +365,30 @@ impl LogReader {
             .checked_sub(1)
             .and_then(|last| self.segment_of(last))
             .map_or(0, |at| at + 1);
-        let mut segments: Vec<Linked> = self
+        let mut sealed: Vec<Sealed> = self
             .segments
             .into_iter()
             .take(kept)
-            .map(|segment| Linked {
-                header: segment.header,
+            .map(|segment| Sealed {
+                first_seq: segment.first_seq,
                 path: segment
                     .path
                     .file_name()
                     .map_or_else(|| segment.path.clone(), |name| log_dir.join(name)),
-                file: None,
-                map: segment.map,
                 limit: segment.limit,
+                opened: segment
+                    .mapped
+                    .into_inner()
+                    .and_then(Result::ok)
+                    .map(|m| (m.header, m.map)),
             })
             .collect();
-        if let Some(boundary) = segments.last_mut() {
+        if let Some(boundary) = sealed.last_mut() {
             boundary.limit = boundary_limit;
         }
-        segments.push(own);
         Chain {
-            segments,
+            sealed,
+            segments: vec![own],
             unborn: None,
         }
     }
@@ -358,15 +396,84 @@ impl LogReader {
     /// The position of the segment holding `seq`.
     fn segment_of(&self, seq: u64) -> Option<usize> {
         self.segments
-            .partition_point(|s| s.header.first_seq <= seq)
+            .partition_point(|s| s.first_seq <= seq)
             .checked_sub(1)
+    }
+
+    /// The header and map of `segment`, opening and checking it on the first access
+    /// (SEG-2, SEG-3): its identity is the log's, its index its position, its first seq
+    /// its name's.
+    ///
+    /// # Errors
+    /// `CORRUPT` with the segment's path, `FORMAT_VERSION`, `IO`.
+    fn open_segment<'a>(&self, segment: &'a Segment) -> Result<&'a Mapped> {
+        if segment.mapped.get().is_none() {
+            let opened = open_sealed(
+                &*self.storage,
+                &segment.path,
+                segment.index,
+                segment.first_seq,
+                &self.log_id,
+            );
+            match opened {
+                // Not kept: the next access tries again.
+                Err(error) if error.code() == "IO" => return Err(error),
+                opened => {
+                    // Another thread may have set it first: both checked the same file.
+                    let _ = segment.mapped.set(
+                        opened
+                            .map(|(header, map)| Mapped { header, map })
+                            .map_err(|e| e.kind().clone()),
+                    );
+                }
+            }
+        }
+        match segment.mapped.get() {
+            Some(Ok(mapped)) => Ok(mapped),
+            Some(Err(kind)) => Err(kind.clone().into()),
+            None => Err(corrupt(&segment.path, 0, "the segment cannot be opened")),
+        }
+    }
+
+    /// [`EventSource::unreadable`]: its segment does not check out (SEG-2, SEG-3, checked
+    /// on first access), or its record does not (REC-4: damaged since it was written,
+    /// RCV-6), with the file and offset.
+    fn why_unreadable(&self, seq: u64) -> Option<Error> {
+        if seq >= self.seq_next {
+            return None;
+        }
+        let segment = self.segments.get(self.segment_of(seq)?)?;
+        let mapped = match self.open_segment(segment) {
+            Ok(mapped) => mapped,
+            Err(error) => return Some(error),
+        };
+        let offsets = segment.offsets(mapped, &self.dir, &self.log_id);
+        let index = usize::try_from(seq - segment.first_seq).ok()?;
+        let Some(&offset) = offsets.get(index) else {
+            // A scan stopped before this record: at the first one that does not check out.
+            let stop = offsets.last().map_or(SEGMENT_HEADER_LEN, |&last| {
+                let at = last as usize;
+                let frame = mapped.map.get(at..).and_then(|rest| decode(rest).ok());
+                frame.map_or(at, |(_, len)| at + len)
+            });
+            let reason = format!("seq {seq}: a record before it does not check out (RCV-6)");
+            return Some(corrupt(&segment.path, stop, &reason));
+        };
+        let offset = offset as usize;
+        let reason = match mapped.map.get(offset..).map(decode) {
+            Some(Ok((event, _))) if event.seq == seq => return None,
+            Some(Ok(_)) => format!("seq {seq}: the record there has another seq (RCV-5)"),
+            Some(Err(error)) => format!("seq {seq}: the record does not check out: {error:?}"),
+            None => format!("seq {seq}: the record lies past the segment's end"),
+        };
+        Some(corrupt(&segment.path, offset, &reason))
     }
 
     /// Opens the segment after the last one if its file exists with a valid header.
     /// A next file whose header is not written yet is not there yet (the writer is
     /// creating it, SEG-6).
     fn open_next_segment(&mut self) -> Result<bool> {
-        let expected_index = self.segments.last().map_or(0, |s| s.header.index + 1);
+        let expected_index = self.segments.last().map_or(0, |s| s.index + 1);
         let first_seq = self.seq_next;
         let path = self.dir.join(super::segment::segment_name(first_seq));
         let Ok(file) = self.storage.open_file(&path, false) else {
@@ -399,17 +506,18 @@ impl LogReader {
             ));
         }
         if let Some(previous) = self.segments.last_mut() {
-            previous
-                .count
-                .get_or_insert(first_seq - previous.header.first_seq);
+            previous.count.get_or_insert(first_seq - previous.first_seq);
             // RD-4: the previous segment is read through; later reads fault it in again.
-            release(&previous.map, previous.released..previous.map.len());
-            previous.released = previous.map.len();
+            if let Some(mapped) = previous.mapped.get().and_then(|m| m.as_ref().ok()) {
+                release(&mapped.map, previous.released..mapped.map.len());
+                previous.released = mapped.map.len();
+            }
         }
         self.segments.push(Segment {
-            header,
+            first_seq,
+            index: expected_index,
             path,
-            map,
+            mapped: OnceLock::from(Ok(Mapped { header, map })),
             limit: None,
             count: None,
             offsets: OnceLock::from(Vec::new()),
@@ -434,16 +542,21 @@ impl LogReader {
 }
 
 impl Segment {
+    /// Its header and map, once opened and checked.
+    fn mapped(&self) -> Option<&Mapped> {
+        self.mapped.get()?.as_ref().ok()
+    }
+
     /// The record offsets, read on first use for a sealed segment: from its index when it
     /// checks out and holds the expected count (IDX-2, IDX-3), otherwise by a scan. A scan
     /// that finds fewer records leaves the rest unreadable: they are reported when read
-    /// (RCV-6).
-    fn offsets(&self, dir: &Path, log_id: &LogId) -> &[u32] {
+    /// (RCV-6). `mapped` is this segment's.
+    fn offsets(&self, mapped: &Mapped, dir: &Path, log_id: &LogId) -> &[u32] {
         self.offsets.get_or_init(|| {
             let count = usize::try_from(self.count.unwrap_or(0)).unwrap_or(usize::MAX);
-            let bound = self.limit.map_or(self.map.len(), |l| l.end as usize);
-            let bytes = self.map.get(..bound).unwrap_or(&self.map);
-            let first = self.header.first_seq;
+            let bound = self.limit.map_or(mapped.map.len(), |l| l.end as usize);
+            let bytes = mapped.map.get(..bound).unwrap_or(&mapped.map);
+            let first = self.first_seq;
             let index_path = dir.join(index_name(first));
             if let Some(index) = index::load(&index_path, bytes, log_id, first)
                 .filter(|index| index.offsets.len() == count)
@@ -453,7 +566,7 @@ impl Segment {
             let mut offsets = scan(bytes, SEGMENT_HEADER_LEN, first).offsets;
             offsets.truncate(count);
             // RD-4: the scan read the whole segment once; the reads that follow are few.
-            release(&self.map, 0..bound);
+            release(&mapped.map, 0..bound);
             offsets
         })
     }
@@ -462,31 +575,63 @@ impl Segment {
     /// `end`, once more than `min_bytes` of them are held.
     fn release_read(&mut self, min_bytes: usize) {
         let to = self.end / PAGE_BYTES * PAGE_BYTES;
-        if to > self.released && to - self.released >= min_bytes {
-            release(&self.map, self.released..to);
+        if to > self.released
+            && to - self.released >= min_bytes
+            && let Some(mapped) = self.mapped()
+        {
+            release(&mapped.map, self.released..to);
             self.released = to;
         }
     }
 }
 
-/// The reader's segments from `chain`, consumed: sealed ones unread, and the last one, when
-/// it is not limited, with the offsets and end in `layout`. Also returns the last
-/// segment's file (the writer appends to it).
+/// The reader's segments from `chain`, consumed: sealed ones unopened (unless the chain
+/// opened them), and the last one, when it is not limited, with the offsets and end in
+/// `layout`. Also returns the last segment's file (the writer appends to it).
 pub(crate) fn into_segments(
     chain: Chain,
     layout: Option<(Vec<u32>, usize)>,
 ) -> (Vec<Segment>, Option<std::fs::File>) {
-    let counts: Vec<Option<u64>> = (0..chain.segments.len())
-        .map(|at| chain.sealed_count(at))
+    let Chain {
+        sealed, segments, ..
+    } = chain;
+    // LOG-2: a sealed segment holds the records up to the next one's first, or its limit's.
+    let nexts: Vec<u64> = sealed
+        .iter()
+        .skip(1)
+        .map(|s| s.first_seq)
+        .chain(segments.iter().map(|s| s.header.first_seq))
         .collect();
-    let mut segments = Vec::with_capacity(counts.len());
-    let mut last_file = None;
+    let mut out = Vec::with_capacity(sealed.len() + segments.len());
     let mut layout = layout;
-    for (linked, count) in chain.segments.into_iter().zip(counts) {
+    for (position, (s, next)) in sealed.into_iter().zip(nexts).enumerate() {
+        let count = s.limit.map_or(next, |l| l.seq_next) - s.first_seq;
+        out.push(Segment {
+            first_seq: s.first_seq,
+            index: position as u64,
+            path: s.path,
+            mapped: s.opened.map_or_else(OnceLock::new, |(header, map)| {
+                OnceLock::from(Ok(Mapped { header, map }))
+            }),
+            limit: s.limit,
+            count: Some(count),
+            offsets: OnceLock::new(),
+            end: SEGMENT_HEADER_LEN,
+            durable: count,
+            released: 0,
+        });
+    }
+    let mut last_file = None;
+    for linked in segments {
+        let count = linked.limit.map(|l| l.seq_next - linked.header.first_seq);
         let mut segment = Segment {
-            header: linked.header,
+            first_seq: linked.header.first_seq,
+            index: linked.header.index,
             path: linked.path,
-            map: linked.map,
+            mapped: OnceLock::from(Ok(Mapped {
+                header: linked.header,
+                map: linked.map,
+            })),
             limit: linked.limit,
             count,
             offsets: OnceLock::new(),
@@ -501,9 +646,9 @@ pub(crate) fn into_segments(
             segment.end = end;
         }
         last_file = linked.file;
-        segments.push(segment);
+        out.push(segment);
     }
-    (segments, last_file)
+    (out, last_file)
 }
 
 impl EventSource for LogReader {
@@ -518,11 +663,18 @@ impl EventSource for LogReader {
         let at = self.segment_of(seq)?;
         self.follow(at);
         let segment = self.segments.get(at)?;
-        let index = usize::try_from(seq - segment.header.first_seq).ok()?;
-        let offset = *segment.offsets(&self.dir, &self.log_id).get(index)? as usize;
-        let (event, _) = decode(segment.map.get(offset..)?).ok()?;
+        let mapped = self.open_segment(segment).ok()?;
+        let index = usize::try_from(seq - segment.first_seq).ok()?;
+        let offset = *segment
+            .offsets(mapped, &self.dir, &self.log_id)
+            .get(index)? as usize;
+        let (event, _) = decode(mapped.map.get(offset..)?).ok()?;
         // A record damaged since its index was written points elsewhere: never return it.
         (event.seq == seq).then_some(event)
+    }
+
+    fn unreadable(&self, seq: u64) -> Option<Error> {
+        self.why_unreadable(seq)
     }
 }
 

@@ -123,7 +123,11 @@ pub fn index_name(first_seq: u64) -> String {
 
 /// The `first_seq` a segment file name encodes, or `None` for other names.
 pub fn parse_segment_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".seg")?;
+    parse_first_seq(name.strip_suffix(".seg")?)
+}
+
+/// The `first_seq` of a file name's stem: 20 decimal digits (LOG-1), or `None`.
+pub(crate) fn parse_first_seq(digits: &str) -> Option<u64> {
     (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
         .then(|| digits.parse().ok())?
 }

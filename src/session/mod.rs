@@ -274,14 +274,16 @@ impl<L: SessionLog> Session<L> {
             .catch_up(&session.log, &session.options.vocabulary)
             .map_err(|e| e.in_session(session.header.id()))?;
         // The fold stops at the first event the log cannot return: a record damaged since
-        // it was written (its checksum fails on read, log-format.md REC-4).
+        // it was written (its checksum fails on read, log-format.md REC-4), or a segment
+        // that does not check out on first access (SEG-2, SEG-3); the log says which.
         let (folded, stored) = (session.surface.seq_next(), session.log.seq_next());
         if folded != stored {
-            let reason = format!("event {folded} of {stored} cannot be read back (checksum)");
-            let location = format!("seq {folded}");
-            return Err(crate::Error::from(ErrorKind::Corrupt { location, reason })
-                .in_session(session.header.id())
-                .at_seq(folded));
+            let error = session.log.unreadable(folded).unwrap_or_else(|| {
+                let reason = format!("event {folded} of {stored} cannot be read back (checksum)");
+                let location = format!("seq {folded}");
+                ErrorKind::Corrupt { location, reason }.into()
+            });
+            return Err(error.in_session(session.header.id()).at_seq(folded));
         }
         if let Some(state) = session.invariants.as_mut() {
             for seq in 0..session.log.seq_next() {
@@ -628,6 +630,14 @@ impl EventSource for Prefix<'_> {
     fn event(&self, seq: u64) -> Option<EventRef<'_>> {
         if seq < self.len {
             self.log.event(seq)
+        } else {
+            None
+        }
+    }
+
+    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
+        if seq < self.len {
+            self.log.unreadable(seq)
         } else {
             None
         }

@@ -113,6 +113,10 @@ impl EventSource for ReadOnlyLog {
     fn event(&self, seq: u64) -> Option<EventRef<'_>> {
         self.log.event(seq)
     }
+
+    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
+        self.log.unreadable(seq)
+    }
 }
 
 impl SessionLog for ReadOnlyLog {

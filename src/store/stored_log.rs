@@ -69,6 +69,10 @@ impl EventSource for StoredLog {
     fn event(&self, seq: u64) -> Option<EventRef<'_>> {
         self.log.event(seq)
     }
+
+    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
+        self.log.unreadable(seq)
+    }
 }
 
 impl SessionLog for StoredLog {

@@ -595,8 +595,7 @@ impl Surface {
         let seq_next = self.seq_next;
         let Some(&(smallest, _)) = self.replacement_keys.first() else {
             let below = self.nodes.last().is_none_or(|last| *last < seq_next);
-            let increasing = self.nodes.windows(2).all(|w| w[0] < w[1]);
-            return below && increasing;
+            return below && strictly_increasing(&self.nodes);
         };
         let key = |node: u64| {
             if node < smallest {
@@ -622,6 +621,20 @@ impl Surface {
         }
         .into()
     }
+}
+
+/// Whether `words` strictly increase: one branch-free pass that the compiler vectorizes,
+/// then, only when it fails, the exact comparison of each pair. For `p` below 2^63,
+/// `p < q` exactly when `q − p − 1` (wrapping) is below 2^63 too, so OR-ing `p` and
+/// `q − p − 1` over every pair leaves bit 63 clear only when every pair increases. A
+/// word at or above 2^63 (never a seq, which is a safe integer) sets it, and so does a
+/// pair of increasing words 2^63 or more apart: the exact pass decides those.
+fn strictly_increasing(words: &[u64]) -> bool {
+    let next = words.get(1..).unwrap_or_default();
+    let bits = words.iter().zip(next).fold(0, |bits, (&p, &q)| {
+        bits | p | q.wrapping_sub(p).wrapping_sub(1)
+    });
+    bits >> 63 == 0 || words.windows(2).all(|w| w[0] < w[1])
 }
 
 /// Contract §4 step 3, after the array shape: non-empty (unless allowed), no duplicates,

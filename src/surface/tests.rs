@@ -371,6 +371,44 @@ fn catch_up_resumes_where_the_fold_stopped() {
     assert!(whole.heap_bytes() >= whole.nodes().len() * 8);
 }
 
+/// CKP-2: the branch-free order check agrees with the pairwise one, at the edges of its
+/// bit trick too (words from 2^63 on, pairs 2^63 or more apart, wrapping differences).
+#[test]
+fn strictly_increasing_agrees_with_the_pairwise_check() {
+    let top = 1u64 << 63;
+    let cases: &[&[u64]] = &[
+        &[],
+        &[5],
+        &[0, 1, 2, 9],
+        &[0, 1, 1],
+        &[3, 2],
+        &[0, u64::MAX],
+        &[u64::MAX, 0],
+        &[u64::MAX, u64::MAX],
+        &[top - 1, top],
+        &[top, top + 1],
+        &[top + 1, top],
+        &[0, top],
+        &[1, top + 1],
+        &[top, 0, 1],
+        &[0, 1, top, 2],
+        &[7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 3],
+    ];
+    for words in cases {
+        let pairwise = words.windows(2).all(|w| w[0] < w[1]);
+        assert_eq!(strictly_increasing(words), pairwise, "{words:?}");
+    }
+    // Long runs, so that the vectorized loop and its remainder both see a fault.
+    let mut words: Vec<u64> = (0..1000).map(|i| i * 3).collect();
+    assert!(strictly_increasing(&words));
+    for at in [1, 2, 3, 4, 500, 998, 999] {
+        let saved = words[at];
+        words[at] = words[at - 1];
+        assert!(!strictly_increasing(&words), "a repeat at {at}");
+        words[at] = saved;
+    }
+}
+
 /// CKP-2: `from_parts` refuses parts that break the surface's invariants, with and without
 /// replacements (its two checking paths), and accepts what a fold produced.
 #[test]
