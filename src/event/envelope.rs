@@ -92,30 +92,31 @@ impl<'j, 'a> Envelope<'j, 'a> {
 
     /// The strict envelope checks of the seed and import paths (contract §2): no other
     /// key, every required key, `type`, `seq`, `time` and `ignorable` within their rules.
+    /// Returns the seq and the time they checked.
     ///
     /// # Errors
     /// `ENVELOPE_INVALID` naming the rule.
-    pub fn check(&self) -> Result<()> {
+    pub fn check(&self) -> Result<(u64, i64)> {
         if let Some(key) = self.unknown_key {
             return Err(invalid(&format!("unknown key {}", key.raw())));
         }
         let event_type = self.event_type.ok_or_else(|| invalid("type is missing"))?;
         check_event_type(event_type)?;
         let seq = self.seq.ok_or_else(|| invalid("seq is missing"))?;
-        if seq.as_safe_u64().is_none() {
-            return Err(invalid("seq is not a non-negative safe integer"));
-        }
+        let seq = seq
+            .as_safe_u64()
+            .ok_or_else(|| invalid("seq is not a non-negative safe integer"))?;
         let time = self.time.ok_or_else(|| invalid("time is missing"))?;
-        if time.as_safe_int().is_none() {
-            return Err(invalid("time is not a safe integer"));
-        }
+        let time = time
+            .as_safe_int()
+            .ok_or_else(|| invalid("time is not a safe integer"))?;
         if self.data.is_none() {
             return Err(invalid("data is missing"));
         }
         if self.ignorable.is_some_and(|i| !i.is_true()) {
             return Err(invalid("ignorable is not the literal true"));
         }
-        Ok(())
+        Ok((seq, time))
     }
 
     /// The candidate the fold checks. Lenient: a missing or malformed `seq` becomes a
@@ -127,6 +128,11 @@ impl<'j, 'a> Envelope<'j, 'a> {
                 .ok_or_else(|| crate::error::excerpt(seq.raw())),
             None => Err("(missing)".to_owned()),
         };
+        self.candidate_at(seq)
+    }
+
+    /// [`Envelope::candidate`] with its seq already read (by [`Envelope::check`]).
+    pub fn candidate_at(&self, seq: Result<u64, String>) -> Candidate<'a> {
         let event_type = self.event_type.and_then(|t| t.as_str()).unwrap_or_default();
         Candidate {
             seq,
@@ -210,12 +216,17 @@ fn slot_of(key: Value<'_, '_>) -> Option<usize> {
         "surfaceOp",
         "ignorable",
     ];
-    let raw = key.raw();
-    let unquoted = &raw[1..raw.len() - 1];
-    if raw.contains('\\') {
-        KEYS.iter().position(|k| key.is_str(k))
-    } else {
-        KEYS.iter().position(|k| *k == unquoted)
+    // Literal arms: each compares the length, then the bytes as integers, inline.
+    match key.plain_str() {
+        Some("type") => Some(0),
+        Some("seq") => Some(1),
+        Some("time") => Some(2),
+        Some("data") => Some(3),
+        Some("sourceEventSeqs") => Some(4),
+        Some("surfaceOp") => Some(5),
+        Some("ignorable") => Some(6),
+        Some(_) => None,
+        None => KEYS.iter().position(|k| key.is_str(k)),
     }
 }
 
@@ -224,4 +235,52 @@ fn invalid(reason: &str) -> crate::Error {
         reason: reason.to_owned(),
     }
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::Json;
+
+    /// Each envelope key finds its own slot, spelled plainly or escaped; near misses of
+    /// every length find none.
+    #[test]
+    fn every_key_finds_its_slot() {
+        const KEYS: [&str; 7] = [
+            "type",
+            "seq",
+            "time",
+            "data",
+            "sourceEventSeqs",
+            "surfaceOp",
+            "ignorable",
+        ];
+        for (at, key) in KEYS.iter().enumerate() {
+            let escaped = key.chars().fold(String::new(), |mut out, c| {
+                use std::fmt::Write;
+                let _ = write!(out, "\\u{:04x}", c as u32);
+                out
+            });
+            for spelled in [(*key).to_owned(), escaped] {
+                let text = format!(r#"{{"{spelled}":0}}"#);
+                let json = Json::parse(&text).unwrap();
+                let (name, _) = json.root().members().next().unwrap();
+                assert_eq!(slot_of(name), Some(at), "{spelled}");
+            }
+        }
+        for miss in [
+            "typ",
+            "tipe",
+            "Data",
+            "surfaceop",
+            "sourceEventSeqz",
+            "",
+            "types",
+        ] {
+            let text = format!(r#"{{"{miss}":0}}"#);
+            let json = Json::parse(&text).unwrap();
+            let (name, _) = json.root().members().next().unwrap();
+            assert_eq!(slot_of(name), None, "{miss}");
+        }
+    }
 }

@@ -118,10 +118,8 @@ pub trait EventSource {
 /// (`vocabulary::DSH_KNOWN_TYPES`), so the common events allocate nothing for it; an owned
 /// copy otherwise.
 pub fn type_name(event_type: &str) -> Cow<'static, str> {
-    match vocabulary::DSH_KNOWN_TYPES.binary_search(&event_type) {
-        Ok(at) => Cow::Borrowed(vocabulary::DSH_KNOWN_TYPES[at]),
-        Err(_) => Cow::Owned(event_type.to_owned()),
-    }
+    vocabulary::known_type(event_type)
+        .map_or_else(|| Cow::Owned(event_type.to_owned()), Cow::Borrowed)
 }
 
 impl Event {

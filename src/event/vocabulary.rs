@@ -250,8 +250,24 @@ fn non_empty_str(value: Option<Value<'_, '_>>) -> bool {
     value.is_some_and(|v| v.kind() == Kind::String && v.raw().len() > 2)
 }
 
-/// The 48 event types the DSH reference knows (`dsh-formats.md` Appendix A), sorted.
-pub const DSH_KNOWN_TYPES: [&str; 48] = [
+/// Defines [`DSH_KNOWN_TYPES`] and [`known_type`] from one list of names.
+macro_rules! known_types {
+    ($($name:literal,)*) => {
+        /// The 48 event types the DSH reference knows (`dsh-formats.md` Appendix A), sorted.
+        pub const DSH_KNOWN_TYPES: [&str; 48] = [$($name,)*];
+
+        /// The static name of a type of [`DSH_KNOWN_TYPES`], found by a `match` on literals
+        /// (a length test, then the bytes compared inline); `None` for any other type.
+        pub fn known_type(event_type: &str) -> Option<&'static str> {
+            match event_type {
+                $($name => Some($name),)*
+                _ => None,
+            }
+        }
+    };
+}
+
+known_types! {
     "agent-preset/selected",
     "agent/inbox/spliced",
     "approval/asked",
@@ -300,7 +316,7 @@ pub const DSH_KNOWN_TYPES: [&str; 48] = [
     "turn/start",
     "user/message",
     "web/deepseek-search-llm-request",
-];
+}
 
 /// LOAD-10 (`dsh-formats.md` §9.4), for an import as strict as DSH's loader: the type is
 /// known (after the `steering/message` → `user/message` projection of §9.2) or the event
@@ -309,8 +325,7 @@ pub const DSH_KNOWN_TYPES: [&str; 48] = [
 /// # Errors
 /// `UNKNOWN_EVENT_TYPE`.
 pub fn check_dsh_known(event_type: &str, ignorable: bool) -> crate::Result<()> {
-    let known =
-        event_type == "steering/message" || DSH_KNOWN_TYPES.binary_search(&event_type).is_ok();
+    let known = event_type == "steering/message" || known_type(event_type).is_some();
     if known || ignorable {
         return Ok(());
     }
@@ -328,6 +343,13 @@ mod tests {
     fn the_dsh_vocabulary_is_appendix_a_sorted_for_lookup() {
         assert_eq!(DSH_KNOWN_TYPES.len(), 48);
         assert!(DSH_KNOWN_TYPES.windows(2).all(|w| w[0] < w[1]));
+        for name in DSH_KNOWN_TYPES {
+            assert_eq!(known_type(name), Some(name));
+            assert_eq!(known_type(&name[1..]), None);
+            assert_eq!(known_type(&format!("{name}x")), None);
+        }
+        assert_eq!(known_type("turn/End"), None);
+        assert_eq!(known_type(""), None);
         assert!(check_dsh_known("assistant/chunk", false).is_ok());
         assert!(check_dsh_known("steering/message", false).is_ok());
         assert!(check_dsh_known("text-chunks", true).is_ok());

@@ -190,6 +190,14 @@ impl<'j, 'a> Value<'j, 'a> {
         }
     }
 
+    /// The content of a string written without escapes (its text between the quotes);
+    /// `None` for other strings and other kinds.
+    pub fn plain_str(&self) -> Option<&'a str> {
+        let node = self.node();
+        (node.kind == Kind::String && !node.flag)
+            .then(|| &self.json.text[node.start as usize + 1..node.end as usize - 1])
+    }
+
     /// `true` when this is a string equal to `s`.
     pub fn is_str(&self, s: &str) -> bool {
         let node = self.node();

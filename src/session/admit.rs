@@ -84,8 +84,8 @@ impl<L: SessionLog> Session<L> {
         }
         let root = json.root();
         let envelope = Envelope::read(root)?;
-        envelope.check()?;
-        let candidate = envelope.candidate();
+        let (seq, time) = envelope.check()?;
+        let candidate = envelope.candidate_at(Ok(seq));
         if lossless == Lossless::Lenient && self.options.strict_vocabulary {
             let ignorable = envelope.ignorable.is_some_and(|i| i.is_true());
             crate::event::vocabulary::check_dsh_known(&candidate.event_type, ignorable)?;
@@ -94,7 +94,7 @@ impl<L: SessionLog> Session<L> {
         let (step, invariants) = self.check_event(ctx, &candidate, data)?;
         let base = root.span().start;
         let message = self.message_span(&candidate.event_type, data);
-        let fields = fields_of(&candidate, &envelope);
+        let fields = fields_of(&candidate, &envelope, time);
         let local = |span: std::ops::Range<usize>| span.start - base..span.end - base;
         let event = Event::new(
             root.raw().to_owned(),
@@ -322,14 +322,11 @@ fn build_text(candidate: &Candidate<'_>, seq: u64, time: i64) -> (String, std::o
     (text, data_span)
 }
 
-fn fields_of(candidate: &Candidate<'_>, envelope: &Envelope<'_, '_>) -> EventFields {
+fn fields_of(candidate: &Candidate<'_>, envelope: &Envelope<'_, '_>, time: i64) -> EventFields {
     EventFields {
         event_type: crate::event::type_name(&candidate.event_type),
         seq: *candidate.seq.as_ref().expect("checked: seq is contiguous"),
-        time: envelope
-            .time
-            .and_then(|t| t.as_safe_int())
-            .expect("checked: time is a safe integer"),
+        time,
         surface_op: valid(&candidate.surface_op).copied(),
         sources: valid(&candidate.sources).map(|s| s.to_vec()),
         ignorable: envelope.ignorable.is_some(),
