@@ -364,3 +364,24 @@ proptest! {
         prop_assert_eq!(bytes.as_deref(), Some(s.as_bytes()));
     }
 }
+
+proptest! {
+    /// The eight-at-a-time integer read gives what `str::parse` gives for integer tokens
+    /// of up to 15 digits, and nothing for a token with any other byte among its digits.
+    #[test]
+    fn small_integers_read_as_parse_reads_them(
+        digits in "[0-9]{1,15}",
+        negative in any::<bool>(),
+        at in 0usize..15,
+        // Not `-`, which in front of the digits makes a valid token.
+        other in prop_oneof![0u8..b'-', (b'-' + 1)..b'0', (b'9' + 1)..=255u8],
+    ) {
+        let token = format!("{}{digits}", if negative { "-" } else { "" });
+        prop_assert_eq!(parse::small_integer(&token), Some(token.parse::<i64>().unwrap()));
+        let mut bytes = digits.clone().into_bytes();
+        let at = at % bytes.len();
+        bytes[at] = other;
+        let bad = String::from_utf8_lossy(&bytes).into_owned();
+        prop_assert_eq!(parse::small_integer(&bad), None);
+    }
+}
