@@ -80,7 +80,8 @@ fn eight_digits(word: u64) -> Option<i64> {
     const HIGH_NIBBLES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
     const ZEROS: u64 = 0x3030_3030_3030_3030;
     // Every byte is 0x30..=0x3F, and still is with 6 added (no byte carries: at most 0x45).
-    if word & HIGH_NIBBLES != ZEROS || word.wrapping_add(0x0606_0606_0606_0606) & HIGH_NIBBLES != ZEROS
+    if word & HIGH_NIBBLES != ZEROS
+        || word.wrapping_add(0x0606_0606_0606_0606) & HIGH_NIBBLES != ZEROS
     {
         return None;
     }
