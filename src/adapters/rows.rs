@@ -6,7 +6,7 @@
 
 use crate::error::{ErrorKind, Result};
 use crate::json::{
-    Built, Json, Kind, TapeWriter, Value, number_value, push_js_number, push_js_string,
+    Built, Json, Kind, TapeWriter, Value, number_value, push_js_int, push_js_number, push_js_string,
 };
 
 /// The fewest members a row this writer produces has (ROW-4).
@@ -479,13 +479,11 @@ fn member_event(member: &Delta<'_>) -> Built {
     out.open_object();
     out.key("type");
     out.string(|text| text.push_str("\"assistant/chunk\""));
-    #[expect(clippy::cast_precision_loss, reason = "seq and time are safe integers")]
-    {
-        out.key("seq");
-        out.number(|text| push_js_number(text, member.seq as f64));
-        out.key("time");
-        out.number(|text| push_js_number(text, member.time as f64));
-    }
+    // Safe integers (checked by `expand`): their digits are their JS-JSON.
+    out.key("seq");
+    out.number(|text| push_js_int(text, member.seq));
+    out.key("time");
+    out.number(|text| push_js_int(text, member.time));
     out.key("data");
     out.open_object();
     out.key("turn");

@@ -67,6 +67,7 @@ impl TapeWriter {
             *has_member = true;
         }
         let start = self.text.len();
+        self.text.reserve(key.len() + 3);
         self.text.push('"');
         self.text.push_str(key);
         self.text.push('"');

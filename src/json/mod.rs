@@ -24,6 +24,7 @@ pub use batch::Batch;
 pub(crate) use build::{Built, TapeWriter};
 pub use equal::{equal, equal_except};
 pub use string::{decode_string, encode_js_string, push_js_string};
+pub(crate) use write::push_js_int;
 pub use write::{push_js_number, push_js_string_value, write_js};
 
 /// `value` when it is a *safe integer* (contract §2): integral, of magnitude at most

@@ -270,7 +270,12 @@ proptest! {
         } else {
             ryu_js::Buffer::new().format_finite(value).to_owned()
         };
-        prop_assert_eq!(fast, general);
+        prop_assert_eq!(&fast, &general);
+        if n.unsigned_abs() <= crate::limits::SAFE_INTEGER_MAX.unsigned_abs() {
+            let mut int = String::new();
+            super::write::push_js_int(&mut int, n);
+            prop_assert_eq!(int, fast);
+        }
     }
 }
 
