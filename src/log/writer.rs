@@ -604,9 +604,10 @@ fn write_segment_file(storage: &dyn Storage, dir: &Path, header: &SegmentHeader)
 /// the segments it opened for a reader.
 type Recovered = (State, LogId, OpenReport, Vec<Segment>);
 
-/// Opens every segment, checks the chain, and recovers the last one (§7). Sealed segments
-/// are not read beyond their headers; the last is scanned from where its index's vouched
-/// prefix ends (IDX-5), or from its first record.
+/// Checks the chain from the directory's names and recovers the last segment (§7): sealed
+/// segments are not opened here (their headers are checked on first access, SEG-3), except
+/// limited ones (LIM-3); the last is scanned from where its index's vouched prefix ends
+/// (IDX-5), or from its first record.
 fn recover(
     storage: &dyn Storage,
     dir: &Path,
