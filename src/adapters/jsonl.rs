@@ -375,17 +375,19 @@ struct Scanner {
     issue: Option<String>,
     /// An incomplete record carried to the next piece.
     partial: Vec<u8>,
+    /// The members of the last packed row, their buffers reused from row to row.
+    members: rows::Members,
 }
 
 /// One storage record, classified.
 enum Record<'t> {
     /// Unparsable: not JSON, `null`, or a malformed packed row.
     Unparsable(String),
-    /// Decoded events: a packed row's members (`None`: the record is one event itself,
-    /// or no event at all when `count` is 0), how many, the first seq (as written), and
-    /// whether they hold a `turn/end`.
+    /// Decoded events: whether they are a packed row's members (then in the scanner's
+    /// `members`; otherwise the record is one event itself, or no event at all when `count`
+    /// is 0), how many, the first seq (as written), and whether they hold a `turn/end`.
     Events {
-        members: Option<Vec<crate::json::Built>>,
+        members: bool,
         count: u64,
         first_seq: Option<f64>,
         /// The first seq as written, for the gap message (`None`: absent or no object).
@@ -404,6 +406,7 @@ impl Scanner {
             records: 0,
             issue: None,
             partial: Vec::new(),
+            members: rows::Members::default(),
         }
     }
 
@@ -456,7 +459,7 @@ impl Scanner {
         let json = Json::parse(&text);
         let record = match &json {
             Err(error) => Record::Unparsable(format!("{}", Error::from(error.clone()))),
-            Ok(json) => classify(json.root()),
+            Ok(json) => classify(json.root(), &mut self.members),
         };
         let line = self.line;
         match record {
@@ -493,17 +496,12 @@ impl Scanner {
                     }
                     return Ok(());
                 }
-                match members {
-                    Some(members) => {
-                        for member in members {
-                            member.with_json(|json| each(json))?;
-                        }
+                if members {
+                    for member in self.members.as_mut_slice() {
+                        member.with_json(|json| each(json))?;
                     }
-                    None => {
-                        if let (1, Ok(json)) = (count, &json) {
-                            each(json)?;
-                        }
-                    }
+                } else if let (1, Ok(json)) = (count, &json) {
+                    each(json)?;
                 }
                 self.next_seq += count;
                 self.records += 1;
@@ -569,16 +567,16 @@ fn find_newline(bytes: &[u8]) -> Option<usize> {
 
 /// ROW-8 and §5.3: a packed row decodes to its members; any other object is one event;
 /// `null` is unparsable (reference quirk); any other value has no valid seq.
-fn classify<'t>(root: Value<'_, 't>) -> Record<'t> {
+fn classify<'t>(root: Value<'_, 't>, members: &mut rows::Members) -> Record<'t> {
     match root.kind() {
         Kind::Null => Record::Unparsable("the record is null".to_owned()),
-        Kind::Object => match rows::expand_row(root) {
+        Kind::Object => match rows::expand_row(root, members) {
             Some(Err(reason)) => Record::Unparsable(format!("malformed packed row: {reason}")),
-            Some(Ok(members)) => {
+            Some(Ok(())) => {
                 let seq0 = root.get("seq0");
                 Record::Events {
                     count: members.len() as u64,
-                    members: Some(members),
+                    members: true,
                     first_seq: seq0.and_then(|v| v.as_f64()),
                     first_seq_text: seq0.map(|v| v.raw()),
                     turn_end: false,
@@ -587,7 +585,7 @@ fn classify<'t>(root: Value<'_, 't>) -> Record<'t> {
             None => {
                 let seq = root.get("seq");
                 Record::Events {
-                    members: None,
+                    members: false,
                     count: 1,
                     first_seq: seq.and_then(|v| v.as_f64()),
                     first_seq_text: seq.map(|v| v.raw()),
@@ -596,7 +594,7 @@ fn classify<'t>(root: Value<'_, 't>) -> Record<'t> {
             }
         },
         _ => Record::Events {
-            members: None,
+            members: false,
             count: 0,
             first_seq: None,
             first_seq_text: Some(root.raw()),

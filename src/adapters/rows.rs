@@ -227,12 +227,12 @@ pub fn unpack(records: &[&str]) -> Result<Vec<String>> {
         let tag = root.get("type").filter(|_| root.kind() == Kind::Object);
         match tag.and_then(DeltaKind::from_row_tag) {
             Some(kind) => {
-                let mut members = Vec::new();
+                let mut members = Members::default();
                 expand(kind, root, &mut members).map_err(|reason| ErrorKind::Corrupt {
                     location: format!("record {index}"),
                     reason: format!("malformed packed row: {reason}"),
                 })?;
-                events.extend(members.into_iter().map(Built::into_text));
+                events.extend(members.into_texts());
             }
             None => events.push((*text).to_owned()),
         }
@@ -242,11 +242,55 @@ pub fn unpack(records: &[&str]) -> Result<Vec<String>> {
 
 /// Expands one packed row already parsed (ROW-9, ROW-10): `None` when `row` is not a row
 /// (its `type` is no row tag), else its members or why it is malformed.
-pub(crate) fn expand_row(row: Value<'_, '_>) -> Option<Result<Vec<Built>, &'static str>> {
+pub(crate) fn expand_row(
+    row: Value<'_, '_>,
+    members: &mut Members,
+) -> Option<Result<(), &'static str>> {
     let tag = row.get("type").filter(|_| row.kind() == Kind::Object)?;
     let kind = DeltaKind::from_row_tag(tag)?;
-    let mut members = Vec::new();
-    Some(expand(kind, row, &mut members).map(|()| members))
+    members.clear();
+    Some(expand(kind, row, members))
+}
+
+/// The members a row expands to, each written with its tape (ROW-10). Clearing keeps their
+/// buffers, so expanding row after row stops allocating once they are large enough.
+#[derive(Debug, Default)]
+pub(crate) struct Members {
+    built: Vec<Built>,
+    len: usize,
+}
+
+impl Members {
+    /// Forgets the members, keeping their buffers.
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// The number of members.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The members, in seq order.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [Built] {
+        &mut self.built[..self.len]
+    }
+
+    /// The member texts, without their tapes.
+    fn into_texts(mut self) -> Vec<String> {
+        self.built.truncate(self.len);
+        self.built.into_iter().map(Built::into_text).collect()
+    }
+
+    /// Appends a member written by `write` into the buffers of the slot it takes.
+    fn push_with(&mut self, write: impl FnOnce(Built) -> Built) {
+        if self.len == self.built.len() {
+            self.built.push(Built::default());
+        }
+        let slot = &mut self.built[self.len];
+        *slot = write(std::mem::take(slot));
+        self.len += 1;
+    }
 }
 
 /// ROW-2: the event is an `assistant/chunk` of exactly `type, seq, time, data`, with
@@ -379,11 +423,7 @@ fn row(run: &[Delta<'_>]) -> String {
 }
 
 /// ROW-9 and ROW-10: validates a row and appends its members.
-fn expand(
-    kind: DeltaKind,
-    row: Value<'_, '_>,
-    events: &mut Vec<Built>,
-) -> Result<(), &'static str> {
+fn expand(kind: DeltaKind, row: Value<'_, '_>, events: &mut Members) -> Result<(), &'static str> {
     exact_keys(row, &["type", "seq0", "time0", "data"], &[])
         .ok_or("row keys are not type, seq0, time0, data")?;
     let seq0 = row
@@ -465,17 +505,17 @@ fn expand(
             name,
             payload: payload.raw(),
         };
-        events.push(member_event(&member));
+        events.push_with(|buffers| member_event(&member, buffers));
     }
     Ok(())
 }
 
 /// ROW-10: one member as an `assistant/chunk` event, key orders of `dsh-formats.md` §2.3,
 /// written with its tape (every part is valid JSON already, so it is not parsed again).
-fn member_event(member: &Delta<'_>) -> Built {
+fn member_event(member: &Delta<'_>, buffers: Built) -> Built {
     // The fixed keys and numbers take up to about 200 bytes.
     let call = member.id.map_or(0, str::len) + member.name.map_or(0, str::len);
-    let mut out = TapeWriter::with_capacity(member.payload.len() + call + 256);
+    let mut out = TapeWriter::reusing(buffers, member.payload.len() + call + 256);
     out.open_object();
     out.key("type");
     out.string(|text| text.push_str("\"assistant/chunk\""));
@@ -766,9 +806,9 @@ pub(crate) fn expand_sql_row(
     }
     let text = format!("{{\"type\":\"{tag}\",\"seq0\":{seq0},\"time0\":{time0},\"data\":{data}}}");
     let row = Json::parse(&text).map_err(|_| "data is not a single JSON value".to_owned())?;
-    let mut events = Vec::new();
+    let mut events = Members::default();
     expand(kind, row.root(), &mut events)?;
-    Ok(events.into_iter().map(Built::into_text).collect())
+    Ok(events.into_texts())
 }
 
 /// The JS-JSON text of the `data` object of the row of `run` (ROW-6).
@@ -893,9 +933,11 @@ mod tests {
             let mut rows = 0;
             for record in pack(&refs).unwrap() {
                 let row = Json::parse(&record).unwrap();
-                let Some(members) = expand_row(row.root()) else { continue };
+                let mut members = Members::default();
+                let Some(expanded) = expand_row(row.root(), &mut members) else { continue };
+                expanded.unwrap();
                 rows += 1;
-                for member in members.unwrap() {
+                for member in members.as_mut_slice() {
                     member.with_json(|json| {
                         let parsed = Json::parse(json.text()).unwrap();
                         prop_assert_eq!(json, &parsed);

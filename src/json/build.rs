@@ -18,7 +18,7 @@ pub(crate) struct TapeWriter {
 }
 
 /// A finished text with its tape, detached so that it can be kept or moved.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Built {
     text: String,
     nodes: Vec<Node>,
@@ -26,11 +26,20 @@ pub(crate) struct Built {
 }
 
 impl TapeWriter {
-    /// An empty writer whose text has room for `bytes`.
-    pub(crate) fn with_capacity(bytes: usize) -> Self {
+    /// An empty writer that reuses the buffers of `built` (their capacity is kept), with
+    /// room for `bytes` of text.
+    pub(crate) fn reusing(built: Built, bytes: usize) -> Self {
+        let Built {
+            mut text,
+            mut nodes,
+            ..
+        } = built;
+        text.clear();
+        text.reserve(bytes);
+        nodes.clear();
         Self {
-            text: String::with_capacity(bytes),
-            nodes: Vec::with_capacity(32),
+            text,
+            nodes,
             ..Self::default()
         }
     }
@@ -134,13 +143,15 @@ impl Built {
     }
 
     /// Calls `each` with the text as parsed, without parsing it; returns what it returns.
-    pub(crate) fn with_json<R>(self, each: impl FnOnce(&Json<'_>) -> R) -> R {
+    pub(crate) fn with_json<R>(&mut self, each: impl FnOnce(&Json<'_>) -> R) -> R {
         let json = Json {
             text: &self.text,
-            nodes: self.nodes,
+            nodes: std::mem::take(&mut self.nodes),
             negative_zero: self.negative_zero,
         };
-        each(&json)
+        let result = each(&json);
+        self.nodes = json.nodes;
+        result
     }
 }
 
@@ -153,7 +164,7 @@ mod tests {
 
     /// Writes a member-like object: scalars, nested objects, optional keys.
     fn write(numbers: &[f64], strings: &[String], nest: bool) -> Built {
-        let mut writer = TapeWriter::with_capacity(16);
+        let mut writer = TapeWriter::reusing(Built::default(), 16);
         writer.open_object();
         for (k, n) in numbers.iter().enumerate() {
             writer.key(&format!("n{k}"));
@@ -190,7 +201,7 @@ mod tests {
             strings in prop::collection::vec("\\PC{0,8}|[\"\\\\\n\u{1}]{0,3}", 0..6),
             nest in any::<bool>(),
         ) {
-            let built = write(&numbers, &strings, nest);
+            let mut built = write(&numbers, &strings, nest);
             let text = built.text().to_owned();
             let parsed = Json::parse(&text).unwrap();
             built.with_json(|json| {
