@@ -18,6 +18,9 @@
 //! 1. `open_checkpointed`: [`Store::open`] of the 1M-event session with a fresh checkpoint,
 //!    beside the 10k-event one. Only the open is timed (`iter_custom`); the session is
 //!    dropped outside the timed region. Target: 1M ≤ 5 ms and ≤ 1.5× the 10k open.
+//!    The open reads none of the surface's nodes (CKP-7); their first read checks them
+//!    (CKP-2). `open_then_read_nodes` times the open and that first read
+//!    (`session.surface().nodes()`), to show where that cost went (no target).
 //! 2. `open_rebuild`: [`Store::open`] of the 1M-event session whose `checkpoint` file is
 //!    deleted (untimed) before each open, so the whole log is folded and the repair scan
 //!    runs over it; the open then writes a new checkpoint (CKP-5), which is in the time.
@@ -61,9 +64,9 @@ use surfacelog::log::{DiskLog, Durability, LogOptions, LogReader};
 use surfacelog::record::decode;
 use surfacelog::session::repair::RepairState;
 use surfacelog::session::{Boundary, SurfaceIntent};
-use surfacelog::store::checkpoint::{CHECKPOINT_FILE, Checkpoint, Unusable};
+use surfacelog::store::checkpoint::{CHECKPOINT_FILE, Checkpoint, LogOrigin, Unusable};
 use surfacelog::store::{Store, StoreOptions, escape_id};
-use surfacelog::surface::Surface;
+use surfacelog::surface::{NodeState, Surface};
 
 /// Criterion samples per benchmark (its minimum).
 const SAMPLE_SIZE: usize = 10;
@@ -306,7 +309,8 @@ fn benches(c: &mut Criterion, full: bool) {
     let store = Store::at(&dir.0, StoreOptions::default()).expect("opens the store");
     let mut times = Times::default();
 
-    open_checkpointed(c, &store, &[&small, &large], &mut times);
+    open_checkpointed(c, &store, &[&small, &large], false, &mut times);
+    open_checkpointed(c, &store, &[&small, &large], true, &mut times);
     open_rebuild(c, &store, &large, &mut times);
     print_phases(&store, &[&small, &large], if full { PHASE_RUNS } else { 1 });
     let memory = [true, false].map(|checkpointed| resident_memory(&store, &huge, checkpointed));
@@ -315,9 +319,21 @@ fn benches(c: &mut Criterion, full: bool) {
 }
 
 /// Benchmark 1: open with a fresh checkpoint; only the events after it are folded (none
-/// here).
-fn open_checkpointed(c: &mut Criterion, store: &Store, sessions: &[&Built], times: &mut Times) {
-    let mut group = c.benchmark_group("open_checkpointed");
+/// here). With `read_nodes`, the open and then the first read of the surface's nodes,
+/// which checks them (CKP-2): where the cost of the nodes moved.
+fn open_checkpointed(
+    c: &mut Criterion,
+    store: &Store,
+    sessions: &[&Built],
+    read_nodes: bool,
+    times: &mut Times,
+) {
+    let name = if read_nodes {
+        "open_then_read_nodes"
+    } else {
+        "open_checkpointed"
+    };
+    let mut group = c.benchmark_group(name);
     group
         .sample_size(SAMPLE_SIZE)
         .sampling_mode(SamplingMode::Flat)
@@ -326,18 +342,27 @@ fn open_checkpointed(c: &mut Criterion, store: &Store, sessions: &[&Built], time
     for built in sessions {
         let id = built.id();
         let events = built.workload.events;
-        let slot = times.slot(format!("open_checkpointed/{}", built.workload));
+        let slot = times.slot(format!("{name}/{}", built.workload));
         group.bench_function(BenchmarkId::from_parameter(built.workload), |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let start = Instant::now();
                     let (session, opened) = store.open(black_box(&id)).expect("opens");
+                    if read_nodes {
+                        black_box(session.surface().nodes());
+                    }
                     let elapsed = start.elapsed();
                     total += elapsed;
                     slot.push(elapsed);
                     assert_eq!(opened.checkpoint, Ok(events), "the checkpoint is used");
                     assert_eq!(opened.closers, 0);
+                    let checked = if read_nodes {
+                        NodeState::Checked
+                    } else {
+                        NodeState::Unchecked
+                    };
+                    assert_eq!(session.surface().node_state(), checked);
                     drop(session);
                 }
                 total
@@ -417,7 +442,12 @@ impl Phases {
         drop(reader);
 
         let start = Instant::now();
-        let loaded = Checkpoint::load(&dir, &log);
+        let origin = LogOrigin {
+            dir: log_dir.clone(),
+            storage: StoreOptions::default().log.storage,
+            vocabulary: StoreOptions::default().session.vocabulary,
+        };
+        let loaded = Checkpoint::load(&dir, &log, origin);
         self.checkpoint.push(start.elapsed());
         assert_eq!(loaded.is_err(), rebuild);
         let (mut surface, mut repair) = match loaded {
@@ -718,6 +748,8 @@ fn summary(
     };
     let open_small = times.median(&format!("open_checkpointed/{}", small.workload));
     let open_large = times.median(&format!("open_checkpointed/{}", large.workload));
+    let read_small = times.median(&format!("open_then_read_nodes/{}", small.workload));
+    let read_large = times.median(&format!("open_then_read_nodes/{}", large.workload));
     let rebuild = times.median(&format!("open_rebuild/{}", large.workload));
     let fork = times.median(&format!("fork/{}", huge.workload));
     let child_open = times.median(&format!("fork_child_open/{}", huge.workload));
@@ -738,6 +770,14 @@ fn summary(
         small.workload,
         ms(open_small),
         verdict(&[open_small, open_large], ratio <= 1.5)
+    );
+    eprintln!(
+        "  open_then_read_nodes (no target; the open, then the first read of the nodes, \
+         which checks them): {} {:.3} ms, {} {:.3} ms",
+        small.workload,
+        ms(read_small),
+        large.workload,
+        ms(read_large),
     );
     eprintln!(
         "  open_rebuild {}: {:.1} ms = {rebuild_rate:.0} MB/s of records ({text_rate:.0} MB/s \

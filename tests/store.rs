@@ -1052,3 +1052,155 @@ fn ckp_7_an_opened_surface_borrows_its_nodes_until_it_changes() {
     drop(reopened);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The checkpoint's bytes with the node words changed by `change`, and both CRCs
+/// recomputed as `checkpoint.md` CKP-1 lays them out (the nodes' own CRC, then the CRC of
+/// every other byte before it): a checkpoint whose CRCs hold but whose nodes may not.
+fn with_nodes(bytes: &[u8], change: impl FnOnce(&mut Vec<u64>)) -> Vec<u8> {
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    let count = usize::try_from(word(32)).unwrap();
+    let nodes_end = 48 + 8 * count;
+    let mut nodes: Vec<u64> = (0..count).map(|i| word(48 + 8 * i)).collect();
+    change(&mut nodes);
+    let mut out = bytes[..48].to_vec();
+    out.extend(nodes.iter().flat_map(|n| n.to_le_bytes()));
+    out.extend_from_slice(&bytes[nodes_end..bytes.len() - 8]);
+    let nodes_crc = crc32c::crc32c(&out[48..nodes_end]);
+    let mut covered = out[..48].to_vec();
+    covered.extend_from_slice(&out[nodes_end..]);
+    covered.extend_from_slice(&nodes_crc.to_le_bytes());
+    out.extend_from_slice(&nodes_crc.to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&covered).to_le_bytes());
+    out
+}
+
+/// CKP-2, CKP-7: open reads none of the nodes; their first read checks them (their CRC,
+/// then the surface invariants) and, when they fail, takes them from a fold of the log, so
+/// damaged nodes are never seen; when the log cannot be folded either, the surface reads
+/// as empty and says so, without a panic.
+#[test]
+fn ckp_2_nodes_are_checked_on_first_read_and_refolded_when_they_fail() {
+    use surfacelog::surface::NodeState;
+    let (dir, store) = temp_store("ckp-deferred");
+    let mut session = store.create("s", None, None).unwrap();
+    workload(&mut session, 12);
+    session.close().unwrap();
+    let checkpoint = dir.join("sessions/s/checkpoint");
+    let saved = std::fs::read(&checkpoint).unwrap();
+    let expected = {
+        let (session, opened) = store.open("s").unwrap();
+        assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
+        assert_eq!(session.surface().node_state(), NodeState::Unchecked);
+        let keys_bytes = session.surface().replacement_keys().len() * 16;
+        assert_eq!(session.surface().heap_bytes(), keys_bytes, "no node copied");
+        let expected = state(&session);
+        assert_eq!(session.surface().node_state(), NodeState::Checked);
+        expected
+    };
+    assert!(expected.1.len() >= 4, "{:?}", expected.1);
+    assert!(
+        expected.4 >= 2,
+        "replacements on the surface: {:?}",
+        expected.4
+    );
+    assert_eq!(
+        std::fs::read(&checkpoint).unwrap(),
+        saved,
+        "a plain open writes none"
+    );
+    let nodes_at = 48;
+    let cases: [(&str, Vec<u8>); 4] = [
+        ("a node bit flipped", {
+            let mut b = saved.clone();
+            b[nodes_at + 8] ^= 0x04;
+            b
+        }),
+        (
+            "two nodes swapped, CRCs recomputed",
+            with_nodes(&saved, |n| n.swap(0, 1)),
+        ),
+        (
+            "a node past seq_next, CRCs recomputed",
+            with_nodes(&saved, |n| {
+                *n.last_mut().unwrap() = 1 << 40;
+            }),
+        ),
+        (
+            "a replacement seq missing, CRCs recomputed",
+            with_nodes(&saved, |n| {
+                // Keys still increase, but the last node (a replacement, or not) is renamed
+                // to a seq that is no replacement and no node.
+                let last = n.len() - 1;
+                n[last] += 1;
+            }),
+        ),
+    ];
+    for (what, bytes) in cases {
+        assert_ne!(bytes, saved, "{what}");
+        std::fs::write(&checkpoint, &bytes).unwrap();
+        let (session, opened) = store.open("s").unwrap();
+        assert!(
+            opened.checkpoint.is_ok(),
+            "{what}: the header and keys are sound"
+        );
+        assert_eq!(
+            session.surface().node_state(),
+            NodeState::Unchecked,
+            "{what}"
+        );
+        assert_eq!(state(&session), expected, "{what}");
+        assert_eq!(
+            session.surface().node_state(),
+            NodeState::Refolded,
+            "{what}"
+        );
+        // The next checkpoint written is sound again.
+        session.close().unwrap();
+        let (session, _) = store.open("s").unwrap();
+        assert_eq!(state(&session), expected, "{what}: rewritten");
+        assert_eq!(session.surface().node_state(), NodeState::Checked, "{what}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// CKP-2: damaged nodes over a log that cannot be folded either (a record under the
+/// checkpoint is damaged): the surface reads as empty and [`NodeState::Lost`] says so;
+/// nothing panics, and reads of the damaged record still report it.
+#[test]
+fn ckp_2_damaged_nodes_over_a_damaged_log_read_as_lost() {
+    use surfacelog::surface::NodeState;
+    let (dir, store) = temp_store("ckp-lost");
+    let mut session = store.create("s", None, None).unwrap();
+    workload(&mut session, 200);
+    session.close().unwrap();
+    let mut segments: Vec<_> = std::fs::read_dir(dir.join("sessions/s/log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segments.sort();
+    assert!(segments.len() >= 2, "{segments:?}");
+    let mut bytes = std::fs::read(&segments[0]).unwrap();
+    bytes[300] ^= 0x01;
+    std::fs::write(&segments[0], &bytes).unwrap();
+    let checkpoint = dir.join("sessions/s/checkpoint");
+    let mut ckp = std::fs::read(&checkpoint).unwrap();
+    ckp[48] ^= 0x01;
+    std::fs::write(&checkpoint, &ckp).unwrap();
+    let (session, opened) = store.open("s").unwrap();
+    assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
+    assert!(session.surface().nodes().is_empty());
+    assert!(session.messages().is_empty());
+    assert_eq!(session.surface().node_state(), NodeState::Lost);
+    // Nothing lands on it, and it is never checkpointed.
+    let mut session = session;
+    let err = session
+        .append::<kinds::TurnStart>(r#"{"turn":201}"#, NoSurface)
+        .and_then(|_| session.append::<kinds::UserMessage>(&user("late"), SurfaceIntent::append()))
+        .unwrap_err();
+    assert_eq!(err.code(), "CORRUPT", "{err}");
+    session.flush().unwrap();
+    drop(session);
+    assert_eq!(std::fs::read(&checkpoint).unwrap(), ckp, "not rewritten");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -78,6 +78,13 @@ impl MappedWords {
         (cfg!(target_endian = "little") && aligned).then_some(Self { map, start, len })
     }
 
+    /// The words' bytes, as the file holds them.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.map
+            .get(self.start..self.start + 8 * self.len)
+            .unwrap_or_default()
+    }
+
     /// The words.
     pub(crate) fn as_slice(&self) -> &[u64] {
         let Some(bytes) = self.map.get(self.start..self.start + 8 * self.len) else {

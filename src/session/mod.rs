@@ -616,10 +616,13 @@ fn surface_fields(intent: Option<SurfaceIntent>) -> SurfaceFields<'static> {
     }
 }
 
-/// The first `len` events of a log, for time travel.
-struct Prefix<'a> {
-    log: &'a dyn EventSource,
-    len: u64,
+/// The first `len` events of a log, for time travel and to fold a checkpoint's prefix
+/// again.
+pub(crate) struct Prefix<'a> {
+    /// The whole log.
+    pub(crate) log: &'a dyn EventSource,
+    /// How many of its events are seen.
+    pub(crate) len: u64,
 }
 
 impl EventSource for Prefix<'_> {

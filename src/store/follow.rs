@@ -59,7 +59,7 @@ impl Store {
         let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())?;
         let stored = reader.seq_next();
         // STORE-15, CKP-3: the checkpoint is used only when it matches this log, as by `open`.
-        let (surface, mut repair) = match Checkpoint::load(&dir, &reader) {
+        let (surface, mut repair) = match Checkpoint::load(&dir, &reader, self.log_origin(&dir)) {
             Ok(checkpoint) => (checkpoint.surface, checkpoint.repair),
             Err(_) => (Surface::new(), RepairState::default()),
         };

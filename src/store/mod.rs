@@ -181,7 +181,7 @@ impl Store {
             .map_err(|e| e.in_session(id))?;
         let stored = crate::event::EventSource::seq_next(&log);
         // CKP-3: a checkpoint is used only when it matches this log; otherwise fold it all.
-        let loaded = checkpoint::Checkpoint::load(&dir, &log);
+        let loaded = checkpoint::Checkpoint::load(&dir, &log, self.log_origin(&dir));
         let (surface, repair, used) = match loaded {
             Ok(cp) => {
                 let seq = cp.surface.seq_next();
@@ -343,6 +343,16 @@ impl Store {
 
     fn session_dir(&self, id: &str) -> PathBuf {
         self.dir.join("sessions").join(escape_id(id))
+    }
+
+    /// The log of the session in `dir`, as a checkpoint needs it to rebuild its nodes
+    /// when they fail their check on first read (`checkpoint.md` CKP-2).
+    fn log_origin(&self, dir: &Path) -> checkpoint::LogOrigin {
+        checkpoint::LogOrigin {
+            dir: dir.join("log"),
+            storage: std::sync::Arc::clone(&self.options.log.storage),
+            vocabulary: std::sync::Arc::clone(&self.options.session.vocabulary),
+        }
     }
 
     fn read_header(id: &str, dir: &Path) -> Result<Header> {

@@ -9,8 +9,10 @@
 //! The surface refers to events by seq and never owns their bytes: checks that need an
 //! earlier event (the tool-output rewrite rule) read it through [`EventSource`].
 
+mod deferred;
 mod views;
 
+pub use deferred::Refold;
 pub use views::{Message, Transcript, messages, transcript};
 
 use std::collections::HashSet;
@@ -48,14 +50,15 @@ pub struct Surface {
     history: Option<History>,
 }
 
-/// The nodes of a surface: owned, or borrowed in place from a mapped checkpoint (CKP-7)
-/// until the surface first changes, when they are copied (copy on write). Opening a
-/// session then costs no copy of its nodes; its first append or replace on the surface
-/// pays it instead.
+/// The nodes of a surface: owned, or read in place from a mapped checkpoint (CKP-7) and
+/// checked on their first read (CKP-2) until the surface first changes, when they are
+/// copied (copy on write). Opening a session then reads and copies none of its nodes; its
+/// first read of them pays the check, and its first append or replace on the surface
+/// the copy.
 #[derive(Debug, Clone)]
 enum Nodes {
     Owned(Vec<u64>),
-    Mapped(crate::log::MappedWords),
+    Deferred(deferred::Deferred),
 }
 
 impl Default for Nodes {
@@ -70,30 +73,47 @@ impl std::ops::Deref for Nodes {
     fn deref(&self) -> &[u64] {
         match self {
             Self::Owned(nodes) => nodes,
-            Self::Mapped(words) => words.as_slice(),
+            Self::Deferred(nodes) => nodes.nodes(),
         }
     }
 }
 
 impl Nodes {
-    /// The nodes to change, copied out of the map first when borrowed.
+    /// The nodes to change, copied out of the map (checked first) when borrowed.
     fn to_mut(&mut self) -> &mut Vec<u64> {
-        if let Self::Mapped(words) = self {
-            *self = Self::Owned(words.as_slice().to_vec());
+        if let Self::Deferred(nodes) = self {
+            *self = Self::Owned(nodes.nodes().to_vec());
         }
         match self {
             Self::Owned(nodes) => nodes,
-            Self::Mapped(_) => unreachable!("just copied"),
+            Self::Deferred(_) => unreachable!("just copied"),
         }
     }
 
-    /// Bytes of heap memory held (none while borrowed from a map).
+    /// Bytes of heap memory held (none while read in place from a map).
     fn heap_bytes(&self) -> usize {
         match self {
             Self::Owned(nodes) => nodes.capacity() * size_of::<u64>(),
-            Self::Mapped(_) => 0,
+            Self::Deferred(nodes) => nodes.heap_bytes(),
         }
     }
+}
+
+/// Where a surface's nodes are and whether they have been checked (`checkpoint.md` CKP-2,
+/// CKP-7): [`Surface::node_state`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeState {
+    /// Held in memory: folded, or copied at the surface's first change.
+    Owned,
+    /// Read in place from a mapped checkpoint, not read yet: the first read checks them.
+    Unchecked,
+    /// Read in place from a mapped checkpoint, and they passed their check.
+    Checked,
+    /// The checkpoint's nodes failed their check; these come from a fold of the log.
+    Refolded,
+    /// The checkpoint's nodes failed their check and the log could not be folded either
+    /// (it is damaged under the checkpoint): the surface reads as empty.
+    Lost,
 }
 
 /// Equal surfaces have the same nodes, keys, generation and next seq: the state the fold
@@ -351,6 +371,10 @@ impl Surface {
     }
 
     /// The seqs on the surface, in surface order.
+    ///
+    /// For a surface loaded from a checkpoint, the first read checks the nodes (CRC and
+    /// invariants, `checkpoint.md` CKP-2): O(n) once, then free. See
+    /// [`Surface::node_state`].
     pub fn nodes(&self) -> &[u64] {
         &self.nodes
     }
@@ -421,20 +445,42 @@ impl Surface {
         )
     }
 
-    /// [`Surface::from_parts`] with nodes read in place from a mapped checkpoint (CKP-7),
-    /// checked the same way, and copied only when the surface first changes.
-    pub(crate) fn from_mapped_parts(
+    /// A surface whose `nodes` are read in place from a mapped checkpoint (CKP-7) and
+    /// checked on their first read (CKP-2): their CRC-32C against `nodes_crc`, then the
+    /// invariants of [`Surface::from_parts`]; nodes that fail are replaced by those of
+    /// `refold`. Checked now: the replacement keys alone (sorted, unique, each key at most
+    /// its seq, every seq below `seq_next`), and that there are at least as many nodes as
+    /// keys. Returns `None` when those fail.
+    pub(crate) fn from_deferred_parts(
         nodes: crate::log::MappedWords,
+        nodes_crc: u32,
         replacement_keys: Vec<(u64, u64)>,
         replace_generation: u64,
         seq_next: u64,
+        refold: Refold,
     ) -> Option<Self> {
-        Self::from_node_parts(
-            Nodes::Mapped(nodes),
+        if !keys_valid(&replacement_keys, seq_next)
+            || nodes.as_slice().len() < replacement_keys.len()
+        {
+            return None;
+        }
+        let nodes =
+            deferred::Deferred::new(nodes, nodes_crc, replacement_keys.clone(), seq_next, refold);
+        Some(Self {
+            nodes: Nodes::Deferred(nodes),
             replacement_keys,
             replace_generation,
             seq_next,
-        )
+            history: None,
+        })
+    }
+
+    /// Where the nodes are and whether they have been checked: see [`NodeState`].
+    pub fn node_state(&self) -> NodeState {
+        match &self.nodes {
+            Nodes::Owned(_) => NodeState::Owned,
+            Nodes::Deferred(nodes) => nodes.state(),
+        }
     }
 
     fn from_node_parts(
@@ -443,26 +489,15 @@ impl Surface {
         replace_generation: u64,
         seq_next: u64,
     ) -> Option<Self> {
-        let surface = Self {
+        let valid = keys_valid(&replacement_keys, seq_next)
+            && parts_valid(&nodes, &replacement_keys, seq_next);
+        valid.then_some(Self {
             nodes,
             replacement_keys,
             replace_generation,
             seq_next,
             history: None,
-        };
-        let keys_sorted = surface.replacement_keys.windows(2).all(|w| w[0].0 < w[1].0);
-        let keys_in_range = surface
-            .replacement_keys
-            .iter()
-            .all(|(s, k)| *s < seq_next && k <= s);
-        if !(keys_sorted && keys_in_range && surface.nodes_valid()) {
-            return None;
-        }
-        let listed = surface
-            .replacement_keys
-            .iter()
-            .all(|(seq, _)| surface.position(*seq).is_some());
-        listed.then_some(surface)
+        })
     }
 
     /// The positions of `start` and `end`, in surface order (contract §4 step 5).
@@ -526,6 +561,17 @@ impl Surface {
             Field::Invalid => return Err(ErrorKind::SurfaceOpInvalid.into()),
             Field::Valid(op) => op,
         };
+        // CKP-2: no surface op lands on a surface whose nodes were lost (the first read of
+        // deferred nodes checks them here, as the apply would).
+        if self.nodes.is_empty() && self.node_state() == NodeState::Lost {
+            return Err(ErrorKind::Corrupt {
+                location: format!("surface checkpoint at seq {}", self.seq_next),
+                reason: "the checkpoint's nodes failed their check and the log under it \
+                         could not be folded again"
+                    .into(),
+            }
+            .into());
+        }
         let sources: &[u64] = match &event.sources {
             Field::Absent => &[],
             Field::Invalid => return Err(ErrorKind::SourcesInvalid.into()),
@@ -580,32 +626,7 @@ impl Surface {
     /// The key of a node (see the type's doc). For a seq that is not a replacement on the
     /// surface this is the seq itself, which no other node can have as its key.
     fn key_of(&self, seq: u64) -> u64 {
-        match self.replacement_keys.binary_search_by_key(&seq, |e| e.0) {
-            Ok(at) => self.replacement_keys[at].1,
-            Err(_) => seq,
-        }
-    }
-
-    /// Every node is below `seq_next` and node keys strictly increase: the checks of
-    /// [`Surface::from_parts`] that read every node. Without replacements a key is the seq,
-    /// so this is one comparison per node; with them, only a node at or above the smallest
-    /// replacement seq can be one, so only those are looked up (instead of two binary
-    /// searches per node).
-    fn nodes_valid(&self) -> bool {
-        let seq_next = self.seq_next;
-        let Some(&(smallest, _)) = self.replacement_keys.first() else {
-            let below = self.nodes.last().is_none_or(|last| *last < seq_next);
-            return below && strictly_increasing(&self.nodes);
-        };
-        let key = |node: u64| {
-            if node < smallest {
-                node
-            } else {
-                self.key_of(node)
-            }
-        };
-        let below = self.nodes.iter().all(|node| *node < seq_next);
-        below && self.nodes.windows(2).all(|w| key(w[0]) < key(w[1]))
+        key_in(&self.replacement_keys, seq)
     }
 
     fn keys_increase(&self) -> bool {
@@ -621,6 +642,54 @@ impl Surface {
         }
         .into()
     }
+}
+
+/// The key of `seq` given the replacement keys (see [`Surface`]'s doc).
+fn key_in(replacement_keys: &[(u64, u64)], seq: u64) -> u64 {
+    match replacement_keys.binary_search_by_key(&seq, |e| e.0) {
+        Ok(at) => replacement_keys[at].1,
+        Err(_) => seq,
+    }
+}
+
+/// The checks of [`Surface::from_parts`] on the replacement keys alone: sorted by seq and
+/// unique, each key at most its seq, every seq below `seq_next`.
+fn keys_valid(replacement_keys: &[(u64, u64)], seq_next: u64) -> bool {
+    let sorted = replacement_keys.windows(2).all(|w| w[0].0 < w[1].0);
+    sorted
+        && replacement_keys
+            .iter()
+            .all(|(s, k)| *s < seq_next && k <= s)
+}
+
+/// The checks of [`Surface::from_parts`] that read the nodes, given keys that passed
+/// [`keys_valid`]: every node is below `seq_next`, node keys strictly increase, and every
+/// replacement seq is a node. Without replacements a key is the seq, so this is one
+/// comparison per node; with them, only a node at or above the smallest replacement seq
+/// can be one, so only those are looked up (instead of two binary searches per node).
+fn parts_valid(nodes: &[u64], replacement_keys: &[(u64, u64)], seq_next: u64) -> bool {
+    let Some(&(smallest, _)) = replacement_keys.first() else {
+        let below = nodes.last().is_none_or(|last| *last < seq_next);
+        return below && strictly_increasing(nodes);
+    };
+    let key = |node: u64| {
+        if node < smallest {
+            node
+        } else {
+            key_in(replacement_keys, node)
+        }
+    };
+    let below = nodes.iter().all(|node| *node < seq_next);
+    let increasing = nodes.windows(2).all(|w| key(w[0]) < key(w[1]));
+    // Keys increase along the nodes, so a replacement seq is found by its key.
+    let listed = || {
+        replacement_keys.iter().all(|&(seq, k)| {
+            nodes
+                .binary_search_by_key(&k, |node| key(*node))
+                .is_ok_and(|at| nodes[at] == seq)
+        })
+    };
+    below && increasing && listed()
 }
 
 /// Whether `words` strictly increase: one branch-free pass that the compiler vectorizes,
