@@ -1049,3 +1049,70 @@ fn rss_child() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// IDX-5: a reopened writer takes its last segment's indexed prefix from the index and
+/// reads those offsets back only when it next writes the index: the new index lists every
+/// record at the same offsets as that of a writer that never reopened. When the index no
+/// longer lists exactly that prefix (removed or replaced meanwhile), the writer writes
+/// none, and the next open scans what the index on disk does not cover.
+#[test]
+fn idx_5_a_reopened_writer_indexes_its_vouched_prefix_when_it_next_indexes() {
+    let index_of = |dir: &Path| dir.join(format!("{:020}.idx", 0));
+    // count, end and the offsets: what does not depend on the log's identity.
+    let layout = |bytes: &[u8]| {
+        (
+            bytes[12..16].to_vec(),
+            bytes[40..44].to_vec(),
+            bytes[56..].to_vec(),
+        )
+    };
+    let straight = temp_dir("reindex-straight");
+    let (writer, _) = LogWriter::open(&straight, options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&events(0..150)).unwrap();
+    writer.close().unwrap();
+    let expected = layout(&std::fs::read(index_of(&straight)).unwrap());
+    std::fs::remove_dir_all(&straight).unwrap();
+
+    let dir = temp_dir("reindex");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&events(0..100)).unwrap();
+    writer.close().unwrap();
+    let first_index = std::fs::read(index_of(&dir)).unwrap();
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&events(100..150)).unwrap();
+    writer.close().unwrap();
+    assert_eq!(layout(&std::fs::read(index_of(&dir)).unwrap()), expected);
+    assert_reads_back(&dir, 150);
+
+    // The index replaced by an older one (100 records, not the 150 the writer took).
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
+    std::fs::write(index_of(&dir), &first_index).unwrap();
+    writer.append(&events(150..160)).unwrap();
+    writer.close().unwrap();
+    assert_eq!(
+        std::fs::read(index_of(&dir)).unwrap(),
+        first_index,
+        "not rewritten"
+    );
+    assert_reads_back(&dir, 160);
+    // The index removed.
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
+    std::fs::remove_file(index_of(&dir)).unwrap();
+    writer.append(&events(160..170)).unwrap();
+    writer.close().unwrap();
+    assert!(
+        !index_of(&dir).exists(),
+        "no index without the prefix's offsets"
+    );
+    assert_reads_back(&dir, 170);
+    // The next open scans the segment; its writer indexes everything again.
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&events(170..171)).unwrap();
+    writer.close().unwrap();
+    assert_eq!(
+        std::fs::read(index_of(&dir)).unwrap()[12..16],
+        171u32.to_le_bytes()
+    );
+    assert_reads_back(&dir, 171);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -13,7 +13,7 @@ use super::map::map;
 use super::reader::corrupt;
 use super::segment::{
     HeaderError, LogId, SegmentHeader, parse_first_seq, parse_segment_name, segment_name,
-    version_error,
+    seq_file_path, version_error,
 };
 use crate::error::{Error, Result};
 use crate::storage::Storage;
@@ -76,6 +76,16 @@ pub(crate) fn open_chain(storage: &dyn Storage, dir: &Path, write: bool) -> Resu
     let names = storage
         .list_dir(dir)
         .map_err(|e| Error::io("list", dir, &e))?;
+    open_chain_listed(storage, dir, write, &names)
+}
+
+/// [`open_chain`] from `names`, a listing of `dir` the caller has just made.
+pub(crate) fn open_chain_listed(
+    storage: &dyn Storage,
+    dir: &Path,
+    write: bool,
+    names: &[String],
+) -> Result<Chain> {
     let mut firsts: Vec<u64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
     firsts.sort_unstable();
     let mut limits: Vec<u64> = names.iter().filter_map(|n| parse_limit_name(n)).collect();
@@ -124,7 +134,7 @@ pub(crate) fn open_chain(storage: &dyn Storage, dir: &Path, write: bool) -> Resu
         return Err(discontinued(&path));
     }
     for (position, &first) in firsts.iter().enumerate().take(last_at) {
-        let path = dir.join(segment_name(first));
+        let path = seq_file_path(dir, first, ".seg");
         let mut sealed = Sealed {
             first_seq: first,
             path,

@@ -118,5 +118,5 @@ impl Limit {
 
 /// The file name of the limit of the segment starting at `first_seq` (LOG-1, LIM-1).
 pub fn limit_name(first_seq: u64) -> String {
-    format!("{first_seq:020}.lim")
+    super::segment::seq_file_name(first_seq, ".lim")
 }

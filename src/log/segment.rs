@@ -113,12 +113,56 @@ pub fn version_error(found: u32) -> crate::Error {
 
 /// The file name of the segment starting at `first_seq` (LOG-1).
 pub fn segment_name(first_seq: u64) -> String {
-    format!("{first_seq:020}.seg")
+    seq_file_name(first_seq, ".seg")
 }
 
 /// The file name of a segment's offset index (LOG-1, IDX-1).
 pub fn index_name(first_seq: u64) -> String {
-    format!("{first_seq:020}.idx")
+    seq_file_name(first_seq, ".idx")
+}
+
+/// `first_seq` as 20 decimal digits, zero-padded (LOG-1).
+fn seq_digits(first_seq: u64) -> [u8; 20] {
+    let mut digits = [b'0'; 20];
+    let mut rest = first_seq;
+    for digit in digits.iter_mut().rev() {
+        // `rest % 10` is below 10, so the cast is exact.
+        *digit = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    digits
+}
+
+/// `first_seq` as 20 decimal digits, zero-padded, then `suffix` (LOG-1): what
+/// `format!("{first_seq:020}{suffix}")` gives, without the formatting machinery (open
+/// names every segment of the chain).
+pub(crate) fn seq_file_name(first_seq: u64, suffix: &str) -> String {
+    let digits = seq_digits(first_seq);
+    let mut name = String::with_capacity(20 + suffix.len());
+    // u64::MAX has 20 digits, so none is lost; digits are ASCII.
+    name.push_str(std::str::from_utf8(&digits).unwrap_or_default());
+    name.push_str(suffix);
+    name
+}
+
+/// The path of the file named for `first_seq` with `suffix` in `dir`: what
+/// `dir.join(seq_file_name(first_seq, suffix))` gives, in one allocation and without
+/// parsing `dir`'s components.
+pub(crate) fn seq_file_path(
+    dir: &std::path::Path,
+    first_seq: u64,
+    suffix: &str,
+) -> std::path::PathBuf {
+    let digits = seq_digits(first_seq);
+    let dir = dir.as_os_str();
+    let mut path = std::ffi::OsString::with_capacity(dir.len() + 21 + suffix.len());
+    path.push(dir);
+    if !dir.is_empty() && !dir.as_encoded_bytes().ends_with(b"/") {
+        path.push("/");
+    }
+    path.push(std::str::from_utf8(&digits).unwrap_or_default());
+    path.push(suffix);
+    path.into()
 }
 
 /// The `first_seq` a segment file name encodes, or `None` for other names.
@@ -130,4 +174,30 @@ pub fn parse_segment_name(name: &str) -> Option<u64> {
 pub(crate) fn parse_first_seq(digits: &str) -> Option<u64> {
     (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
         .then(|| digits.parse().ok())?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The hand-made names and paths equal what the formatter and `Path::join` give.
+        #[test]
+        fn seq_file_names_and_paths_match_format_and_join(
+            first_seq in prop_oneof![any::<u64>(), 0..1000_u64, Just(u64::MAX)],
+            dir in prop_oneof![
+                Just(String::new()), Just("/".to_owned()), Just("log".to_owned()),
+                Just("/tmp/s/log/".to_owned()), "[a-z/]{0,12}",
+            ],
+        ) {
+            for suffix in [".seg", ".idx", ".lim"] {
+                let name = seq_file_name(first_seq, suffix);
+                prop_assert_eq!(&name, &format!("{first_seq:020}{suffix}"));
+                let dir = std::path::Path::new(&dir);
+                prop_assert_eq!(seq_file_path(dir, first_seq, suffix), dir.join(&name));
+            }
+            prop_assert_eq!(parse_segment_name(&segment_name(first_seq)), Some(first_seq));
+        }
+    }
 }

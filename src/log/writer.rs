@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use super::chain::{Chain, open_chain};
+use super::chain::{Chain, open_chain, open_chain_listed};
 use super::group_commit::{GroupCommit, WaitError};
 use super::reader::{Segment, corrupt, into_segments};
 use super::scan::{Stop, nonzero_end, scan, valid_record_after};
@@ -58,8 +58,14 @@ struct State {
     header: SegmentHeader,
     /// Where the next record goes in the active segment.
     write_offset: u64,
-    /// Offsets of the active segment's records, for its index (IDX-1).
+    /// Offsets of the active segment's records after the first `unloaded`, for its index
+    /// (IDX-1).
     offsets: Vec<u32>,
+    /// How many of the active segment's first records have their offsets in its index
+    /// file only, not yet read back: those of the prefix recovery took from the index
+    /// (IDX-5), read when the index is next written (`LogWriter::load_indexed`), so that
+    /// open does not copy them (the reader holds them).
+    unloaded: usize,
     /// CRC-32C of the active segment's bytes from its header to `write_offset` (IDX-1).
     data_crc: u32,
     /// How many of the active segment's records its index file covers (IDX-5).
@@ -368,6 +374,7 @@ impl Shared {
         state.header = header;
         state.write_offset = SEGMENT_HEADER_LEN as u64;
         state.offsets.clear();
+        state.unloaded = 0;
         state.data_crc = 0;
         state.indexed = 0;
         state.limited = false;
@@ -424,6 +431,9 @@ impl Shared {
     /// Writes the active segment's index through a temporary file (IDX-1). The index is
     /// a cache (IDX-2): a failure only costs readers a scan, so it is not an error.
     fn write_index(&self, state: &mut State) {
+        if state.unloaded > 0 && !self.load_indexed(state) {
+            return;
+        }
         let end = u32::try_from(state.write_offset).unwrap_or(u32::MAX);
         let bytes = index::encode(
             &self.log_id,
@@ -447,13 +457,35 @@ impl Shared {
         }
     }
 
+    /// Reads back the offsets of the active segment's first `unloaded` records from its
+    /// index file (IDX-2: header, checksum, identity, first seq), ahead of the ones since.
+    /// Returns `false` when the file no longer lists exactly them (removed or damaged
+    /// meanwhile): the index, a cache, is then not written again for this segment, and
+    /// the next open scans what the old one does not cover.
+    fn load_indexed(&self, state: &mut State) -> bool {
+        let first = state.header.first_seq;
+        let path = self.dir.join(index_name(first));
+        let listed = std::fs::read(&path)
+            .ok()
+            .and_then(|bytes| index::decode(&bytes, &self.log_id, first))
+            .filter(|index| index.offsets.len() == state.unloaded);
+        let Some(index) = listed else {
+            return false;
+        };
+        let mut offsets = index.offsets;
+        offsets.extend_from_slice(&state.offsets);
+        state.offsets = offsets;
+        state.unloaded = 0;
+        true
+    }
+
     /// IDX-5: after a flush, indexes the active segment's records, now all durable, so that
     /// the next open scans only what is appended after them. Nothing to do when the index
     /// already covers them, or when the writer is poisoned or its segment limited.
     fn index_active(&self) {
         let mut state = self.lock_state();
         let durable = self.commit.durable_seq() >= state.seq_next;
-        let dirty = state.offsets.len() > state.indexed;
+        let dirty = state.unloaded + state.offsets.len() > state.indexed;
         if durable && dirty && !state.poisoned && !state.limited && state.buffer.is_empty() {
             self.write_index(&mut state);
         }
@@ -614,10 +646,14 @@ fn recover(
     options: &LogOptions,
     chain: Option<Chain>,
 ) -> Result<Recovered> {
-    remove_temporary_files(storage, dir)?;
+    let names = storage
+        .list_dir(dir)
+        .map_err(|e| Error::io("list", dir, &e))?;
+    remove_temporary_files(storage, dir, &names);
     let mut chain = match chain {
         Some(chain) => chain,
-        None => open_chain(storage, dir, true)?,
+        // One listing serves both (the .tmp files are not in the chain).
+        None => open_chain_listed(storage, dir, true, &names)?,
     };
     let mut report = OpenReport::default();
     if let Some(unborn) = chain.unborn.take() {
@@ -664,10 +700,18 @@ fn recover(
         return Ok((state, log_id, report, segments));
     }
     let tail = recover_tail(storage, dir, &chain, &mut report)?;
-    let layout = (tail.offsets.clone(), tail.end);
+    // The reader takes the offsets; the writer keeps those after the indexed prefix and
+    // reads the prefix back from the index when it next writes one.
+    let after_index = tail
+        .offsets
+        .get(tail.indexed..)
+        .unwrap_or_default()
+        .to_vec();
+    let layout = (tail.offsets, tail.end);
     let (segments, file) = into_segments(chain, Some(layout));
     let file = file.ok_or_else(|| corrupt(dir, 0, "no segment"))?;
-    let mut state = new_state(file, header, tail.end as u64, tail.offsets, tail.seq_next);
+    let mut state = new_state(file, header, tail.end as u64, after_index, tail.seq_next);
+    state.unloaded = tail.indexed;
     state.data_crc = tail.data_crc;
     state.indexed = tail.indexed;
     Ok((state, log_id, report, segments))
@@ -729,18 +773,15 @@ fn recover_tail(
     })
 }
 
-/// LOG-1: a writer removes the `.tmp` files a crash left.
-fn remove_temporary_files(storage: &dyn Storage, dir: &Path) -> Result<()> {
-    let names = storage
-        .list_dir(dir)
-        .map_err(|e| Error::io("list", dir, &e))?;
+/// LOG-1: a writer removes the `.tmp` files a crash left, among `names` (the listing of
+/// `dir`).
+fn remove_temporary_files(storage: &dyn Storage, dir: &Path, names: &[String]) {
     for name in names
         .iter()
         .filter(|n| Path::new(n).extension().is_some_and(|x| x == "tmp"))
     {
         let _ = storage.remove_file(&dir.join(name));
     }
-    Ok(())
 }
 
 /// The segments of a log just created, for its reader.
@@ -843,6 +884,7 @@ fn new_state(
         header,
         write_offset,
         offsets,
+        unloaded: 0,
         data_crc: 0,
         indexed: 0,
         limited: false,
