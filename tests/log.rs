@@ -1116,3 +1116,39 @@ fn idx_5_a_reopened_writer_indexes_its_vouched_prefix_when_it_next_indexes() {
     assert_reads_back(&dir, 171);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// IDX-5, IDX-2: open checks the index's header, length and last offset only; a damaged
+/// offset before the last is found when the offsets are first read (the index's `crc`),
+/// and the records are then found by a scan, so every record reads back, through a
+/// reader of its own and through the writer's log. The writer, which reads the offsets
+/// back when it next indexes, writes no index from a damaged one.
+#[test]
+fn idx_5_a_damaged_offset_under_the_vouched_prefix_is_found_on_first_read() {
+    let dir = temp_dir("damaged-offset");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&events(0..100)).unwrap();
+    writer.close().unwrap();
+    let index = dir.join(format!("{:020}.idx", 0));
+    let mut damaged = std::fs::read(&index).unwrap();
+    damaged[56 + 4 * 10] ^= 0x10;
+    std::fs::write(&index, &damaged).unwrap();
+    let (log, report) = DiskLog::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
+    assert_eq!((log.seq_next(), report.torn_tail), (100, None));
+    // 99 first: the last listed record, read without reading the index (IDX-5).
+    for seq in [99, 10, 0, 50] {
+        assert_eq!(log.event(seq).unwrap(), event(seq).as_ref(), "seq {seq}");
+        assert!(log.unreadable(seq).is_none());
+    }
+    drop(log);
+    assert_reads_back(&dir, 100);
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&events(100..110)).unwrap();
+    writer.close().unwrap();
+    assert_eq!(
+        std::fs::read(&index).unwrap(),
+        damaged,
+        "no index is written from a damaged one"
+    );
+    assert_reads_back(&dir, 110);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

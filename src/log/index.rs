@@ -115,17 +115,70 @@ pub(crate) fn load(path: &Path, segment: &[u8], log_id: &LogId, first_seq: u64) 
     last_ok.then_some(index)
 }
 
-/// IDX-5: the prefix of the last segment its index vouches for, when the index checks out
-/// (IDX-2: its header, checksum, identity and first seq, and the record at its last offset
-/// carries the last listed seq and ends at its `end`) and is of version 2 (the writer
-/// carries its `data_crc` on). An O(1) check, like a limit's (LIM-3): the records before
-/// the last are not read here but when they are read (REC-4), as a sealed segment's are.
+/// What the last segment's index vouches for at open (IDX-5), read without its offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Vouched {
+    /// How many records it lists: the prefix.
+    pub count: usize,
+    /// Just past the last of them.
+    pub end: usize,
+    /// CRC-32C of the segment's bytes from its header to `end` (IDX-1).
+    pub data_crc: u32,
+    /// The offset of the last of them (checked: its record is there); unused when
+    /// `count` is 0.
+    pub last_offset: u32,
+}
+
+/// IDX-5: the prefix of the last segment its index vouches for, from the index's header,
+/// its length and its last offset alone: a version-2 header (magic, version, zero
+/// `reserved`) for this segment (`log_id`, `first_seq`), a file of exactly the header and
+/// `count` offsets, and the record at the last offset valid (REC-4), with seq
+/// `first_seq + count − 1`, ending at `end`. An O(1) check, like a limit's (LIM-3): the
+/// records before the last are not read here but when they are read (REC-4), and the
+/// offsets and the index's `crc` when the offsets are first needed (`load`, IDX-2).
 /// Open then scans only what follows (log-format.md §7).
 pub(crate) fn vouched_prefix(
     path: &Path,
     segment: &[u8],
     log_id: &LogId,
     first_seq: u64,
-) -> Option<Index> {
-    load(path, segment, log_id, first_seq).filter(|index| index.data_crc.is_some())
+) -> Option<Vouched> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path).ok()?;
+    let mut header = [0; INDEX_HEADER_LEN];
+    file.read_exact_at(&mut header, 0).ok()?;
+    let ours = header.get(..8)? == INDEX_MAGIC
+        && u32_at(&header, 8)? == INDEX_VERSION
+        && u32_at(&header, 48)? == 0
+        && header.get(16..32)? == log_id
+        && u64_at(&header, 32)? == first_seq;
+    if !ours {
+        return None;
+    }
+    let count = usize::try_from(u32_at(&header, 12)?).ok()?;
+    let end = usize::try_from(u32_at(&header, 40)?).ok()?;
+    let data_crc = u32_at(&header, 44)?;
+    let body = count.checked_mul(4)?;
+    let len = u64::try_from(INDEX_HEADER_LEN.checked_add(body)?).ok()?;
+    if file.metadata().ok()?.len() != len {
+        return None;
+    }
+    let mut vouched = Vouched {
+        count,
+        end,
+        data_crc,
+        last_offset: 0,
+    };
+    let Some(last) = count.checked_sub(1) else {
+        return (end == SEGMENT_HEADER_LEN).then_some(vouched);
+    };
+    let mut offset = [0; 4];
+    let at = u64::try_from(INDEX_HEADER_LEN + 4 * last).ok()?;
+    file.read_exact_at(&mut offset, at).ok()?;
+    vouched.last_offset = u32::from_le_bytes(offset);
+    let at = vouched.last_offset as usize;
+    let (event, len) = segment
+        .get(at..)
+        .and_then(|rest| decode_record(rest).ok())?;
+    (event.seq == first_seq + last as u64 && at + len == end).then_some(vouched)
 }

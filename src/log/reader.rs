@@ -57,8 +57,13 @@ pub(crate) struct Segment {
     /// `None` for the last segment, which is scanned as it grows.
     count: Option<u64>,
     /// Record offsets: scanned for the last segment; for a sealed one, read from its index
-    /// (or a scan) on first access. Invariant: set for the last segment.
+    /// (or a scan) on first access. Invariant: set for the last segment unless `unread`
+    /// is.
     offsets: OnceLock<Vec<u32>>,
+    /// The last segment's records whose offsets its index lists (IDX-5) and which have
+    /// not been read yet, and the offsets scanned after them: `offsets` is set from both on
+    /// first access. Once `offsets` is set, this is stale and unused.
+    unread: Option<Unread>,
     /// Just past the last record scanned (the last segment).
     end: usize,
     /// How many of its first records are known to be durable: all of a sealed segment's
@@ -67,6 +72,32 @@ pub(crate) struct Segment {
     /// The bytes from the start of the map whose pages were released once read through
     /// (RD-4): only a hint of where the next release starts, not a correctness fact.
     released: usize,
+}
+
+/// The last segment's offsets before they are first needed (IDX-5).
+#[derive(Debug)]
+struct Unread {
+    /// How many of its first records its index lists.
+    listed: usize,
+    /// The offset of the last of them, which open checked (IDX-5).
+    last_listed: u32,
+    /// The offsets of the records scanned after them.
+    after: Vec<u32>,
+}
+
+/// How recovery leaves the last segment (IDX-5): the first `listed` records are those its
+/// index lists, unread; `offsets` are those of the records after them, and `end` is just
+/// past the last record.
+#[derive(Debug)]
+pub(crate) struct Layout {
+    /// Records the index lists, whose offsets are read on first access.
+    pub listed: usize,
+    /// The offset of the last of them.
+    pub last_listed: u32,
+    /// Offsets of the records after them.
+    pub offsets: Vec<u32>,
+    /// Just past the last record.
+    pub end: usize,
 }
 
 /// A segment's checked header and its map.
@@ -138,12 +169,15 @@ impl LogReader {
         let layout = chain.segments.last().map(|last| {
             let first = last.header.first_seq;
             let index_path = dir.join(index_name(first));
-            index::vouched_prefix(&index_path, &last.map, &last.header.log_id, first)
-                .map_or((Vec::new(), SEGMENT_HEADER_LEN), |p| (p.offsets, p.end))
+            let vouched = index::vouched_prefix(&index_path, &last.map, &last.header.log_id, first);
+            Layout {
+                listed: vouched.map_or(0, |v| v.count),
+                last_listed: vouched.map_or(0, |v| v.last_offset),
+                offsets: Vec::new(),
+                end: vouched.map_or(SEGMENT_HEADER_LEN, |v| v.end),
+            }
         });
-        let vouched = layout
-            .as_ref()
-            .map_or(0, |(offsets, _)| offsets.len() as u64);
+        let vouched = layout.as_ref().map_or(0, |l| l.listed as u64);
         let (mut segments, _) = into_segments(chain, layout);
         if let Some(last) = segments.last_mut().filter(|s| s.count.is_none()) {
             last.durable = vouched;
@@ -166,8 +200,7 @@ impl LogReader {
             .and_then(Segment::mapped)
             .map_or([0; 16], |m| m.header.log_id);
         let seq_next = segments.last().map_or(0, |s| {
-            let scanned = s.offsets.get().map_or(0, Vec::len) as u64;
-            s.first_seq + s.count.unwrap_or(scanned)
+            s.first_seq + s.count.unwrap_or(s.records_known() as u64)
         });
         let mut reader = Self {
             dir: dir.to_owned(),
@@ -200,10 +233,8 @@ impl LogReader {
                         return Ok(self.seq_next);
                     };
                     let found = scan(&mapped.map, last.end, self.seq_next);
-                    let mut offsets = last.offsets.take().unwrap_or_default();
-                    offsets.extend_from_slice(&found.offsets);
-                    let empty = offsets.is_empty();
-                    last.offsets = OnceLock::from(offsets);
+                    last.push_offsets(&found.offsets);
+                    let empty = last.records_known() == 0;
                     last.end = found.end;
                     last.release_read(RELEASE_STEP_BYTES);
                     self.seq_next = found.seq_next;
@@ -243,9 +274,7 @@ impl LogReader {
                     return self.refresh();
                 }
                 if !found.offsets.is_empty() {
-                    let mut offsets = last.offsets.take().unwrap_or_default();
-                    offsets.extend_from_slice(&found.offsets);
-                    last.offsets = OnceLock::from(offsets);
+                    last.push_offsets(&found.offsets);
                     last.end = found.end;
                     last.release_read(RELEASE_STEP_BYTES);
                     self.seq_next = found.seq_next;
@@ -521,6 +550,7 @@ impl LogReader {
             limit: None,
             count: None,
             offsets: OnceLock::from(Vec::new()),
+            unread: None,
             end: SEGMENT_HEADER_LEN,
             durable: 0,
             released: 0,
@@ -553,6 +583,9 @@ impl Segment {
     /// (RCV-6). `mapped` is this segment's.
     fn offsets(&self, mapped: &Mapped, dir: &Path, log_id: &LogId) -> &[u32] {
         self.offsets.get_or_init(|| {
+            if let Some(unread) = &self.unread {
+                return self.read_listed(unread, mapped, dir, log_id);
+            }
             let count = usize::try_from(self.count.unwrap_or(0)).unwrap_or(usize::MAX);
             let bound = self.limit.map_or(mapped.map.len(), |l| l.end as usize);
             let bytes = mapped.map.get(..bound).unwrap_or(&mapped.map);
@@ -569,6 +602,77 @@ impl Segment {
             release(&mapped.map, 0..bound);
             offsets
         })
+    }
+
+    /// The last segment's offsets on first access (IDX-5): those its index lists, read
+    /// and checked now (IDX-2: header, `crc`, identity, count, and the record at the last
+    /// offset), or, when the index no longer checks out, found by a scan of those records
+    /// (a record it cannot find reads as unreadable: RCV-6); then those scanned after them.
+    fn read_listed(
+        &self,
+        unread: &Unread,
+        mapped: &Mapped,
+        dir: &Path,
+        log_id: &LogId,
+    ) -> Vec<u32> {
+        let first = self.first_seq;
+        let index_path = dir.join(index_name(first));
+        let mut offsets = index::load(&index_path, &mapped.map, log_id, first)
+            .filter(|index| index.offsets.len() == unread.listed)
+            .map_or_else(
+                || {
+                    let mut found = scan(&mapped.map, SEGMENT_HEADER_LEN, first).offsets;
+                    // Positions stay seq-aligned: a record the scan did not reach points
+                    // past the segment, so that reading it fails.
+                    found.resize(unread.listed, u32::MAX);
+                    found
+                },
+                |index| index.offsets,
+            );
+        offsets.reserve(unread.after.len());
+        offsets.extend_from_slice(&unread.after);
+        offsets
+    }
+
+    /// The offset of record `index`: without reading the index when the last segment's
+    /// offsets are unread and it is the last listed record or one scanned after them
+    /// (the records open and appends read), otherwise from [`Segment::offsets`].
+    fn offset_of(&self, index: usize, mapped: &Mapped, dir: &Path, log_id: &LogId) -> Option<u32> {
+        if self.offsets.get().is_none()
+            && let Some(unread) = &self.unread
+        {
+            if let Some(after) = index.checked_sub(unread.listed) {
+                return unread.after.get(after).copied();
+            }
+            if index + 1 == unread.listed {
+                return Some(unread.last_listed);
+            }
+        }
+        self.offsets(mapped, dir, log_id).get(index).copied()
+    }
+
+    /// The records whose offsets are known: read, or listed and scanned (`unread`).
+    fn records_known(&self) -> usize {
+        match (self.offsets.get(), &self.unread) {
+            (Some(offsets), _) => offsets.len(),
+            (None, Some(unread)) => unread.listed + unread.after.len(),
+            (None, None) => 0,
+        }
+    }
+
+    /// Appends the offsets of records scanned after the known ones: to `offsets` once read,
+    /// otherwise to those waiting to be (`unread`).
+    fn push_offsets(&mut self, found: &[u32]) {
+        if self.offsets.get().is_none()
+            && let Some(unread) = &mut self.unread
+        {
+            unread.after.extend_from_slice(found);
+            return;
+        }
+        self.unread = None;
+        let mut offsets = self.offsets.take().unwrap_or_default();
+        offsets.extend_from_slice(found);
+        self.offsets = OnceLock::from(offsets);
     }
 
     /// RD-4: releases the pages of the records scanned so far, up to the page holding
@@ -590,7 +694,7 @@ impl Segment {
 /// `layout`. Also returns the last segment's file (the writer appends to it).
 pub(crate) fn into_segments(
     chain: Chain,
-    layout: Option<(Vec<u32>, usize)>,
+    layout: Option<Layout>,
 ) -> (Vec<Segment>, Option<std::fs::File>) {
     let Chain {
         sealed, segments, ..
@@ -616,6 +720,7 @@ pub(crate) fn into_segments(
             limit: s.limit,
             count: Some(count),
             offsets: OnceLock::new(),
+            unread: None,
             end: SEGMENT_HEADER_LEN,
             durable: count,
             released: 0,
@@ -635,15 +740,24 @@ pub(crate) fn into_segments(
             limit: linked.limit,
             count,
             offsets: OnceLock::new(),
+            unread: None,
             end: SEGMENT_HEADER_LEN,
             durable: count.unwrap_or(0),
             released: 0,
         };
         if count.is_none()
-            && let Some((offsets, end)) = layout.take()
+            && let Some(layout) = layout.take()
         {
-            segment.offsets = OnceLock::from(offsets);
-            segment.end = end;
+            if layout.listed == 0 {
+                segment.offsets = OnceLock::from(layout.offsets);
+            } else {
+                segment.unread = Some(Unread {
+                    listed: layout.listed,
+                    last_listed: layout.last_listed,
+                    after: layout.offsets,
+                });
+            }
+            segment.end = layout.end;
         }
         last_file = linked.file;
         out.push(segment);
@@ -665,9 +779,7 @@ impl EventSource for LogReader {
         let segment = self.segments.get(at)?;
         let mapped = self.open_segment(segment).ok()?;
         let index = usize::try_from(seq - segment.first_seq).ok()?;
-        let offset = *segment
-            .offsets(mapped, &self.dir, &self.log_id)
-            .get(index)? as usize;
+        let offset = segment.offset_of(index, mapped, &self.dir, &self.log_id)? as usize;
         let (event, _) = decode(mapped.map.get(offset..)?).ok()?;
         // A record damaged since its index was written points elsewhere: never return it.
         (event.seq == seq).then_some(event)

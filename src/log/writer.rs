@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 
 use super::chain::{Chain, open_chain, open_chain_listed};
 use super::group_commit::{GroupCommit, WaitError};
-use super::reader::{Segment, corrupt, into_segments};
+use super::reader::{Layout, Segment, corrupt, into_segments};
 use super::scan::{Stop, nonzero_end, scan, valid_record_after};
 use super::segment::{LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name};
 use super::{Durability, LogOptions, OpenReport, TornTail, index};
@@ -64,8 +64,10 @@ struct State {
     /// How many of the active segment's first records have their offsets in its index
     /// file only, not yet read back: those of the prefix recovery took from the index
     /// (IDX-5), read when the index is next written (`LogWriter::load_indexed`), so that
-    /// open does not copy them (the reader holds them).
+    /// open does not read them.
     unloaded: usize,
+    /// The `data_crc` of the index those come from: the one read back must match it.
+    unloaded_crc: u32,
     /// CRC-32C of the active segment's bytes from its header to `write_offset` (IDX-1).
     data_crc: u32,
     /// How many of the active segment's records its index file covers (IDX-5).
@@ -458,7 +460,8 @@ impl Shared {
     }
 
     /// Reads back the offsets of the active segment's first `unloaded` records from its
-    /// index file (IDX-2: header, checksum, identity, first seq), ahead of the ones since.
+    /// index file (IDX-2: header, checksum, identity, first seq, and the count and
+    /// `data_crc` recovery took from it), ahead of the ones since.
     /// Returns `false` when the file no longer lists exactly them (removed or damaged
     /// meanwhile): the index, a cache, is then not written again for this segment, and
     /// the next open scans what the old one does not cover.
@@ -468,7 +471,9 @@ impl Shared {
         let listed = std::fs::read(&path)
             .ok()
             .and_then(|bytes| index::decode(&bytes, &self.log_id, first))
-            .filter(|index| index.offsets.len() == state.unloaded);
+            .filter(|index| {
+                index.offsets.len() == state.unloaded && index.data_crc == Some(state.unloaded_crc)
+            });
         let Some(index) = listed else {
             return false;
         };
@@ -700,18 +705,19 @@ fn recover(
         return Ok((state, log_id, report, segments));
     }
     let tail = recover_tail(storage, dir, &chain, &mut report)?;
-    // The reader takes the offsets; the writer keeps those after the indexed prefix and
-    // reads the prefix back from the index when it next writes one.
-    let after_index = tail
-        .offsets
-        .get(tail.indexed..)
-        .unwrap_or_default()
-        .to_vec();
-    let layout = (tail.offsets, tail.end);
+    // Neither the reader nor the writer reads the indexed prefix's offsets now (IDX-5):
+    // both read them back from the index when they first need them.
+    let layout = Layout {
+        listed: tail.indexed,
+        last_listed: tail.last_indexed,
+        offsets: tail.offsets.clone(),
+        end: tail.end,
+    };
     let (segments, file) = into_segments(chain, Some(layout));
     let file = file.ok_or_else(|| corrupt(dir, 0, "no segment"))?;
-    let mut state = new_state(file, header, tail.end as u64, after_index, tail.seq_next);
+    let mut state = new_state(file, header, tail.end as u64, tail.offsets, tail.seq_next);
     state.unloaded = tail.indexed;
+    state.unloaded_crc = tail.indexed_crc;
     state.data_crc = tail.data_crc;
     state.indexed = tail.indexed;
     Ok((state, log_id, report, segments))
@@ -719,11 +725,17 @@ fn recover(
 
 /// The last segment after recovery.
 struct Tail {
+    /// The offsets of the records after the first `indexed`.
     offsets: Vec<u32>,
     end: usize,
     seq_next: u64,
     data_crc: u32,
+    /// How many records the index vouches for (IDX-5); their offsets are not read.
     indexed: usize,
+    /// The offset of the last of them.
+    last_indexed: u32,
+    /// The index's `data_crc`: the CRC-32C of the segment up to them.
+    indexed_crc: u32,
 }
 
 /// Recovers the last segment of `chain`: the prefix its index vouches for is taken as it is
@@ -745,11 +757,10 @@ fn recover_tail(
     let first = header.first_seq;
     let index_path = dir.join(index_name(first));
     let prefix = index::vouched_prefix(&index_path, bytes, &header.log_id, first);
-    let (mut offsets, start, crc) = prefix.map_or((Vec::new(), SEGMENT_HEADER_LEN, 0), |p| {
-        (p.offsets, p.end, p.data_crc.unwrap_or(0))
-    });
-    let indexed = offsets.len();
-    let found = scan(bytes, start, first + offsets.len() as u64);
+    let (indexed, start, crc) =
+        prefix.map_or((0, SEGMENT_HEADER_LEN, 0), |p| (p.count, p.end, p.data_crc));
+    let last_indexed = prefix.map_or(0, |p| p.last_offset);
+    let found = scan(bytes, start, first + indexed as u64);
     let end = found.end;
     let regions = data_regions(file, end, bytes.len());
     let torn = classify_tail(bytes, &found.stop, end, &regions)
@@ -762,14 +773,15 @@ fn recover_tail(
             bytes: (dropped_to - end) as u64,
         });
     }
-    offsets.extend_from_slice(&found.offsets);
     let data_crc = crc32c::crc32c_append(crc, bytes.get(start..end).unwrap_or_default());
     Ok(Tail {
-        offsets,
+        offsets: found.offsets,
         end,
         seq_next: found.seq_next,
         data_crc,
         indexed,
+        last_indexed,
+        indexed_crc: crc,
     })
 }
 
@@ -787,7 +799,13 @@ fn remove_temporary_files(storage: &dyn Storage, dir: &Path, names: &[String]) {
 /// The segments of a log just created, for its reader.
 fn reopened_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<Segment>> {
     let chain = open_chain(storage, dir, false)?;
-    Ok(into_segments(chain, Some((Vec::new(), SEGMENT_HEADER_LEN))).0)
+    let layout = Layout {
+        listed: 0,
+        last_listed: 0,
+        offsets: Vec::new(),
+        end: SEGMENT_HEADER_LEN,
+    };
+    Ok(into_segments(chain, Some(layout)).0)
 }
 
 /// The torn-tail decision (RCV-1 to RCV-5, RCV-8): `Ok(None)` for a clean end,
@@ -885,6 +903,7 @@ fn new_state(
         write_offset,
         offsets,
         unloaded: 0,
+        unloaded_crc: 0,
         data_crc: 0,
         indexed: 0,
         limited: false,
