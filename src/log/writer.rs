@@ -788,12 +788,16 @@ fn recover_tail(
 /// LOG-1: a writer removes the `.tmp` files a crash left, among `names` (the listing of
 /// `dir`).
 fn remove_temporary_files(storage: &dyn Storage, dir: &Path, names: &[String]) {
-    for name in names
-        .iter()
-        .filter(|n| Path::new(n).extension().is_some_and(|x| x == "tmp"))
-    {
+    for name in names.iter().filter(|name| is_temporary(name)) {
         let _ = storage.remove_file(&dir.join(name));
     }
+}
+
+/// Whether a file name's extension is `tmp`, as `Path::extension` says (the part after
+/// the last dot, when something precedes that dot), without parsing the name as a path.
+fn is_temporary(name: &str) -> bool {
+    name.rsplit_once('.')
+        .is_some_and(|(stem, extension)| !stem.is_empty() && extension == "tmp")
 }
 
 /// The segments of a log just created, for its reader.
@@ -926,4 +930,19 @@ fn new_log_id(dir: &Path) -> LogId {
         half.copy_from_slice(&hash.to_le_bytes());
     }
     id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// LOG-1: the `.tmp` test agrees with `Path::extension`.
+        #[test]
+        fn is_temporary_agrees_with_path_extension(name in "[a.]{0,4}(tmp|\\.tmp|seg|\\.seg)?[.]?") {
+            let by_path = Path::new(&name).extension().is_some_and(|x| x == "tmp");
+            prop_assert_eq!(is_temporary(&name), by_path, "{:?}", name);
+        }
+    }
 }
