@@ -78,6 +78,14 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// Opens the log in `dir` (manual durability, 1 MiB segments), appends `seqs` and closes
+/// it (which indexes the last segment, IDX-5).
+fn append_and_close(dir: &Path, seqs: std::ops::Range<u64>) {
+    let (writer, _) = LogWriter::open(dir, options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&events(seqs)).unwrap();
+    writer.close().unwrap();
+}
+
 fn assert_reads_back(dir: &Path, len: u64) {
     let reader = LogReader::open(dir).unwrap();
     assert_eq!(reader.seq_next(), len);
@@ -763,18 +771,14 @@ fn seg_7_a_sealed_segment_filled_to_its_last_byte_reopens() {
 #[test]
 fn idx_5_close_indexes_the_last_segment_and_reopen_scans_only_what_follows() {
     let dir = temp_dir("vouched");
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(0..100)).unwrap();
-    writer.close().unwrap();
+    append_and_close(&dir, 0..100);
     let index = dir.join(format!("{:020}.idx", 0));
     let first_index = std::fs::read(&index).expect("close indexes the last segment");
     assert_eq!(first_index[8..12], 2u32.to_le_bytes(), "index version 2");
     assert_eq!(first_index[12..16], 100u32.to_le_bytes(), "every record");
     // Records appended after the index was written: a stale index only vouches for the
     // prefix it lists, and open finds the rest by scanning.
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(100..150)).unwrap();
-    writer.close().unwrap();
+    append_and_close(&dir, 100..150);
     std::fs::write(&index, &first_index).unwrap();
     let segment = segments(&dir).pop().unwrap();
     let mut bytes = std::fs::read(&segment).unwrap();
@@ -824,9 +828,7 @@ fn reindexed(index: &[u8], at: usize, value: u32) -> Vec<u8> {
 #[test]
 fn idx_5_an_index_whose_last_record_does_not_match_is_ignored_and_the_segment_scanned() {
     let dir = temp_dir("vouched-mismatch");
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(0..100)).unwrap();
-    writer.close().unwrap();
+    append_and_close(&dir, 0..100);
     let segment = segments(&dir).pop().unwrap();
     let index = segment.with_extension("idx");
     let pristine = std::fs::read(&index).unwrap();
@@ -1067,20 +1069,14 @@ fn idx_5_a_reopened_writer_indexes_its_vouched_prefix_when_it_next_indexes() {
         )
     };
     let straight = temp_dir("reindex-straight");
-    let (writer, _) = LogWriter::open(&straight, options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(0..150)).unwrap();
-    writer.close().unwrap();
+    append_and_close(&straight, 0..150);
     let expected = layout(&std::fs::read(index_of(&straight)).unwrap());
     std::fs::remove_dir_all(&straight).unwrap();
 
     let dir = temp_dir("reindex");
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(0..100)).unwrap();
-    writer.close().unwrap();
+    append_and_close(&dir, 0..100);
     let first_index = std::fs::read(index_of(&dir)).unwrap();
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(100..150)).unwrap();
-    writer.close().unwrap();
+    append_and_close(&dir, 100..150);
     assert_eq!(layout(&std::fs::read(index_of(&dir)).unwrap()), expected);
     assert_reads_back(&dir, 150);
 
@@ -1106,9 +1102,7 @@ fn idx_5_a_reopened_writer_indexes_its_vouched_prefix_when_it_next_indexes() {
     );
     assert_reads_back(&dir, 170);
     // The next open scans the segment; its writer indexes everything again.
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(170..171)).unwrap();
-    writer.close().unwrap();
+    append_and_close(&dir, 170..171);
     assert_eq!(
         std::fs::read(index_of(&dir)).unwrap()[12..16],
         171u32.to_le_bytes()
@@ -1125,9 +1119,7 @@ fn idx_5_a_reopened_writer_indexes_its_vouched_prefix_when_it_next_indexes() {
 #[test]
 fn idx_5_a_damaged_offset_under_the_vouched_prefix_is_found_on_first_read() {
     let dir = temp_dir("damaged-offset");
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(0..100)).unwrap();
-    writer.close().unwrap();
+    append_and_close(&dir, 0..100);
     let index = dir.join(format!("{:020}.idx", 0));
     let mut damaged = std::fs::read(&index).unwrap();
     damaged[56 + 4 * 10] ^= 0x10;
@@ -1141,9 +1133,7 @@ fn idx_5_a_damaged_offset_under_the_vouched_prefix_is_found_on_first_read() {
     }
     drop(log);
     assert_reads_back(&dir, 100);
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(100..110)).unwrap();
-    writer.close().unwrap();
+    append_and_close(&dir, 100..110);
     assert_eq!(
         std::fs::read(&index).unwrap(),
         damaged,

@@ -109,6 +109,17 @@ fn workload<L: SessionLog>(session: &mut Session<L>, turns: u64) {
     assert!(first_user.is_some());
 }
 
+/// The segment files of session `s` in the store at `dir`, in log order.
+fn segments_of_s(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut segments: Vec<_> = std::fs::read_dir(dir.join("sessions/s/log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segments.sort();
+    segments
+}
+
 /// Event texts, surface nodes, messages, transcript and replace generation.
 type State = (Vec<String>, Vec<u64>, Vec<(u64, String)>, Vec<u64>, u64);
 
@@ -893,12 +904,7 @@ fn a_record_damaged_under_a_checkpoint_is_reported_not_skipped() {
     workload(&mut session, 200);
     session.close().unwrap();
     // Damage a record in a sealed segment, which open takes from its index (IDX-2).
-    let mut segments: Vec<_> = std::fs::read_dir(dir.join("sessions/s/log"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-        .collect();
-    segments.sort();
+    let segments = segments_of_s(&dir);
     assert!(segments.len() >= 2, "{segments:?}");
     let mut bytes = std::fs::read(&segments[0]).unwrap();
     bytes[300] ^= 0x01;
@@ -921,12 +927,7 @@ fn a_sealed_segment_with_a_bad_header_is_corrupt_on_first_access() {
     let mut session = store.create("s", None, None).unwrap();
     workload(&mut session, 200);
     session.close().unwrap();
-    let mut segments: Vec<_> = std::fs::read_dir(dir.join("sessions/s/log"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-        .collect();
-    segments.sort();
+    let segments = segments_of_s(&dir);
     assert!(segments.len() >= 3, "{segments:?}");
     let bad = &segments[1];
     let first: u64 = bad.file_stem().unwrap().to_str().unwrap().parse().unwrap();
@@ -1173,12 +1174,7 @@ fn ckp_2_damaged_nodes_over_a_damaged_log_read_as_lost() {
     let mut session = store.create("s", None, None).unwrap();
     workload(&mut session, 200);
     session.close().unwrap();
-    let mut segments: Vec<_> = std::fs::read_dir(dir.join("sessions/s/log"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-        .collect();
-    segments.sort();
+    let segments = segments_of_s(&dir);
     assert!(segments.len() >= 2, "{segments:?}");
     let mut bytes = std::fs::read(&segments[0]).unwrap();
     bytes[300] ^= 0x01;

@@ -60,31 +60,54 @@ pub fn encode(log_id: &LogId, first_seq: u64, offsets: &[u32], end: u32, data_cr
     out
 }
 
-/// The index held in `bytes`, when its header, checksum, identity and first seq check
-/// out (IDX-2); `None` otherwise (the caller rebuilds by scanning).
-pub(crate) fn decode(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<Index> {
+/// An index's header fields, once its magic, version, identity and first seq check out.
+struct Header {
+    /// 56 in version 2, 48 in version 1 (IDX-4).
+    len: usize,
+    /// Where `crc` is.
+    crc_at: usize,
+    count: usize,
+    end: usize,
+    /// `None` in version 1.
+    data_crc: Option<u32>,
+}
+
+/// The header at the start of `bytes` (at least its length in the version it names), when
+/// it is an index of this segment (`log_id`, `first_seq`): IDX-1, IDX-4.
+fn header(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<Header> {
     if bytes.get(..8)? != INDEX_MAGIC {
         return None;
     }
     // IDX-4: version 1 has no data checksum and a shorter header.
-    let (header_len, crc_at, data_crc) = match u32_at(bytes, 8)? {
+    let (len, crc_at, data_crc) = match u32_at(bytes, 8)? {
         1 => (INDEX_V1_HEADER_LEN, 44, None),
         INDEX_VERSION if u32_at(bytes, 48)? == 0 => {
             (INDEX_HEADER_LEN, 52, Some(u32_at(bytes, 44)?))
         }
         _ => return None,
     };
-    let count = usize::try_from(u32_at(bytes, 12)?).ok()?;
     if bytes.get(16..32)? != log_id || u64_at(bytes, 32)? != first_seq {
         return None;
     }
-    let end = usize::try_from(u32_at(bytes, 40)?).ok()?;
-    let body = bytes.get(header_len..)?;
-    if body.len() != count.checked_mul(4)? {
+    Some(Header {
+        len,
+        crc_at,
+        count: usize::try_from(u32_at(bytes, 12)?).ok()?,
+        end: usize::try_from(u32_at(bytes, 40)?).ok()?,
+        data_crc,
+    })
+}
+
+/// The index held in `bytes`, when its header, checksum, identity and first seq check
+/// out (IDX-2); `None` otherwise (the caller rebuilds by scanning).
+pub(crate) fn decode(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<Index> {
+    let header = header(bytes, log_id, first_seq)?;
+    let body = bytes.get(header.len..)?;
+    if body.len() != header.count.checked_mul(4)? {
         return None;
     }
-    let crc = crc32c::crc32c_append(crc32c::crc32c(bytes.get(..crc_at)?), body);
-    if crc != u32_at(bytes, crc_at)? {
+    let crc = crc32c::crc32c_append(crc32c::crc32c(bytes.get(..header.crc_at)?), body);
+    if crc != u32_at(bytes, header.crc_at)? {
         return None;
     }
     // Whole 4-byte arrays, so that the conversion is a plain copy on a little-endian host.
@@ -92,8 +115,8 @@ pub(crate) fn decode(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<Ind
     let offsets = words.iter().map(|w| u32::from_le_bytes(*w)).collect();
     Some(Index {
         offsets,
-        end,
-        data_crc,
+        end: header.end,
+        data_crc: header.data_crc,
     })
 }
 
@@ -145,22 +168,21 @@ pub(crate) fn vouched_prefix(
 ) -> Option<Vouched> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::open(path).ok()?;
-    let mut header = [0; INDEX_HEADER_LEN];
-    file.read_exact_at(&mut header, 0).ok()?;
-    let ours = header.get(..8)? == INDEX_MAGIC
-        && u32_at(&header, 8)? == INDEX_VERSION
-        && u32_at(&header, 48)? == 0
-        && header.get(16..32)? == log_id
-        && u64_at(&header, 32)? == first_seq;
-    if !ours {
+    let mut bytes = [0; INDEX_HEADER_LEN];
+    file.read_exact_at(&mut bytes, 0).ok()?;
+    // Version 2 only: a version-1 index has no `data_crc` for the writer to carry on.
+    let Header {
+        len,
+        count,
+        end,
+        data_crc: Some(data_crc),
+        ..
+    } = header(&bytes, log_id, first_seq)?
+    else {
         return None;
-    }
-    let count = usize::try_from(u32_at(&header, 12)?).ok()?;
-    let end = usize::try_from(u32_at(&header, 40)?).ok()?;
-    let data_crc = u32_at(&header, 44)?;
-    let body = count.checked_mul(4)?;
-    let len = u64::try_from(INDEX_HEADER_LEN.checked_add(body)?).ok()?;
-    if file.metadata().ok()?.len() != len {
+    };
+    let file_len = u64::try_from(len.checked_add(count.checked_mul(4)?)?).ok()?;
+    if file.metadata().ok()?.len() != file_len {
         return None;
     }
     let mut vouched = Vouched {

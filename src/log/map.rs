@@ -87,9 +87,10 @@ impl MappedWords {
 
     /// The words.
     pub(crate) fn as_slice(&self) -> &[u64] {
-        let Some(bytes) = self.map.get(self.start..self.start + 8 * self.len) else {
+        let bytes = self.as_bytes();
+        if bytes.len() != 8 * self.len {
             return &[];
-        };
+        }
         #[expect(
             unsafe_code,
             reason = "reads aligned little-endian u64s in place instead of copying them"
@@ -99,7 +100,7 @@ impl MappedWords {
             reason = "`new` checked that the words are 8-byte aligned"
         )]
         // SAFETY: `new` checked that the `len` words lie within the map (so `bytes` holds
-        // `8 * len` bytes, just re-checked by `get`) and that their address is 8-byte
+        // `8 * len` bytes, just re-checked above) and that their address is 8-byte
         // aligned, and that the target is little-endian, so each 8 bytes are the u64 the
         // file holds. Every bit pattern is a valid u64. The map lives as long as `self`
         // (the `Arc`), and the bytes do not change under it: checkpoints are replaced by

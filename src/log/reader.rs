@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use memmap2::Mmap;
 
 use super::chain::{Chain, Linked, Sealed, open_chain, open_sealed};
-use super::index;
+use super::index::{self, Vouched};
 use super::limit::Limit;
 use super::map::{map, release};
 use super::scan::{Stop, scan, walk_written};
@@ -77,25 +77,20 @@ pub(crate) struct Segment {
 /// The last segment's offsets before they are first needed (IDX-5).
 #[derive(Debug)]
 struct Unread {
-    /// How many of its first records its index lists.
-    listed: usize,
-    /// The offset of the last of them, which open checked (IDX-5).
-    last_listed: u32,
+    /// The prefix its index lists (at least one record), with the offset of its last.
+    vouched: Vouched,
     /// The offsets of the records scanned after them.
     after: Vec<u32>,
 }
 
-/// How recovery leaves the last segment (IDX-5): the first `listed` records are those its
-/// index lists, unread; `offsets` are those of the records after them, and `end` is just
-/// past the last record.
+/// How recovery leaves the last segment (IDX-5): the records its index vouches for,
+/// unread; the offsets of those after them; and just past the last record.
 #[derive(Debug)]
 pub(crate) struct Layout {
-    /// Records the index lists, whose offsets are read on first access.
-    pub listed: usize,
-    /// The offset of the last of them.
-    pub last_listed: u32,
-    /// Offsets of the records after them.
-    pub offsets: Vec<u32>,
+    /// The prefix the index vouches for, whose offsets are read on first access.
+    pub vouched: Option<Vouched>,
+    /// Offsets of the records after it.
+    pub after: Vec<u32>,
     /// Just past the last record.
     pub end: usize,
 }
@@ -171,13 +166,15 @@ impl LogReader {
             let index_path = dir.join(index_name(first));
             let vouched = index::vouched_prefix(&index_path, &last.map, &last.header.log_id, first);
             Layout {
-                listed: vouched.map_or(0, |v| v.count),
-                last_listed: vouched.map_or(0, |v| v.last_offset),
-                offsets: Vec::new(),
+                vouched,
+                after: Vec::new(),
                 end: vouched.map_or(SEGMENT_HEADER_LEN, |v| v.end),
             }
         });
-        let vouched = layout.as_ref().map_or(0, |l| l.listed as u64);
+        let vouched = layout
+            .as_ref()
+            .and_then(|l| l.vouched)
+            .map_or(0, |v| v.count as u64);
         let (mut segments, _) = into_segments(chain, layout);
         if let Some(last) = segments.last_mut().filter(|s| s.count.is_none()) {
             last.durable = vouched;
@@ -618,13 +615,13 @@ impl Segment {
         let first = self.first_seq;
         let index_path = dir.join(index_name(first));
         let mut offsets = index::load(&index_path, &mapped.map, log_id, first)
-            .filter(|index| index.offsets.len() == unread.listed)
+            .filter(|index| index.offsets.len() == unread.vouched.count)
             .map_or_else(
                 || {
                     let mut found = scan(&mapped.map, SEGMENT_HEADER_LEN, first).offsets;
                     // Positions stay seq-aligned: a record the scan did not reach points
                     // past the segment, so that reading it fails.
-                    found.resize(unread.listed, u32::MAX);
+                    found.resize(unread.vouched.count, u32::MAX);
                     found
                 },
                 |index| index.offsets,
@@ -641,11 +638,11 @@ impl Segment {
         if self.offsets.get().is_none()
             && let Some(unread) = &self.unread
         {
-            if let Some(after) = index.checked_sub(unread.listed) {
+            if let Some(after) = index.checked_sub(unread.vouched.count) {
                 return unread.after.get(after).copied();
             }
-            if index + 1 == unread.listed {
-                return Some(unread.last_listed);
+            if index + 1 == unread.vouched.count {
+                return Some(unread.vouched.last_offset);
             }
         }
         self.offsets(mapped, dir, log_id).get(index).copied()
@@ -655,7 +652,7 @@ impl Segment {
     fn records_known(&self) -> usize {
         match (self.offsets.get(), &self.unread) {
             (Some(offsets), _) => offsets.len(),
-            (None, Some(unread)) => unread.listed + unread.after.len(),
+            (None, Some(unread)) => unread.vouched.count + unread.after.len(),
             (None, None) => 0,
         }
     }
@@ -748,14 +745,14 @@ pub(crate) fn into_segments(
         if count.is_none()
             && let Some(layout) = layout.take()
         {
-            if layout.listed == 0 {
-                segment.offsets = OnceLock::from(layout.offsets);
-            } else {
-                segment.unread = Some(Unread {
-                    listed: layout.listed,
-                    last_listed: layout.last_listed,
-                    after: layout.offsets,
-                });
+            match layout.vouched.filter(|v| v.count > 0) {
+                Some(vouched) => {
+                    segment.unread = Some(Unread {
+                        vouched,
+                        after: layout.after,
+                    });
+                }
+                None => segment.offsets = OnceLock::from(layout.after),
             }
             segment.end = layout.end;
         }

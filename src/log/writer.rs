@@ -61,13 +61,11 @@ struct State {
     /// Offsets of the active segment's records after the first `unloaded`, for its index
     /// (IDX-1).
     offsets: Vec<u32>,
-    /// How many of the active segment's first records have their offsets in its index
-    /// file only, not yet read back: those of the prefix recovery took from the index
-    /// (IDX-5), read when the index is next written (`LogWriter::load_indexed`), so that
-    /// open does not read them.
-    unloaded: usize,
-    /// The `data_crc` of the index those come from: the one read back must match it.
-    unloaded_crc: u32,
+    /// The prefix of the active segment recovery took from its index (IDX-5), whose
+    /// offsets are in the index file only, not yet read back: read when the index is next
+    /// written (`load_indexed`), so that open does not read them; `offsets` holds those
+    /// after it.
+    unloaded: Option<index::Vouched>,
     /// CRC-32C of the active segment's bytes from its header to `write_offset` (IDX-1).
     data_crc: u32,
     /// How many of the active segment's records its index file covers (IDX-5).
@@ -376,7 +374,7 @@ impl Shared {
         state.header = header;
         state.write_offset = SEGMENT_HEADER_LEN as u64;
         state.offsets.clear();
-        state.unloaded = 0;
+        state.unloaded = None;
         state.data_crc = 0;
         state.indexed = 0;
         state.limited = false;
@@ -433,7 +431,7 @@ impl Shared {
     /// Writes the active segment's index through a temporary file (IDX-1). The index is
     /// a cache (IDX-2): a failure only costs readers a scan, so it is not an error.
     fn write_index(&self, state: &mut State) {
-        if state.unloaded > 0 && !self.load_indexed(state) {
+        if state.unloaded.is_some() && !self.load_indexed(state) {
             return;
         }
         let end = u32::try_from(state.write_offset).unwrap_or(u32::MAX);
@@ -459,20 +457,23 @@ impl Shared {
         }
     }
 
-    /// Reads back the offsets of the active segment's first `unloaded` records from its
-    /// index file (IDX-2: header, checksum, identity, first seq, and the count and
-    /// `data_crc` recovery took from it), ahead of the ones since.
+    /// Reads back the offsets of the `unloaded` prefix from the active segment's index file
+    /// (IDX-2: header, checksum, identity, first seq, and the count and `data_crc` recovery
+    /// took from it), ahead of the ones since.
     /// Returns `false` when the file no longer lists exactly them (removed or damaged
     /// meanwhile): the index, a cache, is then not written again for this segment, and
     /// the next open scans what the old one does not cover.
     fn load_indexed(&self, state: &mut State) -> bool {
+        let Some(vouched) = state.unloaded else {
+            return true;
+        };
         let first = state.header.first_seq;
         let path = self.dir.join(index_name(first));
         let listed = std::fs::read(&path)
             .ok()
             .and_then(|bytes| index::decode(&bytes, &self.log_id, first))
             .filter(|index| {
-                index.offsets.len() == state.unloaded && index.data_crc == Some(state.unloaded_crc)
+                index.offsets.len() == vouched.count && index.data_crc == Some(vouched.data_crc)
             });
         let Some(index) = listed else {
             return false;
@@ -480,7 +481,7 @@ impl Shared {
         let mut offsets = index.offsets;
         offsets.extend_from_slice(&state.offsets);
         state.offsets = offsets;
-        state.unloaded = 0;
+        state.unloaded = None;
         true
     }
 
@@ -490,7 +491,8 @@ impl Shared {
     fn index_active(&self) {
         let mut state = self.lock_state();
         let durable = self.commit.durable_seq() >= state.seq_next;
-        let dirty = state.unloaded + state.offsets.len() > state.indexed;
+        let unloaded = state.unloaded.map_or(0, |v| v.count);
+        let dirty = unloaded + state.offsets.len() > state.indexed;
         if durable && dirty && !state.poisoned && !state.limited && state.buffer.is_empty() {
             self.write_index(&mut state);
         }
@@ -708,34 +710,28 @@ fn recover(
     // Neither the reader nor the writer reads the indexed prefix's offsets now (IDX-5):
     // both read them back from the index when they first need them.
     let layout = Layout {
-        listed: tail.indexed,
-        last_listed: tail.last_indexed,
-        offsets: tail.offsets.clone(),
+        vouched: tail.vouched,
+        after: tail.offsets.clone(),
         end: tail.end,
     };
     let (segments, file) = into_segments(chain, Some(layout));
     let file = file.ok_or_else(|| corrupt(dir, 0, "no segment"))?;
     let mut state = new_state(file, header, tail.end as u64, tail.offsets, tail.seq_next);
-    state.unloaded = tail.indexed;
-    state.unloaded_crc = tail.indexed_crc;
+    state.unloaded = tail.vouched.filter(|v| v.count > 0);
     state.data_crc = tail.data_crc;
-    state.indexed = tail.indexed;
+    state.indexed = tail.vouched.map_or(0, |v| v.count);
     Ok((state, log_id, report, segments))
 }
 
 /// The last segment after recovery.
 struct Tail {
-    /// The offsets of the records after the first `indexed`.
+    /// The offsets of the records after the vouched prefix.
     offsets: Vec<u32>,
     end: usize,
     seq_next: u64,
     data_crc: u32,
-    /// How many records the index vouches for (IDX-5); their offsets are not read.
-    indexed: usize,
-    /// The offset of the last of them.
-    last_indexed: u32,
-    /// The index's `data_crc`: the CRC-32C of the segment up to them.
-    indexed_crc: u32,
+    /// The prefix the index vouches for (IDX-5), whose offsets are not read.
+    vouched: Option<index::Vouched>,
 }
 
 /// Recovers the last segment of `chain`: the prefix its index vouches for is taken as it is
@@ -759,7 +755,6 @@ fn recover_tail(
     let prefix = index::vouched_prefix(&index_path, bytes, &header.log_id, first);
     let (indexed, start, crc) =
         prefix.map_or((0, SEGMENT_HEADER_LEN, 0), |p| (p.count, p.end, p.data_crc));
-    let last_indexed = prefix.map_or(0, |p| p.last_offset);
     let found = scan(bytes, start, first + indexed as u64);
     let end = found.end;
     let regions = data_regions(file, end, bytes.len());
@@ -779,9 +774,7 @@ fn recover_tail(
         end,
         seq_next: found.seq_next,
         data_crc,
-        indexed,
-        last_indexed,
-        indexed_crc: crc,
+        vouched: prefix,
     })
 }
 
@@ -804,9 +797,8 @@ fn is_temporary(name: &str) -> bool {
 fn reopened_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<Segment>> {
     let chain = open_chain(storage, dir, false)?;
     let layout = Layout {
-        listed: 0,
-        last_listed: 0,
-        offsets: Vec::new(),
+        vouched: None,
+        after: Vec::new(),
         end: SEGMENT_HEADER_LEN,
     };
     Ok(into_segments(chain, Some(layout)).0)
@@ -906,8 +898,7 @@ fn new_state(
         header,
         write_offset,
         offsets,
-        unloaded: 0,
-        unloaded_crc: 0,
+        unloaded: None,
         data_crc: 0,
         indexed: 0,
         limited: false,

@@ -125,10 +125,7 @@ impl Checkpoint {
         let (fixed, rest) = out.split_at(NODES_AT);
         let (node_bytes, after) = rest.split_at(nodes_end - NODES_AT);
         let nodes_crc = crc32c::crc32c(node_bytes);
-        let crc = crc32c::crc32c_append(
-            crc32c::crc32c_append(crc32c::crc32c(fixed), after),
-            &nodes_crc.to_le_bytes(),
-        );
+        let crc = file_crc(fixed, after, nodes_crc);
         out.extend_from_slice(&nodes_crc.to_le_bytes());
         out.extend_from_slice(&crc.to_le_bytes());
         out
@@ -176,11 +173,7 @@ impl Checkpoint {
         ) else {
             return Err(Unusable::Corrupt);
         };
-        let expected = crc32c::crc32c_append(
-            crc32c::crc32c_append(crc32c::crc32c(fixed), after),
-            &nodes_crc.to_le_bytes(),
-        );
-        if expected != u32::from_le_bytes(*crc) {
+        if file_crc(fixed, after, nodes_crc) != u32::from_le_bytes(*crc) {
             return Err(Unusable::Corrupt);
         }
         let crc_of_last = u32_at(body, 12).ok_or(Unusable::Corrupt)?;
@@ -265,6 +258,13 @@ pub fn covered_len(path: &Path) -> Option<u64> {
     let ours = header.get(..8) == Some(&CHECKPOINT_MAGIC[..])
         && u32_at(&header, 8) == Some(CHECKPOINT_VERSION);
     ours.then(|| u64_at(&header, 16))?
+}
+
+/// The file's `crc` (CKP-1): CRC-32C of the fixed fields, then of the bytes from the keys
+/// to the repair state (`after`), then of `nodes_crc`: every byte before it but the nodes.
+fn file_crc(fixed: &[u8], after: &[u8], nodes_crc: u32) -> u32 {
+    let crc = crc32c::crc32c_append(crc32c::crc32c(fixed), after);
+    crc32c::crc32c_append(crc, &nodes_crc.to_le_bytes())
 }
 
 /// CRC-32C of the text of event `seq_next − 1`, or 0 for an empty prefix.

@@ -9,7 +9,7 @@ use crate::event::{Event, EventRef, EventSource};
 use crate::log::DiskLog;
 use crate::session::SessionLog;
 use crate::session::repair::RepairState;
-use crate::surface::{NodeState, Surface};
+use crate::surface::Surface;
 
 /// A stored session's log. Appends go to the on-disk log; the repair scan (contract §8) is
 /// kept up to date as events are appended, and the surface is checkpointed every
@@ -56,7 +56,7 @@ impl StoredLog {
         self.since = 0;
         // CKP-2: a surface whose checkpointed nodes were lost is never checkpointed (the
         // first read of its nodes, here, decides).
-        if surface.nodes().is_empty() && surface.node_state() == NodeState::Lost {
+        if surface.nodes_lost() {
             return;
         }
         self.repair.observe_from(&self.log, self.observed);

@@ -475,6 +475,12 @@ impl Surface {
         })
     }
 
+    /// Whether the nodes were lost ([`NodeState::Lost`]): reads them first, so that
+    /// deferred nodes are checked (CKP-2).
+    pub fn nodes_lost(&self) -> bool {
+        self.nodes.is_empty() && self.node_state() == NodeState::Lost
+    }
+
     /// Where the nodes are and whether they have been checked: see [`NodeState`].
     pub fn node_state(&self) -> NodeState {
         match &self.nodes {
@@ -563,7 +569,7 @@ impl Surface {
         };
         // CKP-2: no surface op lands on a surface whose nodes were lost (the first read of
         // deferred nodes checks them here, as the apply would).
-        if self.nodes.is_empty() && self.node_state() == NodeState::Lost {
+        if self.nodes_lost() {
             return Err(ErrorKind::Corrupt {
                 location: format!("surface checkpoint at seq {}", self.seq_next),
                 reason: "the checkpoint's nodes failed their check and the log under it \
