@@ -44,7 +44,10 @@
 //! Also printed: the phases of [`Store::open`] replayed with the public pieces it is made
 //! of (header, [`DiskLog::open`] and its [`LogReader::open`] half, [`Checkpoint::load`], the
 //! repair scan, the fold, the checkpoint write), and a summary with each target, the median
-//! of the timed iterations (warm-up included) and pass/fail.
+//! of the timed iterations (warm-up included) and pass/fail. The replayed `DiskLog::open`
+//! lists the log directory; [`Store::open`] with a checkpoint does not, since it takes the
+//! segment chain the checkpoint records (`checkpoint.md` CKP-8, `log-format.md` RCV-11), so
+//! with a checkpoint the phases add up to more than the open.
 //!
 //! `cargo test --benches` (criterion's test mode) runs every benchmark once over sessions
 //! 1000× smaller, and each open phase once. The machine may be shared: rerun when the

@@ -14,7 +14,13 @@ use surfacelog::store::{Store, StoreOptions};
 fn temp_store(name: &str) -> (PathBuf, Store) {
     let dir = std::env::temp_dir().join(format!("surfacelog-store-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let options = StoreOptions {
+    let store = Store::at(&dir, store_options()).unwrap();
+    (dir, store)
+}
+
+/// The options of [`temp_store`]: small segments, checkpoints every 100 events.
+fn store_options() -> StoreOptions {
+    StoreOptions {
         session: Options {
             clock: Arc::new(ManualClock::new(1_000)),
             ..Options::default()
@@ -25,9 +31,7 @@ fn temp_store(name: &str) -> (PathBuf, Store) {
             ..LogOptions::default()
         },
         checkpoint_every: 100,
-    };
-    let store = Store::at(&dir, options).unwrap();
-    (dir, store)
+    }
 }
 
 fn user(id: &str) -> String {
@@ -1198,5 +1202,249 @@ fn ckp_2_damaged_nodes_over_a_damaged_log_read_as_lost() {
     session.flush().unwrap();
     drop(session);
     assert_eq!(std::fs::read(&checkpoint).unwrap(), ckp, "not rewritten");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Storage that counts directory listings, for tests of what open lists.
+#[derive(Debug, Default)]
+struct CountingStorage {
+    lists: std::sync::atomic::AtomicU64,
+}
+
+impl CountingStorage {
+    fn lists(&self) -> u64 {
+        self.lists.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl surfacelog::storage::Storage for CountingStorage {
+    fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        surfacelog::storage::FsStorage.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+        self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        surfacelog::storage::FsStorage.list_dir(dir)
+    }
+    fn create_file(&self, path: &std::path::Path, len: u64) -> std::io::Result<std::fs::File> {
+        surfacelog::storage::FsStorage.create_file(path, len)
+    }
+    fn open_file(&self, path: &std::path::Path, write: bool) -> std::io::Result<std::fs::File> {
+        surfacelog::storage::FsStorage.open_file(path, write)
+    }
+    fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
+        surfacelog::storage::FsStorage.write_at(file, offset, bytes)
+    }
+    fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
+        surfacelog::storage::FsStorage.sync_data(file)
+    }
+    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        surfacelog::storage::FsStorage.sync_dir(dir)
+    }
+    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        surfacelog::storage::FsStorage.rename(from, to)
+    }
+    fn remove_file(&self, path: &std::path::Path) -> std::io::Result<()> {
+        surfacelog::storage::FsStorage.remove_file(path)
+    }
+}
+
+/// [`temp_store`] whose logs are read through a [`CountingStorage`].
+fn counting_store(name: &str) -> (PathBuf, Store, Arc<CountingStorage>) {
+    let (dir, _) = temp_store(name);
+    let counting = Arc::new(CountingStorage::default());
+    let mut options = store_options();
+    options.log.storage = counting.clone();
+    let store = Store::at(&dir, options).unwrap();
+    (dir, store, counting)
+}
+
+/// The state of session `id` from a fold of its whole log: opened with its checkpoint
+/// removed (the open writes a new one).
+fn folded_state(dir: &std::path::Path, store: &Store, id: &str) -> State {
+    let _ = std::fs::remove_file(dir.join(format!("sessions/{id}/checkpoint")));
+    let (session, opened) = store.open(id).unwrap();
+    assert!(opened.checkpoint.is_err());
+    assert!(!opened.log.from_known_chain);
+    state(&session)
+}
+
+/// CKP-8, RCV-11: a session closed with a checkpoint reopens over the segment chain the
+/// checkpoint records, without listing its log directory, to the same state as a fold of
+/// the whole log; an open without the checkpoint lists it.
+#[test]
+fn ckp_8_a_checkpointed_open_takes_the_chain_from_the_checkpoint_and_lists_nothing() {
+    let (dir, store, counting) = counting_store("known-chain");
+    let mut session = store.create("s", None, None).unwrap();
+    workload(&mut session, 200);
+    session.close().unwrap();
+    assert!(segments_of_s(&dir).len() >= 3, "several segments");
+    for _ in 0..2 {
+        let before = counting.lists();
+        let (session, opened) = store.open("s").unwrap();
+        assert!(opened.log.from_known_chain);
+        assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
+        assert_eq!(counting.lists(), before, "the log directory is not listed");
+        let reopened = state(&session);
+        session.close().unwrap();
+        let before = counting.lists();
+        assert_eq!(reopened, folded_state(&dir, &store, "s"));
+        assert!(counting.lists() > before, "a fold lists the log directory");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// RCV-11: a recorded chain the log has grown past (segments created after the checkpoint
+/// was written: here an older checkpoint put back), or whose last segment no longer ends
+/// cleanly, is not taken: open lists the directory and finds the whole log, and repairs
+/// it as §7 says.
+#[test]
+fn rcv_11_a_chain_the_log_has_outgrown_or_a_torn_tail_falls_back_to_a_listing() {
+    use surfacelog::event::EventSource;
+    let (dir, store, counting) = counting_store("outgrown-chain");
+    let mut session = store.create("s", None, None).unwrap();
+    workload(&mut session, 20);
+    session.flush().unwrap();
+    let checkpoint = dir.join("sessions/s/checkpoint");
+    let older = std::fs::read(&checkpoint).unwrap();
+    let segments_at_checkpoint = segments_of_s(&dir).len();
+    workload(&mut session, 200);
+    let written = session.seq_next();
+    session.close().unwrap();
+    std::fs::write(&checkpoint, &older).unwrap();
+    assert!(segments_of_s(&dir).len() > segments_at_checkpoint + 1);
+    let before = counting.lists();
+    let (session, opened) = store.open("s").unwrap();
+    assert!(!opened.log.from_known_chain);
+    assert!(counting.lists() > before, "the directory is listed");
+    assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
+    assert_eq!(session.seq_next(), written, "every segment is found");
+    let reopened = state(&session);
+    session.close().unwrap();
+    // Close wrote a checkpoint with the whole chain: the next open takes it.
+    let (session, opened) = store.open("s").unwrap();
+    assert!(opened.log.from_known_chain);
+    assert_eq!(state(&session), reopened);
+    drop(session);
+    assert_eq!(reopened, folded_state(&dir, &store, "s"));
+    // A torn last record after the checkpoint (which still matches the log, CKP-3) under
+    // a recorded chain: listed, repaired and reported.
+    let (session, _) = store.open("s").unwrap();
+    session.close().unwrap();
+    let covering = std::fs::read(&checkpoint).unwrap();
+    let (mut session, _) = store.open("s").unwrap();
+    session.append_dynamic("plugin/x", "{}", None).unwrap();
+    session.close().unwrap();
+    std::fs::write(&checkpoint, &covering).unwrap();
+    let written = written + 1;
+    let last = segments_of_s(&dir).pop().unwrap();
+    let mut bytes = std::fs::read(&last).unwrap();
+    let end = bytes.iter().rposition(|b| *b != 0).unwrap();
+    bytes[end - 3..=end].fill(0);
+    std::fs::write(&last, &bytes).unwrap();
+    let (session, opened) = store.open("s").unwrap();
+    assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
+    assert!(!opened.log.from_known_chain);
+    assert!(opened.log.torn_tail.is_some());
+    assert_eq!(session.seq_next(), written - 1);
+    assert_eq!(session.log().event(written - 2).unwrap().seq, written - 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// CKP-8: a recorded chain is taken only for the log directory it was recorded in (a
+/// fork's child starts with its source's checkpoint), and a checkpoint found stale
+/// (CKP-3) after an open over its chain has the log opened again from a listing.
+#[test]
+fn ckp_8_a_chain_is_taken_only_in_its_own_directory_and_never_from_a_stale_checkpoint() {
+    use surfacelog::session::Boundary;
+    use surfacelog::store::checkpoint::Unusable;
+    let (dir, store, _) = counting_store("chain-identity");
+    let mut source = store.create("src", None, None).unwrap();
+    workload(&mut source, 120);
+    let boundary = source.seq_next() - 1;
+    source.close().unwrap();
+    // The source goes on in its last segment, which the fork limits, and its checkpoint
+    // is the one covering the boundary, so the child shares it (CKP-7).
+    let path = dir.join("sessions/src/checkpoint");
+    let covering = std::fs::read(&path).unwrap();
+    let (mut source, _) = store.open("src").unwrap();
+    for i in 0..5 {
+        source
+            .append_dynamic("plugin/x", &format!(r#"{{"i":{i}}}"#), None)
+            .unwrap();
+    }
+    source.close().unwrap();
+    std::fs::write(&path, &covering).unwrap();
+    let child = store.fork("src", Boundary::Seq(boundary), "c").unwrap();
+    assert!(
+        dir.join("sessions/c/log")
+            .read_dir()
+            .unwrap()
+            .any(|e| { e.unwrap().path().extension().is_some_and(|x| x == "lim") })
+    );
+    let forked = state(&child);
+    drop(child);
+    let (child, opened) = store.open("c").unwrap();
+    assert!(opened.checkpoint.is_ok(), "the source's, shared (CKP-7)");
+    assert!(
+        !opened.log.from_known_chain,
+        "recorded for the source's log"
+    );
+    assert_eq!(state(&child), forked);
+    child.close().unwrap();
+    let (child, opened) = store.open("c").unwrap();
+    assert!(
+        opened.log.from_known_chain,
+        "its own checkpoint, limit included"
+    );
+    assert_eq!(state(&child), forked);
+    drop(child);
+    // A checkpoint whose record of the last event does not match the log (CRCs redone).
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[12] ^= 1;
+    let count = usize::try_from(u64::from_le_bytes(bytes[32..40].try_into().unwrap())).unwrap();
+    let nodes_end = 48 + 8 * count;
+    let len = bytes.len();
+    let mut covered = bytes[..48].to_vec();
+    covered.extend_from_slice(&bytes[nodes_end..len - 4]);
+    let crc = crc32c::crc32c(&covered);
+    bytes[len - 4..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let (source, opened) = store.open("src").unwrap();
+    assert_eq!(opened.checkpoint, Err(Unusable::Stale));
+    assert!(!opened.log.from_known_chain, "opened again from a listing");
+    let reopened = state(&source);
+    drop(source);
+    assert_eq!(reopened, folded_state(&dir, &store, "src"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// LOG-2 under RCV-11: a missing sealed segment is not seen by an open over a recorded
+/// chain (it does not list), but the first access into it is `CORRUPT` with its path, and
+/// an open that lists refuses the log.
+#[test]
+fn log_2_a_missing_segment_is_corrupt_on_first_access_under_a_recorded_chain() {
+    use surfacelog::event::EventSource;
+    let (dir, store) = temp_store("missing-segment");
+    let mut session = store.create("s", None, None).unwrap();
+    workload(&mut session, 200);
+    session.close().unwrap();
+    let segments = segments_of_s(&dir);
+    assert!(segments.len() >= 3, "{segments:?}");
+    let gone = &segments[1];
+    let first: u64 = gone.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    std::fs::remove_file(gone).unwrap();
+    let (session, opened) = store.open("s").unwrap();
+    assert!(opened.log.from_known_chain);
+    assert!(session.log().event(first).is_none());
+    let error = session.log().unreadable(first).unwrap();
+    assert_eq!(error.code(), "CORRUPT", "{error}");
+    assert!(
+        error.to_string().contains(gone.to_str().unwrap()),
+        "{error}"
+    );
+    assert!(session.log().event(first - 1).is_some());
+    drop(session);
+    std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
+    assert_eq!(store.open("s").unwrap_err().code(), "CORRUPT");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -169,6 +169,81 @@ pub(crate) fn open_chain_listed(
     Ok(chain)
 }
 
+/// A segment of a log as a checkpoint recorded it (`checkpoint.md` CKP-8): its name's seq
+/// and whether it has a limit file (LIM-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownSegment {
+    /// The seq of its first record, its name (LOG-2).
+    pub first_seq: u64,
+    /// Whether the log has a limit file for it (LIM-1).
+    pub limited: bool,
+}
+
+/// The chain of the log in `dir` from `known`, a record of its segments (RCV-11), without
+/// listing the directory: the last known segment is opened for writing and its header
+/// checked (SEG-2, SEG-3, its position in `known`), and every known limit is checked
+/// (LIM-3, LIM-5), as [`open_chain`] checks them. `None` when anything differs or fails, or
+/// when the last known segment is limited: the caller then lists the directory.
+pub(crate) fn open_chain_known(
+    storage: &dyn Storage,
+    dir: &Path,
+    known: &[KnownSegment],
+) -> Option<Chain> {
+    let (last, before) = known.split_last()?;
+    let ordered = known.first().is_some_and(|s| s.first_seq == 0)
+        && known
+            .windows(2)
+            .all(|w| matches!(w, [a, b] if a.first_seq < b.first_seq));
+    if !ordered || last.limited {
+        return None;
+    }
+    let path = seq_file_path(dir, last.first_seq, ".seg");
+    let (file, map) = open_mapped(storage, &path, true).ok()?;
+    let header = SegmentHeader::decode(&map).ok()?;
+    if header.index != before.len() as u64 || header.first_seq != last.first_seq {
+        return None;
+    }
+    let mut chain = Chain {
+        sealed: Vec::with_capacity(before.len()),
+        segments: Vec::new(),
+        unborn: None,
+    };
+    let mut limits = Vec::new();
+    for (position, segment) in before.iter().enumerate() {
+        let first = segment.first_seq;
+        let mut sealed = Sealed {
+            first_seq: first,
+            path: seq_file_path(dir, first, ".seg"),
+            limit: None,
+            opened: None,
+        };
+        if segment.limited {
+            // LIM-3, as at a listed open.
+            let (header, map) = open_sealed(
+                storage,
+                &sealed.path,
+                position as u64,
+                first,
+                &header.log_id,
+            )
+            .ok()?;
+            sealed.limit = Some(Limit::load(&dir.join(limit_name(first)), &header, &map).ok()?);
+            sealed.opened = Some((header, map));
+            limits.push(first);
+        }
+        chain.sealed.push(sealed);
+    }
+    chain.segments.push(Linked {
+        header,
+        path,
+        file: Some(file),
+        map,
+        limit: None,
+    });
+    check_limits(dir, &chain, &limits).ok()?;
+    Some(chain)
+}
+
 /// Opens and maps a sealed segment on the first access into it, and checks its header
 /// (SEG-2) and its place in the log (SEG-3): the log's identity `log_id`, its position
 /// `index` and its name's `first_seq`.
@@ -182,7 +257,16 @@ pub(crate) fn open_sealed(
     first_seq: u64,
     log_id: &LogId,
 ) -> Result<(SegmentHeader, Mmap)> {
-    let (_, map) = open_mapped(storage, path, false)?;
+    let file = match storage.open_file(path, false) {
+        Ok(file) => file,
+        // LOG-2: a segment of the chain that is not there (an open from a known chain,
+        // RCV-11, finds it here rather than from the names).
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(corrupt(path, 0, "a segment of the log is missing (LOG-2)"));
+        }
+        Err(error) => return Err(Error::io("open", path, &error)),
+    };
+    let map = map(&file).map_err(|e| Error::io("mmap", path, &e))?;
     let header = checked_header(&map, path)?;
     if header.log_id != *log_id || header.index != index || header.first_seq != first_seq {
         return Err(discontinued(path));

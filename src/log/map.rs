@@ -109,3 +109,128 @@ impl MappedWords {
         words
     }
 }
+
+/// Little-endian u64s in a file, first read when first needed (CKP-7: a checkpoint's
+/// nodes, which opening a session does not read): mapped in place as [`MappedWords`] when
+/// they can be, otherwise read into memory. The file is kept open until then, so a later
+/// rename over its name (CKP-5) does not change what is read.
+#[derive(Debug)]
+pub(crate) struct FileWords {
+    file: File,
+    /// Where the words start in the file.
+    start: usize,
+    len: usize,
+    words: std::sync::OnceLock<Words>,
+}
+
+/// What the first read of [`FileWords`] found.
+#[derive(Debug)]
+enum Words {
+    Mapped(MappedWords),
+    /// Read and copied (unaligned in memory, or a big-endian target), with their CRC-32C.
+    Read(Vec<u64>, u32),
+    /// Neither mapped nor read (an I/O error, or a file shorter than it was).
+    Unreadable,
+}
+
+impl FileWords {
+    /// The `len` u64s at `start` in `file`, not read yet.
+    pub(crate) fn new(file: File, start: usize, len: usize) -> Self {
+        Self {
+            file,
+            start,
+            len,
+            words: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// How many words there are, without reading them.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The words: mapped or read on the first call; empty when they cannot be read.
+    pub(crate) fn as_slice(&self) -> &[u64] {
+        match self.read() {
+            Words::Mapped(words) => words.as_slice(),
+            Words::Read(words, _) => words,
+            Words::Unreadable => &[],
+        }
+    }
+
+    /// CRC-32C of the words' bytes as the file holds them; `None` when they cannot be
+    /// read.
+    pub(crate) fn crc(&self) -> Option<u32> {
+        match self.read() {
+            Words::Mapped(words) => Some(crc32c::crc32c(words.as_bytes())),
+            Words::Read(_, crc) => Some(*crc),
+            Words::Unreadable => None,
+        }
+    }
+
+    /// Bytes of heap memory held (words read rather than mapped).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        match self.words.get() {
+            Some(Words::Read(words, _)) => words.capacity() * size_of::<u64>(),
+            _ => 0,
+        }
+    }
+
+    fn read(&self) -> &Words {
+        self.words.get_or_init(|| {
+            let mapped = map(&self.file)
+                .ok()
+                .and_then(|m| MappedWords::new(std::sync::Arc::new(m), self.start, self.len));
+            if let Some(words) = mapped {
+                return Words::Mapped(words);
+            }
+            let mut bytes = vec![0; self.len.saturating_mul(8)];
+            let read = std::os::unix::fs::FileExt::read_exact_at(
+                &self.file,
+                &mut bytes,
+                self.start as u64,
+            );
+            if read.is_err() {
+                return Words::Unreadable;
+            }
+            let words = bytes
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+                .collect();
+            Words::Read(words, crc32c::crc32c(&bytes))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `FileWords` reads the same words, with the same CRC, whether they are mapped in
+    /// place (aligned) or read (unaligned in the map), and reads none past the file's end.
+    #[test]
+    fn file_words_are_the_same_mapped_or_read_and_never_past_the_end() {
+        let path =
+            std::env::temp_dir().join(format!("surfacelog-filewords-{}", std::process::id()));
+        let words: Vec<u64> = (0..1000_u64)
+            .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .collect();
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        for start in [48_usize, 44] {
+            let mut file_bytes = vec![0xAB; start];
+            file_bytes.extend_from_slice(&bytes);
+            std::fs::write(&path, &file_bytes).unwrap();
+            let read = FileWords::new(File::open(&path).unwrap(), start, words.len());
+            assert_eq!(read.len(), words.len());
+            assert_eq!(read.as_slice(), words.as_slice(), "start {start}");
+            assert_eq!(read.crc(), Some(crc32c::crc32c(&bytes)), "start {start}");
+            let mapped = matches!(read.words.get(), Some(Words::Mapped(_)));
+            assert_eq!(mapped, start == 48, "start {start}");
+            assert_eq!(read.heap_bytes() > 0, !mapped);
+            let past = FileWords::new(File::open(&path).unwrap(), start + 8, words.len());
+            assert_eq!(past.as_slice(), &[] as &[u64]);
+            assert_eq!(past.crc(), None);
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}

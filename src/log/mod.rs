@@ -15,9 +15,10 @@ mod scan;
 pub mod segment;
 mod writer;
 
+pub use chain::KnownSegment;
 pub(crate) use chain::{Chain, open_own_segment};
 pub(crate) use index::encode as encode_index;
-pub(crate) use map::{MappedWords, map as map_file};
+pub(crate) use map::FileWords;
 pub(crate) use reader::BoundarySegment;
 pub use reader::LogReader;
 pub use writer::LogWriter;
@@ -48,11 +49,13 @@ impl DiskLog {
     /// # Errors
     /// As [`LogWriter::open`] and [`LogReader::open`].
     pub fn open(dir: &std::path::Path, options: LogOptions) -> crate::Result<(Self, OpenReport)> {
-        Self::open_from(dir, options, None)
+        Self::open_from(dir, options, None, None)
     }
 
     /// [`DiskLog::open`] over a chain already opened and checked, when given: a fork's
-    /// child ([`LogReader::into_fork_chain`]).
+    /// child ([`LogReader::into_fork_chain`]); otherwise over the segments `known` records
+    /// (a checkpoint's, `checkpoint.md` CKP-8) when they are still the log's, without
+    /// listing the directory (RCV-11).
     ///
     /// # Errors
     /// As [`DiskLog::open`].
@@ -60,9 +63,11 @@ impl DiskLog {
         dir: &std::path::Path,
         options: LogOptions,
         chain: Option<Chain>,
+        known: Option<&[KnownSegment]>,
     ) -> crate::Result<(Self, OpenReport)> {
         let storage = Arc::clone(&options.storage);
-        let (writer, report, segments) = LogWriter::open_recovered_from(dir, options, chain)?;
+        let (writer, report, segments) =
+            LogWriter::open_recovered_from(dir, options, chain, known)?;
         let reader = LogReader::from_recovered(dir, storage, segments)?;
         Ok((
             Self {
@@ -151,6 +156,17 @@ impl DiskLog {
     pub fn close(self) -> crate::Result<()> {
         self.writer.close()
     }
+
+    /// The log's directory.
+    pub fn dir(&self) -> &std::path::Path {
+        self.writer.dir()
+    }
+
+    /// The log's segments as its reader knows them, for a checkpoint to record
+    /// (`checkpoint.md` CKP-8).
+    pub fn known_segments(&self) -> Vec<KnownSegment> {
+        self.reader.known_segments()
+    }
 }
 
 impl crate::event::EventSource for DiskLog {
@@ -235,6 +251,10 @@ pub struct OpenReport {
     pub torn_tail: Option<TornTail>,
     /// A last segment whose creation was cut short, removed (RCV-7).
     pub removed_segment: Option<PathBuf>,
+    /// Whether the segment chain was taken from a record of it (a checkpoint's,
+    /// `checkpoint.md` CKP-8) instead of a listing of the directory (RCV-11). Such an open
+    /// changed no file, so the two fields above are empty.
+    pub from_known_chain: bool,
 }
 
 /// A dropped torn tail (RCV-9).

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use memmap2::Mmap;
 
-use super::chain::{Chain, Linked, Sealed, open_chain, open_sealed};
+use super::chain::{Chain, KnownSegment, Linked, Sealed, open_chain, open_sealed};
 use super::index::{self, Vouched};
 use super::limit::Limit;
 use super::map::{map, release};
@@ -289,6 +289,18 @@ impl LogReader {
     /// The directory of the log.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The segments this reader knows, in order: each one's first seq and whether it is
+    /// limited (LIM-1), as a checkpoint records them (`checkpoint.md` CKP-8).
+    pub fn known_segments(&self) -> Vec<KnownSegment> {
+        self.segments
+            .iter()
+            .map(|s| KnownSegment {
+                first_seq: s.first_seq,
+                limited: s.limit.is_some(),
+            })
+            .collect()
     }
 
     /// Iterates the events from `seq` to the end of what this reader has seen. As any read
@@ -747,6 +759,9 @@ pub(crate) fn into_segments(
         {
             match layout.vouched.filter(|v| v.count > 0) {
                 Some(vouched) => {
+                    // Open read nothing before the last vouched record (IDX-5), so RD-4's
+                    // release of what open read starts at its page.
+                    segment.released = vouched.last_offset as usize / PAGE_BYTES * PAGE_BYTES;
                     segment.unread = Some(Unread {
                         vouched,
                         after: layout.after,

@@ -7,11 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use super::chain::{Chain, open_chain, open_chain_listed};
+use super::chain::{Chain, KnownSegment, open_chain, open_chain_known, open_chain_listed};
 use super::group_commit::{GroupCommit, WaitError};
 use super::reader::{Layout, Segment, corrupt, into_segments};
 use super::scan::{Stop, nonzero_end, scan, valid_record_after};
-use super::segment::{LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name};
+use super::segment::{
+    LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name, seq_file_path,
+};
 use super::{Durability, LogOptions, OpenReport, TornTail, index};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::Event;
@@ -113,12 +115,13 @@ impl LogWriter {
         dir: &Path,
         options: LogOptions,
     ) -> Result<(Self, OpenReport, Vec<Segment>)> {
-        Self::open_recovered_from(dir, options, None)
+        Self::open_recovered_from(dir, options, None, None)
     }
 
     /// [`LogWriter::open_recovered`] over a chain already opened and checked, when given
     /// (a fork's child, whose segments its source's reader has just checked), instead of
-    /// opening every segment of `dir` again.
+    /// opening every segment of `dir` again; otherwise over the segments `known` records,
+    /// when they are still the log's (RCV-11), without listing `dir`.
     ///
     /// # Errors
     /// As [`LogWriter::open`].
@@ -126,13 +129,14 @@ impl LogWriter {
         dir: &Path,
         options: LogOptions,
         chain: Option<Chain>,
+        known: Option<&[KnownSegment]>,
     ) -> Result<(Self, OpenReport, Vec<Segment>)> {
         let storage = Arc::clone(&options.storage);
         storage
             .create_dir_all(dir)
             .map_err(|e| Error::io("create_dir", dir, &e))?;
         let lock = take_lock(&*storage, dir)?;
-        let (state, log_id, report, segments) = recover(&*storage, dir, &options, chain)?;
+        let (state, log_id, report, segments) = recover(&*storage, dir, &options, chain, known)?;
         let durable_seq = state.seq_next;
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
@@ -652,7 +656,14 @@ fn recover(
     dir: &Path,
     options: &LogOptions,
     chain: Option<Chain>,
+    known: Option<&[KnownSegment]>,
 ) -> Result<Recovered> {
+    if chain.is_none()
+        && let Some(known) = known
+        && let Some(recovered) = recover_known(storage, dir, known)
+    {
+        return Ok(recovered);
+    }
     let names = storage
         .list_dir(dir)
         .map_err(|e| Error::io("list", dir, &e))?;
@@ -707,6 +718,38 @@ fn recover(
         return Ok((state, log_id, report, segments));
     }
     let tail = recover_tail(storage, dir, &chain, &mut report)?;
+    finish_recovery(dir, chain, tail, report)
+}
+
+/// RCV-11: recovery over `known`, a record of the log's segments, without listing the
+/// directory: taken only when the last known segment is still the last one (no file under
+/// the next segment's name) and its scan ends cleanly (RCV-1, nothing to drop). `None`
+/// otherwise, or on any failure: the caller then recovers from a listing (§7), which
+/// decides every other case, so this path never changes a file.
+fn recover_known(storage: &dyn Storage, dir: &Path, known: &[KnownSegment]) -> Option<Recovered> {
+    let chain = open_chain_known(storage, dir, known)?;
+    let (tail, torn) = examine_tail(dir, &chain).ok()?;
+    if torn.is_some() {
+        return None;
+    }
+    match storage.open_file(&seq_file_path(dir, tail.seq_next, ".seg"), false) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        _ => return None,
+    }
+    let report = OpenReport {
+        from_known_chain: true,
+        ..OpenReport::default()
+    };
+    finish_recovery(dir, chain, tail, report).ok()
+}
+
+/// The writer's state and the reader's segments once the last segment of `chain` is
+/// recovered as `tail`.
+fn finish_recovery(dir: &Path, chain: Chain, tail: Tail, report: OpenReport) -> Result<Recovered> {
+    let Some(last) = chain.segments.last() else {
+        return Err(corrupt(dir, 0, "no segment"));
+    };
+    let (header, log_id) = (last.header, last.header.log_id);
     // Neither the reader nor the writer reads the indexed prefix's offsets now (IDX-5):
     // both read them back from the index when they first need them.
     let layout = Layout {
@@ -742,6 +785,25 @@ fn recover_tail(
     chain: &Chain,
     report: &mut OpenReport,
 ) -> Result<Tail> {
+    let (tail, torn) = examine_tail(dir, chain)?;
+    if let Some(dropped_to) = torn
+        && let Some(last) = chain.segments.last()
+        && let Some(file) = &last.file
+    {
+        zero_tail(storage, file, &last.path, tail.end, dropped_to)?;
+        report.torn_tail = Some(TornTail {
+            segment: last.path.clone(),
+            offset: tail.end as u64,
+            bytes: (dropped_to - tail.end) as u64,
+        });
+    }
+    Ok(tail)
+}
+
+/// The decision of [`recover_tail`] without acting on it: the last segment of `chain`
+/// after its vouched prefix (IDX-5), scanned and classified (RCV-1 to RCV-9), and, for a
+/// torn tail, the offset up to which it is to be zeroed.
+fn examine_tail(dir: &Path, chain: &Chain) -> Result<(Tail, Option<usize>)> {
     let Some(last) = chain.segments.last() else {
         return Err(corrupt(dir, 0, "no segment"));
     };
@@ -760,22 +822,15 @@ fn recover_tail(
     let regions = data_regions(file, end, bytes.len());
     let torn = classify_tail(bytes, &found.stop, end, &regions)
         .map_err(|reason| corrupt(path, stop_offset(found.stop, end), reason))?;
-    if let Some(dropped_to) = torn {
-        zero_tail(storage, file, path, end, dropped_to)?;
-        report.torn_tail = Some(TornTail {
-            segment: path.clone(),
-            offset: end as u64,
-            bytes: (dropped_to - end) as u64,
-        });
-    }
     let data_crc = crc32c::crc32c_append(crc, bytes.get(start..end).unwrap_or_default());
-    Ok(Tail {
+    let tail = Tail {
         offsets: found.offsets,
         end,
         seq_next: found.seq_next,
         data_crc,
         vouched: prefix,
-    })
+    };
+    Ok((tail, torn))
 }
 
 /// LOG-1: a writer removes the `.tmp` files a crash left, among `names` (the listing of

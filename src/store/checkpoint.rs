@@ -6,10 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memmap2::Mmap;
-
 use crate::event::{EventSource, Vocabulary};
-use crate::log::{LogReader, MappedWords};
+use crate::log::{KnownSegment, LogReader};
 use crate::record::{u32_at, u64_at};
 use crate::session::repair::RepairState;
 use crate::storage::Storage;
@@ -18,11 +16,13 @@ use crate::surface::{Refold, Surface};
 /// `"surfchk\0"` (CKP-1).
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"surfchk\0";
 /// The checkpoint format version (CKP-1).
-pub const CHECKPOINT_VERSION: u32 = 2;
+pub const CHECKPOINT_VERSION: u32 = 3;
 /// The checkpoint's file name in a session directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint";
 /// Where the nodes start (CKP-1): after the fixed fields, 8-byte aligned.
 const NODES_AT: usize = 48;
+/// The bytes of one segment of the chain (CKP-8): its `first_seq`, then its flags.
+const SEGMENT_ENTRY: usize = 9;
 
 /// What a checkpoint holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +34,27 @@ pub struct Checkpoint {
     /// CRC-32C of the text of event `seq_next − 1` (0 for an empty log): ties the
     /// checkpoint to this log's record (CKP-3).
     pub last_text_crc: u32,
+    /// The log's segments when the checkpoint was written, so that opening need not list
+    /// the log directory (CKP-8); `None` when not recorded.
+    pub chain: Option<RecordedChain>,
+}
+
+/// The log's segment chain as a checkpoint records it (CKP-8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedChain {
+    /// The identity of the log directory the segments are in: its device and inode
+    /// numbers ([`dir_identity`]).
+    pub log_dir: (u64, u64),
+    /// The segments, in order.
+    pub segments: Vec<KnownSegment>,
+}
+
+/// The identity of a directory as CKP-8 records it: its device and inode numbers.
+/// `None` when it cannot be read.
+pub fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::symlink_metadata(dir).ok()?;
+    metadata.is_dir().then(|| (metadata.dev(), metadata.ino()))
 }
 
 /// Why a checkpoint was not used.
@@ -41,7 +62,7 @@ pub struct Checkpoint {
 pub enum Unusable {
     /// No checkpoint file.
     Missing,
-    /// The bytes are not a valid checkpoint (CKP-1, CKP-2, CKP-4).
+    /// The bytes are not a valid checkpoint (CKP-1, CKP-2, CKP-4, CKP-8).
     Corrupt,
     /// It covers more events than the log holds, or another log's events (CKP-3).
     Stale,
@@ -80,13 +101,151 @@ impl LogOrigin {
     }
 }
 
+/// Everything of a checkpoint but its nodes, checked as far as it can be without the log
+/// or the nodes (CKP-1, the keys part of CKP-2, CKP-4, CKP-8).
+#[derive(Debug)]
+struct Parts {
+    last_text_crc: u32,
+    seq_next: u64,
+    generation: u64,
+    node_count: usize,
+    keys: Vec<(u64, u64)>,
+    repair: RepairState,
+    chain: Option<RecordedChain>,
+    nodes_crc: u32,
+}
+
+impl Parts {
+    /// The node count of the fixed fields (bytes 0..48), and where the nodes end; `None`
+    /// when the magic or the version is not this format's (CKP-1). The count is read
+    /// before the CRC vouches for it, only to find the bytes after the nodes; every use is
+    /// checked arithmetic.
+    fn nodes_end(fixed: &[u8]) -> Option<(usize, usize)> {
+        if fixed.get(..8) != Some(&CHECKPOINT_MAGIC[..])
+            || u32_at(fixed, 8) != Some(CHECKPOINT_VERSION)
+        {
+            return None;
+        }
+        let node_count = usize::try_from(u64_at(fixed, 32)?).ok()?;
+        let end = node_count.checked_mul(8)?.checked_add(NODES_AT)?;
+        Some((node_count, end))
+    }
+
+    /// Parses and checks the fixed fields `fixed` (bytes 0..48) and `tail`, every byte
+    /// after the nodes.
+    fn parse(fixed: &[u8], tail: &[u8]) -> Result<Self, Unusable> {
+        let (node_count, _) = Self::nodes_end(fixed).ok_or(Unusable::Corrupt)?;
+        let (rest, crc) = tail.split_last_chunk::<4>().ok_or(Unusable::Corrupt)?;
+        let (after, nodes_crc) = rest.split_last_chunk::<4>().ok_or(Unusable::Corrupt)?;
+        let nodes_crc = u32::from_le_bytes(*nodes_crc);
+        if fixed.len() != NODES_AT || file_crc(fixed, after, nodes_crc) != u32::from_le_bytes(*crc)
+        {
+            return Err(Unusable::Corrupt);
+        }
+        let field = |at| u64_at(fixed, at).ok_or(Unusable::Corrupt);
+        let key_count = usize::try_from(field(40)?).map_err(|_| Unusable::Corrupt)?;
+        let keys_bytes = key_count
+            .checked_mul(16)
+            .and_then(|n| after.get(..n))
+            .ok_or(Unusable::Corrupt)?;
+        let keys: Vec<(u64, u64)> = keys_bytes
+            .chunks_exact(16)
+            .map(|c| {
+                (
+                    u64_at(c, 0).unwrap_or_default(),
+                    u64_at(c, 8).unwrap_or_default(),
+                )
+            })
+            .collect();
+        let mut at = keys_bytes.len();
+        let repair_len = u32_at(after, at).ok_or(Unusable::Corrupt)? as usize;
+        at += 4;
+        let repair_bytes = at
+            .checked_add(repair_len)
+            .and_then(|end| after.get(at..end))
+            .ok_or(Unusable::Corrupt)?;
+        let repair = RepairState::decode(repair_bytes).ok_or(Unusable::Corrupt)?;
+        at += repair_len;
+        let chain = decode_chain(after.get(at..).ok_or(Unusable::Corrupt)?)?;
+        Ok(Self {
+            last_text_crc: u32_at(fixed, 12).ok_or(Unusable::Corrupt)?,
+            seq_next: field(16)?,
+            generation: field(24)?,
+            node_count,
+            keys,
+            repair,
+            chain,
+            nodes_crc,
+        })
+    }
+
+    /// CKP-3: whether the checkpoint belongs to `log` (it reads one event, not the nodes).
+    fn matches(&self, log: &impl EventSource) -> bool {
+        self.seq_next <= log.seq_next() && last_text_crc(log, self.seq_next) == self.last_text_crc
+    }
+}
+
+/// A checkpoint file read and checked but for its nodes and CKP-3 (which needs the log):
+/// what opening reads before the log, so that the log can be opened over the chain it
+/// records (CKP-8).
+#[derive(Debug)]
+pub(crate) struct Unverified {
+    parts: Parts,
+    /// The file, whose nodes are read on first need (CKP-7).
+    file: std::fs::File,
+}
+
+impl Unverified {
+    /// The segment chain recorded for the log directory `log_dir`, when it is that
+    /// directory's (CKP-8: same device and inode numbers).
+    pub(crate) fn chain_of(&self, log_dir: &Path) -> Option<&[KnownSegment]> {
+        let chain = self.parts.chain.as_ref()?;
+        (dir_identity(log_dir) == Some(chain.log_dir)).then_some(chain.segments.as_slice())
+    }
+
+    /// The checkpoint, when it belongs to `log` (CKP-3). Its surface reads the nodes in
+    /// place from the file, mapped on their first read, and checks them then (CKP-2,
+    /// CKP-7); nodes that fail are replaced by a fold of the log `origin` names.
+    ///
+    /// # Errors
+    /// `Stale` (CKP-3); `Corrupt` when the keys do not fit the nodes (CKP-2).
+    pub(crate) fn verify(
+        self,
+        log: &impl EventSource,
+        origin: LogOrigin,
+    ) -> Result<Checkpoint, Unusable> {
+        let Self { parts, file } = self;
+        if !parts.matches(log) {
+            return Err(Unusable::Stale);
+        }
+        let words = crate::log::FileWords::new(file, NODES_AT, parts.node_count);
+        let refold = origin.refold(parts.seq_next, parts.keys.clone(), parts.generation);
+        let surface = Surface::from_deferred_parts(
+            words,
+            parts.nodes_crc,
+            parts.keys,
+            parts.generation,
+            parts.seq_next,
+            refold,
+        )
+        .ok_or(Unusable::Corrupt)?;
+        Ok(Checkpoint {
+            surface,
+            repair: parts.repair,
+            last_text_crc: parts.last_text_crc,
+            chain: parts.chain,
+        })
+    }
+}
+
 impl Checkpoint {
-    /// The checkpoint of `surface` and `repair` over `log`.
+    /// The checkpoint of `surface` and `repair` over `log`, recording no chain (CKP-8).
     pub fn of(surface: &Surface, repair: &RepairState, log: &impl EventSource) -> Self {
         Self {
             surface: surface.clone(),
             repair: repair.clone(),
             last_text_crc: last_text_crc(log, surface.seq_next()),
+            chain: None,
         }
     }
 
@@ -122,6 +281,7 @@ impl Checkpoint {
                 .to_le_bytes(),
         );
         out.extend_from_slice(&repair);
+        encode_chain(self.chain.as_ref(), &mut out);
         let (fixed, rest) = out.split_at(NODES_AT);
         let (node_bytes, after) = rest.split_at(nodes_end - NODES_AT);
         let nodes_crc = crc32c::crc32c(node_bytes);
@@ -131,118 +291,135 @@ impl Checkpoint {
         out
     }
 
-    /// Reads a checkpoint and checks all of it against `log` (CKP-1 to CKP-3), nodes
-    /// included.
+    /// Reads a checkpoint and checks all of it against `log` (CKP-1 to CKP-3, CKP-8),
+    /// nodes included.
     ///
     /// # Errors
     /// Why it cannot be used; the caller then folds the whole log.
     pub fn decode(bytes: &[u8], log: &impl EventSource) -> Result<Self, Unusable> {
-        Self::decode_from(bytes, None, log)
-    }
-
-    /// [`Checkpoint::decode`] of `bytes`, which are all of `map` when it is given: the
-    /// surface then reads its nodes in place from the map instead of copying them, and
-    /// checks them on their first read, rebuilding them from `origin` if they fail (CKP-2,
-    /// CKP-7).
-    fn decode_from(
-        bytes: &[u8],
-        map: Option<(&Arc<Mmap>, LogOrigin)>,
-        log: &impl EventSource,
-    ) -> Result<Self, Unusable> {
-        let (rest, crc) = bytes.split_last_chunk::<4>().ok_or(Unusable::Corrupt)?;
-        let (body, nodes_crc) = rest.split_last_chunk::<4>().ok_or(Unusable::Corrupt)?;
-        let nodes_crc = u32::from_le_bytes(*nodes_crc);
-        if body.get(..8) != Some(&CHECKPOINT_MAGIC[..])
-            || u32_at(body, 8) != Some(CHECKPOINT_VERSION)
-        {
-            return Err(Unusable::Corrupt);
-        }
-        // The counts are read before the CRC vouches for them, only to find where the
-        // nodes end; every use is checked arithmetic.
-        let field = |at| u64_at(body, at).ok_or(Unusable::Corrupt);
-        let count = |at| usize::try_from(field(at)?).map_err(|_| Unusable::Corrupt);
-        let (node_count, key_count) = (count(32)?, count(40)?);
-        let nodes_end = node_count
-            .checked_mul(8)
-            .and_then(|n| n.checked_add(NODES_AT))
+        let (_, nodes_end) = bytes
+            .get(..NODES_AT)
+            .and_then(Parts::nodes_end)
             .ok_or(Unusable::Corrupt)?;
-        let (Some(fixed), Some(node_bytes), Some(after)) = (
-            body.get(..NODES_AT),
-            body.get(NODES_AT..nodes_end),
-            body.get(nodes_end..),
+        let (Some(fixed), Some(node_bytes), Some(tail)) = (
+            bytes.get(..NODES_AT),
+            bytes.get(NODES_AT..nodes_end),
+            bytes.get(nodes_end..),
         ) else {
             return Err(Unusable::Corrupt);
         };
-        if file_crc(fixed, after, nodes_crc) != u32::from_le_bytes(*crc) {
-            return Err(Unusable::Corrupt);
-        }
-        let crc_of_last = u32_at(body, 12).ok_or(Unusable::Corrupt)?;
-        let (seq_next, generation) = (field(16)?, field(24)?);
-        let keys_bytes = key_count
-            .checked_mul(16)
-            .and_then(|n| after.get(..n))
-            .ok_or(Unusable::Corrupt)?;
-        let keys: Vec<(u64, u64)> = keys_bytes
-            .chunks_exact(16)
-            .map(|c| {
-                (
-                    u64_at(c, 0).unwrap_or_default(),
-                    u64_at(c, 8).unwrap_or_default(),
-                )
-            })
-            .collect();
-        let repair_len = u32_at(after, keys_bytes.len()).ok_or(Unusable::Corrupt)? as usize;
-        let repair_bytes = after
-            .get(keys_bytes.len() + 4..)
-            .filter(|r| r.len() == repair_len)
-            .ok_or(Unusable::Corrupt)?;
-        let repair = RepairState::decode(repair_bytes).ok_or(Unusable::Corrupt)?;
-        // CKP-3 first: it reads one event of the log, not the nodes.
-        if seq_next > log.seq_next() || last_text_crc(log, seq_next) != crc_of_last {
+        let parts = Parts::parse(fixed, tail)?;
+        if !parts.matches(log) {
             return Err(Unusable::Stale);
         }
-        // Read in place, checked on first read, when they can be; otherwise copied
-        // (`map` keeps the exact length, so the vector is allocated once) and checked now.
-        let mapped = map.and_then(|(map, origin)| {
-            MappedWords::new(Arc::clone(map), NODES_AT, node_count).map(|w| (w, origin))
-        });
-        let surface = if let Some((words, origin)) = mapped {
-            let refold = origin.refold(seq_next, keys.clone(), generation);
-            Surface::from_deferred_parts(words, nodes_crc, keys, generation, seq_next, refold)
-        } else {
-            if crc32c::crc32c(node_bytes) != nodes_crc {
-                return Err(Unusable::Corrupt);
-            }
-            let nodes = node_bytes
-                .chunks_exact(8)
-                .map(|c| u64_at(c, 0).unwrap_or_default())
-                .collect();
-            Surface::from_parts(nodes, keys, generation, seq_next)
+        if crc32c::crc32c(node_bytes) != parts.nodes_crc {
+            return Err(Unusable::Corrupt);
         }
-        .ok_or(Unusable::Corrupt)?;
+        let nodes = node_bytes
+            .chunks_exact(8)
+            .map(|c| u64_at(c, 0).unwrap_or_default())
+            .collect();
+        let surface = Surface::from_parts(nodes, parts.keys, parts.generation, parts.seq_next)
+            .ok_or(Unusable::Corrupt)?;
         Ok(Self {
             surface,
-            repair,
-            last_text_crc: crc_of_last,
+            repair: parts.repair,
+            last_text_crc: parts.last_text_crc,
+            chain: parts.chain,
         })
     }
 
-    /// Reads the checkpoint file of a session directory, whose log `origin` describes.
+    /// Reads the checkpoint file of the session directory `dir` but for its nodes, and
+    /// checks what it read (CKP-1, the keys part of CKP-2, CKP-4, CKP-8): two reads, of the
+    /// fixed fields and of everything after the nodes, whatever the number of nodes.
+    ///
+    /// # Errors
+    /// `Missing` when there is no file, `Corrupt` otherwise.
+    pub(crate) fn read(dir: &Path) -> Result<Unverified, Unusable> {
+        use std::os::unix::fs::FileExt;
+        let Ok(file) = std::fs::File::open(dir.join(CHECKPOINT_FILE)) else {
+            return Err(Unusable::Missing);
+        };
+        let mut fixed = [0; NODES_AT];
+        file.read_exact_at(&mut fixed, 0)
+            .map_err(|_| Unusable::Corrupt)?;
+        let (_, nodes_end) = Parts::nodes_end(&fixed).ok_or(Unusable::Corrupt)?;
+        let len = file.metadata().map_err(|_| Unusable::Corrupt)?.len();
+        let tail_len = usize::try_from(len)
+            .ok()
+            .and_then(|len| len.checked_sub(nodes_end))
+            .ok_or(Unusable::Corrupt)?;
+        let mut tail = vec![0; tail_len];
+        file.read_exact_at(&mut tail, nodes_end as u64)
+            .map_err(|_| Unusable::Corrupt)?;
+        let parts = Parts::parse(&fixed, &tail)?;
+        Ok(Unverified { parts, file })
+    }
+
+    /// Reads the checkpoint file of a session directory, whose log `origin` describes,
+    /// and checks it against `log` ([`Checkpoint::read`], then CKP-3).
     ///
     /// # Errors
     /// Why it cannot be used.
     ///
-    /// The file is mapped rather than read, and the surface reads its nodes in place from
-    /// the map until it first changes (CKP-7): opening neither reads nor copies them. They
-    /// are checked on their first read (CKP-2); nodes that fail then are replaced by a
-    /// fold of the log `origin` names.
+    /// The nodes are neither read nor mapped here: the surface maps them on their first
+    /// read and reads them in place until it first changes (CKP-7). They are checked on
+    /// that first read (CKP-2); nodes that fail then are replaced by a fold of the log
+    /// `origin` names.
     pub fn load(dir: &Path, log: &impl EventSource, origin: LogOrigin) -> Result<Self, Unusable> {
-        let Ok(file) = std::fs::File::open(dir.join(CHECKPOINT_FILE)) else {
-            return Err(Unusable::Missing);
-        };
-        let map = Arc::new(crate::log::map_file(&file).map_err(|_| Unusable::Corrupt)?);
-        Self::decode_from(&map, Some((&map, origin)), log)
+        Self::read(dir)?.verify(log, origin)
     }
+}
+
+/// Appends the chain section (CKP-8): `chain_len`, the log directory's identity, then a
+/// `first_seq` and a flags byte per segment (bit 0: limited). No chain is a `chain_len`
+/// of 0 and a zero identity.
+fn encode_chain(chain: Option<&RecordedChain>, out: &mut Vec<u8>) {
+    let (segments, (dev, ino)) = chain.map_or((&[][..], (0, 0)), |c| (&c.segments[..], c.log_dir));
+    let len = u32::try_from(segments.len()).unwrap_or(0);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&dev.to_le_bytes());
+    out.extend_from_slice(&ino.to_le_bytes());
+    for segment in segments.iter().take(len as usize) {
+        out.extend_from_slice(&segment.first_seq.to_le_bytes());
+        out.push(u8::from(segment.limited));
+    }
+}
+
+/// The chain section (CKP-8), which must be all of `bytes`: `Ok(None)` for no chain;
+/// `Corrupt` when it is malformed (a wrong length, a flags byte other than 0 or 1, or a
+/// nonzero identity without segments).
+fn decode_chain(bytes: &[u8]) -> Result<Option<RecordedChain>, Unusable> {
+    let malformed = Unusable::Corrupt;
+    let len = u32_at(bytes, 0).ok_or(malformed)? as usize;
+    let log_dir = (
+        u64_at(bytes, 4).ok_or(malformed)?,
+        u64_at(bytes, 12).ok_or(malformed)?,
+    );
+    let entries = bytes.get(20..).ok_or(malformed)?;
+    if Some(entries.len()) != len.checked_mul(SEGMENT_ENTRY) {
+        return Err(malformed);
+    }
+    if len == 0 {
+        return if log_dir == (0, 0) {
+            Ok(None)
+        } else {
+            Err(malformed)
+        };
+    }
+    let segments = entries
+        .chunks_exact(SEGMENT_ENTRY)
+        .map(|entry| {
+            let limited = match entry.get(8) {
+                Some(0) => false,
+                Some(1) => true,
+                _ => return Err(malformed),
+            };
+            let first_seq = u64_at(entry, 0).ok_or(malformed)?;
+            Ok(KnownSegment { first_seq, limited })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(RecordedChain { log_dir, segments }))
 }
 
 /// The number of events the checkpoint file at `path` says it covers, from its header
@@ -310,8 +487,83 @@ mod tests {
         let (surface, log) = Surface::fold_json(&texts, &Vocabulary::dsh_v0()).unwrap();
         assert_eq!(surface.nodes(), [0, 5, 4, 7, 10]);
         assert_eq!(surface.replacement_keys(), [(5, 1)]);
-        let checkpoint = Checkpoint::of(&surface, &RepairState::default(), &log);
+        let mut checkpoint = Checkpoint::of(&surface, &RepairState::default(), &log);
+        checkpoint.chain = Some(RecordedChain {
+            log_dir: (7, 1 << 40),
+            segments: vec![
+                KnownSegment {
+                    first_seq: 0,
+                    limited: false,
+                },
+                KnownSegment {
+                    first_seq: 6,
+                    limited: true,
+                },
+            ],
+        });
         (checkpoint, log)
+    }
+
+    /// The bytes of `checkpoint` with its chain section (CKP-8) replaced by `section`, the
+    /// CRC redone.
+    fn with_chain_section(checkpoint: &Checkpoint, section: &[u8]) -> Vec<u8> {
+        let bytes = checkpoint.encode();
+        let mut plain = checkpoint.clone();
+        plain.chain = None;
+        let old_len = bytes.len() - plain.encode().len() + 20;
+        let section_at = bytes.len() - 8 - old_len;
+        let mut out = bytes[..section_at].to_vec();
+        out.extend_from_slice(section);
+        let nodes_end = 48 + 8 * checkpoint.surface.nodes().len();
+        let nodes_crc = crc32c::crc32c(&out[48..nodes_end]);
+        out.extend_from_slice(&nodes_crc.to_le_bytes());
+        let crc = file_crc(&out[..48], &out[nodes_end..out.len() - 4], nodes_crc);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// CKP-8: the chain section round-trips, and one that is malformed is refused even
+    /// under a matching CRC: a flags byte other than 0 or 1, a length that does not fit,
+    /// an identity without segments.
+    #[test]
+    fn the_chain_section_round_trips_and_a_malformed_one_is_refused() {
+        let (checkpoint, log) = sample();
+        let mut section = Vec::new();
+        encode_chain(checkpoint.chain.as_ref(), &mut section);
+        assert_eq!(section.len(), 20 + 2 * SEGMENT_ENTRY);
+        let redone = with_chain_section(&checkpoint, &section);
+        assert_eq!(
+            redone,
+            checkpoint.encode(),
+            "the section is found where it is"
+        );
+        assert_eq!(Checkpoint::decode(&redone, &log), Ok(checkpoint.clone()));
+        let mut bad_flag = section.clone();
+        bad_flag[20 + 8] = 2;
+        let mut short = section.clone();
+        short.pop();
+        let mut long = section.clone();
+        long.push(0);
+        let mut identity_only = vec![0; 4];
+        identity_only.extend_from_slice(&section[4..20]);
+        for (what, bad) in [
+            ("flag", bad_flag),
+            ("short", short),
+            ("long", long),
+            ("identity only", identity_only),
+        ] {
+            assert_eq!(
+                Checkpoint::decode(&with_chain_section(&checkpoint, &bad), &log),
+                Err(Unusable::Corrupt),
+                "{what}"
+            );
+        }
+        let mut none = checkpoint.clone();
+        none.chain = None;
+        let mut empty = Vec::new();
+        encode_chain(None, &mut empty);
+        assert_eq!(empty, [0; 20]);
+        assert_eq!(Checkpoint::decode(&none.encode(), &log), Ok(none));
     }
 
     #[test]
@@ -351,6 +603,34 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(Checkpoint::decode(&longer, &log).is_err());
+    }
+
+    /// CKP-1: a version 2 checkpoint (no chain section) is ignored, not migrated, even
+    /// with its CRC redone.
+    #[test]
+    fn a_version_2_checkpoint_is_corrupt() {
+        let (mut checkpoint, log) = sample();
+        checkpoint.chain = None;
+        let bytes = checkpoint.encode();
+        let nodes_end = 48 + 8 * checkpoint.surface.nodes().len();
+        let without_chain = |version: u32| {
+            let mut old = bytes[..bytes.len() - 8 - 20].to_vec();
+            old[8..12].copy_from_slice(&version.to_le_bytes());
+            let nodes_crc = crc32c::crc32c(&old[48..nodes_end]);
+            let crc = file_crc(&old[..48], &old[nodes_end..], nodes_crc);
+            old.extend_from_slice(&nodes_crc.to_le_bytes());
+            old.extend_from_slice(&crc.to_le_bytes());
+            old
+        };
+        assert_eq!(
+            Checkpoint::decode(&without_chain(2), &log),
+            Err(Unusable::Corrupt)
+        );
+        assert_eq!(
+            Checkpoint::decode(&without_chain(3), &log),
+            Err(Unusable::Corrupt),
+            "and it is no version 3 file either"
+        );
     }
 
     /// CKP-1: a version 1 checkpoint (one CRC over every byte) is ignored, not migrated.

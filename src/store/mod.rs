@@ -177,11 +177,30 @@ impl Store {
     ) -> Result<(StoredSession, Opened)> {
         let dir = self.session_dir(id);
         let header = Self::read_header(id, &dir)?;
-        let (log, report) = DiskLog::open_from(&dir.join("log"), self.options.log.clone(), chain)
+        let log_dir = dir.join("log");
+        // CKP-8: the checkpoint is read first, so that the log can be opened over the
+        // chain it records for this log directory, without listing it (RCV-11).
+        let read = checkpoint::Checkpoint::read(&dir);
+        let known = read
+            .as_ref()
+            .ok()
+            .filter(|_| chain.is_none())
+            .and_then(|c| c.chain_of(&log_dir));
+        let (log, report) = DiskLog::open_from(&log_dir, self.options.log.clone(), chain, known)
             .map_err(|e| e.in_session(id))?;
-        let stored = crate::event::EventSource::seq_next(&log);
         // CKP-3: a checkpoint is used only when it matches this log; otherwise fold it all.
-        let loaded = checkpoint::Checkpoint::load(&dir, &log, self.log_origin(&dir));
+        let loaded = read.and_then(|c| c.verify(&log, self.log_origin(&dir)));
+        let (log, report) = if loaded == Err(checkpoint::Unusable::Stale) && report.from_known_chain
+        {
+            // A chain from a checkpoint that is not this log's is not trusted either: the
+            // log is opened again from a listing (CKP-8). The first open changed nothing.
+            drop(log);
+            DiskLog::open_from(&log_dir, self.options.log.clone(), None, None)
+                .map_err(|e| e.in_session(id))?
+        } else {
+            (log, report)
+        };
+        let stored = crate::event::EventSource::seq_next(&log);
         let (surface, repair, used) = match loaded {
             Ok(cp) => {
                 let seq = cp.surface.seq_next();
@@ -384,12 +403,19 @@ impl Store {
             .map_err(|e| Error::io("create_dir", dir, &e))?;
         let header = format!("{}\n", session.header().text());
         write_file_atomically(&self.options, dir, "header.json", header.as_bytes())?;
-        let (mut log, _) = DiskLog::open(&dir.join("log"), self.options.log.clone())?;
+        let log_dir = dir.join("log");
+        let (mut log, _) = DiskLog::open(&log_dir, self.options.log.clone())?;
         log.append(session.log().events())?;
+        log.flush()?;
+        let segments = log.known_segments();
         log.close()?;
         let mut repair = crate::session::repair::RepairState::default();
         repair.observe_from(session.log(), 0);
-        let bytes = checkpoint::Checkpoint::of(session.surface(), &repair, session.log()).encode();
+        let mut checkpoint = checkpoint::Checkpoint::of(session.surface(), &repair, session.log());
+        // CKP-8: the directory keeps its identity when the session is published (a rename).
+        checkpoint.chain = checkpoint::dir_identity(&log_dir)
+            .map(|log_dir| checkpoint::RecordedChain { log_dir, segments });
+        let bytes = checkpoint.encode();
         write_file_atomically(&self.options, dir, checkpoint::CHECKPOINT_FILE, &bytes)
     }
 }

@@ -1,6 +1,6 @@
-//! Surface nodes read in place from a mapped checkpoint and checked on their first read
-//! (`format-spec/checkpoint.md` CKP-2, CKP-7), so that opening a session reads none of
-//! them.
+//! Surface nodes read in place from a checkpoint file, mapped on their first read and
+//! checked then (`format-spec/checkpoint.md` CKP-2, CKP-7), so that opening a session
+//! neither maps nor reads them.
 //!
 //! The first read checks the nodes' CRC-32C and the surface invariants over them, once,
 //! for every handle sharing them. Nodes that fail are never returned: the session's log
@@ -11,14 +11,14 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use crate::log::MappedWords;
+use crate::log::FileWords;
 
 /// Folds a session's log again up to the checkpoint's `seq_next` and returns the nodes,
 /// when a checkpoint's nodes fail their check; `None` when that fold fails or does not end
 /// in the checkpoint's replacement keys and generation.
 pub type Refold = Box<dyn Fn() -> Option<Vec<u64>> + Send + Sync>;
 
-/// Mapped nodes whose check is deferred to their first read. Clones share the nodes and
+/// Nodes in a checkpoint file whose reading and check are deferred to their first read. Clones share the nodes and
 /// the outcome of the check.
 #[derive(Clone)]
 pub(crate) struct Deferred {
@@ -26,7 +26,7 @@ pub(crate) struct Deferred {
 }
 
 struct Shared {
-    words: MappedWords,
+    words: FileWords,
     /// CRC-32C of the node bytes (CKP-1).
     crc: u32,
     /// The surface's replacement keys and next seq, which the invariants are checked
@@ -52,7 +52,7 @@ impl Deferred {
     /// Nodes `words`, with their CRC-32C as the checkpoint gives it, for a surface with
     /// `keys` expecting `seq_next`.
     pub(crate) fn new(
-        words: MappedWords,
+        words: FileWords,
         crc: u32,
         keys: Vec<(u64, u64)>,
         seq_next: u64,
@@ -74,9 +74,8 @@ impl Deferred {
     pub(crate) fn nodes(&self) -> &[u64] {
         let shared = &*self.shared;
         let outcome = shared.outcome.get_or_init(|| {
-            let words = shared.words.as_slice();
-            let sound = crc32c::crc32c(shared.words.as_bytes()) == shared.crc
-                && super::parts_valid(words, &shared.keys, shared.seq_next);
+            let sound = shared.words.crc() == Some(shared.crc)
+                && super::parts_valid(shared.words.as_slice(), &shared.keys, shared.seq_next);
             if sound {
                 return Outcome::Checked;
             }
@@ -96,15 +95,16 @@ impl Deferred {
 
     /// The number of nodes the checkpoint lists, without reading them.
     pub(crate) fn listed_len(&self) -> usize {
-        self.shared.words.as_slice().len()
+        self.shared.words.len()
     }
 
-    /// Bytes of heap memory held (refolded nodes only).
+    /// Bytes of heap memory held (refolded nodes, or nodes read rather than mapped).
     pub(crate) fn heap_bytes(&self) -> usize {
-        match self.shared.outcome.get() {
+        let refolded = match self.shared.outcome.get() {
             Some(Outcome::Refolded(nodes)) => nodes.capacity() * size_of::<u64>(),
             _ => 0,
-        }
+        };
+        refolded + self.shared.words.heap_bytes()
     }
 
     /// The state of the check (see [`NodeState`](super::NodeState)).

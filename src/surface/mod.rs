@@ -445,23 +445,21 @@ impl Surface {
         )
     }
 
-    /// A surface whose `nodes` are read in place from a mapped checkpoint (CKP-7) and
+    /// A surface whose `nodes` are read in place from a checkpoint file (CKP-7), mapped and
     /// checked on their first read (CKP-2): their CRC-32C against `nodes_crc`, then the
     /// invariants of [`Surface::from_parts`]; nodes that fail are replaced by those of
     /// `refold`. Checked now: the replacement keys alone (sorted, unique, each key at most
     /// its seq, every seq below `seq_next`), and that there are at least as many nodes as
     /// keys. Returns `None` when those fail.
     pub(crate) fn from_deferred_parts(
-        nodes: crate::log::MappedWords,
+        nodes: crate::log::FileWords,
         nodes_crc: u32,
         replacement_keys: Vec<(u64, u64)>,
         replace_generation: u64,
         seq_next: u64,
         refold: Refold,
     ) -> Option<Self> {
-        if !keys_valid(&replacement_keys, seq_next)
-            || nodes.as_slice().len() < replacement_keys.len()
-        {
+        if !keys_valid(&replacement_keys, seq_next) || nodes.len() < replacement_keys.len() {
             return None;
         }
         let nodes =
