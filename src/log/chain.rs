@@ -31,12 +31,12 @@ pub(crate) struct Linked {
 }
 
 /// A segment before the last one: sealed (DUR-4). Known at open by its name (LOG-2); its
-/// file is opened, mapped and checked (SEG-2, SEG-3) on the first access into it.
+/// file is opened, mapped and checked (SEG-2, SEG-3) on the first access into it, and
+/// its path made then too.
 #[derive(Debug)]
 pub(crate) struct Sealed {
     /// Its name's seq, the first of its records (LOG-2).
     pub first_seq: u64,
-    pub path: PathBuf,
     /// Its limit file, checked (LIM-3).
     pub limit: Option<Limit>,
     /// Its header and map when it is already open: a limited segment, whose limit open
@@ -134,17 +134,15 @@ pub(crate) fn open_chain_listed(
         return Err(discontinued(&path));
     }
     for (position, &first) in firsts.iter().enumerate().take(last_at) {
-        let path = seq_file_path(dir, first, ".seg");
         let mut sealed = Sealed {
             first_seq: first,
-            path,
             limit: None,
             opened: None,
         };
         if limits.binary_search(&first).is_ok() {
             // LIM-3: a limit is checked against its segment's last record before use.
-            let (header, map) =
-                open_sealed(storage, &sealed.path, position as u64, first, &log_id)?;
+            let path = seq_file_path(dir, first, ".seg");
+            let (header, map) = open_sealed(storage, &path, position as u64, first, &log_id)?;
             sealed.limit = Some(Limit::load(&dir.join(limit_name(first)), &header, &map)?);
             sealed.opened = Some((header, map));
         }
@@ -213,20 +211,14 @@ pub(crate) fn open_chain_known(
         let first = segment.first_seq;
         let mut sealed = Sealed {
             first_seq: first,
-            path: seq_file_path(dir, first, ".seg"),
             limit: None,
             opened: None,
         };
         if segment.limited {
             // LIM-3, as at a listed open.
-            let (header, map) = open_sealed(
-                storage,
-                &sealed.path,
-                position as u64,
-                first,
-                &header.log_id,
-            )
-            .ok()?;
+            let path = seq_file_path(dir, first, ".seg");
+            let (header, map) =
+                open_sealed(storage, &path, position as u64, first, &header.log_id).ok()?;
             sealed.limit = Some(Limit::load(&dir.join(limit_name(first)), &header, &map).ok()?);
             sealed.opened = Some((header, map));
             limits.push(first);
@@ -300,19 +292,14 @@ fn discontinued(path: &Path) -> Error {
 /// LIM-5: every limit names a segment of the chain, and a limited segment that is not the
 /// last ends where the next one starts.
 fn check_limits(dir: &Path, chain: &Chain, limits: &[u64]) -> Result<()> {
-    let segments: Vec<(u64, &Path, Option<Limit>)> = chain
+    let segments: Vec<(u64, Option<Limit>)> = chain
         .sealed
         .iter()
-        .map(|s| (s.first_seq, s.path.as_path(), s.limit))
-        .chain(
-            chain
-                .segments
-                .iter()
-                .map(|s| (s.header.first_seq, s.path.as_path(), s.limit)),
-        )
+        .map(|s| (s.first_seq, s.limit))
+        .chain(chain.segments.iter().map(|s| (s.header.first_seq, s.limit)))
         .collect();
     for &first in limits {
-        if !segments.iter().any(|&(f, _, _)| f == first) {
+        if !segments.iter().any(|&(f, _)| f == first) {
             let path = dir.join(limit_name(first));
             return Err(corrupt(
                 &path,
@@ -322,11 +309,11 @@ fn check_limits(dir: &Path, chain: &Chain, limits: &[u64]) -> Result<()> {
         }
     }
     for pair in segments.windows(2) {
-        if let [(_, _, Some(limit)), (next_first, next_path, _)] = pair
+        if let [(_, Some(limit)), (next_first, _)] = pair
             && limit.seq_next != *next_first
         {
             return Err(corrupt(
-                next_path,
+                &seq_file_path(dir, *next_first, ".seg"),
                 0,
                 "segment does not continue its limited predecessor (LIM-5)",
             ));

@@ -46,7 +46,9 @@ pub(crate) struct Segment {
     first_seq: u64,
     /// Its position in the log: the `segment_index` its header carries (SEG-3).
     index: u64,
-    path: PathBuf,
+    /// Its file's path: set at open for the last segment, made on first need for a sealed
+    /// one ([`Segment::path`]), so that open makes no path per segment.
+    path: OnceLock<PathBuf>,
     /// Its header and map: set at open for the last segment (and a limited one, LIM-3), on
     /// the first access for another sealed one. A refusal found then is kept, so every
     /// later read is refused the same way; an I/O error is not (the next access retries).
@@ -354,7 +356,7 @@ impl LogReader {
             .segments
             .iter()
             .take(at)
-            .map(|s| (s.path.as_path(), s.limit.is_some()))
+            .map(|s| (s.path(&self.dir), s.limit.is_some()))
             .collect();
         let Some(segment) = self.segments.get(at) else {
             return Ok(prefix);
@@ -362,19 +364,20 @@ impl LogReader {
         let count = usize::try_from(len - segment.first_seq).unwrap_or(usize::MAX);
         let mapped = self.open_segment(segment)?;
         let offsets = segment.offsets(mapped, &self.dir, &self.log_id);
-        let unreadable = || corrupt(&segment.path, 0, "a record of the prefix cannot be read");
+        let path = segment.path(&self.dir);
+        let unreadable = || corrupt(path, 0, "a record of the prefix cannot be read");
         let kept = offsets.get(..count).ok_or_else(unreadable)?;
         let &last_offset = kept.last().ok_or_else(unreadable)?;
         let (event, frame) = mapped
             .map
             .get(last_offset as usize..)
             .and_then(|rest| decode(rest).ok())
-            .ok_or_else(|| corrupt(&segment.path, last_offset as usize, "checksum mismatch"))?;
+            .ok_or_else(|| corrupt(path, last_offset as usize, "checksum mismatch"))?;
         if event.seq != last {
             return Err(unreadable());
         }
         prefix.boundary = Some(BoundarySegment {
-            path: &segment.path,
+            path,
             header: mapped.header,
             bytes: &mapped.map,
             offsets: kept,
@@ -385,15 +388,14 @@ impl LogReader {
     }
 
     /// Consumes the reader for the child of a fork of its first `len` events (STORE-10):
-    /// the chain of the child's log in `log_dir`, whose segment files are links to this
-    /// reader's, so that the child's writer does not open and check them again. The
+    /// the chain of the child's log, whose segment files are links to this reader's (the
+    /// child's reader makes their paths in its own directory), so that the child's writer does not open and check them again. The
     /// segments holding the prefix keep their maps (the same files; [`LogReader::prefix`]
     /// has opened and checked them) and limits, the one holding the boundary gets
     /// `boundary_limit`, the limit the fork wrote for it; `own`, the segment the fork
     /// created for the child's appends, comes last.
     pub(crate) fn into_fork_chain(
         self,
-        log_dir: &Path,
         len: u64,
         boundary_limit: Option<Limit>,
         own: Linked,
@@ -409,10 +411,6 @@ impl LogReader {
             .take(kept)
             .map(|segment| Sealed {
                 first_seq: segment.first_seq,
-                path: segment
-                    .path
-                    .file_name()
-                    .map_or_else(|| segment.path.clone(), |name| log_dir.join(name)),
                 limit: segment.limit,
                 opened: segment
                     .mapped
@@ -448,7 +446,7 @@ impl LogReader {
         if segment.mapped.get().is_none() {
             let opened = open_sealed(
                 &*self.storage,
-                &segment.path,
+                segment.path(&self.dir),
                 segment.index,
                 segment.first_seq,
                 &self.log_id,
@@ -469,7 +467,11 @@ impl LogReader {
         match segment.mapped.get() {
             Some(Ok(mapped)) => Ok(mapped),
             Some(Err(kind)) => Err(kind.clone().into()),
-            None => Err(corrupt(&segment.path, 0, "the segment cannot be opened")),
+            None => Err(corrupt(
+                segment.path(&self.dir),
+                0,
+                "the segment cannot be opened",
+            )),
         }
     }
 
@@ -495,7 +497,7 @@ impl LogReader {
                 frame.map_or(at, |(_, len)| at + len)
             });
             let reason = format!("seq {seq}: a record before it does not check out (RCV-6)");
-            return Some(corrupt(&segment.path, stop, &reason));
+            return Some(corrupt(segment.path(&self.dir), stop, &reason));
         };
         let offset = offset as usize;
         let reason = match mapped.map.get(offset..).map(decode) {
@@ -504,7 +506,7 @@ impl LogReader {
             Some(Err(error)) => format!("seq {seq}: the record does not check out: {error:?}"),
             None => format!("seq {seq}: the record lies past the segment's end"),
         };
-        Some(corrupt(&segment.path, offset, &reason))
+        Some(corrupt(segment.path(&self.dir), offset, &reason))
     }
 
     /// Opens the segment after the last one if its file exists with a valid header.
@@ -554,7 +556,7 @@ impl LogReader {
         self.segments.push(Segment {
             first_seq,
             index: expected_index,
-            path,
+            path: OnceLock::from(path),
             mapped: OnceLock::from(Ok(Mapped { header, map })),
             limit: None,
             count: None,
@@ -684,6 +686,13 @@ impl Segment {
         self.offsets = OnceLock::from(offsets);
     }
 
+    /// Its file's path in the log directory `dir`, made on the first call for a sealed
+    /// segment (LOG-1: its name is its first seq).
+    fn path(&self, dir: &Path) -> &Path {
+        self.path
+            .get_or_init(|| super::segment::seq_file_path(dir, self.first_seq, ".seg"))
+    }
+
     /// RD-4: releases the pages of the records scanned so far, up to the page holding
     /// `end`, once more than `min_bytes` of them are held.
     fn release_read(&mut self, min_bytes: usize) {
@@ -722,7 +731,7 @@ pub(crate) fn into_segments(
         out.push(Segment {
             first_seq: s.first_seq,
             index: position as u64,
-            path: s.path,
+            path: OnceLock::new(),
             mapped: s.opened.map_or_else(OnceLock::new, |(header, map)| {
                 OnceLock::from(Ok(Mapped { header, map }))
             }),
@@ -741,7 +750,7 @@ pub(crate) fn into_segments(
         let mut segment = Segment {
             first_seq: linked.header.first_seq,
             index: linked.header.index,
-            path: linked.path,
+            path: OnceLock::from(linked.path),
             mapped: OnceLock::from(Ok(Mapped {
                 header: linked.header,
                 map: linked.map,

@@ -76,7 +76,7 @@ impl Store {
         // files), and its checkpoint is its source's (CKP-7): opening folds only the marker.
         let log_dir = self.session_dir(child).join("log");
         let own = open_own_segment(&**storage, &log_dir.join(segment_name(len)))?;
-        let chain = reader.into_fork_chain(&log_dir, len, limit, own);
+        let chain = reader.into_fork_chain(len, limit, own);
         let (session, _) = self.open_live_from(child, Some(len), Some(chain))?;
         Ok(session)
     }
