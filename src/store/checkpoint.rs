@@ -357,7 +357,8 @@ impl Checkpoint {
     }
 
     /// Reads the checkpoint file of a session directory, whose log `origin` describes,
-    /// and checks it against `log` ([`Checkpoint::read`], then CKP-3).
+    /// and checks it against `log`: CKP-1, the keys part of CKP-2, CKP-4 and CKP-8, then
+    /// CKP-3.
     ///
     /// # Errors
     /// Why it cannot be used.
