@@ -1448,3 +1448,69 @@ fn log_2_a_missing_segment_is_corrupt_on_first_access_under_a_recorded_chain() {
     assert_eq!(store.open("s").unwrap_err().code(), "CORRUPT");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// CKP-8, RCV-11, LIM-4: a chain recorded for another log is not taken even when the log
+/// directory's identity matches (inode numbers are reused; here the recorded identity is
+/// set to this directory's, as a reuse would leave it). The case: a fork's fork starts
+/// with a checkpoint recorded for its grandparent, whose last segment it shares limited,
+/// and the grandparent went on writing there; taking that chain would show the
+/// grandparent's records as this log's and append into the shared file.
+#[test]
+fn ckp_8_a_foreign_chain_with_a_matching_identity_is_not_taken_over_a_limited_segment() {
+    use surfacelog::event::EventSource;
+    use surfacelog::session::Boundary;
+    use surfacelog::store::checkpoint::dir_identity;
+    let (dir, store) = temp_store("foreign-chain");
+    let mut s = store.create("s", None, None).unwrap();
+    workload(&mut s, 120);
+    s.close().unwrap();
+    let c = store.fork("s", Boundary::Last, "c").unwrap();
+    let c_len = c.seq_next();
+    drop(c);
+    let (mut s, _) = store.open("s").unwrap();
+    for i in 0..5 {
+        s.append_dynamic("plugin/x", &format!(r#"{{"i":{i}}}"#), None)
+            .unwrap();
+    }
+    s.close().unwrap();
+    let g = store.fork("c", Boundary::Last, "g").unwrap();
+    let forked = state(&g);
+    drop(g);
+    assert_eq!(forked.0[usize::try_from(c_len).unwrap() - 1], {
+        let (c, _) = store.open("c").unwrap();
+        c.log().event(c_len - 1).unwrap().text.to_owned()
+    });
+    // g's checkpoint is still the one recorded for s's log: give it g's identity.
+    let path = dir.join("sessions/g/checkpoint");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let nodes_end = 48 + 8 * usize::try_from(word(&bytes, 32)).unwrap();
+    let mut at = nodes_end + 16 * usize::try_from(word(&bytes, 40)).unwrap();
+    at += 4 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    assert!(u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) > 0);
+    let s_identity = dir_identity(&dir.join("sessions/s/log")).unwrap();
+    assert_eq!(
+        word(&bytes, at + 12),
+        s_identity.ino,
+        "recorded for s's log"
+    );
+    let g_identity = dir_identity(&dir.join("sessions/g/log")).unwrap();
+    for (offset, value) in [
+        (4, g_identity.dev),
+        (12, g_identity.ino),
+        (20, g_identity.birth),
+    ] {
+        bytes[at + offset..at + offset + 8].copy_from_slice(&value.to_le_bytes());
+    }
+    let len = bytes.len();
+    let mut covered = bytes[..48].to_vec();
+    covered.extend_from_slice(&bytes[nodes_end..len - 4]);
+    let crc = crc32c::crc32c(&covered);
+    bytes[len - 4..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    let (g, opened) = store.open("g").unwrap();
+    assert!(!opened.log.from_known_chain);
+    assert_eq!(state(&g), forked, "g's own events, not s's");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -181,7 +181,8 @@ pub struct KnownSegment {
 /// listing the directory: the last known segment is opened for writing and its header
 /// checked (SEG-2, SEG-3, its position in `known`), and every known limit is checked
 /// (LIM-3, LIM-5), as [`open_chain`] checks them. `None` when anything differs or fails, or
-/// when the last known segment is limited: the caller then lists the directory.
+/// when the last known segment is limited, in the record or on disk (a limit file): the
+/// caller then lists the directory.
 pub(crate) fn open_chain_known(
     storage: &dyn Storage,
     dir: &Path,
@@ -194,6 +195,13 @@ pub(crate) fn open_chain_known(
             .all(|w| matches!(w, [a, b] if a.first_seq < b.first_seq));
     if !ordered || last.limited {
         return None;
+    }
+    // LIM-4: a last segment limited in this log (shared with another) is never taken from
+    // a record, even one recorded as unlimited: the record may come from another log that
+    // shares the segment (a fork's, CKP-7), whose records run past this log's limit.
+    match storage.open_file(&seq_file_path(dir, last.first_seq, ".lim"), false) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        _ => return None,
     }
     let path = seq_file_path(dir, last.first_seq, ".seg");
     let (file, map) = open_mapped(storage, &path, true).ok()?;

@@ -253,7 +253,7 @@ pub struct OpenReport {
     pub removed_segment: Option<PathBuf>,
     /// Whether the segment chain was taken from a record of it (a checkpoint's,
     /// `checkpoint.md` CKP-8) instead of a listing of the directory (RCV-11). Such an open
-    /// changed no file, so the two fields above are empty.
+    /// repaired nothing, so the two fields above are empty.
     pub from_known_chain: bool,
 }
 

@@ -23,6 +23,8 @@ pub const CHECKPOINT_FILE: &str = "checkpoint";
 const NODES_AT: usize = 48;
 /// The bytes of one segment of the chain (CKP-8): its `first_seq`, then its flags.
 const SEGMENT_ENTRY: usize = 9;
+/// The bytes of the chain section before its segments (CKP-8): `chain_len`, `log_dir`.
+const CHAIN_HEADER: usize = 28;
 
 /// What a checkpoint holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,19 +44,40 @@ pub struct Checkpoint {
 /// The log's segment chain as a checkpoint records it (CKP-8).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedChain {
-    /// The identity of the log directory the segments are in: its device and inode
-    /// numbers ([`dir_identity`]).
-    pub log_dir: (u64, u64),
+    /// The identity of the log directory the segments are in ([`dir_identity`]).
+    pub log_dir: DirIdentity,
     /// The segments, in order.
     pub segments: Vec<KnownSegment>,
 }
 
-/// The identity of a directory as CKP-8 records it: its device and inode numbers.
-/// `None` when it cannot be read.
-pub fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
+/// The identity of a directory as CKP-8 records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirIdentity {
+    /// The device number.
+    pub dev: u64,
+    /// The inode number (never 0 for a directory that exists).
+    pub ino: u64,
+    /// When it was created, in nanoseconds since the Unix epoch (its birth time); 0 when
+    /// the filesystem does not say. An inode number freed by a deletion can be given to
+    /// the next directory made, so the number alone does not tell two directories apart.
+    pub birth: u64,
+}
+
+/// The identity of the directory `dir` (CKP-8); `None` when it cannot be read or is not
+/// a directory.
+pub fn dir_identity(dir: &Path) -> Option<DirIdentity> {
     use std::os::unix::fs::MetadataExt;
     let metadata = std::fs::symlink_metadata(dir).ok()?;
-    metadata.is_dir().then(|| (metadata.dev(), metadata.ino()))
+    let birth = metadata
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    metadata.is_dir().then(|| DirIdentity {
+        dev: metadata.dev(),
+        ino: metadata.ino(),
+        birth,
+    })
 }
 
 /// Why a checkpoint was not used.
@@ -376,11 +399,17 @@ impl Checkpoint {
 /// `first_seq` and a flags byte per segment (bit 0: limited). No chain is a `chain_len`
 /// of 0 and a zero identity.
 fn encode_chain(chain: Option<&RecordedChain>, out: &mut Vec<u8>) {
-    let (segments, (dev, ino)) = chain.map_or((&[][..], (0, 0)), |c| (&c.segments[..], c.log_dir));
+    let zero = DirIdentity {
+        dev: 0,
+        ino: 0,
+        birth: 0,
+    };
+    let (segments, identity) = chain.map_or((&[][..], zero), |c| (&c.segments[..], c.log_dir));
     let len = u32::try_from(segments.len()).unwrap_or(0);
     out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&dev.to_le_bytes());
-    out.extend_from_slice(&ino.to_le_bytes());
+    for word in [identity.dev, identity.ino, identity.birth] {
+        out.extend_from_slice(&word.to_le_bytes());
+    }
     for segment in segments.iter().take(len as usize) {
         out.extend_from_slice(&segment.first_seq.to_le_bytes());
         out.push(u8::from(segment.limited));
@@ -388,25 +417,27 @@ fn encode_chain(chain: Option<&RecordedChain>, out: &mut Vec<u8>) {
 }
 
 /// The chain section (CKP-8), which must be all of `bytes`: `Ok(None)` for no chain;
-/// `Corrupt` when it is malformed (a wrong length, a flags byte other than 0 or 1, or a
-/// nonzero identity without segments).
+/// `Corrupt` when it is malformed (a wrong length, a flags byte other than 0 or 1, a
+/// nonzero identity without segments, or segments with inode number 0).
 fn decode_chain(bytes: &[u8]) -> Result<Option<RecordedChain>, Unusable> {
     let malformed = Unusable::Corrupt;
     let len = u32_at(bytes, 0).ok_or(malformed)? as usize;
-    let log_dir = (
-        u64_at(bytes, 4).ok_or(malformed)?,
-        u64_at(bytes, 12).ok_or(malformed)?,
-    );
-    let entries = bytes.get(20..).ok_or(malformed)?;
+    let word = |at| u64_at(bytes, at).ok_or(malformed);
+    let log_dir = DirIdentity {
+        dev: word(4)?,
+        ino: word(12)?,
+        birth: word(20)?,
+    };
+    let entries = bytes.get(CHAIN_HEADER..).ok_or(malformed)?;
     if Some(entries.len()) != len.checked_mul(SEGMENT_ENTRY) {
         return Err(malformed);
     }
     if len == 0 {
-        return if log_dir == (0, 0) {
-            Ok(None)
-        } else {
-            Err(malformed)
-        };
+        let zero = log_dir.dev == 0 && log_dir.ino == 0 && log_dir.birth == 0;
+        return if zero { Ok(None) } else { Err(malformed) };
+    }
+    if log_dir.ino == 0 {
+        return Err(malformed);
     }
     let segments = entries
         .chunks_exact(SEGMENT_ENTRY)
@@ -490,7 +521,11 @@ mod tests {
         assert_eq!(surface.replacement_keys(), [(5, 1)]);
         let mut checkpoint = Checkpoint::of(&surface, &RepairState::default(), &log);
         checkpoint.chain = Some(RecordedChain {
-            log_dir: (7, 1 << 40),
+            log_dir: DirIdentity {
+                dev: 7,
+                ino: 1 << 40,
+                birth: 1_700_000_000_123_456_789,
+            },
             segments: vec![
                 KnownSegment {
                     first_seq: 0,
@@ -511,7 +546,7 @@ mod tests {
         let bytes = checkpoint.encode();
         let mut plain = checkpoint.clone();
         plain.chain = None;
-        let old_len = bytes.len() - plain.encode().len() + 20;
+        let old_len = bytes.len() - plain.encode().len() + CHAIN_HEADER;
         let section_at = bytes.len() - 8 - old_len;
         let mut out = bytes[..section_at].to_vec();
         out.extend_from_slice(section);
@@ -531,7 +566,7 @@ mod tests {
         let (checkpoint, log) = sample();
         let mut section = Vec::new();
         encode_chain(checkpoint.chain.as_ref(), &mut section);
-        assert_eq!(section.len(), 20 + 2 * SEGMENT_ENTRY);
+        assert_eq!(section.len(), CHAIN_HEADER + 2 * SEGMENT_ENTRY);
         let redone = with_chain_section(&checkpoint, &section);
         assert_eq!(
             redone,
@@ -540,18 +575,21 @@ mod tests {
         );
         assert_eq!(Checkpoint::decode(&redone, &log), Ok(checkpoint.clone()));
         let mut bad_flag = section.clone();
-        bad_flag[20 + 8] = 2;
+        bad_flag[CHAIN_HEADER + 8] = 2;
         let mut short = section.clone();
         short.pop();
         let mut long = section.clone();
         long.push(0);
         let mut identity_only = vec![0; 4];
-        identity_only.extend_from_slice(&section[4..20]);
+        identity_only.extend_from_slice(&section[4..CHAIN_HEADER]);
+        let mut no_inode = section.clone();
+        no_inode[12..20].fill(0);
         for (what, bad) in [
             ("flag", bad_flag),
             ("short", short),
             ("long", long),
             ("identity only", identity_only),
+            ("inode 0", no_inode),
         ] {
             assert_eq!(
                 Checkpoint::decode(&with_chain_section(&checkpoint, &bad), &log),
@@ -563,7 +601,7 @@ mod tests {
         none.chain = None;
         let mut empty = Vec::new();
         encode_chain(None, &mut empty);
-        assert_eq!(empty, [0; 20]);
+        assert_eq!(empty, [0; CHAIN_HEADER]);
         assert_eq!(Checkpoint::decode(&none.encode(), &log), Ok(none));
     }
 
@@ -615,7 +653,7 @@ mod tests {
         let bytes = checkpoint.encode();
         let nodes_end = 48 + 8 * checkpoint.surface.nodes().len();
         let without_chain = |version: u32| {
-            let mut old = bytes[..bytes.len() - 8 - 20].to_vec();
+            let mut old = bytes[..bytes.len() - 8 - CHAIN_HEADER].to_vec();
             old[8..12].copy_from_slice(&version.to_le_bytes());
             let nodes_crc = crc32c::crc32c(&old[48..nodes_end]);
             let crc = file_crc(&old[..48], &old[nodes_end..], nodes_crc);

@@ -193,7 +193,8 @@ impl Store {
         let (log, report) = if loaded == Err(checkpoint::Unusable::Stale) && report.from_known_chain
         {
             // A chain from a checkpoint that is not this log's is not trusted either: the
-            // log is opened again from a listing (CKP-8). The first open changed nothing.
+            // log is opened again from a listing (CKP-8). The first open repaired nothing
+            // (RCV-11); closing it may write its last segment's index, a cache (IDX-2).
             drop(log);
             DiskLog::open_from(&log_dir, self.options.log.clone(), None, None)
                 .map_err(|e| e.in_session(id))?

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::checkpoint::{Checkpoint, RecordedChain, dir_identity};
+use super::checkpoint::{Checkpoint, DirIdentity, RecordedChain, dir_identity};
 use crate::error::Result;
 use crate::event::{Event, EventRef, EventSource};
 use crate::log::DiskLog;
@@ -26,7 +26,7 @@ pub struct StoredLog {
     observed: u64,
     checkpoint_path: PathBuf,
     /// The log directory's identity, which checkpoints record with its chain (CKP-8).
-    log_dir: Option<(u64, u64)>,
+    log_dir: Option<DirIdentity>,
     every: u64,
     since: u64,
 }
