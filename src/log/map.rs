@@ -111,12 +111,15 @@ impl MappedWords {
 }
 
 /// Little-endian u64s in a file, first read when first needed (CKP-7: a checkpoint's
-/// nodes, which opening a session does not read): mapped in place as [`MappedWords`] when
-/// they can be, otherwise read into memory. The file is kept open until then, so a later
-/// rename over its name (CKP-5) does not change what is read.
+/// nodes, which opening a session does not read). They are mapped at once, which reads
+/// nothing (their pages are faulted in when first read), and the file is closed; where
+/// they cannot be read in place (unaligned in the map, a big-endian target, a failed map)
+/// the file is kept open and they are read into memory on first need. Either way a later
+/// rename over the file's name (CKP-5) does not change what is read.
 #[derive(Debug)]
 pub(crate) struct FileWords {
-    file: File,
+    /// The file, while the words are neither mapped nor read.
+    file: Option<File>,
     /// Where the words start in the file.
     start: usize,
     len: usize,
@@ -136,11 +139,22 @@ enum Words {
 impl FileWords {
     /// The `len` u64s at `start` in `file`, not read yet.
     pub(crate) fn new(file: File, start: usize, len: usize) -> Self {
-        Self {
-            file,
-            start,
-            len,
-            words: std::sync::OnceLock::new(),
+        let mapped = map(&file)
+            .ok()
+            .and_then(|m| MappedWords::new(std::sync::Arc::new(m), start, len));
+        match mapped {
+            Some(words) => Self {
+                file: None,
+                start,
+                len,
+                words: std::sync::OnceLock::from(Words::Mapped(words)),
+            },
+            None => Self {
+                file: Some(file),
+                start,
+                len,
+                words: std::sync::OnceLock::new(),
+            },
         }
     }
 
@@ -178,18 +192,12 @@ impl FileWords {
 
     fn read(&self) -> &Words {
         self.words.get_or_init(|| {
-            let mapped = map(&self.file)
-                .ok()
-                .and_then(|m| MappedWords::new(std::sync::Arc::new(m), self.start, self.len));
-            if let Some(words) = mapped {
-                return Words::Mapped(words);
-            }
+            let Some(file) = &self.file else {
+                return Words::Unreadable;
+            };
             let mut bytes = vec![0; self.len.saturating_mul(8)];
-            let read = std::os::unix::fs::FileExt::read_exact_at(
-                &self.file,
-                &mut bytes,
-                self.start as u64,
-            );
+            let read =
+                std::os::unix::fs::FileExt::read_exact_at(file, &mut bytes, self.start as u64);
             if read.is_err() {
                 return Words::Unreadable;
             }

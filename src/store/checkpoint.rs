@@ -227,8 +227,8 @@ impl Unverified {
     }
 
     /// The checkpoint, when it belongs to `log` (CKP-3). Its surface reads the nodes in
-    /// place from the file, mapped on their first read, and checks them then (CKP-2,
-    /// CKP-7); nodes that fail are replaced by a fold of the log `origin` names.
+    /// place from the file, mapped now but read on their first read, and checks them then
+    /// (CKP-2, CKP-7); nodes that fail are replaced by a fold of the log `origin` names.
     ///
     /// # Errors
     /// `Stale` (CKP-3); `Corrupt` when the keys do not fit the nodes (CKP-2).
@@ -386,10 +386,9 @@ impl Checkpoint {
     /// # Errors
     /// Why it cannot be used.
     ///
-    /// The nodes are neither read nor mapped here: the surface maps them on their first
-    /// read and reads them in place until it first changes (CKP-7). They are checked on
-    /// that first read (CKP-2); nodes that fail then are replaced by a fold of the log
-    /// `origin` names.
+    /// The nodes are not read here: the file is mapped, and the surface reads them in
+    /// place until it first changes (CKP-7). They are checked on their first read (CKP-2);
+    /// nodes that fail then are replaced by a fold of the log `origin` names.
     pub fn load(dir: &Path, log: &impl EventSource, origin: LogOrigin) -> Result<Self, Unusable> {
         Self::read(dir)?.verify(log, origin)
     }

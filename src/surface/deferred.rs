@@ -1,6 +1,6 @@
-//! Surface nodes read in place from a checkpoint file, mapped on their first read and
-//! checked then (`format-spec/checkpoint.md` CKP-2, CKP-7), so that opening a session
-//! neither maps nor reads them.
+//! Surface nodes read in place from a mapped checkpoint file, read and checked on their
+//! first read (`format-spec/checkpoint.md` CKP-2, CKP-7), so that opening a session reads
+//! none of them.
 //!
 //! The first read checks the nodes' CRC-32C and the surface invariants over them, once,
 //! for every handle sharing them. Nodes that fail are never returned: the session's log
@@ -18,8 +18,8 @@ use crate::log::FileWords;
 /// in the checkpoint's replacement keys and generation.
 pub type Refold = Box<dyn Fn() -> Option<Vec<u64>> + Send + Sync>;
 
-/// Nodes in a checkpoint file whose reading and check are deferred to their first read. Clones share the nodes and
-/// the outcome of the check.
+/// Nodes in a checkpoint file whose reading and check are deferred to their first read.
+/// Clones share the nodes and the outcome of the check.
 #[derive(Clone)]
 pub(crate) struct Deferred {
     shared: Arc<Shared>,

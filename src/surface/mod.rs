@@ -445,7 +445,7 @@ impl Surface {
         )
     }
 
-    /// A surface whose `nodes` are read in place from a checkpoint file (CKP-7), mapped and
+    /// A surface whose `nodes` are read in place from a checkpoint file (CKP-7), read and
     /// checked on their first read (CKP-2): their CRC-32C against `nodes_crc`, then the
     /// invariants of [`Surface::from_parts`]; nodes that fail are replaced by those of
     /// `refold`. Checked now: the replacement keys alone (sorted, unique, each key at most
