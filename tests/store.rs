@@ -218,10 +218,7 @@ fn a_torn_tail_is_dropped_and_reported_and_damage_is_refused() {
     session.flush().unwrap();
     drop(session);
     let segment = dir.join("sessions/s/log/00000000000000000000.seg");
-    let mut bytes = std::fs::read(&segment).unwrap();
-    let end = bytes.iter().rposition(|b| *b != 0).unwrap();
-    bytes[end - 3..=end].fill(0);
-    std::fs::write(&segment, &bytes).unwrap();
+    tear_last_record(&segment);
     let (session, opened) = store.open("s").unwrap();
     assert_eq!(
         opened
@@ -1205,6 +1202,26 @@ fn ckp_2_damaged_nodes_over_a_damaged_log_read_as_lost() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Zeroes the last 4 non-zero bytes of a segment file: its last record is torn.
+fn tear_last_record(segment: &std::path::Path) {
+    let mut bytes = std::fs::read(segment).unwrap();
+    let end = bytes.iter().rposition(|b| *b != 0).unwrap();
+    bytes[end - 3..=end].fill(0);
+    std::fs::write(segment, &bytes).unwrap();
+}
+
+/// Recomputes a checkpoint's file `crc` (CKP-1: every byte before it but the nodes) after
+/// a change outside the nodes.
+fn redo_checkpoint_crc(bytes: &mut [u8]) {
+    let count = usize::try_from(u64::from_le_bytes(bytes[32..40].try_into().unwrap())).unwrap();
+    let nodes_end = 48 + 8 * count;
+    let len = bytes.len();
+    let mut covered = bytes[..48].to_vec();
+    covered.extend_from_slice(&bytes[nodes_end..len - 4]);
+    let crc = crc32c::crc32c(&covered);
+    bytes[len - 4..].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// Storage that counts directory listings, for tests of what open lists.
 #[derive(Debug, Default)]
 struct CountingStorage {
@@ -1336,11 +1353,7 @@ fn rcv_11_a_chain_the_log_has_outgrown_or_a_torn_tail_falls_back_to_a_listing() 
     session.close().unwrap();
     std::fs::write(&checkpoint, &covering).unwrap();
     let written = written + 1;
-    let last = segments_of_s(&dir).pop().unwrap();
-    let mut bytes = std::fs::read(&last).unwrap();
-    let end = bytes.iter().rposition(|b| *b != 0).unwrap();
-    bytes[end - 3..=end].fill(0);
-    std::fs::write(&last, &bytes).unwrap();
+    tear_last_record(&segments_of_s(&dir).pop().unwrap());
     let (session, opened) = store.open("s").unwrap();
     assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
     assert!(!opened.log.from_known_chain);
@@ -1401,13 +1414,7 @@ fn ckp_8_a_chain_is_taken_only_in_its_own_directory_and_never_from_a_stale_check
     // A checkpoint whose record of the last event does not match the log (CRCs redone).
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[12] ^= 1;
-    let count = usize::try_from(u64::from_le_bytes(bytes[32..40].try_into().unwrap())).unwrap();
-    let nodes_end = 48 + 8 * count;
-    let len = bytes.len();
-    let mut covered = bytes[..48].to_vec();
-    covered.extend_from_slice(&bytes[nodes_end..len - 4]);
-    let crc = crc32c::crc32c(&covered);
-    bytes[len - 4..].copy_from_slice(&crc.to_le_bytes());
+    redo_checkpoint_crc(&mut bytes);
     std::fs::write(&path, &bytes).unwrap();
     let (source, opened) = store.open("src").unwrap();
     assert_eq!(opened.checkpoint, Err(Unusable::Stale));
@@ -1502,11 +1509,7 @@ fn ckp_8_a_foreign_chain_with_a_matching_identity_is_not_taken_over_a_limited_se
     ] {
         bytes[at + offset..at + offset + 8].copy_from_slice(&value.to_le_bytes());
     }
-    let len = bytes.len();
-    let mut covered = bytes[..48].to_vec();
-    covered.extend_from_slice(&bytes[nodes_end..len - 4]);
-    let crc = crc32c::crc32c(&covered);
-    bytes[len - 4..].copy_from_slice(&crc.to_le_bytes());
+    redo_checkpoint_crc(&mut bytes);
     std::fs::remove_file(&path).unwrap();
     std::fs::write(&path, &bytes).unwrap();
     let (g, opened) = store.open("g").unwrap();

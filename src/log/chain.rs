@@ -44,6 +44,17 @@ pub(crate) struct Sealed {
     pub opened: Option<(SegmentHeader, Mmap)>,
 }
 
+impl Sealed {
+    /// A sealed segment known by its name's seq alone, opened on first access.
+    fn unopened(first_seq: u64) -> Self {
+        Self {
+            first_seq,
+            limit: None,
+            opened: None,
+        }
+    }
+}
+
 /// The last segment file when its header does not check out: being created (SEG-6), or
 /// torn by a crash during creation (RCV-7). The caller decides.
 #[derive(Debug)]
@@ -134,18 +145,11 @@ pub(crate) fn open_chain_listed(
         return Err(discontinued(&path));
     }
     for (position, &first) in firsts.iter().enumerate().take(last_at) {
-        let mut sealed = Sealed {
-            first_seq: first,
-            limit: None,
-            opened: None,
+        let sealed = if limits.binary_search(&first).is_ok() {
+            limited_sealed(storage, dir, position, first, &log_id)?
+        } else {
+            Sealed::unopened(first)
         };
-        if limits.binary_search(&first).is_ok() {
-            // LIM-3: a limit is checked against its segment's last record before use.
-            let path = seq_file_path(dir, first, ".seg");
-            let (header, map) = open_sealed(storage, &path, position as u64, first, &log_id)?;
-            sealed.limit = Some(Limit::load(&dir.join(limit_name(first)), &header, &map)?);
-            sealed.opened = Some((header, map));
-        }
         chain.sealed.push(sealed);
     }
     let limit = match limits.binary_search(&header.first_seq) {
@@ -199,9 +203,8 @@ pub(crate) fn open_chain_known(
     // LIM-4: a last segment limited in this log (shared with another) is never taken from
     // a record, even one recorded as unlimited: the record may come from another log that
     // shares the segment (a fork's, CKP-7), whose records run past this log's limit.
-    match storage.open_file(&seq_file_path(dir, last.first_seq, ".lim"), false) {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        _ => return None,
+    if !is_absent(storage, &seq_file_path(dir, last.first_seq, ".lim")) {
+        return None;
     }
     let path = seq_file_path(dir, last.first_seq, ".seg");
     let (file, map) = open_mapped(storage, &path, true).ok()?;
@@ -217,20 +220,12 @@ pub(crate) fn open_chain_known(
     let mut limits = Vec::new();
     for (position, segment) in before.iter().enumerate() {
         let first = segment.first_seq;
-        let mut sealed = Sealed {
-            first_seq: first,
-            limit: None,
-            opened: None,
-        };
-        if segment.limited {
-            // LIM-3, as at a listed open.
-            let path = seq_file_path(dir, first, ".seg");
-            let (header, map) =
-                open_sealed(storage, &path, position as u64, first, &header.log_id).ok()?;
-            sealed.limit = Some(Limit::load(&dir.join(limit_name(first)), &header, &map).ok()?);
-            sealed.opened = Some((header, map));
+        let sealed = if segment.limited {
             limits.push(first);
-        }
+            limited_sealed(storage, dir, position, first, &header.log_id).ok()?
+        } else {
+            Sealed::unopened(first)
+        };
         chain.sealed.push(sealed);
     }
     chain.segments.push(Linked {
@@ -242,6 +237,31 @@ pub(crate) fn open_chain_known(
     });
     check_limits(dir, &chain, &limits).ok()?;
     Some(chain)
+}
+
+/// A sealed segment at `position` that has a limit file, opened and checked at open (LIM-3:
+/// a limit is checked against its segment's last record before use).
+fn limited_sealed(
+    storage: &dyn Storage,
+    dir: &Path,
+    position: usize,
+    first_seq: u64,
+    log_id: &LogId,
+) -> Result<Sealed> {
+    let path = seq_file_path(dir, first_seq, ".seg");
+    let (header, map) = open_sealed(storage, &path, position as u64, first_seq, log_id)?;
+    let limit = Limit::load(&dir.join(limit_name(first_seq)), &header, &map)?;
+    Ok(Sealed {
+        first_seq,
+        limit: Some(limit),
+        opened: Some((header, map)),
+    })
+}
+
+/// Whether no file is at `path`: only a `NotFound` says so; any other outcome (the file,
+/// or an error that hides whether it is there) is `false`.
+pub(crate) fn is_absent(storage: &dyn Storage, path: &Path) -> bool {
+    matches!(storage.open_file(path, false), Err(error) if error.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// Opens and maps a sealed segment on the first access into it, and checks its header

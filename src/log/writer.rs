@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use super::chain::{Chain, KnownSegment, open_chain, open_chain_known, open_chain_listed};
+use super::chain::{
+    Chain, KnownSegment, is_absent, open_chain, open_chain_known, open_chain_listed,
+};
 use super::group_commit::{GroupCommit, WaitError};
 use super::reader::{Layout, Segment, corrupt, into_segments};
 use super::scan::{Stop, nonzero_end, scan, valid_record_after};
@@ -732,9 +734,8 @@ fn recover_known(storage: &dyn Storage, dir: &Path, known: &[KnownSegment]) -> O
     if torn.is_some() {
         return None;
     }
-    match storage.open_file(&seq_file_path(dir, tail.seq_next, ".seg"), false) {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        _ => return None,
+    if !is_absent(storage, &seq_file_path(dir, tail.seq_next, ".seg")) {
+        return None;
     }
     let report = OpenReport {
         from_known_chain: true,

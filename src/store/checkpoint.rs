@@ -50,6 +50,17 @@ pub struct RecordedChain {
     pub segments: Vec<KnownSegment>,
 }
 
+impl RecordedChain {
+    /// The chain of `log` as its reader knows it, with its directory's identity (CKP-8);
+    /// `None` when the identity cannot be read.
+    pub fn of(log: &crate::log::DiskLog) -> Option<Self> {
+        Some(Self {
+            log_dir: dir_identity(log.dir())?,
+            segments: log.known_segments(),
+        })
+    }
+}
+
 /// The identity of a directory as CKP-8 records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DirIdentity {
@@ -220,7 +231,7 @@ pub(crate) struct Unverified {
 
 impl Unverified {
     /// The segment chain recorded for the log directory `log_dir`, when it is that
-    /// directory's (CKP-8: same device and inode numbers).
+    /// directory's (CKP-8: the same device and inode numbers and birth time).
     pub(crate) fn chain_of(&self, log_dir: &Path) -> Option<&[KnownSegment]> {
         let chain = self.parts.chain.as_ref()?;
         (dir_identity(log_dir) == Some(chain.log_dir)).then_some(chain.segments.as_slice())

@@ -404,18 +404,16 @@ impl Store {
             .map_err(|e| Error::io("create_dir", dir, &e))?;
         let header = format!("{}\n", session.header().text());
         write_file_atomically(&self.options, dir, "header.json", header.as_bytes())?;
-        let log_dir = dir.join("log");
-        let (mut log, _) = DiskLog::open(&log_dir, self.options.log.clone())?;
+        let (mut log, _) = DiskLog::open(&dir.join("log"), self.options.log.clone())?;
         log.append(session.log().events())?;
         log.flush()?;
-        let segments = log.known_segments();
+        // CKP-8: the directory keeps its identity when the session is published (a rename).
+        let chain = checkpoint::RecordedChain::of(&log);
         log.close()?;
         let mut repair = crate::session::repair::RepairState::default();
         repair.observe_from(session.log(), 0);
         let mut checkpoint = checkpoint::Checkpoint::of(session.surface(), &repair, session.log());
-        // CKP-8: the directory keeps its identity when the session is published (a rename).
-        checkpoint.chain = checkpoint::dir_identity(&log_dir)
-            .map(|log_dir| checkpoint::RecordedChain { log_dir, segments });
+        checkpoint.chain = chain;
         let bytes = checkpoint.encode();
         write_file_atomically(&self.options, dir, checkpoint::CHECKPOINT_FILE, &bytes)
     }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::checkpoint::{Checkpoint, DirIdentity, RecordedChain, dir_identity};
+use super::checkpoint::{Checkpoint, RecordedChain};
 use crate::error::Result;
 use crate::event::{Event, EventRef, EventSource};
 use crate::log::DiskLog;
@@ -25,8 +25,6 @@ pub struct StoredLog {
     repair: RepairState,
     observed: u64,
     checkpoint_path: PathBuf,
-    /// The log directory's identity, which checkpoints record with its chain (CKP-8).
-    log_dir: Option<DirIdentity>,
     every: u64,
     since: u64,
 }
@@ -42,13 +40,11 @@ impl StoredLog {
     ) -> Self {
         repair.observe_from(&log, from);
         let observed = log.seq_next();
-        let log_dir = dir_identity(log.dir());
         Self {
             log,
             repair,
             observed,
             checkpoint_path,
-            log_dir,
             every: every.max(1),
             since: 0,
         }
@@ -66,10 +62,7 @@ impl StoredLog {
         self.repair.observe_from(&self.log, self.observed);
         self.observed = self.log.seq_next();
         let mut checkpoint = Checkpoint::of(surface, &self.repair, &self.log);
-        checkpoint.chain = self.log_dir.map(|log_dir| RecordedChain {
-            log_dir,
-            segments: self.log.known_segments(),
-        });
+        checkpoint.chain = RecordedChain::of(&self.log);
         let bytes = checkpoint.encode();
         let _ = write_atomically(&self.checkpoint_path, &bytes);
     }
