@@ -185,7 +185,12 @@ fn build(store: &Store, workload: Workload) -> Built {
         seq = end;
     }
     for seq in 0..session.seq_next() {
-        text_bytes += session.event(seq).expect("appended").text.len() as u64;
+        text_bytes += session
+            .event(seq)
+            .expect("appended")
+            .expect("in the log")
+            .text
+            .len() as u64;
     }
     let nodes = session.surface().nodes().len();
     session.close().expect("closes the session");
@@ -459,7 +464,7 @@ impl Phases {
         };
 
         let start = Instant::now();
-        repair.observe_from(&log, surface.seq_next());
+        repair.observe_from(&log, surface.seq_next()).unwrap();
         self.repair_scan.push(start.elapsed());
 
         let start = Instant::now();
@@ -469,7 +474,7 @@ impl Phases {
 
         if rebuild {
             let start = Instant::now();
-            let bytes = Checkpoint::of(&surface, &repair, &log).encode();
+            let bytes = Checkpoint::of(&surface, &repair, &log).unwrap().encode();
             write_atomically(&dir, &bytes);
             self.flush.push(start.elapsed());
         }

@@ -24,7 +24,7 @@
 //!     r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#,
 //!     SurfaceIntent::append(),
 //! )?;
-//! assert_eq!(session.messages()[0].seq, seq);
+//! assert_eq!(session.messages()?[0].seq, seq);
 //! # Ok::<(), surfacelog::Error>(())
 //! ```
 //!

@@ -205,7 +205,7 @@ fn now_of(case: Value<'_, '_>) -> i64 {
 fn compare_state(session: &Session, expected: Value<'_, '_>) -> Result<(), String> {
     let log = session.log();
     let events: Vec<&str> = (0..log.seq_next())
-        .map(|s| log.event(s).unwrap().text)
+        .map(|s| log.event(s).unwrap().unwrap().text)
         .collect();
     compare(
         "events",
@@ -227,7 +227,7 @@ fn compare_state(session: &Session, expected: Value<'_, '_>) -> Result<(), Strin
     );
     compare("surface", &surface_json, expected.get("surface"))?;
     let ops: Vec<(u64, Option<SurfaceOp>)> = (0..log.seq_next())
-        .map(|s| (s, log.event(s).unwrap().surface_op))
+        .map(|s| (s, log.event(s).unwrap().unwrap().surface_op))
         .collect();
     let appended = ops
         .iter()
@@ -240,7 +240,7 @@ fn compare_state(session: &Session, expected: Value<'_, '_>) -> Result<(), Strin
     )?;
     compare(
         "appendOriginSeqs (transcript)",
-        &seq_list(session.transcript()),
+        &seq_list(session.transcript().unwrap()),
         expected.get("appendOriginSeqs"),
     )?;
     let replaced = ops
@@ -252,7 +252,7 @@ fn compare_state(session: &Session, expected: Value<'_, '_>) -> Result<(), Strin
         &seq_list(replaced),
         expected.get("replacementSeqs"),
     )?;
-    let messages = session.messages();
+    let messages = session.messages().unwrap();
     let texts: Vec<&str> = messages.iter().map(|m| m.json).collect();
     compare(
         "messages",
@@ -370,7 +370,7 @@ fn run_ops(case: Value<'_, '_>) -> Result<(MemStore, OpResults), surfacelog::Err
             op.get("surfaceOp").map(|v| v.raw()),
             op.get("sourceEventSeqs").map(|v| v.raw()),
         );
-        results.push(outcome.map(|seq| (seq, session.event(seq).unwrap().time)));
+        results.push(outcome.map(|seq| (seq, session.event(seq).unwrap().unwrap().time)));
     }
     // Everything after the ops (the fork) runs at the case's `now`.
     clock.set(now_of(case));
@@ -470,7 +470,7 @@ fn repair_family() {
         let (session, report) = Session::reopen("repair", header, &events, Options::default())
             .map_err(|e| format!("reopen refused: {e:?}"))?;
         let closers: Vec<&str> = (report.stored..session.seq_next())
-            .map(|s| session.event(s).unwrap().text)
+            .map(|s| session.event(s).unwrap().unwrap().text)
             .collect();
         let wanted = texts(expected.get("closers"));
         if closers != wanted {
@@ -482,7 +482,7 @@ fn repair_family() {
         // stored (folded as is: no end-seed marker shifts its seqs).
         let (_, stored) = Surface::fold_json(&events, &Vocabulary::dsh_v0())
             .map_err(|e| format!("fold refused: {e:?}"))?;
-        let pure = surfacelog::session::repair::closers(&stored);
+        let pure = surfacelog::session::repair::closers(&stored).unwrap();
         if pure.iter().map(String::as_str).eq(wanted.iter().copied()) {
             Ok(())
         } else {
@@ -501,7 +501,7 @@ fn fork_family() {
         let before: Vec<String> = {
             let source = store.get(&id).unwrap();
             (0..source.seq_next())
-                .map(|s| source.event(s).unwrap().text.to_owned())
+                .map(|s| source.event(s).unwrap().unwrap().text.to_owned())
                 .collect()
         };
         let boundary = match case.get("boundary") {
@@ -512,7 +512,7 @@ fn fork_family() {
         let outcome = boundary.and_then(|b| store.fork(&id, b, &child_id).map(|_| ()));
         let source = store.get(&id).unwrap();
         let after: Vec<&str> = (0..source.seq_next())
-            .map(|s| source.event(s).unwrap().text)
+            .map(|s| source.event(s).unwrap().unwrap().text)
             .collect();
         if before != after {
             return Err("fork changed the source".into());

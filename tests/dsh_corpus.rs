@@ -89,7 +89,7 @@ fn check_fixture(corpus: &str, file: &Path, scratch_dir: &Path) -> Option<String
     if session.surface().nodes() != seqs(expected.get("surface").unwrap()).as_slice() {
         problems.push(format!("surface {:?}", session.surface().nodes()));
     }
-    let messages = session.messages();
+    let messages = session.messages().unwrap();
     let message_seqs: Vec<u64> = messages.iter().map(|m| m.seq).collect();
     if message_seqs != seqs(expected.get("messageSeqs").unwrap()) {
         problems.push(format!("messageSeqs {message_seqs:?}"));

@@ -126,7 +126,7 @@ fn short_session(id: &str) -> Session {
 
 fn texts(log: &dyn EventSource) -> Vec<String> {
     (0..log.seq_next())
-        .map(|seq| log.event(seq).unwrap().text.to_owned())
+        .map(|seq| log.event(seq).unwrap().unwrap().text.to_owned())
         .collect()
 }
 
@@ -805,7 +805,7 @@ impl EventSource for Short<'_> {
     fn seq_next(&self) -> u64 {
         self.0.seq_next() + 1
     }
-    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+    fn event(&self, seq: u64) -> surfacelog::Result<Option<EventRef<'_>>> {
         self.0.event(seq)
     }
 }

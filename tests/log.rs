@@ -89,7 +89,7 @@ fn append_and_close(dir: &Path, seqs: std::ops::Range<u64>) {
 fn assert_reads_back(dir: &Path, len: u64) {
     let reader = LogReader::open(dir).unwrap();
     assert_eq!(reader.seq_next(), len);
-    for (i, read) in reader.iter_from(0).enumerate() {
+    for (i, read) in reader.iter_from(0).map(Result::unwrap).enumerate() {
         assert_eq!(read, event(i as u64).as_ref(), "seq {i}");
     }
 }
@@ -109,7 +109,7 @@ fn a_million_events_round_trip_across_many_segments() {
     let reader = LogReader::open(&dir).unwrap();
     assert_eq!(reader.seq_next(), total);
     let mut count = 0;
-    for (i, read) in reader.iter_from(0).enumerate() {
+    for (i, read) in reader.iter_from(0).map(Result::unwrap).enumerate() {
         assert_eq!(read.seq, i as u64);
         count += 1;
     }
@@ -121,9 +121,9 @@ fn a_million_events_round_trip_across_many_segments() {
         state ^= state >> 7;
         state ^= state << 17;
         let seq = state % total;
-        assert_eq!(reader.event(seq).unwrap(), event(seq).as_ref());
+        assert_eq!(reader.event(seq).unwrap(), Some(event(seq).as_ref()));
     }
-    assert!(reader.event(total).is_none());
+    assert!(reader.event(total).unwrap().is_none());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -194,7 +194,7 @@ fn concurrent_appenders_share_syncs_and_readers_see_a_committed_prefix() {
                 loop {
                     let done = stop.load(std::sync::atomic::Ordering::SeqCst);
                     let seen = reader.refresh().unwrap();
-                    for read in reader.iter_from(checked) {
+                    for read in reader.iter_from(checked).map(Result::unwrap) {
                         assert_eq!(read.seq, checked, "readers see a contiguous prefix");
                         assert_eq!(read.text.len(), event(checked).text().len());
                         checked += 1;
@@ -365,7 +365,11 @@ fn a_disk_log_reads_its_own_appends_back_across_segments() {
         assert_eq!(log.seq_next(), next);
         // Every event reads back, whether still buffered, written or in a sealed segment.
         for seq in (0..next).step_by(13).chain(next - 1..next) {
-            assert_eq!(log.event(seq).unwrap().text, event(seq).text(), "seq {seq}");
+            assert_eq!(
+                log.event(seq).unwrap().unwrap().text,
+                event(seq).text(),
+                "seq {seq}"
+            );
         }
     }
     assert!(segments(&dir).len() > 20);
@@ -437,7 +441,7 @@ fn rcv_4_damage_followed_by_valid_records_is_corrupt_and_nothing_changes() {
     let mut bytes = std::fs::read(&segment).unwrap();
     // Flip a byte inside the 6th record.
     let reader = LogReader::open(&dir).unwrap();
-    let sixth = reader.event(5).unwrap().text;
+    let sixth = reader.event(5).unwrap().unwrap().text;
     let at = bytes
         .windows(sixth.len())
         .position(|w| w == sixth.as_bytes())
@@ -453,10 +457,10 @@ fn rcv_4_damage_followed_by_valid_records_is_corrupt_and_nothing_changes() {
     drop(writer);
     let reader = LogReader::open(&dir).unwrap();
     assert!(
-        reader.event(5).is_none(),
-        "a damaged record is never returned"
+        reader.event(5).unwrap_err().code() == "CORRUPT",
+        "a damaged record is never returned: reading it is an error"
     );
-    assert!(reader.event(4).is_some() && reader.event(6).is_some());
+    assert!(reader.event(4).unwrap().is_some() && reader.event(6).unwrap().is_some());
     drop(reader);
     assert_eq!(
         std::fs::read(&segment).unwrap(),
@@ -516,21 +520,27 @@ fn assert_refused_on_first_access(dir: &Path, bad: &Path, next: &Path, code: &st
     assert_eq!(reader.seq_next(), 2000);
     let (first, after) = (first_seq_of(bad), first_seq_of(next));
     for seq in [first, after - 1] {
-        assert!(reader.event(seq).is_none(), "seq {seq} is never returned");
-        let error = reader.unreadable(seq).expect("the reason");
+        let error = reader.event(seq).expect_err("seq {seq} is never returned");
         assert_eq!(error.code(), code, "{error}");
         if code == "CORRUPT" {
             assert!(error.to_string().contains(bad.to_str().unwrap()), "{error}");
         }
     }
     for seq in [0, first - 1, after, 1999] {
-        assert_eq!(reader.event(seq).unwrap(), event(seq).as_ref());
-        assert!(reader.unreadable(seq).is_none());
+        assert_eq!(reader.event(seq).unwrap(), Some(event(seq).as_ref()));
     }
+    let read: Vec<_> = reader.iter_from(0).collect();
     assert_eq!(
-        reader.iter_from(0).count() as u64,
-        first,
-        "a read in order stops there"
+        read.len() as u64,
+        2000,
+        "a read in order does not stop there"
+    );
+    let first = usize::try_from(first).unwrap();
+    assert!(read[..first].iter().all(Result::is_ok));
+    assert_eq!(
+        read[first].as_ref().unwrap_err().code(),
+        code,
+        "the first unreadable event is an error, not the end"
     );
 }
 
@@ -665,8 +675,8 @@ fn a_record_larger_than_a_segment_gets_its_own_segment() {
     writer.close().unwrap();
     let reader = LogReader::open(&dir).unwrap();
     assert_eq!(reader.seq_next(), 3);
-    assert_eq!(reader.event(1).unwrap().text, text);
-    assert_eq!(reader.event(2).unwrap(), event(2).as_ref());
+    assert_eq!(reader.event(1).unwrap().unwrap().text, text);
+    assert_eq!(reader.event(2).unwrap(), Some(event(2).as_ref()));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -803,10 +813,10 @@ fn idx_5_close_indexes_the_last_segment_and_reopen_scans_only_what_follows() {
     let reader = LogReader::open(&dir).unwrap();
     assert_eq!(reader.seq_next(), 150);
     assert!(
-        reader.event(0).is_none(),
-        "a damaged record is never returned"
+        reader.event(0).unwrap_err().code() == "CORRUPT",
+        "a damaged record is never returned: reading it is an error"
     );
-    assert_eq!(reader.event(149).unwrap(), event(149).as_ref());
+    assert_eq!(reader.event(149).unwrap(), Some(event(149).as_ref()));
     drop(reader);
     assert_eq!(
         std::fs::read(&segment).unwrap(),
@@ -845,7 +855,8 @@ fn idx_5_an_index_whose_last_record_does_not_match_is_ignored_and_the_segment_sc
         "the vouched prefix is not read at open"
     );
     drop(writer);
-    assert!(LogReader::open(&dir).unwrap().event(10).is_none());
+    let error = LogReader::open(&dir).unwrap().event(10).unwrap_err();
+    assert_eq!(error.code(), "CORRUPT", "{error}");
     // Indexes whose last listed record does not match: its `end` is not the record's end;
     // its last offset holds another seq; it lists a record more than the segment holds.
     let end = u32::from_le_bytes(pristine[40..44].try_into().unwrap());
@@ -861,7 +872,10 @@ fn idx_5_an_index_whose_last_record_does_not_match_is_ignored_and_the_segment_sc
         // refused at open (RCV-4).
         let err = LogWriter::open(&dir, LogOptions::default()).unwrap_err();
         assert_eq!(err.code(), "CORRUPT", "{err}");
-        assert_eq!(LogReader::open(&dir).unwrap().seq_next(), 10);
+        // A reader does not take the damage for the end of the log either (RD-6).
+        let err = LogReader::open(&dir).unwrap_err();
+        assert_eq!(err.code(), "CORRUPT", "{err}");
+        assert!(err.to_string().contains("offset="), "{err}");
     }
     std::fs::write(&index, &pristine).unwrap();
     assert_eq!(LogReader::open(&dir).unwrap().seq_next(), 100);
@@ -921,10 +935,10 @@ fn idx_3_sealed_segments_are_read_on_first_access_and_checked_against_the_names(
     let reader = LogReader::open(&dir).unwrap();
     assert_eq!(reader.seq_next(), 600);
     assert!(
-        reader.event(0).is_none(),
-        "a damaged record is never returned"
+        reader.event(0).unwrap_err().code() == "CORRUPT",
+        "a damaged record is never returned: reading it is an error"
     );
-    assert!(reader.event(599).is_some());
+    assert!(reader.event(599).unwrap().is_some());
     drop(reader);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -1009,7 +1023,11 @@ fn rss_child() {
 
     let before = rss_file_bytes();
     let reader = LogReader::open(&dir).unwrap();
-    let text_bytes: usize = reader.iter_from(0).map(|e| e.text.len()).sum();
+    let text_bytes: usize = reader
+        .iter_from(0)
+        .map(Result::unwrap)
+        .map(|e| e.text.len())
+        .sum();
     assert!(text_bytes as u64 > log_bytes * 9 / 10, "{text_bytes}");
     let iterated = rss_file_bytes().saturating_sub(before);
     drop(reader);
@@ -1021,7 +1039,7 @@ fn rss_child() {
     let reader = LogReader::open(&dir).unwrap();
     for _pass in 0..2 {
         for seq in 0..count {
-            assert_eq!(reader.event(seq).unwrap().seq, seq);
+            assert_eq!(reader.event(seq).unwrap().unwrap().seq, seq);
         }
     }
     let read = rss_file_bytes().saturating_sub(before);
@@ -1038,7 +1056,7 @@ fn rss_child() {
     let reader = LogReader::open(&dir).unwrap();
     // One read per segment: each scans its segment (IDX-2), then keeps about a page.
     for seq in (0..count).step_by(1024) {
-        assert_eq!(reader.event(seq).unwrap().seq, seq);
+        assert_eq!(reader.event(seq).unwrap().unwrap().seq, seq);
     }
     let scanned = rss_file_bytes().saturating_sub(before);
     drop(reader);
@@ -1128,8 +1146,11 @@ fn idx_5_a_damaged_offset_under_the_vouched_prefix_is_found_on_first_read() {
     assert_eq!((log.seq_next(), report.torn_tail), (100, None));
     // 99 first: the last listed record, read without reading the index (IDX-5).
     for seq in [99, 10, 0, 50] {
-        assert_eq!(log.event(seq).unwrap(), event(seq).as_ref(), "seq {seq}");
-        assert!(log.unreadable(seq).is_none());
+        assert_eq!(
+            log.event(seq).unwrap(),
+            Some(event(seq).as_ref()),
+            "seq {seq}"
+        );
     }
     drop(log);
     assert_reads_back(&dir, 100);

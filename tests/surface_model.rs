@@ -111,11 +111,11 @@ impl EventSource for Prefix<'_> {
         self.len.min(self.log.seq_next())
     }
 
-    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+    fn event(&self, seq: u64) -> surfacelog::Result<Option<EventRef<'_>>> {
         if seq < self.len {
             self.log.event(seq)
         } else {
-            None
+            Ok(None)
         }
     }
 }
@@ -774,13 +774,16 @@ fn check_log(actions: &[(Action, u8)], time: i64, seen: &Coverage) -> Result<(),
         check_surface(session.surface(), &model)?;
         let recorded = session.replacements().map_err(|e| fail(&e))?;
         check_surface(&recorded, &model)?;
-        prop_assert_eq!(pairs(&session.messages()), model.messages());
-        prop_assert_eq!(session.transcript(), model.transcript());
+        prop_assert_eq!(pairs(&session.messages().unwrap()), model.messages());
+        prop_assert_eq!(session.transcript().unwrap(), model.transcript());
         // The pure fold of the texts so far.
         let refs: Vec<&str> = written.iter().map(String::as_str).collect();
         let (folded, log) = Surface::fold_json(&refs, &vocabulary).map_err(|e| fail(&e))?;
         check_surface(&folded, &model)?;
-        prop_assert_eq!(pairs(&surface::messages(&folded, &log)), model.messages());
+        prop_assert_eq!(
+            pairs(&surface::messages(&folded, &log).unwrap()),
+            model.messages()
+        );
         prop_assert_eq!(&texts(&log), &written);
         // The incremental fold, one event further.
         let grown = Prefix {
@@ -1760,8 +1763,8 @@ fn state(session: &Session) -> State {
         nodes: session.surface().nodes().to_vec(),
         replace_generation: session.surface().replace_generation(),
         replacements: replacements_of(session.surface()),
-        messages: pairs(&session.messages()),
-        transcript: session.transcript(),
+        messages: pairs(&session.messages().unwrap()),
+        transcript: session.transcript().unwrap(),
     }
 }
 
@@ -1909,17 +1912,25 @@ fn check_time_travel(session: &Session, history: &[Model]) -> Result<(), TestCas
         prop_assert_eq!(&snapshot.surface, &fresh, "as_of({})", seq);
         check_surface(&snapshot.surface, model)?;
         let messages = pairs(&snapshot.messages);
-        prop_assert_eq!(&messages, &pairs(&surface::messages(&folded, &log)));
+        prop_assert_eq!(
+            &messages,
+            &pairs(&surface::messages(&folded, &log).unwrap())
+        );
         prop_assert_eq!(&messages, &model.messages());
-        let transcript: Vec<u64> = surface::transcript(&log, u64::MAX).collect();
+        let transcript: Vec<u64> = surface::transcript(&log, u64::MAX)
+            .collect::<surfacelog::Result<_>>()
+            .unwrap();
         prop_assert_eq!(&snapshot.transcript, &transcript);
         prop_assert_eq!(&snapshot.transcript, &model.transcript());
     }
     if let Some(last) = len.checked_sub(1) {
         let snapshot = session.as_of(last).map_err(|e| fail(&e))?;
         prop_assert_eq!(&snapshot.surface, session.surface());
-        prop_assert_eq!(pairs(&snapshot.messages), pairs(&session.messages()));
-        prop_assert_eq!(snapshot.transcript, session.transcript());
+        prop_assert_eq!(
+            pairs(&snapshot.messages),
+            pairs(&session.messages().unwrap())
+        );
+        prop_assert_eq!(snapshot.transcript, session.transcript().unwrap());
     }
     for beyond in [len, len + 1, u64::MAX] {
         let refused = session.as_of(beyond).map(|s| s.surface);
@@ -2150,7 +2161,7 @@ fn feed_texts(written: &[String], header: &str, time: i64) -> Result<(), TestCas
             .map(|t| t.trim_matches([' ', '\t', '\n', '\r']).to_owned())
             .collect();
         prop_assert_eq!(texts(&log), objects);
-        let nodes = surface::messages(&surface, &log).len();
+        let nodes = surface::messages(&surface, &log)?.len();
         prop_assert!(nodes <= surface.nodes().len());
     }
     if let Ok(session) = Session::create("s", None, Some(&refs), options(time)) {

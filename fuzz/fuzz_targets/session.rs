@@ -21,7 +21,7 @@ fuzz_target!(|bytes: &[u8]| {
         assert_eq!(partial, whole);
     }
     let Ok((session, _)) = Session::reopen("f", HEADER, &lines, Options::default()) else { return };
-    let stored: Vec<&str> = (0..session.seq_next()).map(|s| session.log().event(s).unwrap().text).collect();
+    let stored: Vec<&str> = (0..session.seq_next()).map(|s| session.log().event_at(s).unwrap().text).collect();
     let (_, again) = Session::reopen("f", HEADER, &stored, Options::default()).expect("a repaired log reopens");
     assert_eq!(again.closers, 0, "repair must be idempotent");
 });

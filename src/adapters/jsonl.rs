@@ -862,13 +862,7 @@ pub fn write_jsonl(
     let mut run: Vec<&str> = Vec::new();
     let end = events.seq_next();
     for seq in 0..end {
-        let event = events.event(seq).ok_or_else(|| -> Error {
-            ErrorKind::Corrupt {
-                location: format!("seq {seq}"),
-                reason: "the event cannot be read back".to_owned(),
-            }
-            .into()
-        })?;
+        let event = events.event_at(seq)?;
         if event.event_type == "assistant/chunk" {
             run.push(event.text);
             if run.len() >= RUN_EVENTS_MAX {

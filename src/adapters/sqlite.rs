@@ -786,7 +786,7 @@ fn insert_events(
     let mut packer = SqlPacker::default();
     let mut ready = Vec::new();
     for seq in 0..events.seq_next() {
-        let event = events.event(seq).ok_or_else(|| invalid_source(seq))?;
+        let event = events.event_at(seq)?;
         let json = Json::parse(event.text)?;
         if pack {
             packer.push(json, &mut ready);

@@ -95,23 +95,41 @@ pub struct EventRef<'a> {
 /// Read access to a log of events by seq. Implemented by the in-memory log and by the
 /// on-disk log.
 ///
-/// Implementations **must** return `Some` for exactly the seqs `0..seq_next()`, and the
-/// event at a seq **must** never change once returned (the log is append-only).
+/// Implementations **must** return `Ok(Some(_))` or `Err(_)` for exactly the seqs
+/// `0..seq_next()` and `Ok(None)` for every seq past them, and the event at a seq **must**
+/// never change once returned (the log is append-only). "Past the end" and "damaged" are
+/// different outcomes: a record that cannot be read back is an `Err` naming the file, the
+/// offset and the rule (`CORRUPT`, `FORMAT_VERSION`, `IO`), never `None`.
 pub trait EventSource {
     /// The number of events, which is also the next seq.
     fn seq_next(&self) -> u64;
 
-    /// The event at `seq`, or `None` past the end.
-    fn event(&self, seq: u64) -> Option<EventRef<'_>>;
+    /// The event at `seq`: `Ok(None)` past the end, `Err` when it cannot be read back.
+    ///
+    /// # Errors
+    /// `CORRUPT` (with the file and offset) for a record that does not check out,
+    /// `FORMAT_VERSION` for a segment of another version, `IO` when its file cannot be read.
+    fn event(&self, seq: u64) -> crate::Result<Option<EventRef<'_>>>;
 
-    /// Why the event at `seq`, below [`EventSource::seq_next`], cannot be read when
-    /// [`EventSource::event`] returns nothing for it: the on-disk log names the file, the
-    /// offset and the rule (`CORRUPT`, `FORMAT_VERSION`, `IO`). `None` when it reads back,
-    /// or lies past the end, or the source cannot tell (the default).
-    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
-        let _ = seq;
-        None
+    /// The event at `seq`, which must exist: past the end is an error too (`CORRUPT`: a
+    /// surface node, a cited seq or a checkpoint that names an event the log does not
+    /// hold means data is missing).
+    ///
+    /// # Errors
+    /// As [`EventSource::event`], and `CORRUPT` for `seq` ≥ [`EventSource::seq_next`].
+    fn event_at(&self, seq: u64) -> crate::Result<EventRef<'_>> {
+        self.event(seq)?
+            .ok_or_else(|| missing_event(seq, self.seq_next()))
     }
+}
+
+/// `CORRUPT`: the event at `seq` is needed but the log ends at `seq_next`.
+pub fn missing_event(seq: u64, seq_next: u64) -> crate::Error {
+    crate::error::ErrorKind::Corrupt {
+        location: format!("seq {seq}"),
+        reason: format!("the event is missing: the log holds {seq_next} events"),
+    }
+    .into()
 }
 
 /// The type name an event keeps: a static string for the types of the DSH vocabulary
@@ -239,12 +257,8 @@ impl<S: EventSource + ?Sized> EventSource for &S {
         (**self).seq_next()
     }
 
-    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+    fn event(&self, seq: u64) -> crate::Result<Option<EventRef<'_>>> {
         (**self).event(seq)
-    }
-
-    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
-        (**self).unreadable(seq)
     }
 }
 
@@ -263,18 +277,14 @@ impl<S: EventSource> EventSource for Overlay<S> {
         self.base.seq_next() + self.events.len() as u64
     }
 
-    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+    fn event(&self, seq: u64) -> crate::Result<Option<EventRef<'_>>> {
         match seq.checked_sub(self.base.seq_next()) {
             None => self.base.event(seq),
-            Some(index) => self
-                .events
-                .get(usize::try_from(index).ok()?)
-                .map(Event::as_ref),
+            Some(index) => Ok(usize::try_from(index)
+                .ok()
+                .and_then(|index| self.events.get(index))
+                .map(Event::as_ref)),
         }
-    }
-
-    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
-        self.base.unreadable(seq)
     }
 }
 
@@ -316,9 +326,11 @@ impl EventSource for MemLog {
         self.events.len() as u64
     }
 
-    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
-        let index = usize::try_from(seq).ok()?;
-        self.events.get(index).map(Event::as_ref)
+    fn event(&self, seq: u64) -> crate::Result<Option<EventRef<'_>>> {
+        Ok(usize::try_from(seq)
+            .ok()
+            .and_then(|index| self.events.get(index))
+            .map(Event::as_ref))
     }
 }
 

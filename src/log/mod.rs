@@ -68,7 +68,7 @@ impl DiskLog {
         let storage = Arc::clone(&options.storage);
         let (writer, report, segments) =
             LogWriter::open_recovered_from(dir, options, chain, known)?;
-        let reader = LogReader::from_recovered(dir, storage, segments)?;
+        let reader = LogReader::from_recovered(dir, storage, segments, false)?;
         Ok((
             Self {
                 writer,
@@ -174,18 +174,14 @@ impl crate::event::EventSource for DiskLog {
         self.reader.seq_next() + self.unwritten.len() as u64
     }
 
-    fn event(&self, seq: u64) -> Option<crate::event::EventRef<'_>> {
+    fn event(&self, seq: u64) -> crate::Result<Option<crate::event::EventRef<'_>>> {
         match seq.checked_sub(self.reader.seq_next()) {
             None => self.reader.event(seq),
-            Some(index) => self
-                .unwritten
-                .get(usize::try_from(index).ok()?)
-                .map(crate::event::Event::as_ref),
+            Some(index) => Ok(usize::try_from(index)
+                .ok()
+                .and_then(|index| self.unwritten.get(index))
+                .map(crate::event::Event::as_ref)),
         }
-    }
-
-    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
-        self.reader.unreadable(seq)
     }
 }
 

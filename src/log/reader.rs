@@ -10,7 +10,7 @@ use super::chain::{Chain, KnownSegment, Linked, Sealed, open_chain, open_sealed}
 use super::index::{self, Vouched};
 use super::limit::Limit;
 use super::map::{map, release};
-use super::scan::{Stop, scan, walk_written};
+use super::scan::{Stop, nonzero_end, scan, valid_record_after, walk_written};
 use super::segment::{
     HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_segment_name,
     version_error,
@@ -146,7 +146,7 @@ impl LogReader {
     /// # Errors
     /// `CORRUPT` for a broken segment chain (LOG-2, SEG-3) or limit (LIM-3, LIM-5),
     /// `FORMAT_VERSION`, `IO`. A sealed segment's header is checked on first access: a
-    /// read there returns nothing, and [`EventSource::unreadable`] says why.
+    /// read there is refused with the same codes.
     pub fn open(dir: &Path) -> Result<Self> {
         Self::open_with(dir, Arc::new(FsStorage))
     }
@@ -181,7 +181,7 @@ impl LogReader {
         if let Some(last) = segments.last_mut().filter(|s| s.count.is_none()) {
             last.durable = vouched;
         }
-        Self::from_recovered(dir, storage, segments)
+        Self::from_recovered(dir, storage, segments, true)
     }
 
     /// A reader over segments the writer's recovery has just opened and scanned, so that
@@ -189,10 +189,15 @@ impl LogReader {
     ///
     /// # Errors
     /// As [`LogReader::open`].
+    ///
+    /// `check_end`: whether the first scan of the last segment decides, as every refresh
+    /// does, whether where it stops is damage (RD-6); a writer's recovery has just decided
+    /// that (§7), so its own reader does not decide it again.
     pub(crate) fn from_recovered(
         dir: &Path,
         storage: Arc<dyn Storage>,
         segments: Vec<Segment>,
+        check_end: bool,
     ) -> Result<Self> {
         let log_id = segments
             .last()
@@ -209,7 +214,7 @@ impl LogReader {
             seq_next,
             cursor: AtomicUsize::new(0),
         };
-        reader.refresh()?;
+        reader.refresh_checked(check_end)?;
         // RD-4: what recovery scanned (and the last record of a vouched prefix, IDX-5) is
         // read through.
         if let Some(last) = reader.segments.last_mut() {
@@ -222,8 +227,17 @@ impl LogReader {
     /// Returns the new `seq_next`. Cost: proportional to the new records.
     ///
     /// # Errors
-    /// As [`LogReader::open`].
+    /// As [`LogReader::open`], and `CORRUPT` with the segment and offset where the last
+    /// segment's records stop at bytes that are damage, not the end of what was written
+    /// (RD-6): a record with the wrong seq or a bad body, or an invalid position followed
+    /// by a valid record. Damage is never taken for the end of the log.
     pub fn refresh(&mut self) -> Result<u64> {
+        self.refresh_checked(true)
+    }
+
+    /// [`LogReader::refresh`]; `check_end` is `false` only for the first refresh of the
+    /// reader beside a writer whose recovery has just decided the same tail (§7).
+    fn refresh_checked(&mut self, check_end: bool) -> Result<u64> {
         loop {
             if let Some(last) = self.segments.last_mut() {
                 // LIM-4: nothing after a limit belongs to this log; the next segment may.
@@ -231,7 +245,17 @@ impl LogReader {
                     let Some(mapped) = last.mapped() else {
                         return Ok(self.seq_next);
                     };
-                    let found = scan(&mapped.map, last.end, self.seq_next);
+                    let found = if check_end {
+                        scan_checked(
+                            &*self.storage,
+                            last.path(&self.dir),
+                            &mapped.map,
+                            last.end,
+                            self.seq_next,
+                        )?
+                    } else {
+                        scan(&mapped.map, last.end, self.seq_next)
+                    };
                     last.push_offsets(&found.offsets);
                     let empty = last.records_known() == 0;
                     last.end = found.end;
@@ -305,11 +329,12 @@ impl LogReader {
             .collect()
     }
 
-    /// Iterates the events from `seq` to the end of what this reader has seen. As any read
-    /// in seq order, it releases the pages of a sealed segment once it moves on to the next
-    /// one (RD-4), so iterating a long log keeps about one segment resident.
-    pub fn iter_from(&self, seq: u64) -> impl Iterator<Item = EventRef<'_>> + '_ {
-        (seq..self.seq_next).map_while(move |seq| self.event(seq))
+    /// Iterates the events from `seq` to the end of what this reader has seen; a record
+    /// that cannot be read back is an `Err` item (RCV-6), never the end. As any read in seq
+    /// order, it releases the pages of a sealed segment once it moves on to the next one
+    /// (RD-4), so iterating a long log keeps about one segment resident.
+    pub fn iter_from(&self, seq: u64) -> impl Iterator<Item = Result<EventRef<'_>>> + '_ {
+        (seq..self.seq_next).map(move |seq| self.read(seq))
     }
 
     /// RD-4: a read in segment `at` that follows one in the segment before it releases that
@@ -475,7 +500,7 @@ impl LogReader {
         }
     }
 
-    /// [`EventSource::unreadable`]: its segment does not check out (SEG-2, SEG-3, checked
+    /// Why the event at `seq` cannot be read: its segment does not check out (SEG-2, SEG-3, checked
     /// on first access), or its record does not (REC-4: damaged since it was written,
     /// RCV-6), with the file and offset.
     fn why_unreadable(&self, seq: u64) -> Option<Error> {
@@ -791,24 +816,120 @@ impl EventSource for LogReader {
         self.seq_next
     }
 
-    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+    fn event(&self, seq: u64) -> Result<Option<EventRef<'_>>> {
         if seq >= self.seq_next {
-            return None;
+            return Ok(None);
         }
-        let at = self.segment_of(seq)?;
-        self.follow(at);
-        let segment = self.segments.get(at)?;
-        let mapped = self.open_segment(segment).ok()?;
-        let index = usize::try_from(seq - segment.first_seq).ok()?;
-        let offset = segment.offset_of(index, mapped, &self.dir, &self.log_id)? as usize;
-        let (event, _) = decode(mapped.map.get(offset..)?).ok()?;
-        // A record damaged since its index was written points elsewhere: never return it.
-        (event.seq == seq).then_some(event)
+        self.read(seq).map(Some)
     }
+}
 
-    fn unreadable(&self, seq: u64) -> Option<Error> {
-        self.why_unreadable(seq)
+impl LogReader {
+    /// The event at `seq`, below `seq_next`: its segment opened and checked on first access
+    /// (SEG-2, SEG-3), its record checked (REC-4) and its seq the one asked for (a record
+    /// damaged since its index was written points elsewhere). Anything else is an error
+    /// naming the file and offset (RCV-6).
+    fn read(&self, seq: u64) -> Result<EventRef<'_>> {
+        let at = self
+            .segment_of(seq)
+            .ok_or_else(|| crate::event::missing_event(seq, self.seq_next))?;
+        self.follow(at);
+        let segment = &self.segments[at];
+        let mapped = self.open_segment(segment)?;
+        let index = usize::try_from(seq - segment.first_seq).unwrap_or(usize::MAX);
+        let offset = segment.offset_of(index, mapped, &self.dir, &self.log_id);
+        if let Some(offset) = offset
+            && let Some(Ok((event, _))) = mapped.map.get(offset as usize..).map(decode)
+            && event.seq == seq
+        {
+            return Ok(event);
+        }
+        Err(self.why_unreadable(seq).unwrap_or_else(|| {
+            corrupt(
+                segment.path(&self.dir),
+                offset.map_or(0, |o| o as usize),
+                &format!("seq {seq}: the record cannot be read back (RCV-6)"),
+            )
+        }))
     }
+}
+
+/// RD-6: scans the last segment's `bytes` from `from`, expecting `seq_next`, and decides
+/// whether where it stops is damage ([`damage_at`]). When it finds a valid record after
+/// an invalid position, it reads that position once more: the writer writes records in
+/// order (RD-3), so a record after it that was complete before this second look means
+/// the position was complete too, unless it is damage. If the position now holds the
+/// next record, the writer was completing it, and the scan goes on from there.
+///
+/// # Errors
+/// `CORRUPT` with `path` and the offset, `IO`.
+fn scan_checked(
+    storage: &dyn Storage,
+    path: &Path,
+    bytes: &[u8],
+    from: usize,
+    seq_next: u64,
+) -> Result<super::scan::Scan> {
+    let mut found = scan(bytes, from, seq_next);
+    while let Some(damage) = damage_at(storage, path, bytes, found.stop, found.end)? {
+        let again = scan(bytes, found.end, found.seq_next);
+        if again.offsets.is_empty() {
+            return Err(damage);
+        }
+        found.offsets.extend_from_slice(&again.offsets);
+        (found.end, found.seq_next, found.stop) = (again.end, again.seq_next, again.stop);
+    }
+    Ok(found)
+}
+
+/// RD-6: whether a scan of the last segment that stopped at `stop`, just past the valid
+/// records ending at `end`, stopped at damage rather than at the end of what was written:
+/// `Some(CORRUPT)` for a record with the wrong seq (RCV-5) or a bad body (RCV-8), and for
+/// any other stop followed by a valid record (RCV-4's shape); `None` for zeros, or for
+/// bytes that no valid record follows (a record being written, or a torn tail that only a
+/// writer's recovery drops, §7). Only the file's data regions are read (holes read as
+/// zeros), so the sparse rest of the segment costs nothing.
+///
+/// # Errors
+/// `IO` when the segment file cannot be opened to find its data regions.
+fn damage_at(
+    storage: &dyn Storage,
+    path: &Path,
+    bytes: &[u8],
+    stop: Stop,
+    end: usize,
+) -> Result<Option<Error>> {
+    let (offset, reason) = match stop {
+        Stop::Full => return Ok(None),
+        Stop::WrongSeq { offset, .. } => {
+            return Ok(Some(corrupt(
+                path,
+                offset,
+                "a record with the wrong seq (RCV-5)",
+            )));
+        }
+        Stop::Invalid {
+            offset,
+            error: crate::record::RecordError::Body(_),
+        } => {
+            let reason = "a record whose body breaks REC-5/REC-6 (RCV-8)";
+            return Ok(Some(corrupt(path, offset, reason)));
+        }
+        Stop::Invalid { offset, .. } => {
+            (offset, "an invalid record followed by valid records (RD-6)")
+        }
+        Stop::End => (end, "an end marker followed by valid records (RD-6)"),
+    };
+    let file = storage
+        .open_file(path, false)
+        .map_err(|e| Error::io("open", path, &e))?;
+    let regions = super::writer::data_regions(&file, offset, bytes.len());
+    if nonzero_end(bytes, offset, &regions) == offset
+        || !valid_record_after(bytes, offset, &regions)
+    {
+        return Ok(None);
+    }
+    Ok(Some(corrupt(path, offset, reason)))
 }
 
 /// `CORRUPT` at a file and offset.

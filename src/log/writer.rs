@@ -891,7 +891,7 @@ fn classify_tail(
 /// The data regions of `file` from `from` to `len` (`SEEK_DATA` / `SEEK_HOLE`): a segment is
 /// a sparse file (SEG-6), so the unused tail is a hole that need not be read to know it
 /// is zero. A filesystem that cannot tell reports everything as data.
-fn data_regions(file: &File, from: usize, len: usize) -> Vec<(usize, usize)> {
+pub(super) fn data_regions(file: &File, from: usize, len: usize) -> Vec<(usize, usize)> {
     use rustix::fs::{SeekFrom, seek};
     let mut regions = Vec::new();
     let mut at = from as u64;

@@ -43,7 +43,7 @@ impl Session {
     /// `INVALID_BOUNDARY`, `OPEN_TURN`, or a seed refusal of the child.
     pub fn fork(&self, boundary: Boundary, child_id: &str) -> Result<Session> {
         let len = fork_len(boundary, self.seq_next())?;
-        if let Some(turn_start) = open_turn_at(&self.log, len) {
+        if let Some(turn_start) = open_turn_at(&self.log, len)? {
             return Err(ErrorKind::OpenTurn {
                 boundary: len - 1,
                 turn_start,
@@ -53,9 +53,8 @@ impl Session {
         let now = now_created_at(&*self.options.clock);
         let header = Header::for_fork(child_id, now, self.header.cwd(), self.id(), len);
         let seed: Vec<&str> = (0..len)
-            .filter_map(|seq| self.log.event(seq))
-            .map(|e| e.text)
-            .collect();
+            .map(|seq| self.log.event_at(seq).map(|e| e.text))
+            .collect::<Result<_>>()?;
         Session::create(
             child_id,
             Some(header.text()),
@@ -82,14 +81,18 @@ pub(crate) fn fork_len(boundary: Boundary, seq_next: u64) -> Result<u64> {
 
 /// The seq of the `turn/start` the first `len` events leave open, if any: the last
 /// `turn/start` or `turn/end` among them is a `turn/start` (contract §7 step 4).
-pub(crate) fn open_turn_at(source: &impl EventSource, len: u64) -> Option<u64> {
-    (0..len)
-        .rev()
-        .find_map(|seq| match source.event(seq)?.event_type {
-            "turn/start" => Some(Some(seq)),
-            "turn/end" => Some(None),
-            _ => None,
-        })?
+///
+/// # Errors
+/// The error reading an event (`CORRUPT` with the file and offset).
+pub(crate) fn open_turn_at(source: &impl EventSource, len: u64) -> Result<Option<u64>> {
+    for seq in (0..len).rev() {
+        match source.event_at(seq)?.event_type {
+            "turn/start" => return Ok(Some(seq)),
+            "turn/end" => return Ok(None),
+            _ => {}
+        }
+    }
+    Ok(None)
 }
 
 /// Sessions held in memory, by id.

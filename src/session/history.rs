@@ -101,15 +101,15 @@ impl<L: SessionLog> Session<L> {
     ///
     /// # Errors
     /// `REPLACE_START_NOT_ON_SURFACE`, `TOOL_REWRITE_TARGET`, `TOOL_REWRITE_CHANGED` when
-    /// `content` is not an array, or any refusal of the two events; nothing is appended
-    /// then.
-    ///
-    /// # Panics
-    /// Never: a surface node is always in the log.
+    /// `content` is not an array, `CORRUPT` when the target's record cannot be read back,
+    /// or any refusal of the two events; nothing is appended then.
     pub fn prune(&mut self, prune: &Prune<'_>) -> Result<u64> {
         let seq = prune.seq;
         self.surface.range(seq, seq)?;
-        let target = self.log.event(seq).expect("surface nodes are in the log");
+        let target = self
+            .log
+            .event_at(seq)
+            .map_err(|e| e.in_session(self.header.id()))?;
         let surface_type = self.options.vocabulary.surface_type(target.event_type);
         let is_tool = surface_type.is_some_and(|t| t.origin == Origin::Tool);
         let old = Json::parse(target.data())?;
@@ -150,7 +150,7 @@ impl<L: SessionLog> Session<L> {
             if position == first {
                 open_before = open;
             }
-            open += self.tool_balance(seq);
+            open += self.tool_balance(seq)?;
         }
         if open_before != 0 || open != 0 {
             let (start, end) = (compaction.start, compaction.end);
@@ -165,32 +165,36 @@ impl<L: SessionLog> Session<L> {
         Ok(())
     }
 
-    fn tool_balance(&self, seq: u64) -> i64 {
-        let Some(event) = self.log.event(seq) else {
-            return 0;
-        };
-        match self
-            .options
-            .vocabulary
-            .surface_type(event.event_type)
-            .map(|t| t.origin)
-        {
-            Some(Origin::Tool) => -1,
-            Some(Origin::Model) => {
-                let Some(message) = event.message() else {
-                    return 0;
-                };
-                let Ok(json) = Json::parse(message) else {
-                    return 0;
-                };
-                let content = json.root().get("content");
-                let is_call =
-                    |b: &Value<'_, '_>| b.get("type").is_some_and(|t| t.is_str("tool-call"));
-                let calls = content.iter().flat_map(Value::elements).filter(is_call);
-                i64::try_from(calls.count()).unwrap_or(i64::MAX)
-            }
-            _ => 0,
-        }
+    /// The node's +1/−1 per tool call and result (contract §10).
+    ///
+    /// # Errors
+    /// `CORRUPT` when its record cannot be read back: a balance is never guessed.
+    fn tool_balance(&self, seq: u64) -> Result<i64> {
+        let event = self.log.event_at(seq)?;
+        Ok(
+            match self
+                .options
+                .vocabulary
+                .surface_type(event.event_type)
+                .map(|t| t.origin)
+            {
+                Some(Origin::Tool) => -1,
+                Some(Origin::Model) => {
+                    let Some(message) = event.message() else {
+                        return Ok(0);
+                    };
+                    let Ok(json) = Json::parse(message) else {
+                        return Ok(0);
+                    };
+                    let content = json.root().get("content");
+                    let is_call =
+                        |b: &Value<'_, '_>| b.get("type").is_some_and(|t| t.is_str("tool-call"));
+                    let calls = content.iter().flat_map(Value::elements).filter(is_call);
+                    i64::try_from(calls.count()).unwrap_or(i64::MAX)
+                }
+                _ => 0,
+            },
+        )
     }
 }
 

@@ -83,7 +83,10 @@ pub trait SessionLog: EventSource {
 
     /// The crash-repair closers for the log as it is (contract §8). The default scans the
     /// whole log; a log that keeps the repair state as it goes answers from its tail.
-    fn closers(&self) -> Vec<String>
+    ///
+    /// # Errors
+    /// The error reading an event (`CORRUPT` with the file and offset).
+    fn closers(&self) -> Result<Vec<String>>
     where
         Self: Sized,
     {
@@ -273,23 +276,16 @@ impl<L: SessionLog> Session<L> {
             .surface
             .catch_up(&session.log, &session.options.vocabulary)
             .map_err(|e| e.in_session(session.header.id()))?;
-        // The fold stops at the first event the log cannot return: a record damaged since
-        // it was written (its checksum fails on read, log-format.md REC-4), or a segment
-        // that does not check out on first access (SEG-2, SEG-3); the log says which.
-        let (folded, stored) = (session.surface.seq_next(), session.log.seq_next());
-        if folded != stored {
-            let error = session.log.unreadable(folded).unwrap_or_else(|| {
-                let reason = format!("event {folded} of {stored} cannot be read back (checksum)");
-                let location = format!("seq {folded}");
-                ErrorKind::Corrupt { location, reason }.into()
-            });
-            return Err(error.in_session(session.header.id()).at_seq(folded));
-        }
+        // The fold reads every event after the surface it started from: an event the log
+        // cannot return (a record damaged since it was written, log-format.md REC-4, or a
+        // segment that does not check out, SEG-2, SEG-3) refused it above, with its file
+        // and offset.
         if let Some(state) = session.invariants.as_mut() {
             for seq in 0..session.log.seq_next() {
-                let Some(event) = session.log.event(seq) else {
-                    break;
-                };
+                let event = session
+                    .log
+                    .event_at(seq)
+                    .map_err(|e| e.in_session(session.header.id()))?;
                 let Ok(data) = crate::json::Json::parse(event.data()) else {
                     continue;
                 };
@@ -414,8 +410,12 @@ impl<L: SessionLog> Session<L> {
         self.first_live_seq
     }
 
-    /// The event at `seq`.
-    pub fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+    /// The event at `seq`: `Ok(None)` past the end.
+    ///
+    /// # Errors
+    /// `CORRUPT` (with the file and offset), `FORMAT_VERSION` or `IO` when its record
+    /// cannot be read back: damage is never reported as the end of the log.
+    pub fn event(&self, seq: u64) -> Result<Option<EventRef<'_>>> {
         self.log.event(seq)
     }
 
@@ -435,13 +435,23 @@ impl<L: SessionLog> Session<L> {
     }
 
     /// The messages: the projections of the surface nodes, each tagged with its seq.
-    pub fn messages(&self) -> Vec<Message<'_>> {
-        surface::messages(&self.surface, &self.log)
+    ///
+    /// # Errors
+    /// `CORRUPT` (with the file and offset) when a node's record cannot be read back: a
+    /// message is never left out silently.
+    pub fn messages(&self) -> Result<Vec<Message<'_>>> {
+        surface::messages(&self.surface, &self.log).map_err(|e| e.in_session(self.header.id()))
     }
 
     /// The transcript: seqs of events appended with `surfaceOp: "append"`, in log order.
-    pub fn transcript(&self) -> Vec<u64> {
-        surface::transcript(&self.log, self.log.seq_next()).collect()
+    ///
+    /// # Errors
+    /// `CORRUPT` (with the file and offset) when an event cannot be read back: the
+    /// transcript never ends early.
+    pub fn transcript(&self) -> Result<Vec<u64>> {
+        surface::transcript(&self.log, self.log.seq_next())
+            .collect::<Result<_>>()
+            .map_err(|e| e.in_session(self.header.id()))
     }
 
     /// Every replace applied, in log order, with the seqs it shadowed (contract §4, "The
@@ -461,7 +471,8 @@ impl<L: SessionLog> Session<L> {
     /// (time travel). Cost: a fold of events `0..=seq`.
     ///
     /// # Errors
-    /// `INVALID_BOUNDARY` when `seq` is not in the log.
+    /// `INVALID_BOUNDARY` when `seq` is not in the log; `CORRUPT` when an event up to it
+    /// cannot be read back.
     pub fn as_of(&self, seq: u64) -> Result<Snapshot<'_>> {
         if seq >= self.log.seq_next() {
             return Err(ErrorKind::InvalidBoundary {
@@ -474,8 +485,8 @@ impl<L: SessionLog> Session<L> {
             len: seq + 1,
         };
         let surface = Surface::fold(&prefix, &self.options.vocabulary)?;
-        let messages = surface::messages(&surface, &self.log);
-        let transcript = surface::transcript(&self.log, seq + 1).collect();
+        let messages = surface::messages(&surface, &self.log)?;
+        let transcript = surface::transcript(&self.log, seq + 1).collect::<Result<_>>()?;
         Ok(Snapshot {
             surface,
             messages,
@@ -542,7 +553,10 @@ impl<L: SessionLog> Session<L> {
     /// # Errors
     /// A refusal of a closer (the log's I/O, or a log that does not hold a valid surface).
     pub fn repair(&mut self) -> Result<u64> {
-        let closers = self.log.closers();
+        let closers = self
+            .log
+            .closers()
+            .map_err(|e| e.in_session(self.header.id()))?;
         for text in &closers {
             self.ingest(text, Lossless::Closer)?;
         }
@@ -571,14 +585,13 @@ impl<L: SessionLog> Session<L> {
     /// what `resume` does after reopening.
     ///
     /// # Errors
-    /// The log's refusal to append.
+    /// The log's refusal to append, or the error reading its last event.
     pub fn end_seed(&mut self) -> Result<()> {
-        let last_is_marker = self
-            .log
-            .seq_next()
-            .checked_sub(1)
-            .and_then(|seq| self.log.event(seq));
-        if last_is_marker.is_some_and(|e| e.event_type == END_SEED_TYPE) {
+        let last = match self.log.seq_next().checked_sub(1) {
+            Some(seq) => Some(self.log.event_at(seq)?),
+            None => None,
+        };
+        if last.is_some_and(|e| e.event_type == END_SEED_TYPE) {
             return Ok(());
         }
         self.append_dynamic(END_SEED_TYPE, "{}", None).map(|_| ())
@@ -630,19 +643,11 @@ impl EventSource for Prefix<'_> {
         self.len
     }
 
-    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+    fn event(&self, seq: u64) -> Result<Option<EventRef<'_>>> {
         if seq < self.len {
             self.log.event(seq)
         } else {
-            None
-        }
-    }
-
-    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
-        if seq < self.len {
-            self.log.unreadable(seq)
-        } else {
-            None
+            Ok(None)
         }
     }
 }

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 
+use crate::Result;
 use crate::event::EventSource;
 use crate::json::{Json, Kind, Value, push_js_string, write_js};
 
@@ -85,31 +86,42 @@ impl PendingCalls {
 /// Cost: one scan of the log; only the data of bracket and tool events is parsed.
 /// Call ids that are not non-empty strings are not tracked: a `tool/result` can only
 /// answer a non-empty string id (contract §3), so a closer for one would be refused.
-pub fn closers(source: &impl EventSource) -> Vec<String> {
+///
+/// # Errors
+/// The error reading an event (`CORRUPT` with the file and offset): closers are never
+/// made from a log read in part.
+pub fn closers(source: &impl EventSource) -> Result<Vec<String>> {
     let mut state = RepairState::default();
-    state.observe_from(source, 0);
+    state.observe_from(source, 0)?;
     state.closers(source)
 }
 
 impl RepairState {
     /// Observes the events of `source` from `from` to its end.
-    pub fn observe_from(&mut self, source: &impl EventSource, from: u64) {
+    ///
+    /// # Errors
+    /// The error reading an event; the events before it stay observed.
+    pub fn observe_from(&mut self, source: &impl EventSource, from: u64) -> Result<()> {
         for seq in from..source.seq_next() {
-            if let Some(event) = source.event(seq) {
-                self.observe(seq, event.event_type, event.data());
-            }
+            let event = source.event_at(seq).map_err(|e| e.at_seq(seq))?;
+            self.observe(seq, event.event_type, event.data());
         }
+        Ok(())
     }
 
     /// The closers for a log whose events this state has observed (all of them).
-    pub fn closers(&self, source: &impl EventSource) -> Vec<String> {
+    ///
+    /// # Errors
+    /// The error reading the last event, whose time the closers take.
+    pub fn closers(&self, source: &impl EventSource) -> Result<Vec<String>> {
         let seq_next = source.seq_next();
-        let Some(last) = seq_next.checked_sub(1).and_then(|seq| source.event(seq)) else {
-            return Vec::new();
+        let Some(last) = seq_next.checked_sub(1) else {
+            return Ok(Vec::new());
         };
         let Some(turn) = &self.open_turn else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
+        let last = source.event_at(last)?;
         let time = last.time;
         let mut seq = seq_next;
         let mut out = Vec::with_capacity(self.pending.by_id.len() + 2);
@@ -132,7 +144,7 @@ impl RepairState {
         text.push_str(if turn.is_some() { "," } else { "" });
         text.push_str("\"reason\":{\"kind\":\"interrupted\"}}}");
         out.push(text);
-        out
+        Ok(out)
     }
 
     /// The state as bytes, for a checkpoint (`format-spec/checkpoint.md` CKP-4).

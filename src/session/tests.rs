@@ -42,7 +42,7 @@ fn new_session(options: Options) -> Session {
 
 fn texts(session: &Session) -> Vec<String> {
     (0..session.seq_next())
-        .map(|s| session.event(s).unwrap().text.to_owned())
+        .map(|s| session.event(s).unwrap().unwrap().text.to_owned())
         .collect()
 }
 
@@ -99,9 +99,9 @@ fn append_writes_the_engine_key_order_and_stamps_the_clock() {
         r#"{{"type":"user/message","seq":1,"time":{NOW},"data":{},"sourceEventSeqs":[0],"surfaceOp":"append"}}"#,
         user_data("u")
     );
-    assert_eq!(event.text, expected);
-    assert_eq!(session.event(0).unwrap().data(), r#"{"turn":1}"#);
-    assert_eq!(session.messages()[0].json, user_data("u"));
+    assert_eq!(event.unwrap().text, expected);
+    assert_eq!(session.event(0).unwrap().unwrap().data(), r#"{"turn":1}"#);
+    assert_eq!(session.messages().unwrap()[0].json, user_data("u"));
     let replace = session
         .append_dynamic(
             "user/message",
@@ -112,6 +112,7 @@ fn append_writes_the_engine_key_order_and_stamps_the_clock() {
     assert!(
         session
             .event(replace)
+            .unwrap()
             .unwrap()
             .text
             .ends_with(r#""sourceEventSeqs":[1],"surfaceOp":{"op":"replace","start":1,"end":1}}"#)
@@ -225,7 +226,7 @@ fn message_shapes_are_checked_per_type() {
         .append::<kinds::AssistantMessage>(&empty, SurfaceIntent::append_citing(vec![]))
         .unwrap();
     assert_eq!(session.surface().nodes(), &[seq]);
-    assert!(session.messages().is_empty());
+    assert!(session.messages().unwrap().is_empty());
 }
 
 #[test]
@@ -238,7 +239,7 @@ fn seeds_get_the_end_seed_marker_unless_they_end_with_one() {
     assert_eq!(session.seq_next(), 2);
     assert_eq!(session.first_live_seq(), 1);
     assert_eq!(
-        session.event(1).unwrap().text,
+        session.event(1).unwrap().unwrap().text,
         format!(r#"{{"type":"session/end-seed","seq":1,"time":{NOW},"data":{{}}}}"#)
     );
     assert_eq!(
@@ -352,7 +353,7 @@ fn reopen_repairs_an_interrupted_turn_once_and_resume_adds_the_marker() {
         }
     );
     let types: Vec<&str> = (4..8)
-        .map(|s| repaired.event(s).unwrap().event_type)
+        .map(|s| repaired.event(s).unwrap().unwrap().event_type)
         .collect();
     assert_eq!(
         types,
@@ -362,16 +363,23 @@ fn reopen_repairs_an_interrupted_turn_once_and_resume_adds_the_marker() {
         repaired
             .event(4)
             .unwrap()
+            .unwrap()
             .text
             .contains(r#""id":"interrupted-tool-result-B-4""#)
     );
     assert_eq!(
-        repaired.event(5).unwrap().sources.map(|s| s.to_vec()),
+        repaired
+            .event(5)
+            .unwrap()
+            .unwrap()
+            .sources
+            .map(|s| s.to_vec()),
         Some(vec![3])
     );
     assert!(
         repaired
             .event(7)
+            .unwrap()
             .unwrap()
             .text
             .ends_with(r#""data":{"turn":1,"reason":{"kind":"interrupted"}}}"#)
@@ -381,7 +389,7 @@ fn reopen_repairs_an_interrupted_turn_once_and_resume_adds_the_marker() {
     let (_, report) = Session::reopen("s", &header, &refs, options()).unwrap();
     assert_eq!(report.closers, 0, "repair is persisted exactly once");
     let (resumed, _) = Session::resume("s", &header, &refs, options()).unwrap();
-    assert_eq!(resumed.event(8).unwrap().event_type, END_SEED_TYPE);
+    assert_eq!(resumed.event(8).unwrap().unwrap().event_type, END_SEED_TYPE);
     assert_eq!(resumed.first_live_seq(), 8);
 }
 
@@ -395,7 +403,7 @@ fn reopen_reads_negative_zero_as_zero() {
         options(),
     )
     .unwrap();
-    assert_eq!(session.event(0).unwrap().time, 0);
+    assert_eq!(session.event(0).unwrap().unwrap().time, 0);
     assert_eq!(session.header().created_at(), 0);
 }
 
@@ -547,7 +555,7 @@ fn fork_copies_the_prefix_and_checks_in_order() {
     assert_eq!(child.first_live_seq(), 8);
     assert_eq!(child.seq_next(), 9);
     assert_eq!(texts(child)[..8], before[..8]);
-    assert_eq!(child.messages()[0].seq, user);
+    assert_eq!(child.messages().unwrap()[0].seq, user);
     assert_eq!(
         texts(store.get("src").unwrap()),
         before,
@@ -607,12 +615,13 @@ fn compaction_replaces_a_balanced_range_and_cites_everything() {
         session
             .event(done.message)
             .unwrap()
+            .unwrap()
             .sources
             .map(|s| s.to_vec()),
         Some(vec![done.start, done.summary, user1, assistant1, result1])
     );
     assert_eq!(
-        session.event(done.message).unwrap().surface_op,
+        session.event(done.message).unwrap().unwrap().surface_op,
         Some(SurfaceOp::Replace {
             start: user1,
             end: result1
@@ -621,6 +630,7 @@ fn compaction_replaces_a_balanced_range_and_cites_everything() {
     assert!(
         session
             .event(done.summary)
+            .unwrap()
             .unwrap()
             .data()
             .ends_with(r#""shadowedSeqs":[1,3,5],"shadowedTokenCount":9}"#)
@@ -665,13 +675,13 @@ fn prune_rewrites_only_the_tool_output() {
     let seq = session
         .prune(&prune(result, r#"[{"type":"text","text":"(pruned)"}]"#))
         .unwrap();
-    let old = session.event(result).unwrap().data().replace(
+    let old = session.event(result).unwrap().unwrap().data().replace(
         r#"[{"type":"text","text":"out"}]"#,
         r#"[{"type":"text","text":"(pruned)"}]"#,
     );
-    assert_eq!(session.event(seq).unwrap().data(), old);
+    assert_eq!(session.event(seq).unwrap().unwrap().data(), old);
     assert_eq!(
-        session.event(seq - 1).unwrap().event_type,
+        session.event(seq - 1).unwrap().unwrap().event_type,
         "compaction/prune"
     );
     assert!(session.surface().nodes().contains(&seq));
@@ -724,7 +734,7 @@ fn whatever_append_accepted_reopens() {
     session
         .append::<kinds::AssistantMessage>(&assistant_data(1, 1, blocks), SurfaceIntent::append())
         .unwrap();
-    assert_eq!(session.event(0).unwrap().time, (1 << 53) - 1);
+    assert_eq!(session.event(0).unwrap().unwrap().time, (1 << 53) - 1);
     let stored = texts(&session);
     let refs: Vec<&str> = stored.iter().map(String::as_str).collect();
     let (reopened, report) = Session::reopen(
@@ -738,7 +748,7 @@ fn whatever_append_accepted_reopens() {
         report.closers, 2,
         "one tool/result for the non-empty id, then turn/end"
     );
-    assert!(reopened.event(2).unwrap().text.len() > 400);
+    assert!(reopened.event(2).unwrap().unwrap().text.len() > 400);
 }
 
 #[test]
@@ -873,7 +883,7 @@ fn repair_stays_linear_with_many_pending_calls() {
         )
         .unwrap();
     let started = std::time::Instant::now();
-    let closers = repair::closers(session.log());
+    let closers = repair::closers(session.log()).unwrap();
     assert_eq!(closers.len(), 80_001);
     assert!(closers[79_999].contains(r#""id":"interrupted-tool-result-c79999-80001""#));
     assert!(

@@ -214,8 +214,11 @@ impl Parts {
     }
 
     /// CKP-3: whether the checkpoint belongs to `log` (it reads one event, not the nodes).
+    /// An event that cannot be read back does not match: the fold that follows reads it
+    /// and reports the damage.
     fn matches(&self, log: &impl EventSource) -> bool {
-        self.seq_next <= log.seq_next() && last_text_crc(log, self.seq_next) == self.last_text_crc
+        self.seq_next <= log.seq_next()
+            && last_text_crc(log, self.seq_next).is_ok_and(|crc| crc == self.last_text_crc)
     }
 }
 
@@ -274,13 +277,21 @@ impl Unverified {
 
 impl Checkpoint {
     /// The checkpoint of `surface` and `repair` over `log`, recording no chain (CKP-8).
-    pub fn of(surface: &Surface, repair: &RepairState, log: &impl EventSource) -> Self {
-        Self {
+    ///
+    /// # Errors
+    /// The error reading the last covered event (`CORRUPT` with its file and offset): no
+    /// checkpoint is made over a log that cannot be read back.
+    pub fn of(
+        surface: &Surface,
+        repair: &RepairState,
+        log: &impl EventSource,
+    ) -> crate::Result<Self> {
+        Ok(Self {
             surface: surface.clone(),
             repair: repair.clone(),
-            last_text_crc: last_text_crc(log, surface.seq_next()),
+            last_text_crc: last_text_crc(log, surface.seq_next())?,
             chain: None,
-        }
+        })
     }
 
     /// The bytes of the checkpoint (CKP-1).
@@ -487,11 +498,14 @@ fn file_crc(fixed: &[u8], after: &[u8], nodes_crc: u32) -> u32 {
 }
 
 /// CRC-32C of the text of event `seq_next − 1`, or 0 for an empty prefix.
-fn last_text_crc(log: &impl EventSource, seq_next: u64) -> u32 {
-    seq_next
-        .checked_sub(1)
-        .and_then(|seq| log.event(seq))
-        .map_or(0, |e| crc32c::crc32c(e.text.as_bytes()))
+///
+/// # Errors
+/// The error reading that event.
+fn last_text_crc(log: &impl EventSource, seq_next: u64) -> crate::Result<u32> {
+    match seq_next.checked_sub(1) {
+        Some(seq) => Ok(crc32c::crc32c(log.event_at(seq)?.text.as_bytes())),
+        None => Ok(0),
+    }
 }
 
 #[cfg(test)]
@@ -529,7 +543,7 @@ mod tests {
         let (surface, log) = Surface::fold_json(&texts, &Vocabulary::dsh_v0()).unwrap();
         assert_eq!(surface.nodes(), [0, 5, 4, 7, 10]);
         assert_eq!(surface.replacement_keys(), [(5, 1)]);
-        let mut checkpoint = Checkpoint::of(&surface, &RepairState::default(), &log);
+        let mut checkpoint = Checkpoint::of(&surface, &RepairState::default(), &log).unwrap();
         checkpoint.chain = Some(RecordedChain {
             log_dir: DirIdentity {
                 dev: 7,
@@ -620,7 +634,8 @@ mod tests {
         let (checkpoint, log) = sample();
         let bytes = checkpoint.encode();
         assert_eq!(Checkpoint::decode(&bytes, &log), Ok(checkpoint));
-        let empty = Checkpoint::of(&Surface::new(), &RepairState::default(), &MemLog::new());
+        let empty =
+            Checkpoint::of(&Surface::new(), &RepairState::default(), &MemLog::new()).unwrap();
         assert_eq!(
             Checkpoint::decode(&empty.encode(), &MemLog::new()),
             Ok(empty)

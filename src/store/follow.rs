@@ -48,8 +48,22 @@ impl Store {
         Ok(Follower { reader })
     }
 
-    /// Opens session `id` read-only (no lock, nothing written): the crash-repair closers
-    /// are shown in memory only (contract §8).
+    /// Refuses with `LOCKED` while a writer holds session `id` (`log-format.md` LOG-1): what
+    /// a read-only path that must see a finished log (an export) checks first. It takes
+    /// the lock for a moment and releases it.
+    ///
+    /// # Errors
+    /// `LOCKED`, `SESSION_NOT_FOUND`, `IO`.
+    pub fn check_no_writer(&self, id: &str) -> Result<()> {
+        let dir = self.session_dir(id);
+        Self::read_header(id, &dir)?;
+        crate::log::LogWriter::check_lock(&dir.join("log"))
+    }
+
+    /// Opens session `id` read-only (no lock, nothing written, STORE-15): the events as
+    /// stored. A read-only path never repairs: the closers of an interrupted turn are
+    /// appended only by a writer holding the lock (`Store::open`); an explicit
+    /// [`Session::repair`] on this session appends them in memory only (contract §8).
     ///
     /// # Errors
     /// As [`Store::follow`].
@@ -63,7 +77,7 @@ impl Store {
             Ok(checkpoint) => (checkpoint.surface, checkpoint.repair),
             Err(_) => (Surface::new(), RepairState::default()),
         };
-        repair.observe_from(&reader, surface.seq_next());
+        repair.observe_from(&reader, surface.seq_next())?;
         let log = ReadOnlyLog {
             log: Overlay {
                 base: reader,
@@ -71,10 +85,7 @@ impl Store {
             },
             repair,
         };
-        let mut session =
-            Session::over_log_from(header, log, surface, stored, self.options.session.clone())?;
-        session.repair()?;
-        Ok(session)
+        Session::over_log_from(header, log, surface, stored, self.options.session.clone())
     }
 }
 
@@ -110,12 +121,8 @@ impl EventSource for ReadOnlyLog {
         self.log.seq_next()
     }
 
-    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+    fn event(&self, seq: u64) -> Result<Option<EventRef<'_>>> {
         self.log.event(seq)
-    }
-
-    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
-        self.log.unreadable(seq)
     }
 }
 
@@ -129,7 +136,7 @@ impl SessionLog for ReadOnlyLog {
         Ok(())
     }
 
-    fn closers(&self) -> Vec<String> {
+    fn closers(&self) -> Result<Vec<String>> {
         self.repair.closers(&self.log)
     }
 }

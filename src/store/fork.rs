@@ -44,7 +44,7 @@ impl Store {
         let reader = LogReader::open_with(&source_dir.join("log"), storage.clone())
             .map_err(|e| e.in_session(source))?;
         let len = fork_len(boundary, reader.seq_next())?;
-        if let Some(turn_start) = open_turn_at(&reader, len) {
+        if let Some(turn_start) = open_turn_at(&reader, len)? {
             return Err(ErrorKind::OpenTurn {
                 boundary: len - 1,
                 turn_start,
@@ -56,10 +56,10 @@ impl Store {
         // The end-seed marker (contract §5), unless the prefix already ends with one, as
         // `Session::end_seed` decides: written into the child's own last segment before
         // the child is published, so the child is never seen without it (STORE-13).
-        let ends_seeded = len
-            .checked_sub(1)
-            .and_then(|seq| reader.event(seq))
-            .is_some_and(|e| e.event_type == END_SEED_TYPE);
+        let ends_seeded = match len.checked_sub(1) {
+            Some(seq) => reader.event_at(seq)?.event_type == END_SEED_TYPE,
+            None => false,
+        };
         let marker = (!ends_seeded).then(|| end_seed_event(len, &*self.options.session.clock));
         let child_log = ChildLog {
             len,

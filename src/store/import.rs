@@ -105,7 +105,7 @@ impl Import<'_> {
             self.tmp.join(CHECKPOINT_FILE),
             // One checkpoint, at the end: an import cut short is discarded, not reopened.
             u64::MAX,
-        );
+        )?;
         Session::over_log_from(header, log, Surface::new(), 0, options.session.clone())
     }
 
@@ -149,8 +149,10 @@ impl Import<'_> {
         let events = session.seq_next();
         session.repair()?;
         let closers = (events..session.seq_next())
-            .filter_map(|seq| session.event(seq).map(|e| e.text.to_owned()))
-            .collect();
+            .map(|seq| {
+                crate::event::EventSource::event_at(session.log(), seq).map(|e| e.text.to_owned())
+            })
+            .collect::<Result<_>>()?;
         session.close()?;
         self.store.publish_dir(&self.id, &self.tmp)?;
         self.tmp = PathBuf::new();

@@ -220,7 +220,8 @@ impl Store {
             from,
             dir.join(checkpoint::CHECKPOINT_FILE),
             self.options.checkpoint_every,
-        );
+        )
+        .map_err(|e| e.in_session(id))?;
         let live = first_live_seq.unwrap_or(stored).min(stored);
         let mut session =
             Session::over_log_from(header, log, surface, live, self.options.session.clone())?;
@@ -411,8 +412,8 @@ impl Store {
         let chain = checkpoint::RecordedChain::of(&log);
         log.close()?;
         let mut repair = crate::session::repair::RepairState::default();
-        repair.observe_from(session.log(), 0);
-        let mut checkpoint = checkpoint::Checkpoint::of(session.surface(), &repair, session.log());
+        repair.observe_from(session.log(), 0)?;
+        let mut checkpoint = checkpoint::Checkpoint::of(session.surface(), &repair, session.log())?;
         checkpoint.chain = chain;
         let bytes = checkpoint.encode();
         write_file_atomically(&self.options, dir, checkpoint::CHECKPOINT_FILE, &bytes)

@@ -31,23 +31,26 @@ pub struct StoredLog {
 
 impl StoredLog {
     /// Wraps `log`, whose first `from` events `repair` has observed.
+    ///
+    /// # Errors
+    /// The error reading an event after `from` (`CORRUPT` with the file and offset).
     pub(crate) fn new(
         log: DiskLog,
         mut repair: RepairState,
         from: u64,
         checkpoint_path: PathBuf,
         every: u64,
-    ) -> Self {
-        repair.observe_from(&log, from);
+    ) -> Result<Self> {
+        repair.observe_from(&log, from)?;
         let observed = log.seq_next();
-        Self {
+        Ok(Self {
             log,
             repair,
             observed,
             checkpoint_path,
             every: every.max(1),
             since: 0,
-        }
+        })
     }
 
     /// Writes the checkpoint of `surface` now (CKP-5). A failure is ignored: the checkpoint
@@ -59,9 +62,15 @@ impl StoredLog {
         if surface.nodes_lost() {
             return;
         }
-        self.repair.observe_from(&self.log, self.observed);
+        // A log that cannot be read back gets no checkpoint: the next open reads it again
+        // and reports the damage.
+        if self.repair.observe_from(&self.log, self.observed).is_err() {
+            return;
+        }
         self.observed = self.log.seq_next();
-        let mut checkpoint = Checkpoint::of(surface, &self.repair, &self.log);
+        let Ok(mut checkpoint) = Checkpoint::of(surface, &self.repair, &self.log) else {
+            return;
+        };
         checkpoint.chain = RecordedChain::of(&self.log);
         let bytes = checkpoint.encode();
         let _ = write_atomically(&self.checkpoint_path, &bytes);
@@ -73,12 +82,8 @@ impl EventSource for StoredLog {
         self.log.seq_next()
     }
 
-    fn event(&self, seq: u64) -> Option<EventRef<'_>> {
+    fn event(&self, seq: u64) -> Result<Option<EventRef<'_>>> {
         self.log.event(seq)
-    }
-
-    fn unreadable(&self, seq: u64) -> Option<crate::Error> {
-        self.log.unreadable(seq)
     }
 }
 
@@ -89,11 +94,7 @@ impl SessionLog for StoredLog {
         // A turn/end resets the repair scan (contract §8): what came before it is never
         // read again. Done once appended, so a refused append changes nothing.
         for seq in (from..from + count).rev() {
-            if self
-                .log
-                .event(seq)
-                .is_some_and(|e| e.event_type == "turn/end")
-            {
+            if self.log.event_at(seq)?.event_type == "turn/end" {
                 self.repair = RepairState::default();
                 self.observed = seq + 1;
                 break;
@@ -116,9 +117,9 @@ impl SessionLog for StoredLog {
         Ok(())
     }
 
-    fn closers(&self) -> Vec<String> {
+    fn closers(&self) -> Result<Vec<String>> {
         let mut state = self.repair.clone();
-        state.observe_from(&self.log, self.observed);
+        state.observe_from(&self.log, self.observed)?;
         state.closers(&self.log)
     }
 

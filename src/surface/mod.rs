@@ -269,9 +269,14 @@ impl Surface {
     /// Folds the events of `source` past [`Surface::seq_next`]: the incremental fold.
     ///
     /// # Errors
-    /// The first refused event's code; the events before it stay applied.
+    /// The first refused event's code, or the error reading it (`CORRUPT` with the file
+    /// and offset); the events before it stay applied.
     pub fn catch_up(&mut self, source: &impl EventSource, vocabulary: &Vocabulary) -> Result<()> {
-        while let Some(event) = source.event(self.seq_next) {
+        loop {
+            let seq = self.seq_next;
+            let Some(event) = source.event(seq).map_err(|e| e.at_seq(seq))? else {
+                return Ok(());
+            };
             // Only a replace can need the data (the tool-output rewrite rule); not touching
             // it otherwise keeps the fold off the event text.
             let replace = matches!(event.surface_op, Some(SurfaceOp::Replace { .. }));
@@ -287,7 +292,6 @@ impl Surface {
             let step = self.check(&candidate, vocabulary, source)?;
             self.apply(step);
         }
-        Ok(())
     }
 
     /// Checks one candidate event against contract §4, steps 1–5, in order, without
@@ -771,7 +775,7 @@ fn check_tool_rewrite(
         }
         .into());
     };
-    let old = source.event(target).filter(|e| e.event_type == event_type);
+    let old = source.event(target)?.filter(|e| e.event_type == event_type);
     let old = old.ok_or(ErrorKind::ToolRewriteTarget { target })?;
     let changed = || ErrorKind::ToolRewriteChanged { target };
     let (Ok(new_json), Ok(old_json)) = (Json::parse(data), Json::parse(old.data())) else {

@@ -3,6 +3,7 @@
 //! Both borrow from the event source: a message is a slice of stored JSON text.
 
 use super::Surface;
+use crate::Result;
 use crate::event::{EventSource, SurfaceOp};
 
 /// One derived message: the JSON text of the message object, tagged with its seq.
@@ -16,18 +17,18 @@ pub struct Message<'a> {
 
 /// The messages of the surface, in surface order, skipping nodes that produce none.
 /// Cost: one event lookup per node; no JSON is parsed or copied.
-pub fn messages<'a>(surface: &Surface, source: &'a impl EventSource) -> Vec<Message<'a>> {
+///
+/// # Errors
+/// `CORRUPT` (with the file and offset) when a node's event cannot be read back, or is
+/// missing from `source`: a message is never silently left out.
+pub fn messages<'a>(surface: &Surface, source: &'a impl EventSource) -> Result<Vec<Message<'a>>> {
     let mut out = Vec::with_capacity(surface.nodes().len());
     for &seq in surface.nodes() {
-        let Some(event) = source.event(seq) else {
-            debug_assert!(false, "surface node {seq} is missing from the event source");
-            continue;
-        };
-        if let Some(json) = event.message() {
+        if let Some(json) = source.event_at(seq)?.message() {
             out.push(Message { seq, json });
         }
     }
-    out
+    Ok(out)
 }
 
 /// The transcript: seqs of the events whose `surfaceOp` is `"append"`, in log order.
@@ -48,16 +49,22 @@ pub fn transcript<S: EventSource>(source: &S, end: u64) -> Transcript<'_, S> {
     }
 }
 
+/// Yields each transcript seq, or the error reading an event (`CORRUPT` with the file
+/// and offset), after which it ends: a damaged event never ends the transcript silently.
 impl<S: EventSource> Iterator for Transcript<'_, S> {
-    type Item = u64;
+    type Item = Result<u64>;
 
-    fn next(&mut self) -> Option<u64> {
+    fn next(&mut self) -> Option<Result<u64>> {
         while self.next < self.end {
             let seq = self.next;
             self.next += 1;
-            let event = self.source.event(seq)?;
-            if event.surface_op == Some(SurfaceOp::Append) {
-                return Some(seq);
+            match self.source.event_at(seq) {
+                Ok(event) if event.surface_op == Some(SurfaceOp::Append) => return Some(Ok(seq)),
+                Ok(_) => {}
+                Err(error) => {
+                    self.next = self.end;
+                    return Some(Err(error));
+                }
             }
         }
         None

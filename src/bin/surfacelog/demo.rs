@@ -117,7 +117,7 @@ pub fn run(store_dir: &std::path::Path, out: &mut impl Write) -> Result<(), Erro
         "\n== 6. What the person saw: the transcript (events appended with surfaceOp \"append\") =="
     )
     .map_err(io_error)?;
-    writeln!(out, "{:?}", session.transcript()).map_err(io_error)?;
+    writeln!(out, "{:?}", session.transcript()?).map_err(io_error)?;
 
     writeln!(
         out,
@@ -339,8 +339,8 @@ fn print_events<L: SessionLog>(
     out: &mut impl Write,
 ) -> Result<(), Error> {
     for seq in from..session.seq_next() {
-        let Some(event) = session.event(seq) else {
-            continue;
+        let Some(event) = session.event(seq)? else {
+            break;
         };
         let op = match event.surface_op {
             None => String::from("-"),
@@ -360,7 +360,7 @@ fn print_events<L: SessionLog>(
 
 fn print_surface<L: SessionLog>(session: &Session<L>, out: &mut impl Write) -> Result<(), Error> {
     writeln!(out, "surface {:?}", session.surface().nodes()).map_err(io_error)?;
-    print_messages(&session.messages(), out)
+    print_messages(&session.messages()?, out)
 }
 
 /// One line per message: its seq and the text of its first content block.

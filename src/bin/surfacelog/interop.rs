@@ -97,9 +97,22 @@ pub fn import(
     Ok(())
 }
 
-/// `surfacelog export`: writes session `id` to `out`, published atomically.
-pub fn export(store: &Path, id: &str, format: Format, pack: bool, out: &Path) -> Result<()> {
+/// `surfacelog export`: writes session `id` to `out`, published atomically: exactly the
+/// stored events (no closers are invented for an interrupted turn: the reference's
+/// loader repairs on load). A session whose writer is live is refused with `LOCKED`
+/// unless `committed_prefix`.
+pub fn export(
+    store: &Path,
+    id: &str,
+    format: Format,
+    pack: bool,
+    out: &Path,
+    committed_prefix: bool,
+) -> Result<()> {
     let store = Store::at(store, StoreOptions::default())?;
+    if !committed_prefix {
+        store.check_no_writer(id)?;
+    }
     let session = store.inspect(id)?;
     let events = session.log().seq_next();
     let summary = match format {
@@ -130,7 +143,7 @@ pub fn show(store: &Path, id: &str, json: bool) -> Result<()> {
         let _ = writeln!(stdout, "header   {header}");
         let _ = writeln!(stdout, "events   {}", session.log().seq_next());
         let _ = writeln!(stdout, "surface  {:?}", session.surface().nodes());
-        for message in session.messages() {
+        for message in session.messages()? {
             let text: String = message.json.chars().take(100).collect();
             let _ = writeln!(stdout, "  {:>6}  {text}", message.seq);
         }
@@ -143,7 +156,7 @@ pub fn show(store: &Path, id: &str, json: bool) -> Result<()> {
     out.push_str(",\"surface\":");
     push_seqs(&mut out, session.surface().nodes());
     out.push_str(",\"messages\":[");
-    for (i, message) in session.messages().iter().enumerate() {
+    for (i, message) in session.messages()?.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }

@@ -77,6 +77,11 @@ enum Command {
         /// The file to write.
         #[arg(long)]
         out: std::path::PathBuf,
+        /// Export a session whose writer is live: the events it has committed when the
+        /// export reads the log, exactly as stored. Without it a live session is refused
+        /// with `LOCKED`.
+        #[arg(long)]
+        committed_prefix: bool,
         /// The store directory.
         #[arg(long, default_value = "./surfacelog-data")]
         store: std::path::PathBuf,
@@ -134,8 +139,9 @@ fn main() -> ExitCode {
             format,
             no_pack,
             out,
+            committed_prefix,
             store,
-        } => interop::export(&store, &id, format, !no_pack, &out),
+        } => interop::export(&store, &id, format, !no_pack, &out, committed_prefix),
         Command::Show { id, json, store } => interop::show(&store, &id, json),
         Command::Wait {
             id,

@@ -1,0 +1,364 @@
+//! Issue 11: no read skips, shortens or invents data. Each test damages a stored session
+//! the way the issue found it and checks that every read path (the library, and the
+//! command line where it applies) reports the damage as an error naming the file and the
+//! offset, instead of returning fewer messages, an empty list or a shorter log.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use surfacelog::clock::ManualClock;
+use surfacelog::event::EventSource;
+use surfacelog::log::{Durability, LogOptions, LogReader};
+use surfacelog::session::{NoSurface, Options, Prune, Session, SessionLog, SurfaceIntent, kinds};
+use surfacelog::store::{Store, StoreOptions};
+
+fn store_options() -> StoreOptions {
+    StoreOptions {
+        session: Options {
+            clock: Arc::new(ManualClock::new(1_000)),
+            ..Options::default()
+        },
+        log: LogOptions {
+            durability: Durability::Sync,
+            segment_bytes: 64 << 10,
+            ..LogOptions::default()
+        },
+        checkpoint_every: 100,
+    }
+}
+
+fn user(text: &str) -> String {
+    format!(
+        r#"{{"id":"{text}","role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"{text}"}}]}}"#
+    )
+}
+
+fn assistant(turn: u64, blocks: &str) -> String {
+    format!(
+        r#"{{"turn":{turn},"step":1,"message":{{"id":"a{turn}","role":"assistant","source":{{"kind":"model","provider":"p","model":"m"}},"content":[{blocks}]}}}}"#
+    )
+}
+
+fn tool_result(turn: u64, call: &str) -> String {
+    format!(
+        r#"{{"turn":{turn},"step":1,"message":{{"id":"r{turn}","role":"user","source":{{"kind":"tool","callId":"{call}"}},"content":[{{"type":"tool-result","toolCallId":"{call}","content":[{{"type":"text","text":"output of {call}"}}]}}]}}}}"#
+    )
+}
+
+/// One closed turn: a user message naming `text`, a tool call and its result. Returns the
+/// seq of the tool result.
+fn turn<L: SessionLog>(session: &mut Session<L>, turn: u64, text: &str) -> u64 {
+    session
+        .append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
+        .unwrap();
+    session
+        .append::<kinds::UserMessage>(&user(text), SurfaceIntent::append())
+        .unwrap();
+    session
+        .append::<kinds::StepStart>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
+        .unwrap();
+    let call = format!(r#"{{"type":"tool-call","id":"c{turn}"}}"#);
+    session
+        .append::<kinds::AssistantMessage>(&assistant(turn, &call), SurfaceIntent::append())
+        .unwrap();
+    let result = session
+        .append::<kinds::ToolResult>(
+            &tool_result(turn, &format!("c{turn}")),
+            SurfaceIntent::append(),
+        )
+        .unwrap();
+    session
+        .append::<kinds::StepEnd>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
+        .unwrap();
+    session
+        .append::<kinds::TurnEnd>(
+            &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
+            NoSurface,
+        )
+        .unwrap();
+    result
+}
+
+/// A closed session `s` of three turns, the second naming "Add a test for json.rs", with
+/// a prune (a replace) of the first turn's tool result. Returns the store's directory.
+fn closed_session() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::at(dir.path(), store_options()).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    let first_result = turn(&mut session, 1, "first question");
+    turn(&mut session, 2, "Add a test for json.rs");
+    turn(&mut session, 3, "third question");
+    session
+        .prune(&Prune {
+            seq: first_result,
+            content: r#"[{"type":"text","text":"pruned output"}]"#,
+            shadowed_token_count: 3,
+        })
+        .unwrap();
+    turn(&mut session, 4, "fourth question");
+    session.close().unwrap();
+    (dir, store)
+}
+
+fn segment_of(store: &Path) -> PathBuf {
+    store.join("sessions/s/log/00000000000000000000.seg")
+}
+
+/// Flips one byte inside the first occurrence of `needle` in `file`; returns its offset.
+fn flip_inside(file: &Path, needle: &[u8]) -> usize {
+    let mut bytes = std::fs::read(file).unwrap();
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("the text is stored")
+        + needle.len() / 2;
+    bytes[at] ^= 0x20;
+    std::fs::write(file, &bytes).unwrap();
+    at
+}
+
+fn surfacelog(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_surfacelog"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+/// The command failed with `error[CORRUPT]` naming `file` and an offset.
+fn assert_cli_corrupt(output: &Output, file: &Path) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "stderr: {stderr}");
+    assert!(stderr.contains("error[CORRUPT]"), "{stderr}");
+    assert!(stderr.contains(file.to_str().unwrap()), "{stderr}");
+    assert!(stderr.contains("offset="), "{stderr}");
+}
+
+fn assert_corrupt(error: &surfacelog::Error, file: &Path) {
+    assert_eq!(error.code(), "CORRUPT", "{error}");
+    let text = error.to_string();
+    assert!(text.contains(file.to_str().unwrap()), "{text}");
+    assert!(text.contains("offset="), "{text}");
+}
+
+#[test]
+fn issue_11_a_damaged_surface_message_is_an_error_never_a_shorter_list() {
+    let (dir, store) = closed_session();
+    let (session, _) = store.open("s").unwrap();
+    let before: Vec<(u64, String)> = session
+        .messages()
+        .unwrap()
+        .iter()
+        .map(|m| (m.seq, m.json.to_owned()))
+        .collect();
+    let transcript = session.transcript().unwrap();
+    drop(session);
+    let segment = segment_of(dir.path());
+    flip_inside(&segment, b"Add a test for json.rs");
+
+    // A writer's open (the index and the checkpoint vouch for the record, so it is read
+    // lazily), and a read-only inspection: every view over the record is an error.
+    let (mut session, _) = store.open("s").unwrap();
+    assert_corrupt(&session.messages().unwrap_err(), &segment);
+    assert_corrupt(&session.transcript().unwrap_err(), &segment);
+    let last = session.seq_next() - 1;
+    assert_corrupt(&session.as_of(last).unwrap_err(), &segment);
+    // A prune of a node whose record is damaged is refused, never a panic.
+    let damaged = before
+        .iter()
+        .find(|(_, json)| json.contains("Add a test for json.rs"))
+        .unwrap()
+        .0;
+    let error = session
+        .prune(&Prune {
+            seq: damaged,
+            content: "[]",
+            shadowed_token_count: 1,
+        })
+        .unwrap_err();
+    assert_corrupt(&error, &segment);
+    assert_corrupt(&session.event(damaged).unwrap_err(), &segment);
+    assert!(
+        session.event(session.seq_next()).unwrap().is_none(),
+        "past the end is None"
+    );
+    drop(session);
+    let inspected = store.inspect("s").unwrap();
+    assert_corrupt(&inspected.messages().unwrap_err(), &segment);
+    assert!(transcript.contains(&damaged));
+    assert_corrupt(&inspected.transcript().unwrap_err(), &segment);
+    drop(inspected);
+
+    let out = dir.path().join("out.jsonl");
+    for args in [
+        vec!["show", "s", "--json"],
+        vec!["show", "s"],
+        vec![
+            "export",
+            "s",
+            "--format",
+            "dsh-jsonl",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ] {
+        let mut args = args;
+        args.extend(["--store", dir.path().to_str().unwrap()]);
+        assert_cli_corrupt(&surfacelog(&args), &segment);
+    }
+    assert!(!out.exists(), "a refused export writes nothing");
+}
+
+#[test]
+fn issue_11_a_damaged_replace_is_an_error_never_an_empty_history() {
+    let (dir, store) = closed_session();
+    let segment = segment_of(dir.path());
+    flip_inside(&segment, b"pruned output");
+    let inspected = store.inspect("s").unwrap();
+    assert_corrupt(&inspected.replacements().unwrap_err(), &segment);
+    drop(inspected);
+    let output = surfacelog(&[
+        "show",
+        "s",
+        "--json",
+        "--store",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_cli_corrupt(&output, &segment);
+}
+
+/// Damage in the middle of the last segment, past any index (the index is removed, as a
+/// crash before close leaves it): a reader does not take it for the end of the log.
+#[test]
+fn issue_11_mid_log_damage_is_corrupt_for_every_reader_not_the_end() {
+    let (dir, store) = closed_session();
+    let log = dir.path().join("sessions/s/log");
+    std::fs::remove_file(log.join("00000000000000000000.idx")).unwrap();
+    std::fs::remove_file(dir.path().join("sessions/s/checkpoint")).unwrap();
+    let segment = segment_of(dir.path());
+    let pristine = std::fs::read(&segment).unwrap();
+    flip_inside(&segment, b"Add a test for json.rs");
+
+    assert_corrupt(&LogReader::open(&log).unwrap_err(), &segment);
+    assert_corrupt(&store.inspect("s").unwrap_err(), &segment);
+    assert_corrupt(&store.follow("s").unwrap_err(), &segment);
+    assert_corrupt(&store.open("s").unwrap_err(), &segment);
+    let out = dir.path().join("out.jsonl");
+    let store_arg = dir.path().to_str().unwrap();
+    for args in [
+        vec!["show", "s", "--json", "--store", store_arg],
+        vec![
+            "export",
+            "s",
+            "--format",
+            "dsh-jsonl",
+            "--out",
+            out.to_str().unwrap(),
+            "--store",
+            store_arg,
+        ],
+        vec!["wait", "s", "0", "--store", store_arg],
+    ] {
+        assert_cli_corrupt(&surfacelog(&args), &segment);
+    }
+    assert!(!out.exists(), "a refused export writes nothing");
+    let mut now = std::fs::read(&segment).unwrap();
+    let at = flip_inside_bytes(&mut now, b"Add a test for json.rs");
+    now[at] ^= 0x20;
+    assert_eq!(now, pristine, "no read path changed the segment");
+}
+
+fn flip_inside_bytes(bytes: &mut [u8], needle: &[u8]) -> usize {
+    let mut flipped = needle.to_vec();
+    flipped[needle.len() / 2] ^= 0x20;
+    bytes
+        .windows(needle.len())
+        .position(|w| w == flipped.as_slice())
+        .expect("the flipped text is there")
+        + needle.len() / 2
+}
+
+/// Read-only paths never repair: an interrupted turn is exported exactly as stored, and
+/// a session whose writer is live is refused unless its committed prefix is asked for.
+#[test]
+fn issue_11_export_writes_exactly_the_stored_events_and_refuses_a_live_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::at(dir.path(), store_options()).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    turn(&mut session, 1, "closed turn");
+    session
+        .append::<kinds::TurnStart>(r#"{"turn":2}"#, NoSurface)
+        .unwrap();
+    session
+        .append::<kinds::UserMessage>(&user("interrupted"), SurfaceIntent::append())
+        .unwrap();
+    let stored = session.seq_next();
+    session.flush().unwrap();
+    let store_arg = dir.path().to_str().unwrap();
+    let out = dir.path().join("live.jsonl");
+    let export = |out: &Path, extra: &[&str]| {
+        let mut args = vec!["export", "s", "--format", "dsh-jsonl", "--no-pack"];
+        args.extend(["--out", out.to_str().unwrap(), "--store", store_arg]);
+        args.extend(extra);
+        surfacelog(&args)
+    };
+    // The writer is live (this process holds the lock).
+    let refused = export(&out, &[]);
+    assert_eq!(refused.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("error[LOCKED]"));
+    assert!(!out.exists());
+    let prefix = export(&out, &["--committed-prefix"]);
+    assert!(
+        prefix.status.success(),
+        "{}",
+        String::from_utf8_lossy(&prefix.stderr)
+    );
+    let lines = std::fs::read_to_string(&out).unwrap().lines().count() as u64;
+    assert_eq!(
+        lines,
+        1 + stored,
+        "the header, then exactly the stored events"
+    );
+    // Dropped without close: the turn stays open on disk. Export still invents nothing.
+    drop(session);
+    let closed = dir.path().join("closed.jsonl");
+    let output = export(&closed, &[]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(&closed).unwrap();
+    assert_eq!(text.lines().count() as u64, 1 + stored);
+    assert!(
+        !text.contains(r#""reason":{"kind":"interrupted"}"#),
+        "no closer is invented: {text}"
+    );
+    let inspected = store.inspect("s").unwrap();
+    assert_eq!(inspected.seq_next(), stored, "inspect invents nothing");
+    drop(inspected);
+    // Only a writer holding the lock repairs.
+    let (_, opened) = store.open("s").unwrap();
+    assert_eq!(opened.closers, 1);
+}
+
+/// Past the end and damaged are different outcomes for every source.
+#[test]
+fn issue_11_past_the_end_is_none_and_damage_is_an_error() {
+    let (dir, store) = closed_session();
+    let segment = segment_of(dir.path());
+    flip_inside(&segment, b"third question");
+    let follower = store.follow("s").unwrap();
+    let reader = follower.log();
+    let seq_next = reader.seq_next();
+    assert!(reader.event(seq_next).unwrap().is_none());
+    let read: Vec<_> = reader.iter_from(0).collect();
+    assert_eq!(
+        read.len() as u64,
+        seq_next,
+        "an iteration does not stop at damage"
+    );
+    let errors: Vec<_> = read.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(errors.len(), 1);
+    assert_corrupt(errors[0], &segment);
+}
