@@ -1265,18 +1265,27 @@ fn read_checkpoint(found: &mut Found, path: &Path) -> Result<Option<checkpoint::
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(Error::io("read", path, &error)),
     };
-    if bytes.get(..8) == Some(&CHECKPOINT_MAGIC[..])
-        && u32_at(&bytes, 8).is_some_and(|v| v != CHECKPOINT_VERSION)
-    {
-        found.warning(
-            path,
-            Some(8),
-            "CKP-1",
-            format!(
-                "a checkpoint of version {}: open ignores it, folds the log and writes version {CHECKPOINT_VERSION}",
-                u32_at(&bytes, 8).unwrap_or_default()
-            ),
-        );
+    let version = u32_at(&bytes, 8).unwrap_or_default();
+    if bytes.get(..8) == Some(&CHECKPOINT_MAGIC[..]) && version != CHECKPOINT_VERSION {
+        // CKP-1: an older version that checks out by its own rules is ignored by open
+        // (and replaced); anything else is a damaged version field or a newer file.
+        if older_checkpoint_checks_out(&bytes, version) {
+            found.warning(
+                path,
+                Some(8),
+                "CKP-1",
+                format!(
+                    "a checkpoint of version {version}: open ignores it, folds the log and writes version {CHECKPOINT_VERSION}"
+                ),
+            );
+        } else {
+            found.error(
+                path,
+                Some(8),
+                "CKP-1",
+                format!("version {version}, and not a valid checkpoint of that version"),
+            );
+        }
         return Ok(None);
     }
     match checkpoint::fields(&bytes) {
@@ -1285,6 +1294,41 @@ fn read_checkpoint(found: &mut Found, path: &Path) -> Result<Option<checkpoint::
             found.error(path, None, rule, message);
             Ok(None)
         }
+    }
+}
+
+/// Whether `bytes` is a checkpoint of an older `version` whose checksums match (CKP-1's
+/// version history): version 1 has one CRC over every byte before it; version 2 has
+/// `nodes_crc` and a `crc` over the rest, as version 3 without the chain section.
+fn older_checkpoint_checks_out(bytes: &[u8], version: u32) -> bool {
+    let Some((rest, crc)) = bytes.split_last_chunk::<4>() else {
+        return false;
+    };
+    let crc = u32::from_le_bytes(*crc);
+    match version {
+        1 => crc32c::crc32c(rest) == crc,
+        2 => {
+            let nodes_end = u64_at(bytes, 32)
+                .and_then(|n| usize::try_from(n).ok())
+                .and_then(|n| n.checked_mul(8))
+                .and_then(|n| n.checked_add(48));
+            let Some((before, nodes_crc)) = rest.split_last_chunk::<4>() else {
+                return false;
+            };
+            let (Some(fixed), Some(nodes), Some(after)) = (
+                bytes.get(..48),
+                nodes_end.and_then(|end| before.get(48..end)),
+                nodes_end.and_then(|end| before.get(end..)),
+            ) else {
+                return false;
+            };
+            let expected = crc32c::crc32c_append(
+                crc32c::crc32c_append(crc32c::crc32c(fixed), after),
+                nodes_crc,
+            );
+            crc32c::crc32c(nodes) == u32::from_le_bytes(*nodes_crc) && expected == crc
+        }
+        _ => false,
     }
 }
 
