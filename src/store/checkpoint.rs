@@ -416,6 +416,55 @@ impl Checkpoint {
     }
 }
 
+/// A checkpoint's fields as its file holds them, checked as far as CKP-1, the `nodes_crc`
+/// of CKP-2, CKP-4 and CKP-8 go without the log: what a full check (`store.md` STORE-16)
+/// compares with a fold of the log.
+#[derive(Debug)]
+pub(crate) struct Fields {
+    pub last_text_crc: u32,
+    pub seq_next: u64,
+    pub generation: u64,
+    pub nodes: Vec<u64>,
+    pub keys: Vec<(u64, u64)>,
+    pub repair: RepairState,
+    pub chain: Option<RecordedChain>,
+}
+
+/// The fields of the checkpoint `bytes` of this version ([`Fields`]), or the rule they
+/// break and why.
+pub(crate) fn fields(bytes: &[u8]) -> Result<Fields, (&'static str, &'static str)> {
+    let fixed = bytes
+        .get(..NODES_AT)
+        .ok_or(("CKP-1", "shorter than its fixed fields"))?;
+    let (_, nodes_end) =
+        Parts::nodes_end(fixed).ok_or(("CKP-1", "wrong magic, version or node count"))?;
+    let (Some(node_bytes), Some(tail)) = (bytes.get(NODES_AT..nodes_end), bytes.get(nodes_end..))
+    else {
+        return Err(("CKP-1", "node_count runs past the end of the file"));
+    };
+    let parts = Parts::parse(fixed, tail).map_err(|_| {
+        (
+            "CKP-1",
+            "checksum mismatch, or malformed keys, repair state or chain (CKP-2, CKP-4, CKP-8)",
+        )
+    })?;
+    if crc32c::crc32c(node_bytes) != parts.nodes_crc {
+        return Err(("CKP-2", "the nodes do not match nodes_crc"));
+    }
+    Ok(Fields {
+        last_text_crc: parts.last_text_crc,
+        seq_next: parts.seq_next,
+        generation: parts.generation,
+        nodes: node_bytes
+            .chunks_exact(8)
+            .map(|c| u64_at(c, 0).unwrap_or_default())
+            .collect(),
+        keys: parts.keys,
+        repair: parts.repair,
+        chain: parts.chain,
+    })
+}
+
 /// Appends the chain section (CKP-8): `chain_len`, the log directory's identity, then a
 /// `first_seq` and a flags byte per segment (bit 0: limited). No chain is a `chain_len`
 /// of 0 and a zero identity.

@@ -11,11 +11,13 @@ mod follow;
 mod fork;
 mod import;
 mod stored_log;
+mod verify;
 
 pub use escape::escape_id;
 pub use follow::{Follower, ReadOnlyLog};
 pub use import::{Import, Imported};
 pub use stored_log::StoredLog;
+pub use verify::{Problem, SessionReport, Severity, VerifyReport, verify};
 
 use std::path::{Path, PathBuf};
 
