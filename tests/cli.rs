@@ -12,8 +12,8 @@ fn surfacelog(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn demo_shows_every_stage_and_exits_zero() {
-    let store = std::env::temp_dir().join(format!("surfacelog-cli-demo-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&store);
+    let scratch = tempfile::tempdir().unwrap();
+    let store = scratch.path().join("store");
     let output = surfacelog(&["demo", "--store", store.to_str().unwrap()]);
     assert!(
         output.status.success(),

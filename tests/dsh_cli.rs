@@ -7,6 +7,12 @@ use std::process::{Command, Output};
 
 use surfacelog::json::{Json, Kind, equal};
 
+mod common;
+
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("dshcli", name)
+}
+
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_surfacelog"))
 }
@@ -19,14 +25,6 @@ fn data(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
         .join(path)
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("surfacelog-dshcli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    dir
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -3,27 +3,24 @@
 //! dropped as a torn tail exactly as the format says), atomic and safe export targets.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use surfacelog::adapters::jsonl::{self, Compression, Scan};
 use surfacelog::store::{Imported, Store, StoreOptions};
 
 const FIXTURE: &str = "acp-agent--parallel-tool-calls--session.jsonl";
 
+mod common;
+
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("interop", name)
+}
+
 fn fixture(name: &str) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/dsh-sessions")
         .join(name);
     std::fs::read(path).unwrap()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("surfacelog-interop-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    dir
 }
 
 fn import_bytes(

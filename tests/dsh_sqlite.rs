@@ -19,15 +19,10 @@ use surfacelog::json::{Json, equal};
 use surfacelog::session::{Options, Prune, Session};
 use surfacelog::{Error, ErrorKind};
 
-/// A fresh private directory (mode 0700) for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "surfacelog-dsh-sqlite-{}-{name}",
-        std::process::id()
-    ));
-    let _ = fs::remove_dir_all(&dir);
-    fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
-    dir
+mod common;
+
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("dsh-sqlite", name)
 }
 
 fn options() -> Options {

@@ -161,6 +161,18 @@ impl LogReader {
             let path = dir.join(super::segment::segment_name(0));
             return Err(corrupt(&path, 0, "the log has no first segment"));
         }
+        if let Some(unborn) = &chain.unborn {
+            // RCV-7: a last segment whose header is not written yet is being created and
+            // holds nothing; one that holds a valid record has a damaged header, and its
+            // records are the log's: never read as if it were not there (RD-6).
+            let file = storage
+                .open_file(&unborn.path, false)
+                .map_err(|e| Error::io("open", &unborn.path, &e))?;
+            let regions = super::writer::data_regions(&file, 0, unborn.map.len());
+            if valid_record_after(&unborn.map, 0, &regions) {
+                return Err(corrupt(&unborn.path, 0, unborn.reason));
+            }
+        }
         // The last segment: take the prefix its index vouches for (IDX-5), then scan on
         // from there in `refresh`.
         let layout = chain.segments.last().map(|last| {
