@@ -246,3 +246,20 @@ fn seg_9_unknown_incompat_features_refuse_and_unknown_compat_features_are_ignore
     assert_eq!(writer.seq_next(), 3);
     writer.close().unwrap();
 }
+
+/// REC-9, RCV-8: a record whose checksum matches but whose implied field disagrees with
+/// its flags (a replace range on a record without the replace flag) is `CORRUPT` at a
+/// writer's open, never decoded, never a torn tail.
+#[test]
+fn rec_9_a_non_canonical_record_is_corrupt_at_open() {
+    let log = TempLog::with_vector("noncanonical", |b| {
+        let (frame, body) = (SEGMENT_HEADER_LEN, SEGMENT_HEADER_LEN + 8);
+        b[body + 48] = 5; // replace_start of the turn/start, which has no surfaceOp
+        let len = u32_at(b, frame).unwrap() as usize;
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&b[frame..frame + 4]), &b[body..body + len]);
+        b[frame + 4..frame + 8].copy_from_slice(&crc.to_le_bytes());
+    });
+    let error = writer_error(&log);
+    assert_eq!(error.code(), "CORRUPT", "{error}");
+    assert!(error.to_string().contains("RCV-8"), "{error}");
+}
