@@ -2,8 +2,11 @@
 //! is a segment of three records. The encoder must reproduce it byte for byte, and the
 //! decoder must read back every field listed in `segment-v1.txt`.
 
-use surfacelog::event::{Event, EventFields, SurfaceOp};
-use surfacelog::log::segment::{SEGMENT_HEADER_LEN, SegmentHeader};
+use std::path::{Path, PathBuf};
+
+use surfacelog::event::{Event, EventFields, EventSource, SurfaceOp};
+use surfacelog::log::segment::{SEGMENT_HEADER_LEN, SegmentHeader, segment_name};
+use surfacelog::log::{DiskLog, LogOptions, LogReader};
 use surfacelog::record::{decode, encode_event, frame_len, u32_at};
 
 const VECTOR: &str = concat!(
@@ -138,4 +141,125 @@ fn the_decoder_reads_every_listed_field() {
         vector[offset..].iter().all(|b| *b == 0),
         "zeros to the end (SEG-5)"
     );
+}
+
+/// A log directory in the temp directory, removed when dropped (even when a test fails).
+struct TempLog(PathBuf);
+
+impl TempLog {
+    /// A log directory holding the vector, changed by `change`, as its one segment.
+    fn with_vector(name: &str, change: impl FnOnce(&mut [u8])) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "surfacelog-test-{}-log-format-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut bytes = std::fs::read(VECTOR).unwrap();
+        change(&mut bytes);
+        std::fs::write(dir.join(segment_name(0)), bytes).unwrap();
+        std::fs::write(dir.join("LOCK"), b"").unwrap();
+        Self(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempLog {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Rewrites the header's CRC (SEG-1) over its changed bytes.
+fn reseal_header(bytes: &mut [u8]) {
+    let crc = crc32c::crc32c(&bytes[..60]);
+    bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The error of a reader's and of a writer's open of `log`: both must refuse alike.
+fn open_errors(log: &TempLog) -> [surfacelog::Error; 2] {
+    let reader = LogReader::open(log.path()).expect_err("a reader refuses the log");
+    [reader, writer_error(log)]
+}
+
+/// The error of a writer's open of `log`.
+fn writer_error(log: &TempLog) -> surfacelog::Error {
+    let Err(error) = DiskLog::open(log.path(), LogOptions::default()) else {
+        panic!("a writer refuses the log");
+    };
+    error
+}
+
+/// VER-2: a segment of a later version is refused as such (`FORMAT_VERSION`), not as
+/// damage, although its checksum is not version 1's: the version is read first.
+#[test]
+fn ver_2_a_later_segment_version_is_refused_before_its_checksum() {
+    let log = TempLog::with_vector("v2", |b| {
+        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        // A later version may checksum other bytes: version 1's CRC does not match.
+        b[60] ^= 0xFF;
+    });
+    for error in open_errors(&log) {
+        assert_eq!(error.code(), "FORMAT_VERSION", "{error}");
+        assert!(error.to_string().contains("found=2"), "{error}");
+    }
+}
+
+/// VER-2: a version-1 header whose checksum fails is damage (`CORRUPT` at a writer's
+/// open, RCV-7: segment 0 is never torn away), and a version of 0 (never written) is an
+/// invalid header, not a version.
+#[test]
+fn ver_2_a_version_1_header_with_a_bad_checksum_is_corrupt() {
+    for (name, at, value) in [("crc", 60, 0xFF), ("v0", 8, 0x01)] {
+        let log = TempLog::with_vector(name, |b| b[at] ^= value);
+        let error = writer_error(&log);
+        assert_eq!(error.code(), "CORRUPT", "{name}: {error}");
+    }
+}
+
+/// SEG-9, VER-3: an incompatible feature bit this build does not know refuses the log
+/// (`FORMAT_VERSION`, naming the bits); a compatible one is ignored.
+#[test]
+fn seg_9_unknown_incompat_features_refuse_and_unknown_compat_features_are_ignored() {
+    let log = TempLog::with_vector("incompat", |b| {
+        b[58] = 0x04;
+        reseal_header(b);
+    });
+    for error in open_errors(&log) {
+        assert_eq!(error.code(), "FORMAT_VERSION", "{error}");
+        assert!(
+            error.to_string().contains("incompat features 0x0004"),
+            "{error}"
+        );
+    }
+    let log = TempLog::with_vector("compat", |b| {
+        b[56] = 0x01;
+        b[57] = 0x80;
+        reseal_header(b);
+    });
+    let reader = LogReader::open(log.path()).unwrap();
+    assert_eq!(reader.seq_next(), 3);
+    let (writer, _) = DiskLog::open(log.path(), LogOptions::default()).unwrap();
+    assert_eq!(writer.seq_next(), 3);
+    writer.close().unwrap();
+}
+
+/// REC-9, RCV-8: a record whose checksum matches but whose implied field disagrees with
+/// its flags (a replace range on a record without the replace flag) is `CORRUPT` at a
+/// writer's open, never decoded, never a torn tail.
+#[test]
+fn rec_9_a_non_canonical_record_is_corrupt_at_open() {
+    let log = TempLog::with_vector("noncanonical", |b| {
+        let (frame, body) = (SEGMENT_HEADER_LEN, SEGMENT_HEADER_LEN + 8);
+        b[body + 48] = 5; // replace_start of the turn/start, which has no surfaceOp
+        let len = u32_at(b, frame).unwrap() as usize;
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&b[frame..frame + 4]), &b[body..body + len]);
+        b[frame + 4..frame + 8].copy_from_slice(&crc.to_le_bytes());
+    });
+    let error = writer_error(&log);
+    assert_eq!(error.code(), "CORRUPT", "{error}");
+    assert!(error.to_string().contains("RCV-8"), "{error}");
 }

@@ -6,7 +6,10 @@
 
 use std::path::Path;
 
-use super::segment::{LogId, SEGMENT_HEADER_LEN, SegmentHeader};
+use super::segment::{
+    LogId, SEGMENT_HEADER_LEN, SegmentHeader, Unsupported, check_features, check_version,
+    unsupported_error,
+};
 use crate::record::{decode as decode_record, u32_at, u64_at};
 
 /// `"surflim\0"` (LIM-2).
@@ -15,6 +18,8 @@ pub const LIMIT_MAGIC: [u8; 8] = *b"surflim\0";
 pub const LIMIT_VERSION: u32 = 1;
 /// The length of a limit file (LIM-2).
 pub const LIMIT_LEN: usize = 64;
+/// The incompatible feature bits this build knows in a limit file (LIM-7): none.
+pub const LIMIT_INCOMPAT_KNOWN: u16 = 0;
 
 /// Where a limited segment ends for this log (LIM-1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,29 +54,36 @@ impl Limit {
     }
 
     /// Reads a limit file's bytes and checks them against the segment they limit (LIM-3):
-    /// a limit is authoritative, so one that does not check out is refused, never
-    /// ignored. Returns the reason for `CORRUPT` otherwise.
+    /// its magic and version first (VER-2), then its length and checksum, its features
+    /// (LIM-7) and fields. A limit is authoritative, so one that does not check out is
+    /// refused, never ignored.
     ///
     /// # Errors
-    /// Why the limit is refused.
+    /// Why the limit is refused: [`LimitError::Version`] for a file of a version or with
+    /// incompatible features this build does not read, [`LimitError::Invalid`] otherwise.
     pub fn decode(
         bytes: &[u8],
         header: &SegmentHeader,
         segment: &[u8],
-    ) -> Result<Self, &'static str> {
-        let invalid = "an invalid segment limit (LIM-3)";
-        if bytes.len() != LIMIT_LEN || bytes.get(..8) != Some(&LIMIT_MAGIC[..]) {
+    ) -> Result<Self, LimitError> {
+        let invalid = LimitError::Invalid("an invalid segment limit (LIM-3)");
+        // VER-2: magic and version before the length and the checksum, which a later
+        // version may change.
+        let version = check_version(bytes, LIMIT_MAGIC, LIMIT_VERSION)
+            .map_err(|found| found.map_or(invalid, LimitError::Version))?;
+        if bytes.len() != LIMIT_LEN {
             return Err(invalid);
         }
         let crc = u32_at(bytes, 60).ok_or(invalid)?;
         if crc32c::crc32c(bytes.get(..60).unwrap_or_default()) != crc {
             return Err(invalid);
         }
-        if u32_at(bytes, 8) != Some(LIMIT_VERSION)
-            || u32_at(bytes, 12) != Some(0)
-            || u32_at(bytes, 56) != Some(0)
-        {
-            return Err("a segment limit of another version (LIM-2)");
+        // LIM-7: the features under the checksum; the other reserved field is zero.
+        check_features(bytes, 12, version, LIMIT_INCOMPAT_KNOWN).map_err(LimitError::Version)?;
+        if u32_at(bytes, 56) != Some(0) {
+            return Err(LimitError::Invalid(
+                "a segment limit with a non-zero reserved field (LIM-2)",
+            ));
         }
         let mut log_id = [0; 16];
         log_id.copy_from_slice(bytes.get(16..32).unwrap_or(&[0; 16]));
@@ -83,7 +95,9 @@ impl Limit {
             end: u32_at(bytes, 52).ok_or(invalid)?,
         };
         if limit.log_id != header.log_id || limit.first_seq != header.first_seq {
-            return Err("a segment limit of another segment (LIM-3)");
+            return Err(LimitError::Invalid(
+                "a segment limit of another segment (LIM-3)",
+            ));
         }
         if limit.seq_next <= limit.first_seq
             || (limit.last_offset as usize) < SEGMENT_HEADER_LEN
@@ -101,22 +115,164 @@ impl Limit {
             {
                 Ok(limit)
             }
-            _ => Err("a segment limit whose last record does not check out (LIM-3)"),
+            _ => Err(LimitError::Invalid(
+                "a segment limit whose last record does not check out (LIM-3)",
+            )),
         }
     }
 
     /// Reads and checks the limit file at `path` (LIM-3).
     ///
     /// # Errors
-    /// `CORRUPT` for a limit that does not check out, `IO`.
+    /// `CORRUPT` for a limit that does not check out, `FORMAT_VERSION` for one of a
+    /// version or with incompatible features this build does not read (VER-2, LIM-7),
+    /// `IO`.
     pub fn load(path: &Path, header: &SegmentHeader, segment: &[u8]) -> crate::Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| crate::Error::io("read", path, &e))?;
-        Self::decode(&bytes, header, segment)
-            .map_err(|reason| super::reader::corrupt(path, 0, reason))
+        Self::decode(&bytes, header, segment).map_err(|error| match error {
+            LimitError::Invalid(reason) => super::reader::corrupt(path, 0, reason),
+            LimitError::Version(found) => unsupported_error(found, LIMIT_VERSION),
+        })
     }
+}
+
+/// Why a limit file is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitError {
+    /// It does not check out (LIM-3): `CORRUPT`.
+    Invalid(&'static str),
+    /// A version, or incompatible features, this build does not read (VER-2, LIM-7):
+    /// `FORMAT_VERSION`.
+    Version(Unsupported),
 }
 
 /// The file name of the limit of the segment starting at `first_seq` (LOG-1, LIM-1).
 pub fn limit_name(first_seq: u64) -> String {
     super::segment::seq_file_name(first_seq, ".lim")
+}
+
+#[cfg(test)]
+mod tests {
+    #![expect(
+        clippy::indexing_slicing,
+        reason = "tests index their own fixed buffers"
+    )]
+    use super::*;
+    use crate::event::{Event, EventFields};
+
+    /// A segment of one record, and the limit that ends it after that record.
+    fn limited() -> (SegmentHeader, Vec<u8>, Limit) {
+        let header = SegmentHeader {
+            log_id: *b"limited-log-id-1",
+            index: 0,
+            first_seq: 0,
+            capacity: 4096,
+        };
+        let text = r#"{"type":"t","seq":0,"time":0,"data":1}"#;
+        let fields = EventFields {
+            event_type: "t".into(),
+            seq: 0,
+            time: 0,
+            surface_op: None,
+            sources: None,
+            ignorable: false,
+        };
+        let event = Event::new(
+            text.to_owned(),
+            text.len() - 2..text.len() - 1,
+            None,
+            fields,
+        );
+        let mut segment = header.encode().to_vec();
+        crate::record::encode_event(&event, &mut segment);
+        let limit = Limit {
+            log_id: header.log_id,
+            first_seq: 0,
+            seq_next: 1,
+            last_offset: 64,
+            end: u32::try_from(segment.len()).unwrap(),
+        };
+        segment.resize(4096, 0);
+        (header, segment, limit)
+    }
+
+    fn reseal(bytes: &mut [u8; LIMIT_LEN]) {
+        let crc = crc32c::crc32c(&bytes[..60]);
+        bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    #[test]
+    fn lim_3_a_limit_round_trips() {
+        let (header, segment, limit) = limited();
+        assert_eq!(Limit::decode(&limit.encode(), &header, &segment), Ok(limit));
+    }
+
+    /// VER-2: a later version is refused as a version (`FORMAT_VERSION`), not as damage,
+    /// whatever its length and checksum: they are read after the version.
+    #[test]
+    fn ver_2_a_later_limit_version_is_refused_before_its_length_and_checksum() {
+        let (header, segment, limit) = limited();
+        let mut bytes = limit.encode().to_vec();
+        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        bytes.extend_from_slice(&[0; 16]);
+        let found = Unsupported {
+            version: 2,
+            unknown_incompat: 0,
+        };
+        assert_eq!(
+            Limit::decode(&bytes, &header, &segment),
+            Err(LimitError::Version(found))
+        );
+        let error = unsupported_error(found, LIMIT_VERSION);
+        assert_eq!(error.code(), "FORMAT_VERSION");
+        // A version-1 limit whose checksum fails, or of version 0, is damage.
+        let mut damaged = limit.encode();
+        damaged[60] ^= 1;
+        assert!(matches!(
+            Limit::decode(&damaged, &header, &segment),
+            Err(LimitError::Invalid(_))
+        ));
+        let mut zero = limit.encode();
+        zero[8..12].fill(0);
+        reseal(&mut zero);
+        assert!(matches!(
+            Limit::decode(&zero, &header, &segment),
+            Err(LimitError::Invalid(_))
+        ));
+    }
+
+    /// LIM-7, VER-3: an unknown incompatible feature bit refuses the limit, naming the
+    /// bit; an unknown compatible one is ignored; the other reserved field stays zero.
+    #[test]
+    fn lim_7_unknown_incompat_features_refuse_and_unknown_compat_features_are_ignored() {
+        let (header, segment, limit) = limited();
+        let mut incompat = limit.encode();
+        incompat[15] = 0x80;
+        reseal(&mut incompat);
+        let refused = Limit::decode(&incompat, &header, &segment);
+        assert_eq!(
+            refused,
+            Err(LimitError::Version(Unsupported {
+                version: 1,
+                unknown_incompat: 0x8000,
+            }))
+        );
+        let Err(LimitError::Version(found)) = refused else {
+            unreachable!()
+        };
+        let message = unsupported_error(found, LIMIT_VERSION).to_string();
+        assert!(message.contains("incompat features 0x8000"), "{message}");
+        let mut compat = limit.encode();
+        compat[12] = 0x01;
+        compat[13] = 0x40;
+        reseal(&mut compat);
+        assert_eq!(Limit::decode(&compat, &header, &segment), Ok(limit));
+        let mut reserved = limit.encode();
+        reserved[56] = 1;
+        reseal(&mut reserved);
+        assert!(matches!(
+            Limit::decode(&reserved, &header, &segment),
+            Err(LimitError::Invalid(_))
+        ));
+    }
 }

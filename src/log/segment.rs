@@ -26,13 +26,82 @@ pub struct SegmentHeader {
     pub capacity: u64,
 }
 
+/// Bytes every version of a file kind keeps in place (VER-2): its magic (0..8) and its
+/// version (8..12). A reader checks them first, before any checksum, so that a later
+/// version may change everything after them, the checksum's coverage included.
+pub const FROZEN_PREFIX_LEN: usize = 12;
+
+/// The incompatible feature bits this build knows in a segment header (SEG-9): none. A
+/// header with any other bit set is refused.
+pub const SEGMENT_INCOMPAT_KNOWN: u16 = 0;
+/// The compatible feature bits this build knows in a segment header (SEG-9): none; the
+/// others are ignored.
+pub const SEGMENT_COMPAT_KNOWN: u16 = 0;
+
 /// Why a header is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeaderError {
-    /// Fewer than 64 bytes, a wrong magic or checksum (SEG-2).
+    /// Fewer than 64 bytes, a wrong magic or checksum (SEG-2), or a version of 0, which no
+    /// header ever has (a header not yet written, VER-2).
     Invalid(&'static str),
-    /// A format version other than [`FORMAT_VERSION`] (VER-1).
-    Version(u32),
+    /// A format version other than [`FORMAT_VERSION`] (VER-1), or incompatible features
+    /// this build does not know (SEG-9).
+    Version(Unsupported),
+}
+
+/// A file this build does not read (VER-1, VER-3): `FORMAT_VERSION`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unsupported {
+    /// The version the file names.
+    pub version: u32,
+    /// The incompatible feature bits it sets that this build does not know (0 when the
+    /// version alone is refused).
+    pub unknown_incompat: u16,
+}
+
+/// VER-2: the version of a file of the kind whose magic is `magic`, read before anything
+/// else of it: `Ok(version)` for `supported`, `Err(Some(..))` for a version this build
+/// does not read, `Err(None)` for bytes that are not such a file (too short, another
+/// magic, or version 0, which is never written: the header is not written yet).
+pub(crate) fn check_version(
+    bytes: &[u8],
+    magic: [u8; 8],
+    supported: u32,
+) -> Result<u32, Option<Unsupported>> {
+    if bytes.get(..8) != Some(&magic[..]) {
+        return Err(None);
+    }
+    match u32_at(bytes, 8) {
+        None | Some(0) => Err(None),
+        Some(version) if version == supported => Ok(version),
+        Some(version) => Err(Some(Unsupported {
+            version,
+            unknown_incompat: 0,
+        })),
+    }
+}
+
+/// VER-3: a file's feature words (`compat` then `incompat`, u16 each, at `at`), checked
+/// against what this build knows: an unknown incompatible bit refuses the file; unknown
+/// compatible bits are ignored.
+pub(crate) fn check_features(
+    bytes: &[u8],
+    at: usize,
+    version: u32,
+    incompat_known: u16,
+) -> Result<(), Unsupported> {
+    let word = u32_at(bytes, at).unwrap_or(0);
+    // The high half: `incompat` (the low half, `compat`, is ignored whatever it holds).
+    let incompat = u16::try_from(word >> 16).unwrap_or(u16::MAX);
+    let unknown_incompat = incompat & !incompat_known;
+    if unknown_incompat == 0 {
+        Ok(())
+    } else {
+        Err(Unsupported {
+            version,
+            unknown_incompat,
+        })
+    }
 }
 
 /// Fills a 64-byte block: each field at its offset, then the CRC-32C of bytes 0..60 in
@@ -67,29 +136,33 @@ impl SegmentHeader {
         bytes
     }
 
-    /// Reads a header from the start of a segment file (SEG-2).
+    /// Reads a header from the start of a segment file (SEG-2): its magic and version
+    /// first (VER-2), then its checksum, then its features (SEG-9) and fields.
     ///
     /// # Errors
     /// [`HeaderError`].
     pub fn decode(bytes: &[u8]) -> Result<Self, HeaderError> {
+        // VER-2: magic and version before anything else, the checksum included.
+        let version = match check_version(bytes, SEGMENT_MAGIC, FORMAT_VERSION) {
+            Ok(version) => version,
+            Err(Some(unsupported)) => return Err(HeaderError::Version(unsupported)),
+            Err(None) if bytes.get(..8) == Some(&SEGMENT_MAGIC[..]) => {
+                return Err(HeaderError::Invalid("version 0: header not written"));
+            }
+            Err(None) => return Err(HeaderError::Invalid("wrong magic")),
+        };
         let header = bytes
             .get(..SEGMENT_HEADER_LEN)
             .ok_or(HeaderError::Invalid("shorter than 64 bytes"))?;
-        if header.get(..8) != Some(&SEGMENT_MAGIC[..]) {
-            return Err(HeaderError::Invalid("wrong magic"));
-        }
         let crc = u32_at(header, 60).unwrap_or(0);
         if crc32c::crc32c(header.get(..60).unwrap_or_default()) != crc {
             return Err(HeaderError::Invalid("header checksum mismatch"));
         }
-        let version = u32_at(header, 8).unwrap_or(0);
-        if version != FORMAT_VERSION {
-            return Err(HeaderError::Version(version));
-        }
-        if u32_at(header, 12).map(|n| n as usize) != Some(SEGMENT_HEADER_LEN)
-            || u32_at(header, 56) != Some(0)
-        {
-            return Err(HeaderError::Invalid("header length or reserved field"));
+        // SEG-9: under the checksum, so that damage is `CORRUPT`, not a feature.
+        check_features(header, 56, version, SEGMENT_INCOMPAT_KNOWN)
+            .map_err(HeaderError::Version)?;
+        if u32_at(header, 12).map(|n| n as usize) != Some(SEGMENT_HEADER_LEN) {
+            return Err(HeaderError::Invalid("header length"));
         }
         let mut log_id = [0; 16];
         log_id.copy_from_slice(header.get(16..32).unwrap_or(&[0; 16]));
@@ -102,11 +175,27 @@ impl SegmentHeader {
     }
 }
 
-/// `FORMAT_VERSION` for a log of another version (VER-1).
-pub fn version_error(found: u32) -> crate::Error {
+/// `FORMAT_VERSION` for a log of another version (VER-1), or one setting incompatible
+/// features this build does not know (SEG-9, VER-3), naming them.
+pub fn version_error(found: Unsupported) -> crate::Error {
+    unsupported_error(found, FORMAT_VERSION)
+}
+
+/// `FORMAT_VERSION` for a file of a kind whose supported version is `supported`: the
+/// version found, and the unknown incompatible feature bits when those are why (VER-3).
+pub(crate) fn unsupported_error(found: Unsupported, supported: u32) -> crate::Error {
+    let Unsupported {
+        version,
+        unknown_incompat,
+    } = found;
+    let found = if unknown_incompat == 0 {
+        version.to_string()
+    } else {
+        format!("{version} with unknown incompat features {unknown_incompat:#06x}")
+    };
     crate::ErrorKind::FormatVersion {
-        found: found.to_string(),
-        newer: found > FORMAT_VERSION,
+        found,
+        newer: version >= supported,
     }
     .into()
 }

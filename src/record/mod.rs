@@ -3,11 +3,18 @@
 //!
 //! Decoding treats its input as untrusted: every length and span read from the bytes is
 //! checked before use, and a failure is a [`RecordError`], never a panic.
+//!
+//! The codec is canonical (REC-9): `decode(encode(e))` is `e`, and any bytes `decode`
+//! accepts are exactly what `encode` writes for the event it returns, so a record has one
+//! encoding and a reserved or implied field holding another value is refused. The tests and
+//! the fuzz target (`fuzz/fuzz_targets/record.rs`) check both directions.
 #![deny(clippy::indexing_slicing)]
 
 use std::ops::Range;
 
+use crate::event::envelope::EVENT_TYPE_BYTES_MAX;
 use crate::event::{Event, EventRef, Seqs, SurfaceOp};
+use crate::limits::SAFE_INTEGER_MAX;
 
 /// Bytes of the frame header: `len` and `crc` (REC-1, REC-2).
 pub const FRAME_HEADER_LEN: usize = 8;
@@ -141,6 +148,9 @@ pub fn encode_event(event: &Event, out: &mut Vec<u8>) {
 /// Decodes the record at the start of `bytes` (which may continue past it). Returns the
 /// event and the record's frame length (the offset of the next record).
 ///
+/// Accepted bytes are canonical (REC-9): [`encode`] of the event gives back exactly the
+/// frame's bytes, padding included.
+///
 /// # Errors
 /// [`RecordError`] naming the first rule the bytes break.
 pub fn decode(bytes: &[u8]) -> Result<(EventRef<'_>, usize), RecordError> {
@@ -171,33 +181,57 @@ pub fn decode(bytes: &[u8]) -> Result<(EventRef<'_>, usize), RecordError> {
         .get(FRAME_HEADER_LEN + body_len..)
         .is_some_and(|pad| pad.iter().any(|b| *b != 0))
     {
-        return Err(RecordError::Body("padding is not zero"));
+        return Err(RecordError::Body("padding is not zero (REC-2)"));
     }
     let event = decode_body(body)?;
     Ok((event, framed.len()))
 }
 
-/// REC-5 and REC-6 over a body whose checksum matched.
+/// REC-5, REC-6 and REC-9 over a body whose checksum matched: every field is in range,
+/// and every reserved or implied field holds the one value the encoder writes, so that
+/// re-encoding what is accepted gives back exactly the same bytes.
 fn decode_body(body: &[u8]) -> Result<EventRef<'_>, RecordError> {
-    let field = |at: usize| {
-        u32_at(body, at)
-            .map(|v| v as usize)
-            .ok_or(RecordError::Body("short body"))
-    };
-    let seq = u64_at(body, 0).ok_or(RecordError::Body("short body"))?;
-    let time = i64::from_le_bytes(array_at(body, 8).ok_or(RecordError::Body("short body"))?);
-    let flags = u16::from_le_bytes(array_at(body, 16).ok_or(RecordError::Body("short body"))?);
-    let type_len = usize::from(u16::from_le_bytes(
-        array_at(body, 18).ok_or(RecordError::Body("short body"))?,
-    ));
+    let short = RecordError::Body("short body");
+    let field = |at: usize| u32_at(body, at).map(|v| v as usize).ok_or(short);
+    let seq = u64_at(body, 0).ok_or(short)?;
+    let time = i64::from_le_bytes(array_at(body, 8).ok_or(short)?);
+    let flags = u16::from_le_bytes(array_at(body, 16).ok_or(short)?);
+    let type_len = usize::from(u16::from_le_bytes(array_at(body, 18).ok_or(short)?));
     let (source_count, text_len) = (field(20)?, field(24)?);
     let data = field(28)?..field(32)?;
     let message = field(36)?..field(40)?;
-    if flags & !FLAGS_KNOWN != 0 || field(44)? != 0 {
-        return Err(RecordError::Body("unknown flags or reserved bits set"));
+    let replace = (
+        u64_at(body, 48).ok_or(short)?,
+        u64_at(body, 56).ok_or(short)?,
+    );
+    // REC-9: the checks below refuse every value the encoder never writes.
+    if time.unsigned_abs() > SAFE_INTEGER_MAX.unsigned_abs() {
+        return Err(RecordError::Body("time is not a safe integer (REC-9)"));
+    }
+    if flags & !FLAGS_KNOWN != 0 {
+        return Err(RecordError::Body("unknown flag bits (REC-6)"));
+    }
+    if field(44)? != 0 {
+        return Err(RecordError::Body("reserved field is not zero (REC-6)"));
     }
     if flags & FLAG_REPLACE != 0 && flags & FLAG_SURFACE_OP == 0 {
-        return Err(RecordError::Body("replace flag without surfaceOp"));
+        return Err(RecordError::Body("replace flag without surfaceOp (REC-6)"));
+    }
+    if flags & FLAG_REPLACE == 0 && replace != (0, 0) {
+        return Err(RecordError::Body(
+            "replace range without the replace flag (REC-9)",
+        ));
+    }
+    if flags & FLAG_SOURCES == 0 && source_count != 0 {
+        return Err(RecordError::Body("sources without their flag (REC-9)"));
+    }
+    if flags & FLAG_MESSAGE == 0 && message != (0..0) {
+        return Err(RecordError::Body(
+            "message span without the message flag (REC-9)",
+        ));
+    }
+    if type_len == 0 || type_len > EVENT_TYPE_BYTES_MAX {
+        return Err(RecordError::Body("type length outside 1..=256 (REC-9)"));
     }
     let sources_len = source_count
         .checked_mul(8)
@@ -220,15 +254,10 @@ fn decode_body(body: &[u8]) -> Result<EventRef<'_>, RecordError> {
         .get(sources_end..type_end)
         .ok_or(RecordError::Body("type"))?;
     let text_bytes = body.get(type_end..).ok_or(RecordError::Body("text"))?;
-    let event_type =
-        std::str::from_utf8(type_bytes).map_err(|_| RecordError::Body("type is not UTF-8"))?;
-    let text =
-        std::str::from_utf8(text_bytes).map_err(|_| RecordError::Body("text is not UTF-8"))?;
-    if type_len == 0 || source_count != 0 && flags & FLAG_SOURCES == 0 {
-        return Err(RecordError::Body(
-            "empty type, or sources without their flag",
-        ));
-    }
+    let event_type = std::str::from_utf8(type_bytes)
+        .map_err(|_| RecordError::Body("type is not UTF-8 (REC-6)"))?;
+    let text = std::str::from_utf8(text_bytes)
+        .map_err(|_| RecordError::Body("text is not UTF-8 (REC-6)"))?;
     check_span(&data, text.len(), text)?;
     let message = if flags & FLAG_MESSAGE == 0 {
         None
@@ -242,11 +271,10 @@ fn decode_body(body: &[u8]) -> Result<EventRef<'_>, RecordError> {
     let surface_op = match (flags & FLAG_SURFACE_OP != 0, flags & FLAG_REPLACE != 0) {
         (false, _) => None,
         (true, false) => Some(SurfaceOp::Append),
-        (true, true) => {
-            let start = u64_at(body, 48).ok_or(RecordError::Body("short body"))?;
-            let end = u64_at(body, 56).ok_or(RecordError::Body("short body"))?;
-            Some(SurfaceOp::Replace { start, end })
-        }
+        (true, true) => Some(SurfaceOp::Replace {
+            start: replace.0,
+            end: replace.1,
+        }),
     };
     let sources = (flags & FLAG_SOURCES != 0).then(|| Seqs::from_le_bytes(sources));
     let ignorable = flags & FLAG_IGNORABLE != 0;

@@ -151,9 +151,11 @@ struct Parts {
 
 impl Parts {
     /// The node count of the fixed fields (bytes 0..48), and where the nodes end; `None`
-    /// when the magic or the version is not this format's (CKP-1). The count is read
-    /// before the CRC vouches for it, only to find the bytes after the nodes; every use is
-    /// checked arithmetic.
+    /// when the magic or the version is not this format's (CKP-1). The magic and the
+    /// version are read first, before any other field or CRC (log-format.md VER-2), so
+    /// that another version is ignored whatever its layout. The count is read before the
+    /// CRC vouches for it, only to find the bytes after the nodes; every use is checked
+    /// arithmetic.
     fn nodes_end(fixed: &[u8]) -> Option<(usize, usize)> {
         if fixed.get(..8) != Some(&CHECKPOINT_MAGIC[..])
             || u32_at(fixed, 8) != Some(CHECKPOINT_VERSION)
@@ -756,5 +758,63 @@ mod tests {
         let crc = crc32c::crc32c(&old);
         old.extend_from_slice(&crc.to_le_bytes());
         assert_eq!(Checkpoint::decode(&old, &log), Err(Unusable::Corrupt));
+    }
+
+    /// CKP-1, log-format.md VER-2: a later version is ignored on its magic and version
+    /// alone: neither its node count nor its CRCs are read, whatever they hold.
+    #[test]
+    fn a_later_version_is_ignored_before_its_fields_and_crcs() {
+        let (checkpoint, log) = sample();
+        let mut later = checkpoint.encode();
+        later[8..12].copy_from_slice(&4_u32.to_le_bytes());
+        // A node count no file holds, and CRCs that are not version 3's.
+        later[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
+        let last = later.len() - 1;
+        later[last] ^= 0xFF;
+        assert_eq!(Checkpoint::decode(&later, &log), Err(Unusable::Corrupt));
+        assert_eq!(Parts::nodes_end(&later[..NODES_AT]), None);
+        let dir = std::env::temp_dir().join(format!(
+            "surfacelog-checkpoint-later-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(CHECKPOINT_FILE), &later).unwrap();
+        let read = Checkpoint::read(&dir).map(|_| ());
+        let covered = covered_len(&dir.join(CHECKPOINT_FILE));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(read, Err(Unusable::Corrupt));
+        assert_eq!(covered, None);
+    }
+
+    /// CKP-4, byte by byte: an open turn with a value, an open step without one, and one
+    /// pending call with a step and no `tool/call` yet.
+    #[test]
+    fn the_repair_state_is_encoded_as_ckp_4_says() {
+        let mut state = RepairState::default();
+        state.observe(0, "turn/start", r#"{"turn":1}"#);
+        state.observe(1, "step/start", "{}");
+        state.observe(
+            2,
+            "assistant/message",
+            r#"{"step":"s","message":{"content":[{"type":"tool-call","id":"c1"}]}}"#,
+        );
+        let mut bytes = Vec::new();
+        state.encode(&mut bytes);
+        let expected: &[&[u8]] = &[
+            &[1, 1, 1, 0, 0, 0, b'1'],             // open_turn: present, the string "1"
+            &[1, 0],                               // open_step: present, no value
+            &[1, 0, 0, 0],                         // pending_count
+            &[2, 0, 0, 0, b'c', b'1'],             // call_id
+            &[1, 1, 3, 0, 0, 0, b'"', b's', b'"'], // step: always present, the string "\"s\""
+            &[0],                                  // call_seq: none
+        ];
+        assert_eq!(bytes, expected.concat());
+        assert_eq!(RepairState::decode(&bytes), Some(state));
+        // A step tag of 00 (absent) is not an encoding of a pending call.
+        // (The step starts at byte 19; with `00` there the call seq follows at once.)
+        let absent_step = [&bytes[..19], &[0, 0]].concat();
+        assert_eq!(RepairState::decode(&absent_step), None);
+        let present_step = [&bytes[..19], &[1, 0, 0]].concat();
+        assert!(RepairState::decode(&present_step).is_some());
     }
 }

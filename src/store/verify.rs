@@ -757,8 +757,9 @@ fn check_segment_header(
             found.error(path, Some(0), "SEG-2", reason);
             return Ok(None);
         }
-        Err(HeaderError::Version(version)) => {
-            found.error(path, Some(8), "VER-1", format!("format_version {version}"));
+        Err(HeaderError::Version(unsupported)) => {
+            let error = crate::log::segment::version_error(unsupported);
+            found.error(path, Some(8), "VER-1", error.to_string());
             return Ok(None);
         }
     };
@@ -849,12 +850,15 @@ fn check_limit(
         found.error(&path, Some(60), "LIM-2", "crc mismatch");
         return Ok(None);
     }
-    if field32(8) != LIMIT_VERSION || field32(12) != 0 || field32(56) != 0 {
+    // LIM-7: compatible feature bits (bytes 12..14) are ignored; no incompatible one
+    // (bytes 14..16) is known to this build.
+    let incompat = field32(12) >> 16;
+    if field32(8) != LIMIT_VERSION || incompat != 0 || field32(56) != 0 {
         found.error(
             &path,
             Some(8),
             "LIM-2",
-            "another limit_version, or reserved fields not 0",
+            "another limit_version, unknown incompat features, or a reserved field not 0",
         );
         return Ok(None);
     }
