@@ -158,6 +158,8 @@ enum Examined {
     /// The prefix ends inside it.
     Cut {
         offset: usize,
+        /// The seq after the last record kept.
+        seq_next: u64,
         reason: String,
         opened: Opened,
     },
@@ -208,9 +210,11 @@ pub fn salvage(
             }
             Examined::Cut {
                 offset,
+                seq_next,
                 reason,
                 opened,
             } => {
+                seq = seq_next;
                 report.reason = Some(reason);
                 cut = Some(Cut::Inside {
                     position,
@@ -276,6 +280,7 @@ fn examine(
     );
     let cut = |offset: usize, reason: &str, opened: Opened| Examined::Cut {
         offset,
+        seq_next: found.seq_next,
         reason: at(offset, reason),
         opened,
     };
