@@ -320,7 +320,7 @@ impl Store {
             .map_err(|e| Error::io("rename", &dir, &e))
     }
 
-    /// Salvages session `id` (`store.md` STORE-16, log-format.md SLV-1 to SLV-4): keeps the
+    /// Salvages session `id` (log-format.md SLV-1 to SLV-4): keeps the
     /// longest valid prefix of its log, moves everything after it into quarantine files
     /// beside the log (never deleted), and removes the checkpoint when it covers more than
     /// what remains (a cache, rebuilt at the next open). Never automatic: nothing else in
