@@ -223,6 +223,9 @@ fn a_torn_tail_is_dropped_and_reported_and_damage_is_refused() {
     drop(session);
     let segment = dir.join("sessions/s/log/00000000000000000000.seg");
     tear_last_record(&segment);
+    // The flush's checkpoint covers the torn record, which a crash during its write never
+    // allows (CKP-5: a checkpoint follows the sync of what it covers; RCV-14).
+    std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
     let (session, opened) = store.open("s").unwrap();
     assert_eq!(
         opened
@@ -734,8 +737,11 @@ fn ckp_3_opening_uses_a_matching_checkpoint_and_rebuilds_any_other() {
         assert_eq!(opened.closers, 0, "{what}: repaired once already");
         assert_eq!(state(&session), expected, "{what}");
     }
+    // Another log's checkpoint no longer than this log: stale (CKP-3). One longer than the
+    // log would be missing events (RCV-14), `CORRUPT`.
     let mut other = store.create("t", None, None).unwrap();
-    workload(&mut other, 50);
+    other.append_dynamic("plugin/x", "{}", None).unwrap();
+    workload(&mut other, 5);
     other.flush().unwrap();
     drop(other);
     std::fs::copy(dir.join("sessions/t/checkpoint"), &checkpoint).unwrap();
@@ -1217,11 +1223,15 @@ fn ckp_2_damaged_nodes_over_a_damaged_log_read_as_lost() {
 }
 
 /// Zeroes the last 4 non-zero bytes of a segment file: its last record is torn.
+/// Tears the last record of `segment` as a crash during its write would, which leaves it
+/// unindexed: an index is written only after the sync that makes its records durable
+/// (IDX-5), and one listing the torn record would make it durable damage (RCV-13).
 fn tear_last_record(segment: &std::path::Path) {
     let mut bytes = std::fs::read(segment).unwrap();
     let end = bytes.iter().rposition(|b| *b != 0).unwrap();
     bytes[end - 3..=end].fill(0);
     std::fs::write(segment, &bytes).unwrap();
+    let _ = std::fs::remove_file(segment.with_extension("idx"));
 }
 
 /// Recomputes a checkpoint's file `crc` (CKP-1: every byte before it but the nodes) after

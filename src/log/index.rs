@@ -204,3 +204,21 @@ pub(crate) fn vouched_prefix(
         .and_then(|rest| decode_record(rest).ok())?;
     (event.seq == first_seq + last as u64 && at + len == end).then_some(vouched)
 }
+
+/// A durable mark (log-format.md §7, IDX-5) when the vouched check at open fails: the
+/// whole version-2 index of the last segment, read with its `crc` (IDX-2). An index that
+/// checks out was written only after the sync that made every record it lists durable
+/// (IDX-5), so those records were durable even when the last of them no longer checks:
+/// recovery then refuses damage below its `end` (`CORRUPT`) instead of taking it for a
+/// torn tail. Returns how many records it lists and its `end`. Read only on the rare path
+/// where the vouched check failed; a missing file costs one failed open.
+pub(crate) fn durable_listing(
+    path: &Path,
+    log_id: &LogId,
+    first_seq: u64,
+) -> Option<(usize, usize)> {
+    let bytes = std::fs::read(path).ok()?;
+    let index = decode(&bytes, log_id, first_seq)?;
+    index.data_crc?;
+    Some((index.offsets.len(), index.end))
+}

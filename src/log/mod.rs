@@ -10,6 +10,7 @@ mod group_commit;
 mod index;
 pub mod limit;
 mod map;
+mod quarantine;
 mod reader;
 mod scan;
 pub mod segment;
@@ -19,6 +20,7 @@ pub use chain::KnownSegment;
 pub(crate) use chain::{Chain, open_own_segment};
 pub(crate) use index::encode as encode_index;
 pub(crate) use map::FileWords;
+pub use quarantine::{LogSalvage, QUARANTINE_SUFFIX, SetAside, salvage};
 pub(crate) use reader::BoundarySegment;
 pub use reader::LogReader;
 pub use writer::LogWriter;
@@ -49,25 +51,27 @@ impl DiskLog {
     /// # Errors
     /// As [`LogWriter::open`] and [`LogReader::open`].
     pub fn open(dir: &std::path::Path, options: LogOptions) -> crate::Result<(Self, OpenReport)> {
-        Self::open_from(dir, options, None, None)
+        Self::open_from(dir, options, None, None, 0)
     }
 
     /// [`DiskLog::open`] over a chain already opened and checked, when given: a fork's
     /// child ([`LogReader::into_fork_chain`]); otherwise over the segments `known` records
     /// (a checkpoint's, `checkpoint.md` CKP-8) when they are still the log's, without
-    /// listing the directory (RCV-11).
+    /// listing the directory (RCV-11). `durable_seq` is a durable mark (§7): the log held at
+    /// least that many events durably (a checkpoint's `seq_next`), 0 when none is known.
     ///
     /// # Errors
-    /// As [`DiskLog::open`].
+    /// As [`DiskLog::open`]; `CORRUPT` when the log holds fewer than `durable_seq` events.
     pub(crate) fn open_from(
         dir: &std::path::Path,
         options: LogOptions,
         chain: Option<Chain>,
         known: Option<&[KnownSegment]>,
+        durable_seq: u64,
     ) -> crate::Result<(Self, OpenReport)> {
         let storage = Arc::clone(&options.storage);
         let (writer, report, segments) =
-            LogWriter::open_recovered_from(dir, options, chain, known)?;
+            LogWriter::open_recovered_from(dir, options, chain, known, durable_seq)?;
         let reader = LogReader::from_recovered(dir, storage, segments, false)?;
         Ok((
             Self {
@@ -243,7 +247,10 @@ pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
 /// What opening a log for writing found and did (§7).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OpenReport {
-    /// `TORN_TAIL`: an incomplete final write that was dropped (information, not an error).
+    /// `TORN_TAIL`: bytes past the last durable mark that were not valid records continuing
+    /// the log (an incomplete final write, or writes of which a power cut kept only some),
+    /// copied into a quarantine file and then dropped from the segment (information, not an
+    /// error; RCV-9, RCV-12).
     pub torn_tail: Option<TornTail>,
     /// A last segment whose creation was cut short, removed (RCV-7).
     pub removed_segment: Option<PathBuf>,
@@ -253,15 +260,18 @@ pub struct OpenReport {
     pub from_known_chain: bool,
 }
 
-/// A dropped torn tail (RCV-9).
+/// A dropped torn tail (RCV-9), kept in a quarantine file (RCV-12).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TornTail {
     /// The segment file.
     pub segment: PathBuf,
     /// Where the dropped bytes started.
     pub offset: u64,
-    /// How many bytes were zeroed.
+    /// How many bytes were zeroed: from `offset` to the last non-zero byte.
     pub bytes: u64,
+    /// The quarantine file beside the segment holding exactly those bytes, written and
+    /// synced before they were zeroed (RCV-12): never deleted or overwritten by the engine.
+    pub quarantine: PathBuf,
 }
 
 impl TornTail {

@@ -125,7 +125,7 @@ pub(crate) fn nonzero_end(bytes: &[u8], from: usize, regions: &[(usize, usize)])
 }
 
 /// `true` when a valid record starts at any 8-aligned offset after `offset` inside
-/// `regions` (RCV-4: damage followed by valid data is corruption, not a torn tail).
+/// `regions` (RCV-7: a torn last segment header with no valid record after it).
 pub(crate) fn valid_record_after(bytes: &[u8], offset: usize, regions: &[(usize, usize)]) -> bool {
     let first = (offset + RECORD_ALIGN)
         .next_multiple_of(RECORD_ALIGN)

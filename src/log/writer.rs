@@ -16,7 +16,7 @@ use super::scan::{Stop, nonzero_end, scan, valid_record_after};
 use super::segment::{
     LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name, seq_file_path,
 };
-use super::{Durability, LogOptions, OpenReport, TornTail, index};
+use super::{Durability, LogOptions, OpenReport, TornTail, index, quarantine};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::Event;
 use crate::record::{RecordError, body_len, encode_event, frame_len};
@@ -117,13 +117,14 @@ impl LogWriter {
         dir: &Path,
         options: LogOptions,
     ) -> Result<(Self, OpenReport, Vec<Segment>)> {
-        Self::open_recovered_from(dir, options, None, None)
+        Self::open_recovered_from(dir, options, None, None, 0)
     }
 
     /// [`LogWriter::open_recovered`] over a chain already opened and checked, when given
     /// (a fork's child, whose segments its source's reader has just checked), instead of
     /// opening every segment of `dir` again; otherwise over the segments `known` records,
-    /// when they are still the log's (RCV-11), without listing `dir`.
+    /// when they are still the log's (RCV-11), without listing `dir`. `durable_seq` is a
+    /// durable mark (§7, RCV-14): a checkpoint's `seq_next`, or 0.
     ///
     /// # Errors
     /// As [`LogWriter::open`].
@@ -132,13 +133,15 @@ impl LogWriter {
         options: LogOptions,
         chain: Option<Chain>,
         known: Option<&[KnownSegment]>,
+        durable_seq: u64,
     ) -> Result<(Self, OpenReport, Vec<Segment>)> {
         let storage = Arc::clone(&options.storage);
         storage
             .create_dir_all(dir)
             .map_err(|e| Error::io("create_dir", dir, &e))?;
         let lock = take_lock(&*storage, dir)?;
-        let (state, log_id, report, segments) = recover(&*storage, dir, &options, chain, known)?;
+        let marks = Marks { known, durable_seq };
+        let (state, log_id, report, segments) = recover(&*storage, dir, &options, chain, marks)?;
         let durable_seq = state.seq_next;
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
@@ -591,7 +594,7 @@ impl Flusher {
 }
 
 /// LOG-1: the exclusive lock, refused at once with `LOCKED`.
-fn take_lock(storage: &dyn Storage, dir: &Path) -> Result<File> {
+pub(crate) fn take_lock(storage: &dyn Storage, dir: &Path) -> Result<File> {
     let path = dir.join("LOCK");
     let file = match storage.open_file(&path, true) {
         Ok(file) => file,
@@ -658,11 +661,11 @@ fn recover(
     dir: &Path,
     options: &LogOptions,
     chain: Option<Chain>,
-    known: Option<&[KnownSegment]>,
+    marks: Marks<'_>,
 ) -> Result<Recovered> {
     if chain.is_none()
-        && let Some(known) = known
-        && let Some(recovered) = recover_known(storage, dir, known)
+        && let Some(known) = marks.known
+        && let Some(recovered) = recover_known(storage, dir, known, marks.durable_seq)
     {
         return Ok(recovered);
     }
@@ -670,11 +673,17 @@ fn recover(
         .list_dir(dir)
         .map_err(|e| Error::io("list", dir, &e))?;
     remove_temporary_files(storage, dir, &names);
+    // A fork's child: every file of its chain was synced before it was published (STORE-13),
+    // so the records recovery finds are durable already.
+    let given = chain.is_some();
     let mut chain = match chain {
         Some(chain) => chain,
         // One listing serves both (the .tmp files are not in the chain).
         None => open_chain_listed(storage, dir, true, &names)?,
     };
+    if let Some(known) = marks.known {
+        recorded_segments_present(dir, &chain, known)?;
+    }
     let mut report = OpenReport::default();
     if let Some(unborn) = chain.unborn.take() {
         // RCV-7: a later segment whose creation was cut short holds nothing.
@@ -693,6 +702,9 @@ fn recover(
         report.removed_segment = Some(unborn.path);
     }
     let Some(last) = chain.segments.last() else {
+        if marks.durable_seq > 0 {
+            return Err(missing_events(dir, 0, 0, marks.durable_seq));
+        }
         let header = SegmentHeader {
             log_id: new_log_id(dir),
             index: 0,
@@ -707,6 +719,15 @@ fn recover(
     let (header, log_id) = (last.header, last.header.log_id);
     if let Some(limit) = last.limit {
         // LIM-4: a limited last segment is sealed; nothing after its limit is recovered.
+        if limit.seq_next < marks.durable_seq {
+            let end = limit.end as usize;
+            return Err(missing_events(
+                &last.path,
+                end,
+                limit.seq_next,
+                marks.durable_seq,
+            ));
+        }
         let (segments, file) = into_segments(chain, None);
         let file = file.ok_or_else(|| corrupt(dir, 0, "no segment"))?;
         let mut state = new_state(
@@ -719,8 +740,55 @@ fn recover(
         state.limited = true;
         return Ok((state, log_id, report, segments));
     }
-    let tail = recover_tail(storage, dir, &chain, &mut report)?;
-    finish_recovery(dir, chain, tail, report)
+    let mut tail = recover_tail(storage, dir, &chain, marks.durable_seq, &mut report)?;
+    if given {
+        tail.unsynced = false;
+    }
+    finish_recovery(storage, dir, chain, tail, report)
+}
+
+/// The durable marks recovery is given (§7): a record of the chain (a checkpoint's,
+/// RCV-11) and the number of events the log held durably (a checkpoint's `seq_next`).
+#[derive(Debug, Clone, Copy)]
+struct Marks<'a> {
+    known: Option<&'a [KnownSegment]>,
+    durable_seq: u64,
+}
+
+/// RCV-14, LOG-2: every segment a record of the chain names (a checkpoint's, of this log
+/// directory, CKP-8) is still in the directory. A checkpoint is written only after the
+/// segments it records exist and the events it covers are durable (CKP-5), so one that is
+/// gone was lost: `CORRUPT` naming it, never an open of what remains.
+fn recorded_segments_present(dir: &Path, chain: &Chain, known: &[KnownSegment]) -> Result<()> {
+    let listed = |first: u64| {
+        chain.sealed.iter().any(|s| s.first_seq == first)
+            || chain.segments.iter().any(|s| s.header.first_seq == first)
+    };
+    let unborn = chain.unborn.as_ref().map(|u| u.path.as_path());
+    for segment in known {
+        let path = seq_file_path(dir, segment.first_seq, ".seg");
+        if !listed(segment.first_seq) && unborn != Some(path.as_path()) {
+            return Err(corrupt(
+                &path,
+                0,
+                "a segment the checkpoint recorded is missing (LOG-2, RCV-14)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// RCV-14: `CORRUPT` at `path` and `offset`, where the log ends at `seq_next` although a
+/// checkpoint vouched that events up to `durable_seq` were durable.
+fn missing_events(path: &Path, offset: usize, seq_next: u64, durable_seq: u64) -> Error {
+    ErrorKind::Corrupt {
+        location: format!("{} offset={offset}", path.display()),
+        reason: format!(
+            "the log ends at seq {seq_next} but its checkpoint covers {durable_seq} events: \
+             seqs {seq_next}..{durable_seq} are missing (RCV-14)"
+        ),
+    }
+    .into()
 }
 
 /// RCV-11: recovery over `known`, a record of the log's segments, without listing the
@@ -728,9 +796,14 @@ fn recover(
 /// the next segment's name) and its scan ends cleanly (RCV-1, nothing to drop). `None`
 /// otherwise, or on any failure: the caller then recovers from a listing (§7), which
 /// decides every other case, so this path never changes a file.
-fn recover_known(storage: &dyn Storage, dir: &Path, known: &[KnownSegment]) -> Option<Recovered> {
+fn recover_known(
+    storage: &dyn Storage,
+    dir: &Path,
+    known: &[KnownSegment],
+    durable_seq: u64,
+) -> Option<Recovered> {
     let chain = open_chain_known(storage, dir, known)?;
-    let (tail, torn) = examine_tail(dir, &chain).ok()?;
+    let (tail, torn) = examine_tail(dir, &chain, durable_seq).ok()?;
     if torn.is_some() {
         return None;
     }
@@ -741,15 +814,30 @@ fn recover_known(storage: &dyn Storage, dir: &Path, known: &[KnownSegment]) -> O
         from_known_chain: true,
         ..OpenReport::default()
     };
-    finish_recovery(dir, chain, tail, report).ok()
+    finish_recovery(storage, dir, chain, tail, report).ok()
 }
 
 /// The writer's state and the reader's segments once the last segment of `chain` is
-/// recovered as `tail`.
-fn finish_recovery(dir: &Path, chain: Chain, tail: Tail, report: OpenReport) -> Result<Recovered> {
+/// recovered as `tail`. Records recovery found after the vouched prefix may be in the page
+/// cache only (a killed process's): they are synced before anything can be written that
+/// claims them durable (RCV-15). A log closed cleanly has none, and no sync.
+fn finish_recovery(
+    storage: &dyn Storage,
+    dir: &Path,
+    chain: Chain,
+    tail: Tail,
+    report: OpenReport,
+) -> Result<Recovered> {
     let Some(last) = chain.segments.last() else {
         return Err(corrupt(dir, 0, "no segment"));
     };
+    if tail.unsynced
+        && let Some(file) = &last.file
+    {
+        storage
+            .sync_data(file)
+            .map_err(|e| Error::io("fsync", &last.path, &e))?;
+    }
     let (header, log_id) = (last.header, last.header.log_id);
     // Neither the reader nor the writer reads the indexed prefix's offsets now (IDX-5):
     // both read them back from the index when they first need them.
@@ -776,6 +864,8 @@ struct Tail {
     data_crc: u32,
     /// The prefix the index vouches for (IDX-5), whose offsets are not read.
     vouched: Option<index::Vouched>,
+    /// Records were found after the vouched prefix and not synced since (RCV-15).
+    unsynced: bool,
 }
 
 /// Recovers the last segment of `chain`: the prefix its index vouches for is taken as it is
@@ -784,27 +874,36 @@ fn recover_tail(
     storage: &dyn Storage,
     dir: &Path,
     chain: &Chain,
+    durable_seq: u64,
     report: &mut OpenReport,
 ) -> Result<Tail> {
-    let (tail, torn) = examine_tail(dir, chain)?;
+    let (mut tail, torn) = examine_tail(dir, chain, durable_seq)?;
     if let Some(dropped_to) = torn
         && let Some(last) = chain.segments.last()
         && let Some(file) = &last.file
     {
+        // RCV-12: the bytes are kept in a quarantine file, synced, before they are zeroed.
+        let dropped = last.map.get(tail.end..dropped_to).unwrap_or_default();
+        let first = last.header.first_seq;
+        let quarantine = quarantine::write_bytes(storage, dir, first, tail.end as u64, dropped)?;
         zero_tail(storage, file, &last.path, tail.end, dropped_to)?;
+        // zero_tail synced the segment, records found before the tail included (RCV-15).
+        tail.unsynced = false;
         report.torn_tail = Some(TornTail {
             segment: last.path.clone(),
             offset: tail.end as u64,
             bytes: (dropped_to - tail.end) as u64,
+            quarantine,
         });
     }
     Ok(tail)
 }
 
 /// The decision of [`recover_tail`] without acting on it: the last segment of `chain`
-/// after its vouched prefix (IDX-5), scanned and classified (RCV-1 to RCV-9), and, for a
-/// torn tail, the offset up to which it is to be zeroed.
-fn examine_tail(dir: &Path, chain: &Chain) -> Result<(Tail, Option<usize>)> {
+/// after its vouched prefix (IDX-5), scanned and classified (§7), and, for a torn tail,
+/// the offset up to which it is to be set aside and zeroed. `durable_seq` is a durable
+/// mark given by the caller (a checkpoint's `seq_next`, RCV-14).
+fn examine_tail(dir: &Path, chain: &Chain, durable_seq: u64) -> Result<(Tail, Option<usize>)> {
     let Some(last) = chain.segments.last() else {
         return Err(corrupt(dir, 0, "no segment"));
     };
@@ -818,13 +917,32 @@ fn examine_tail(dir: &Path, chain: &Chain) -> Result<(Tail, Option<usize>)> {
     let prefix = index::vouched_prefix(&index_path, bytes, &header.log_id, first);
     let (indexed, start, crc) =
         prefix.map_or((0, SEGMENT_HEADER_LEN, 0), |p| (p.count, p.end, p.data_crc));
+    // RCV-13: when the vouched check fails, an index that checks out whole (IDX-2) still
+    // marks the records it lists as durable; a damaged one among them is not a torn tail.
+    let listed_end = match prefix {
+        Some(p) => p.end,
+        None => index::durable_listing(&index_path, &header.log_id, first)
+            .map_or(SEGMENT_HEADER_LEN, |(_, end)| end),
+    };
     let found = scan(bytes, start, first + indexed as u64);
     let end = found.end;
+    let at = stop_offset(found.stop, end);
+    if end < listed_end && !matches!(found.stop, Stop::WrongSeq { .. }) {
+        return Err(corrupt(
+            path,
+            at,
+            "a record the segment's index lists as durable does not check out (RCV-13)",
+        ));
+    }
     let regions = data_regions(file, end, bytes.len());
     let torn = classify_tail(bytes, &found.stop, end, &regions)
-        .map_err(|reason| corrupt(path, stop_offset(found.stop, end), reason))?;
+        .map_err(|reason| corrupt(path, at, reason))?;
+    if found.seq_next < durable_seq {
+        return Err(missing_events(path, at, found.seq_next, durable_seq));
+    }
     let data_crc = crc32c::crc32c_append(crc, bytes.get(start..end).unwrap_or_default());
     let tail = Tail {
+        unsynced: !found.offsets.is_empty(),
         offsets: found.offsets,
         end,
         seq_next: found.seq_next,
@@ -836,7 +954,7 @@ fn examine_tail(dir: &Path, chain: &Chain) -> Result<(Tail, Option<usize>)> {
 
 /// LOG-1: a writer removes the `.tmp` files a crash left, among `names` (the listing of
 /// `dir`).
-fn remove_temporary_files(storage: &dyn Storage, dir: &Path, names: &[String]) {
+pub(crate) fn remove_temporary_files(storage: &dyn Storage, dir: &Path, names: &[String]) {
     for name in names.iter().filter(|name| is_temporary(name)) {
         let _ = storage.remove_file(&dir.join(name));
     }
@@ -860,8 +978,10 @@ fn reopened_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<Segment>> 
     Ok(into_segments(chain, Some(layout)).0)
 }
 
-/// The torn-tail decision (RCV-1 to RCV-5, RCV-8): `Ok(None)` for a clean end,
-/// `Ok(Some(end))` to zero up to `end`, `Err` for corruption.
+/// The tail decision past the durable marks (§7): `Ok(None)` for a clean end (RCV-1),
+/// `Ok(Some(end))` to set aside and zero up to `end` (RCV-2, RCV-3, RCV-4, RCV-12), `Err`
+/// for corruption (RCV-5, RCV-8). The caller has refused damage below a mark (RCV-13,
+/// RCV-14) before.
 fn classify_tail(
     bytes: &[u8],
     stop: &Stop,
@@ -877,13 +997,7 @@ fn classify_tail(
         } => Err("a record whose body breaks REC-5/REC-6 (RCV-8)"),
         Stop::End | Stop::Invalid { .. } => {
             let dirty_to = nonzero_end(bytes, end, regions);
-            if dirty_to == end {
-                return Ok(None);
-            }
-            if valid_record_after(bytes, end, regions) {
-                return Err("damage followed by valid records (RCV-4)");
-            }
-            Ok(Some(dirty_to))
+            Ok((dirty_to != end).then_some(dirty_to))
         }
     }
 }
@@ -891,7 +1005,7 @@ fn classify_tail(
 /// The data regions of `file` from `from` to `len` (`SEEK_DATA` / `SEEK_HOLE`): a segment is
 /// a sparse file (SEG-6), so the unused tail is a hole that need not be read to know it
 /// is zero. A filesystem that cannot tell reports everything as data.
-pub(super) fn data_regions(file: &File, from: usize, len: usize) -> Vec<(usize, usize)> {
+pub(crate) fn data_regions(file: &File, from: usize, len: usize) -> Vec<(usize, usize)> {
     use rustix::fs::{SeekFrom, seek};
     let mut regions = Vec::new();
     let mut at = from as u64;

@@ -235,6 +235,13 @@ pub(crate) struct Unverified {
 }
 
 impl Unverified {
+    /// The number of events it covers (`seq_next`), which its `crc` vouches for: a durable
+    /// mark of the log (log-format.md RCV-14), since a checkpoint is written only after the
+    /// events it covers are durable (CKP-5).
+    pub(crate) fn seq_next(&self) -> u64 {
+        self.parts.seq_next
+    }
+
     /// The segment chain recorded for the log directory `log_dir`, when it is that
     /// directory's (CKP-8: the same device and inode numbers and birth time).
     pub(crate) fn chain_of(&self, log_dir: &Path) -> Option<&[KnownSegment]> {
@@ -524,6 +531,27 @@ fn decode_chain(bytes: &[u8]) -> Result<Option<RecordedChain>, Unusable> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Some(RecordedChain { log_dir, segments }))
+}
+
+/// RCV-14: `CORRUPT` when the checkpoint of the session directory `dir` covers
+/// `durable_seq` events (its `seq_next`, read with its `crc`) and the log holds only
+/// `stored`: a checkpoint is written only after the events it covers are durable (CKP-5),
+/// so the events between were lost, never a stale cache to rebuild away.
+///
+/// # Errors
+/// `CORRUPT` naming the checkpoint and the missing seqs.
+pub(crate) fn check_not_ahead(dir: &Path, stored: u64, durable_seq: u64) -> crate::Result<()> {
+    if stored >= durable_seq {
+        return Ok(());
+    }
+    Err(crate::error::ErrorKind::Corrupt {
+        location: dir.join(CHECKPOINT_FILE).display().to_string(),
+        reason: format!(
+            "the log ends at seq {stored} but its checkpoint covers {durable_seq} events: \
+             seqs {stored}..{durable_seq} are missing (RCV-14)"
+        ),
+    }
+    .into())
 }
 
 /// The number of events the checkpoint file at `path` says it covers, from its header

@@ -70,8 +70,13 @@ impl Store {
     pub fn inspect(&self, id: &str) -> Result<Session<ReadOnlyLog>> {
         let dir = self.session_dir(id);
         let header = Self::read_header(id, &dir)?;
+        // RCV-14: read before the log, so that a live writer's later checkpoint (written
+        // once its events are written and durable, CKP-5) cannot seem ahead of this reader.
+        let durable_seq = Checkpoint::read(&dir).map_or(0, |c| c.seq_next());
         let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())?;
         let stored = reader.seq_next();
+        super::checkpoint::check_not_ahead(&dir, stored, durable_seq)
+            .map_err(|e| e.in_session(id))?;
         // STORE-15, CKP-3: the checkpoint is used only when it matches this log, as by `open`.
         let (surface, mut repair) = match Checkpoint::load(&dir, &reader, self.log_origin(&dir)) {
             Ok(checkpoint) => (checkpoint.surface, checkpoint.repair),

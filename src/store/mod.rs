@@ -87,6 +87,15 @@ pub struct Opened {
     pub checkpoint: Result<u64, checkpoint::Unusable>,
 }
 
+/// What [`Store::salvage`] kept and set aside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SalvageReport {
+    /// The log's salvage: the events kept, the first lost seq, the quarantine files.
+    pub log: crate::log::LogSalvage,
+    /// Whether the checkpoint was removed because it covered more than what remains.
+    pub checkpoint_removed: bool,
+}
+
 impl Default for Opened {
     fn default() -> Self {
         Self {
@@ -188,8 +197,18 @@ impl Store {
             .ok()
             .filter(|_| chain.is_none())
             .and_then(|c| c.chain_of(&log_dir));
-        let (log, report) = DiskLog::open_from(&log_dir, self.options.log.clone(), chain, known)
-            .map_err(|e| e.in_session(id))?;
+        // RCV-14: a checkpoint is written only once the events it covers are durable
+        // (CKP-5), so its `seq_next` is a durable mark: a log that holds fewer events lost
+        // data (`CORRUPT`), and damage below it is never taken for a torn tail.
+        let durable_seq = read.as_ref().map_or(0, checkpoint::Unverified::seq_next);
+        let (log, report) = DiskLog::open_from(
+            &log_dir,
+            self.options.log.clone(),
+            chain,
+            known,
+            durable_seq,
+        )
+        .map_err(|e| e.in_session(id))?;
         // CKP-3: a checkpoint is used only when it matches this log; otherwise fold it all.
         let loaded = read.and_then(|c| c.verify(&log, self.log_origin(&dir)));
         let (log, report) = if loaded == Err(checkpoint::Unusable::Stale) && report.from_known_chain
@@ -198,7 +217,7 @@ impl Store {
             // log is opened again from a listing (CKP-8). The first open repaired nothing
             // (RCV-11); closing it may write its last segment's index, a cache (IDX-2).
             drop(log);
-            DiskLog::open_from(&log_dir, self.options.log.clone(), None, None)
+            DiskLog::open_from(&log_dir, self.options.log.clone(), None, None, 0)
                 .map_err(|e| e.in_session(id))?
         } else {
             (log, report)
@@ -302,6 +321,39 @@ impl Store {
             .storage
             .rename(&dir, &trash)
             .map_err(|e| Error::io("rename", &dir, &e))
+    }
+
+    /// Salvages session `id` (log-format.md SLV-1 to SLV-4): keeps the
+    /// longest valid prefix of its log, moves everything after it into quarantine files
+    /// beside the log (never deleted), and removes the checkpoint when it covers more than
+    /// what remains (a cache, rebuilt at the next open). Never automatic: nothing else in
+    /// the engine drops data below a durable mark. Holds the session's lock throughout.
+    ///
+    /// # Errors
+    /// `SESSION_NOT_FOUND`, `LOCKED` while a writer has it open, `IO`.
+    pub fn salvage(&self, id: &str) -> Result<SalvageReport> {
+        let dir = self.session_dir(id);
+        Self::read_header(id, &dir)?;
+        let storage = &*self.options.log.storage;
+        let checkpoint = dir.join(checkpoint::CHECKPOINT_FILE);
+        let mut checkpoint_removed = false;
+        let log = crate::log::salvage(storage, &dir.join("log"), |kept| {
+            if checkpoint::covered_len(&checkpoint).is_some_and(|len| len > kept.seq_next) {
+                storage
+                    .remove_file(&checkpoint)
+                    .map_err(|e| Error::io("remove", &checkpoint, &e))?;
+                storage
+                    .sync_dir(&dir)
+                    .map_err(|e| Error::io("fsync", &dir, &e))?;
+                checkpoint_removed = true;
+            }
+            Ok(())
+        })
+        .map_err(|e| e.in_session(id))?;
+        Ok(SalvageReport {
+            log,
+            checkpoint_removed,
+        })
     }
 
     /// Removes everything in the trash.

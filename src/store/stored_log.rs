@@ -124,7 +124,10 @@ impl SessionLog for StoredLog {
     }
 
     fn committed(&mut self, surface: &Surface) {
-        if self.since >= self.every {
+        // CKP-5, RCV-14: a checkpoint covers only durable events, so the log is flushed
+        // first (in `Sync` durability that waits for nothing). A failed flush poisons the
+        // writer, which the next append reports; no checkpoint is written then.
+        if self.since >= self.every && self.log.sync().is_ok() {
             self.write_checkpoint(surface);
         }
     }

@@ -115,6 +115,21 @@ enum Command {
         #[arg(long, default_value = "./surfacelog-data")]
         store: std::path::PathBuf,
     },
+    /// Salvage a damaged session: keep the longest valid prefix of its log, move the
+    /// rest into quarantine files beside the log (never deleted), and print what was set
+    /// aside. Takes the session's lock (`LOCKED` while a writer has it open). Never done
+    /// automatically.
+    Salvage {
+        /// The session id.
+        id: String,
+        /// Print one JSON document:
+        /// `{"id","kept","first_lost_seq","reason","set_aside":[{"from","offset","bytes","quarantine"}],"checkpoint_removed"}`.
+        #[arg(long)]
+        json: bool,
+        /// The store directory.
+        #[arg(long, default_value = "./surfacelog-data")]
+        store: std::path::PathBuf,
+    },
     /// Read a log directory (no lock needed) and print its length as JSON.
     Log {
         /// The log directory.
@@ -169,6 +184,79 @@ fn verify(store: &std::path::Path, ids: &[String], json: bool) -> ExitCode {
     }
 }
 
+/// `surfacelog salvage ID`: what [`surfacelog::store::Store::salvage`] kept and set aside.
+fn salvage(store: &std::path::Path, id: &str, json: bool) -> Result<(), surfacelog::Error> {
+    use std::fmt::Write as _;
+    use surfacelog::json::push_js_string;
+    let store = surfacelog::store::Store::at(store, surfacelog::store::StoreOptions::default())?;
+    let report = store.salvage(id)?;
+    let log = &report.log;
+    let path = |p: &std::path::Path| {
+        let mut out = String::new();
+        push_js_string(&mut out, p.to_string_lossy().as_bytes());
+        out
+    };
+    if !json {
+        println!(
+            "kept     {} events (seqs 0..{})",
+            log.seq_next, log.seq_next
+        );
+        if let Some(reason) = &log.reason {
+            println!("damage   {reason}");
+        }
+        for aside in &log.set_aside {
+            println!(
+                "set aside {} bytes of {} from offset {} -> {}",
+                aside.bytes,
+                aside.from.display(),
+                aside.offset,
+                aside.quarantine.display()
+            );
+        }
+        match log.first_lost_seq {
+            Some(seq) => println!("first lost seq {seq}"),
+            None => println!("nothing set aside"),
+        }
+        if report.checkpoint_removed {
+            println!("checkpoint removed (it covered more than what remains)");
+        }
+        return Ok(());
+    }
+    let mut out = String::from("{\"id\":");
+    push_js_string(&mut out, id.as_bytes());
+    let _ = write!(out, ",\"kept\":{},\"first_lost_seq\":", log.seq_next);
+    out.push_str(
+        &log.first_lost_seq
+            .map_or("null".to_owned(), |s| s.to_string()),
+    );
+    out.push_str(",\"reason\":");
+    match &log.reason {
+        Some(reason) => push_js_string(&mut out, reason.as_bytes()),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"set_aside\":[");
+    for (i, aside) in log.set_aside.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(
+            out,
+            "{{\"from\":{},\"offset\":{},\"bytes\":{},\"quarantine\":{}}}",
+            path(&aside.from),
+            aside.offset,
+            aside.bytes,
+            path(&aside.quarantine)
+        );
+    }
+    let _ = write!(
+        out,
+        "],\"checkpoint_removed\":{}}}",
+        report.checkpoint_removed
+    );
+    println!("{out}");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
@@ -191,6 +279,7 @@ fn main() -> ExitCode {
             store,
         } => interop::export(&store, &id, format, !no_pack, &out, committed_prefix),
         Command::Show { id, json, store } => interop::show(&store, &id, json),
+        Command::Salvage { id, json, store } => salvage(&store, &id, json),
         Command::Wait {
             id,
             seq,

@@ -1,0 +1,474 @@
+//! Quarantine files (RCV-12) and salvage (SLV-1 to SLV-4): bytes of a log set aside beside
+//! it, never deleted or overwritten by the engine, so that a person can look at them.
+#![deny(clippy::indexing_slicing)]
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use super::chain::is_absent;
+use super::limit::{Limit, limit_name};
+use super::map::map;
+use super::scan::{Stop, nonzero_end, scan};
+use super::segment::{
+    HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_first_seq,
+    parse_segment_name, seq_file_name, seq_file_path,
+};
+use super::writer::{data_regions, remove_temporary_files, take_lock};
+use crate::error::{Error, Result};
+use crate::record::RecordError;
+use crate::storage::Storage;
+
+/// The suffix of every quarantine file's name (LOG-1).
+pub const QUARANTINE_SUFFIX: &str = ".quarantine";
+
+/// A free quarantine name in `dir` for `stem`: `<stem>.quarantine`, or, when that is taken,
+/// `<stem>.<k>.quarantine` for the first free `k` (RCV-12: a quarantine file is never
+/// overwritten). The caller holds the log's lock, so no other writer picks the same name.
+fn free_name(storage: &dyn Storage, dir: &Path, stem: &str) -> PathBuf {
+    let mut k = 0u64;
+    loop {
+        let name = if k == 0 {
+            format!("{stem}{QUARANTINE_SUFFIX}")
+        } else {
+            format!("{stem}.{k}{QUARANTINE_SUFFIX}")
+        };
+        let path = dir.join(name);
+        if is_absent(storage, &path) {
+            return path;
+        }
+        k += 1;
+    }
+}
+
+/// RCV-12: writes `bytes`, taken from offset `offset` of the segment starting at
+/// `first_seq`, to a new quarantine file `<first_seq>.<offset>.quarantine` in `dir`: a
+/// `.tmp` file, synced, renamed, and the directory synced, so the file is durable before
+/// the caller zeroes or drops the bytes. Returns its path.
+///
+/// # Errors
+/// `IO`.
+pub(crate) fn write_bytes(
+    storage: &dyn Storage,
+    dir: &Path,
+    first_seq: u64,
+    offset: u64,
+    bytes: &[u8],
+) -> Result<PathBuf> {
+    let stem = format!("{}.{offset}", seq_file_name(first_seq, ""));
+    let path = free_name(storage, dir, &stem);
+    let mut tmp = path.clone().into_os_string();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let _ = storage.remove_file(&tmp);
+    let file = storage
+        .create_file(&tmp, 0)
+        .map_err(|e| Error::io("create", &tmp, &e))?;
+    storage
+        .write_at(&file, 0, bytes)
+        .map_err(|e| Error::io("write", &tmp, &e))?;
+    storage
+        .sync_data(&file)
+        .map_err(|e| Error::io("fsync", &tmp, &e))?;
+    storage
+        .rename(&tmp, &path)
+        .map_err(|e| Error::io("rename", &path, &e))?;
+    storage
+        .sync_dir(dir)
+        .map_err(|e| Error::io("fsync", dir, &e))?;
+    Ok(path)
+}
+
+/// SLV-3: moves the file `name` of `dir` aside whole, under a free quarantine name
+/// (`<name>.quarantine`); the directory is synced by the caller. `None` when there is no
+/// such file.
+fn move_aside(storage: &dyn Storage, dir: &Path, name: &str) -> Result<Option<SetAside>> {
+    let from = dir.join(name);
+    let Ok(meta) = std::fs::symlink_metadata(&from) else {
+        return Ok(None);
+    };
+    let to = free_name(storage, dir, name);
+    storage
+        .rename(&from, &to)
+        .map_err(|e| Error::io("rename", &from, &e))?;
+    Ok(Some(SetAside {
+        from,
+        offset: 0,
+        bytes: meta.len(),
+        quarantine: to,
+    }))
+}
+
+/// Bytes of a log that salvage set aside (SLV-2, SLV-3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetAside {
+    /// The file they came from: a segment, or a limit file moved aside whole.
+    pub from: PathBuf,
+    /// Where in that file they started: 0 for a file moved aside whole.
+    pub offset: u64,
+    /// How many bytes (a file moved whole: its length, holes included).
+    pub bytes: u64,
+    /// The quarantine file that holds them now.
+    pub quarantine: PathBuf,
+}
+
+/// What [`salvage`] kept and set aside.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogSalvage {
+    /// The log now holds events `0..seq_next`: its longest valid prefix.
+    pub seq_next: u64,
+    /// The seq of the first event not kept, when anything was set aside (it is
+    /// `seq_next`).
+    pub first_lost_seq: Option<u64>,
+    /// Why the prefix ends there, with the file and offset (none for a log that checks out
+    /// to its end).
+    pub reason: Option<String>,
+    /// What was moved into quarantine files, in log order.
+    pub set_aside: Vec<SetAside>,
+}
+
+/// Where the longest valid prefix ends.
+#[derive(Debug)]
+enum Cut {
+    /// Inside segment `position`, at `offset`: the segment is kept up to there.
+    Inside {
+        position: usize,
+        offset: usize,
+        opened: Opened,
+    },
+    /// Before segment `position`: it and every later one are moved aside whole.
+    Before { position: usize },
+}
+
+/// A segment salvage opened.
+#[derive(Debug)]
+struct Opened {
+    header: SegmentHeader,
+    map: Mmap,
+    file: File,
+    limit: Option<Limit>,
+}
+
+/// How one segment ends in the prefix.
+enum Examined {
+    /// Every record of it checks out and continues the log; the next seq.
+    Whole { seq_next: u64, log_id: LogId },
+    /// The prefix ends inside it.
+    Cut {
+        offset: usize,
+        /// The seq after the last record kept.
+        seq_next: u64,
+        reason: String,
+        opened: Opened,
+    },
+    /// The prefix ends before it: its header, place or limit does not check out.
+    Rejected { reason: String },
+}
+
+/// SLV-1 to SLV-4: keeps the longest valid prefix of the log in `dir` (every record checks
+/// out, REC-4, and continues the seq chain, from segment 0 on) and moves everything after
+/// it into quarantine files: the rest of the segment where it ends (its bytes to the last
+/// non-zero one, or to its limit), and every later segment whole, with its limit file.
+/// Holds the log's lock (LOG-1) throughout, and calls `then` with the outcome before it
+/// releases it (the store drops a checkpoint covering more than what remains).
+///
+/// # Errors
+/// `LOCKED` when a writer holds the log, `IO`; the log is changed only by whole steps
+/// (a quarantine file is durable before the bytes it holds are dropped).
+pub fn salvage(
+    storage: &dyn Storage,
+    dir: &Path,
+    then: impl FnOnce(&LogSalvage) -> Result<()>,
+) -> Result<LogSalvage> {
+    let _lock = take_lock(storage, dir)?;
+    let names = storage
+        .list_dir(dir)
+        .map_err(|e| Error::io("list", dir, &e))?;
+    remove_temporary_files(storage, dir, &names);
+    let mut firsts: Vec<u64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
+    firsts.sort_unstable();
+    let limits: BTreeSet<u64> = names
+        .iter()
+        .filter_map(|n| parse_first_seq(n.strip_suffix(".lim")?))
+        .collect();
+    let mut report = LogSalvage::default();
+    let mut seq = 0;
+    let mut log_id = None;
+    let mut cut = None;
+    for (position, &first) in firsts.iter().enumerate() {
+        let next = firsts.get(position + 1).copied();
+        let limited = limits.contains(&first);
+        match examine(storage, dir, position, first, seq, log_id, limited, next) {
+            Examined::Whole {
+                seq_next,
+                log_id: id,
+            } => {
+                seq = seq_next;
+                log_id = Some(id);
+            }
+            Examined::Cut {
+                offset,
+                seq_next,
+                reason,
+                opened,
+            } => {
+                seq = seq_next;
+                report.reason = Some(reason);
+                cut = Some(Cut::Inside {
+                    position,
+                    offset,
+                    opened,
+                });
+                break;
+            }
+            Examined::Rejected { reason } => {
+                report.reason = Some(reason);
+                cut = Some(Cut::Before { position });
+                break;
+            }
+        }
+    }
+    report.seq_next = seq;
+    if let Some(cut) = cut {
+        set_aside(storage, dir, &firsts, &limits, cut, &mut report)?;
+        if !report.set_aside.is_empty() {
+            report.first_lost_seq = Some(seq);
+        }
+        storage
+            .sync_dir(dir)
+            .map_err(|e| Error::io("fsync", dir, &e))?;
+    }
+    then(&report)?;
+    Ok(report)
+}
+
+/// Checks segment `position` (named `first`) of the log, expecting it to start at `seq`
+/// in the log `log_id` (the first segment's, once known).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one segment's place in the chain"
+)]
+fn examine(
+    storage: &dyn Storage,
+    dir: &Path,
+    position: usize,
+    first: u64,
+    seq: u64,
+    log_id: Option<LogId>,
+    limited: bool,
+    next: Option<u64>,
+) -> Examined {
+    let path = seq_file_path(dir, first, ".seg");
+    let at = |offset: usize, reason: &str| format!("{} offset={offset}: {reason}", path.display());
+    if first != seq {
+        let reason = at(0, "the segment does not continue the log (LOG-2, SEG-3)");
+        return Examined::Rejected { reason };
+    }
+    let opened = match open_checked(storage, dir, &path, position, first, log_id, limited) {
+        Ok(opened) => opened,
+        Err(reason) => return Examined::Rejected { reason },
+    };
+    let bound = opened
+        .limit
+        .map_or(opened.map.len(), |l| (l.end as usize).min(opened.map.len()));
+    let found = scan(
+        opened.map.get(..bound).unwrap_or_default(),
+        SEGMENT_HEADER_LEN,
+        first,
+    );
+    let cut = |offset: usize, reason: &str, opened: Opened| Examined::Cut {
+        offset,
+        seq_next: found.seq_next,
+        reason: at(offset, reason),
+        opened,
+    };
+    match found.stop {
+        Stop::WrongSeq { offset, .. } => {
+            return cut(offset, "a record with the wrong seq (RCV-5)", opened);
+        }
+        Stop::Invalid {
+            offset,
+            error: RecordError::Body(_),
+        } => return cut(offset, "a record whose body breaks REC-5/REC-6", opened),
+        Stop::Invalid { offset, .. } => {
+            return cut(offset, "a record that does not check out (REC-4)", opened);
+        }
+        Stop::End | Stop::Full => {}
+    }
+    if let Some(limit) = opened.limit {
+        if found.seq_next != limit.seq_next {
+            return cut(
+                found.end,
+                "the records end before the limit (LIM-3)",
+                opened,
+            );
+        }
+    } else {
+        // SEG-5: nothing but zeros after the end marker.
+        let regions = data_regions(&opened.file, found.end, opened.map.len());
+        if nonzero_end(&opened.map, found.end, &regions) != found.end {
+            return cut(
+                found.end,
+                "bytes after the end of the records (SEG-5)",
+                opened,
+            );
+        }
+        if next.is_some_and(|next| found.seq_next < next) {
+            return cut(
+                found.end,
+                "the segment ends before the next one starts (LOG-2)",
+                opened,
+            );
+        }
+    }
+    Examined::Whole {
+        seq_next: found.seq_next,
+        log_id: opened.header.log_id,
+    }
+}
+
+/// Opens segment `path` and checks its header (SEG-2), its place (SEG-3) and, when
+/// `limited`, its limit (LIM-3). The reason, with the file, when it does not check out.
+fn open_checked(
+    storage: &dyn Storage,
+    dir: &Path,
+    path: &Path,
+    position: usize,
+    first: u64,
+    log_id: Option<LogId>,
+    limited: bool,
+) -> std::result::Result<Opened, String> {
+    let at0 = |reason: &str| format!("{} offset=0: {reason}", path.display());
+    let (file, map) = storage
+        .open_file(path, false)
+        .and_then(|file| map(&file).map(|map| (file, map)))
+        .map_err(|error| at0(&format!("cannot be read ({error})")))?;
+    let header = match SegmentHeader::decode(&map) {
+        Ok(header) => header,
+        Err(HeaderError::Version(found)) => {
+            return Err(at0(&super::segment::version_error(found).to_string()));
+        }
+        Err(HeaderError::Invalid(why)) => return Err(at0(why)),
+    };
+    if log_id.is_some_and(|id| id != header.log_id)
+        || header.index != position as u64
+        || header.first_seq != first
+    {
+        return Err(at0("the segment does not continue the log (SEG-3)"));
+    }
+    let limit = if limited {
+        let limit_path = dir.join(limit_name(first));
+        let bytes = std::fs::read(&limit_path).unwrap_or_default();
+        let limit = Limit::decode(&bytes, &header, &map).map_err(|why| {
+            let why = match why {
+                super::limit::LimitError::Invalid(reason) => reason.to_owned(),
+                super::limit::LimitError::Version(found) => {
+                    super::segment::version_error(found).to_string()
+                }
+            };
+            format!("{} offset=0: {why}", limit_path.display())
+        })?;
+        Some(limit)
+    } else {
+        None
+    };
+    Ok(Opened {
+        header,
+        map,
+        file,
+        limit,
+    })
+}
+
+/// SLV-2, SLV-3: acts on `cut`.
+fn set_aside(
+    storage: &dyn Storage,
+    dir: &Path,
+    firsts: &[u64],
+    limits: &BTreeSet<u64>,
+    cut: Cut,
+    report: &mut LogSalvage,
+) -> Result<()> {
+    let later = match cut {
+        Cut::Before { position } => position,
+        Cut::Inside {
+            position,
+            offset,
+            opened,
+        } => {
+            cut_segment(storage, dir, offset, &opened, report)?;
+            position + 1
+        }
+    };
+    for &first in firsts.get(later..).unwrap_or_default() {
+        let limit = limits.contains(&first).then(|| limit_name(first));
+        for name in std::iter::once(seq_file_name(first, ".seg")).chain(limit) {
+            if let Some(moved) = move_aside(storage, dir, &name)? {
+                report.set_aside.push(moved);
+            }
+        }
+        // A cache (IDX-2) of a segment no longer in the log.
+        let _ = storage.remove_file(&dir.join(index_name(first)));
+    }
+    Ok(())
+}
+
+/// SLV-2: keeps the segment `opened` up to `offset`. Its bytes from there (to the last
+/// non-zero one, or to its limit) go to a quarantine file; then the segment is replaced, by
+/// rename, with a copy of its bytes before `offset` (the same capacity, zeros after): a
+/// segment shared with another log by a hard link (LIM-1) keeps its bytes there. A limited
+/// segment's copy is this log's own, so its limit file is moved aside too; its index, a
+/// cache that may list the records set aside, is removed.
+fn cut_segment(
+    storage: &dyn Storage,
+    dir: &Path,
+    offset: usize,
+    opened: &Opened,
+    report: &mut LogSalvage,
+) -> Result<()> {
+    let first = opened.header.first_seq;
+    let path = seq_file_path(dir, first, ".seg");
+    let to = if let Some(limit) = opened.limit {
+        (limit.end as usize).min(opened.map.len())
+    } else {
+        let regions = data_regions(&opened.file, offset, opened.map.len());
+        nonzero_end(&opened.map, offset, &regions)
+    };
+    if to <= offset && opened.limit.is_none() {
+        // Nothing after the records: the segment stays as it is (LOG-2 cut).
+        return Ok(());
+    }
+    if to > offset {
+        let bytes = opened.map.get(offset..to).unwrap_or_default();
+        let quarantine = write_bytes(storage, dir, first, offset as u64, bytes)?;
+        report.set_aside.push(SetAside {
+            from: path.clone(),
+            offset: offset as u64,
+            bytes: bytes.len() as u64,
+            quarantine,
+        });
+    }
+    let tmp = dir.join(format!("{}.tmp", seq_file_name(first, ".seg")));
+    let _ = storage.remove_file(&tmp);
+    let copy = storage
+        .create_file(&tmp, opened.header.capacity)
+        .map_err(|e| Error::io("create", &tmp, &e))?;
+    storage
+        .write_at(&copy, 0, opened.map.get(..offset).unwrap_or_default())
+        .map_err(|e| Error::io("write", &tmp, &e))?;
+    storage
+        .sync_data(&copy)
+        .map_err(|e| Error::io("fsync", &tmp, &e))?;
+    storage
+        .rename(&tmp, &path)
+        .map_err(|e| Error::io("rename", &path, &e))?;
+    let _ = storage.remove_file(&dir.join(index_name(first)));
+    if opened.limit.is_some()
+        && let Some(moved) = move_aside(storage, dir, &limit_name(first))?
+    {
+        report.set_aside.push(moved);
+    }
+    Ok(())
+}
