@@ -1,0 +1,318 @@
+//! Issue 11's sweep: on a small closed multi-segment session and its fork, flip every
+//! byte of every segment, index, limit and checkpoint, one at a time, and read the store
+//! through every path. Each read returns the original data or an error: never different
+//! data, never fewer events or messages, never a panic. A writer's open of the damaged
+//! store (on a copy, since it may repair a torn tail) keeps every durable event too.
+//!
+//! By default it flips every byte of the first 64 of each file and every 3rd byte after
+//! them for the read-only paths, and opens a writer on every 9th of those flips;
+//! `SURFACELOG_SWEEP_STRIDE=1` flips every byte and opens a writer on each.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use surfacelog::clock::ManualClock;
+use surfacelog::log::{Durability, LogOptions};
+use surfacelog::session::{
+    Boundary, Compaction, NoSurface, Options, Prune, Session, SessionLog, SurfaceIntent, kinds,
+};
+use surfacelog::store::{Store, StoreOptions};
+
+fn store_options() -> StoreOptions {
+    StoreOptions {
+        session: Options {
+            clock: Arc::new(ManualClock::new(1_000)),
+            ..Options::default()
+        },
+        log: LogOptions {
+            durability: Durability::Manual,
+            segment_bytes: 2 << 10,
+            ..LogOptions::default()
+        },
+        checkpoint_every: 100,
+    }
+}
+
+fn user(id: &str) -> String {
+    format!(
+        r#"{{"id":"{id}","role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"{id}"}}]}}"#
+    )
+}
+
+/// Closed turns with a tool call and result; a prune and a compaction.
+fn workload<L: SessionLog>(session: &mut Session<L>, turns: u64) {
+    for turn in 1..=turns {
+        session
+            .append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
+            .unwrap();
+        session
+            .append::<kinds::UserMessage>(&user(&format!("u{turn}")), SurfaceIntent::append())
+            .unwrap();
+        let call = format!(
+            r#"{{"turn":{turn},"step":1,"message":{{"id":"a{turn}","role":"assistant","source":{{"kind":"model","provider":"p","model":"m"}},"content":[{{"type":"tool-call","id":"c{turn}"}}]}}}}"#
+        );
+        session
+            .append::<kinds::StepStart>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
+            .unwrap();
+        session
+            .append::<kinds::AssistantMessage>(&call, SurfaceIntent::append())
+            .unwrap();
+        let result = format!(
+            r#"{{"turn":{turn},"step":1,"message":{{"id":"r{turn}","role":"user","source":{{"kind":"tool","callId":"c{turn}"}},"content":[{{"type":"tool-result","toolCallId":"c{turn}","content":[{{"type":"text","text":"out {turn}"}}]}}]}}}}"#
+        );
+        let result = session
+            .append::<kinds::ToolResult>(&result, SurfaceIntent::append())
+            .unwrap();
+        session
+            .append::<kinds::StepEnd>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
+            .unwrap();
+        session
+            .append::<kinds::TurnEnd>(
+                &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
+                NoSurface,
+            )
+            .unwrap();
+        if turn == 2 {
+            session
+                .prune(&Prune {
+                    seq: result,
+                    content: "[]",
+                    shadowed_token_count: 1,
+                })
+                .unwrap();
+        }
+        if turn == 4 {
+            let nodes = session.surface().nodes().to_vec();
+            let message = user("summary");
+            session
+                .compact(&Compaction {
+                    compaction_id: "k",
+                    turn: None,
+                    start: nodes[0],
+                    end: nodes[3],
+                    summary: "[]",
+                    summary_extra: None,
+                    message: &message,
+                })
+                .unwrap();
+        }
+    }
+}
+
+/// What a session reads back: every event's text, the messages and the transcript.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Contents {
+    events: Vec<String>,
+    messages: Vec<(u64, String)>,
+    transcript: Vec<u64>,
+}
+
+fn contents<L: SessionLog>(session: &Session<L>) -> Contents {
+    Contents {
+        events: (0..session.seq_next())
+            .map(|seq| session.event(seq).unwrap().unwrap().text.to_owned())
+            .collect(),
+        messages: session
+            .messages()
+            .unwrap()
+            .iter()
+            .map(|m| (m.seq, m.json.to_owned()))
+            .collect(),
+        transcript: session.transcript().unwrap(),
+    }
+}
+
+/// Reads `session` through every view and checks each against `expected`: equal, or an
+/// error. Returns how many views were refused.
+fn check<L: SessionLog>(session: &Session<L>, expected: &Contents, what: &str) -> usize {
+    assert_eq!(
+        session.seq_next(),
+        expected.events.len() as u64,
+        "{what}: a log never reads shorter or longer"
+    );
+    let mut refused = 0;
+    for (seq, text) in expected.events.iter().enumerate() {
+        match session.event(seq as u64) {
+            Ok(Some(event)) => assert_eq!(event.text, text, "{what}: seq {seq} differs"),
+            Ok(None) => panic!("{what}: seq {seq} is missing"),
+            Err(error) => {
+                assert_error(&error, what);
+                refused += 1;
+            }
+        }
+    }
+    match session.messages() {
+        Ok(messages) => {
+            let messages: Vec<(u64, String)> = messages
+                .iter()
+                .map(|m| (m.seq, m.json.to_owned()))
+                .collect();
+            assert_eq!(messages, expected.messages, "{what}: messages differ");
+        }
+        Err(error) => {
+            assert_error(&error, what);
+            refused += 1;
+        }
+    }
+    match session.transcript() {
+        Ok(transcript) => assert_eq!(transcript, expected.transcript, "{what}: transcript"),
+        Err(error) => {
+            assert_error(&error, what);
+            refused += 1;
+        }
+    }
+    refused
+}
+
+/// A refusal names what it refuses: a stable code, and a file for damage.
+fn assert_error(error: &surfacelog::Error, what: &str) {
+    assert!(
+        matches!(error.code(), "CORRUPT" | "FORMAT_VERSION"),
+        "{what}: {error}"
+    );
+}
+
+/// The files a flip targets: every file of the sessions' directories but `header.json`
+/// (which has no checksum) and `LOCK`, each once (the fork shares files by hard links).
+fn targets(store: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    let mut dirs = vec![store.join("sessions")];
+    while let Some(dir) = dirs.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let name = path.file_name().unwrap().to_str().unwrap();
+            if meta.is_dir() {
+                dirs.push(path);
+            } else if name != "header.json" && name != "LOCK" && seen.insert(meta.ino()) {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// The offsets flipped in `bytes`: every one of the first 64 (a segment's header, the
+/// fixed fields of the other files), every `stride`-th after that up to the last non-zero
+/// byte, then every 61st (the sparse zeros of a segment's unused room). A stride prime to
+/// 8 reaches every field position of the 8-aligned records across the file.
+fn offsets(bytes: &[u8], stride: usize) -> Vec<usize> {
+    let end = bytes.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
+    let head = end.min(64);
+    (0..head)
+        .chain((head..end).step_by(stride))
+        .chain((end..bytes.len()).step_by(61))
+        .collect()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn issue_11_every_flipped_byte_reads_back_as_the_original_or_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("store");
+    let store = Store::at(&store_dir, store_options()).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    workload(&mut session, 6);
+    session.close().unwrap();
+    // The fork's boundary, the end of turn 3, falls inside a segment: a limit file.
+    let inspected = store.inspect("s").unwrap();
+    let boundary = (0..inspected.seq_next())
+        .filter(|&seq| inspected.event(seq).unwrap().unwrap().event_type == "turn/end")
+        .nth(2)
+        .unwrap();
+    drop(inspected);
+    let child = store.fork("s", Boundary::Seq(boundary), "c").unwrap();
+    child.close().unwrap();
+    let ids = ["s", "c"];
+    let expected: BTreeMap<&str, Contents> = ids
+        .iter()
+        .map(|&id| (id, contents(&store.inspect(id).unwrap())))
+        .collect();
+    let files = targets(&store_dir);
+    assert!(
+        files
+            .iter()
+            .any(|f| f.extension().is_some_and(|e| e == "lim"))
+    );
+    assert!(
+        files
+            .iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "seg"))
+            .count()
+            >= 4
+    );
+
+    let stride: Option<usize> = std::env::var("SURFACELOG_SWEEP_STRIDE")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let (read_stride, writer_every) = stride.map_or((3, 9), |s| (s.max(1), s.max(1)));
+    let (mut flips, mut refused, mut writer_opens) = (0, 0, 0);
+    for file in &files {
+        let pristine = std::fs::read(file).unwrap();
+        for (n, offset) in offsets(&pristine, read_stride).into_iter().enumerate() {
+            let mut bytes = pristine.clone();
+            bytes[offset] ^= 0x01;
+            std::fs::write(file, &bytes).unwrap();
+            let what = format!("{} offset {offset}", file.display());
+            flips += 1;
+            // The read-only paths, in place: they change no file.
+            for id in ids {
+                match store.inspect(id) {
+                    Ok(session) => refused += check(&session, &expected[id], &what),
+                    Err(error) => {
+                        assert_error(&error, &what);
+                        refused += 1;
+                    }
+                }
+            }
+            assert_eq!(
+                std::fs::read(file).unwrap(),
+                bytes,
+                "{what}: a read changed it"
+            );
+            // A writer's open, on a copy of the damaged store.
+            if n % writer_every == 0 {
+                writer_opens += 1;
+                let copy = dir.path().join("copy");
+                copy_dir(&store_dir, &copy);
+                let copied = Store::at(&copy, store_options()).unwrap();
+                for id in ids {
+                    match copied.open(id) {
+                        Ok((session, _)) => refused += check(&session, &expected[id], &what),
+                        Err(error) => {
+                            assert_error(&error, &what);
+                            refused += 1;
+                        }
+                    }
+                }
+                drop(copied);
+                std::fs::remove_dir_all(&copy).unwrap();
+            }
+        }
+        std::fs::write(file, &pristine).unwrap();
+    }
+    assert!(refused > 0, "the sweep found damage");
+    eprintln!(
+        "sweep: {} files, {flips} flips, {writer_opens} writer opens on copies, {refused} refused reads",
+        files.len()
+    );
+}
