@@ -37,8 +37,12 @@
 //! - Nothing recurses on input: JSON of any depth is parsed, compared, written and
 //!   dropped iteratively.
 //! - A refused event leaves no trace: entry points admit completely, then commit.
-//! - Two words, two meanings: *recovery* is byte-level ([`log`]: drop a torn tail,
-//!   refuse corruption), *repair* is event-level ([`session::repair`], contract §8).
+//! - Two words, two meanings: *recovery* is byte-level and only a writer's ([`log`]:
+//!   quarantine a torn tail past the last durable mark, refuse damage below it), *repair*
+//!   is event-level ([`session::repair`], contract §8).
+//! - Lazy is fine, silent is not: every read returns a `Result`; a record that does not
+//!   check out is an error naming its file and offset, never skipped, never the end of the
+//!   log; read-only paths change no file and invent nothing.
 //! - Only [`storage`] and [`log`] touch the filesystem; the log's file operations go
 //!   through the [`storage::Storage`] trait so tests inject failures. The only `unsafe`
 //!   is the read-only memory map of segment files (`log::map`).
