@@ -62,19 +62,7 @@ pub(crate) fn write_bytes(
     let mut tmp = path.clone().into_os_string();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    let _ = storage.remove_file(&tmp);
-    let file = storage
-        .create_file(&tmp, 0)
-        .map_err(|e| Error::io("create", &tmp, &e))?;
-    storage
-        .write_at(&file, 0, bytes)
-        .map_err(|e| Error::io("write", &tmp, &e))?;
-    storage
-        .sync_data(&file)
-        .map_err(|e| Error::io("fsync", &tmp, &e))?;
-    storage
-        .rename(&tmp, &path)
-        .map_err(|e| Error::io("rename", &path, &e))?;
+    crate::storage::replace_file(storage, &tmp, &path, bytes, 0)?;
     storage
         .sync_dir(dir)
         .map_err(|e| Error::io("fsync", dir, &e))?;
@@ -451,19 +439,8 @@ fn cut_segment(
         });
     }
     let tmp = dir.join(format!("{}.tmp", seq_file_name(first, ".seg")));
-    let _ = storage.remove_file(&tmp);
-    let copy = storage
-        .create_file(&tmp, opened.header.capacity)
-        .map_err(|e| Error::io("create", &tmp, &e))?;
-    storage
-        .write_at(&copy, 0, opened.map.get(..offset).unwrap_or_default())
-        .map_err(|e| Error::io("write", &tmp, &e))?;
-    storage
-        .sync_data(&copy)
-        .map_err(|e| Error::io("fsync", &tmp, &e))?;
-    storage
-        .rename(&tmp, &path)
-        .map_err(|e| Error::io("rename", &path, &e))?;
+    let kept = opened.map.get(..offset).unwrap_or_default();
+    crate::storage::replace_file(storage, &tmp, &path, kept, opened.header.capacity)?;
     let _ = storage.remove_file(&dir.join(index_name(first)));
     if opened.limit.is_some()
         && let Some(moved) = move_aside(storage, dir, &limit_name(first))?

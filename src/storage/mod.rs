@@ -149,3 +149,33 @@ use std::os::unix::fs::DirBuilderExt;
 pub fn child(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
 }
+
+/// Makes `path` a durable file holding `bytes` by way of `tmp`: removes a `tmp` a crash may
+/// have left, creates it `len` bytes long (sparse past `bytes`), writes `bytes`, syncs it
+/// and renames it over `path`. The caller syncs the directory when the new name must be
+/// durable too (`store.md` STORE-5, `log-format.md` RCV-12).
+///
+/// # Errors
+/// `IO` with the file and the operation that failed; `path` is then unchanged.
+pub(crate) fn replace_file(
+    storage: &dyn Storage,
+    tmp: &Path,
+    path: &Path,
+    bytes: &[u8],
+    len: u64,
+) -> crate::Result<()> {
+    use crate::Error;
+    let _ = storage.remove_file(tmp);
+    let file = storage
+        .create_file(tmp, len)
+        .map_err(|e| Error::io("create", tmp, &e))?;
+    storage
+        .write_at(&file, 0, bytes)
+        .map_err(|e| Error::io("write", tmp, &e))?;
+    storage
+        .sync_data(&file)
+        .map_err(|e| Error::io("fsync", tmp, &e))?;
+    storage
+        .rename(tmp, path)
+        .map_err(|e| Error::io("rename", path, &e))
+}

@@ -521,20 +521,7 @@ fn write_file_atomically(
 ) -> Result<()> {
     let storage = &options.log.storage;
     let tmp = dir.join(format!("{name}.tmp"));
-    let _ = storage.remove_file(&tmp);
-    let file = storage
-        .create_file(&tmp, 0)
-        .map_err(|e| Error::io("create", &tmp, &e))?;
-    storage
-        .write_at(&file, 0, bytes)
-        .map_err(|e| Error::io("write", &tmp, &e))?;
-    storage
-        .sync_data(&file)
-        .map_err(|e| Error::io("fsync", &tmp, &e))?;
-    let path = dir.join(name);
-    storage
-        .rename(&tmp, &path)
-        .map_err(|e| Error::io("rename", &path, &e))?;
+    crate::storage::replace_file(&**storage, &tmp, &dir.join(name), bytes, 0)?;
     storage
         .sync_dir(dir)
         .map_err(|e| Error::io("fsync", dir, &e))
