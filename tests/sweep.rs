@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use surfacelog::clock::ManualClock;
+use surfacelog::event::EventSource;
 use surfacelog::log::{Durability, LogOptions};
 use surfacelog::session::{
     Boundary, Compaction, NoSurface, Options, Prune, Session, SessionLog, SurfaceIntent, kinds,
@@ -165,6 +166,28 @@ fn check<L: SessionLog>(session: &Session<L>, expected: &Contents, what: &str) -
     refused
 }
 
+/// Reads a follower's log event by event: each equal to the original, or an error, and
+/// never shorter. Returns how many reads were refused.
+fn check_log(log: &impl EventSource, expected: &Contents, what: &str) -> usize {
+    assert_eq!(
+        log.seq_next(),
+        expected.events.len() as u64,
+        "{what}: a follower never reads a shorter or longer log"
+    );
+    let mut refused = 0;
+    for (seq, text) in expected.events.iter().enumerate() {
+        match log.event(seq as u64) {
+            Ok(Some(event)) => assert_eq!(event.text, text, "{what}: seq {seq} differs"),
+            Ok(None) => panic!("{what}: seq {seq} is missing"),
+            Err(error) => {
+                assert_error(&error, what);
+                refused += 1;
+            }
+        }
+    }
+    refused
+}
+
 /// A refusal names what it refuses: a stable code, and a file for damage.
 fn assert_error(error: &surfacelog::Error, what: &str) {
     assert!(
@@ -276,6 +299,13 @@ fn issue_11_every_flipped_byte_reads_back_as_the_original_or_an_error() {
             flips += 1;
             // The read-only paths, in place: they change no file.
             for id in ids {
+                match store.follow(id) {
+                    Ok(follower) => refused += check_log(follower.log(), &expected[id], &what),
+                    Err(error) => {
+                        assert_error(&error, &what);
+                        refused += 1;
+                    }
+                }
                 match store.inspect(id) {
                     Ok(session) => refused += check(&session, &expected[id], &what),
                     Err(error) => {

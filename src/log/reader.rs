@@ -174,11 +174,17 @@ impl LogReader {
             }
         }
         // The last segment: take the prefix its index vouches for (IDX-5), then scan on
-        // from there in `refresh`.
+        // from there in `refresh`. When the vouched check fails, an index that checks out
+        // whole still marks its records durable (RCV-13): the scan must reach its end.
+        let mut durable_end = None;
         let layout = chain.segments.last().map(|last| {
             let first = last.header.first_seq;
             let index_path = dir.join(index_name(first));
             let vouched = index::vouched_prefix(&index_path, &last.map, &last.header.log_id, first);
+            if vouched.is_none() && last.limit.is_none() {
+                durable_end = index::durable_listing(&index_path, &last.header.log_id, first)
+                    .map(|(_, end)| (first, end));
+            }
             Layout {
                 vouched,
                 after: Vec::new(),
@@ -193,7 +199,19 @@ impl LogReader {
         if let Some(last) = segments.last_mut().filter(|s| s.count.is_none()) {
             last.durable = vouched;
         }
-        Self::from_recovered(dir, storage, segments, true)
+        let reader = Self::from_recovered(dir, storage, segments, true)?;
+        if let Some((first, end)) = durable_end
+            && let Some(segment) = reader.segments.iter().find(|s| s.first_seq == first)
+            && segment.count.is_none()
+            && segment.end < end
+        {
+            return Err(corrupt(
+                segment.path(&reader.dir),
+                segment.end,
+                "a record the segment's index lists as durable does not check out (RCV-13)",
+            ));
+        }
+        Ok(reader)
     }
 
     /// A reader over segments the writer's recovery has just opened and scanned, so that
