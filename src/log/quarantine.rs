@@ -27,9 +27,12 @@ pub const QUARANTINE_SUFFIX: &str = ".quarantine";
 /// A free quarantine name in `dir` for `stem`: `<stem>.quarantine`, or, when that is taken,
 /// `<stem>.<k>.quarantine` for the first free `k` (RCV-12: a quarantine file is never
 /// overwritten). The caller holds the log's lock, so no other writer picks the same name.
-fn free_name(storage: &dyn Storage, dir: &Path, stem: &str) -> PathBuf {
-    let mut k = 0u64;
-    loop {
+///
+/// # Errors
+/// `IO` when none of the first [`QUARANTINE_NAMES_MAX`] names is free (or a directory that
+/// cannot be read makes every one look taken): never an endless search.
+fn free_name(storage: &dyn Storage, dir: &Path, stem: &str) -> Result<PathBuf> {
+    for k in 0..QUARANTINE_NAMES_MAX {
         let name = if k == 0 {
             format!("{stem}{QUARANTINE_SUFFIX}")
         } else {
@@ -37,11 +40,16 @@ fn free_name(storage: &dyn Storage, dir: &Path, stem: &str) -> PathBuf {
         };
         let path = dir.join(name);
         if is_absent(storage, &path) {
-            return path;
+            return Ok(path);
         }
-        k += 1;
     }
+    let path = dir.join(format!("{stem}{QUARANTINE_SUFFIX}"));
+    let error = std::io::Error::new(std::io::ErrorKind::AlreadyExists, "no free quarantine name");
+    Err(Error::io("create", &path, &error))
 }
+
+/// How many names [`free_name`] tries for one stem.
+const QUARANTINE_NAMES_MAX: u64 = 10_000;
 
 /// RCV-12: writes `bytes`, taken from offset `offset` of the segment starting at
 /// `first_seq`, to a new quarantine file `<first_seq>.<offset>.quarantine` in `dir`: a
@@ -58,7 +66,7 @@ pub(crate) fn write_bytes(
     bytes: &[u8],
 ) -> Result<PathBuf> {
     let stem = format!("{}.{offset}", seq_file_name(first_seq, ""));
-    let path = free_name(storage, dir, &stem);
+    let path = free_name(storage, dir, &stem)?;
     let mut tmp = path.clone().into_os_string();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
@@ -77,7 +85,7 @@ fn move_aside(storage: &dyn Storage, dir: &Path, name: &str) -> Result<Option<Se
     let Ok(meta) = std::fs::symlink_metadata(&from) else {
         return Ok(None);
     };
-    let to = free_name(storage, dir, name);
+    let to = free_name(storage, dir, name)?;
     storage
         .rename(&from, &to)
         .map_err(|e| Error::io("rename", &from, &e))?;
