@@ -1,14 +1,9 @@
 //! Runs the built `surfacelog` binary the way the README's quick start does and checks
 //! what it prints.
 
-use std::process::Command;
+mod common;
 
-fn surfacelog(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_surfacelog"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+use common::surfacelog;
 
 #[test]
 fn demo_shows_every_stage_and_exits_zero() {

@@ -4,80 +4,25 @@
 //! offset, instead of returning fewer messages, an empty list or a shorter log.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::Arc;
+use std::process::Output;
 
-use surfacelog::clock::ManualClock;
 use surfacelog::event::EventSource;
-use surfacelog::log::{Durability, LogOptions, LogReader};
-use surfacelog::session::{NoSurface, Options, Prune, Session, SessionLog, SurfaceIntent, kinds};
+use surfacelog::log::{Durability, LogReader};
+use surfacelog::session::{Prune, Session, SessionLog};
 use surfacelog::store::{Store, StoreOptions};
 
+mod common;
+
+use common::{closed_turn, surfacelog, turn_start, user_message};
+
 fn store_options() -> StoreOptions {
-    StoreOptions {
-        session: Options {
-            clock: Arc::new(ManualClock::new(1_000)),
-            ..Options::default()
-        },
-        log: LogOptions {
-            durability: Durability::Sync,
-            segment_bytes: 64 << 10,
-            ..LogOptions::default()
-        },
-        checkpoint_every: 100,
-    }
-}
-
-fn user(text: &str) -> String {
-    format!(
-        r#"{{"id":"{text}","role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"{text}"}}]}}"#
-    )
-}
-
-fn assistant(turn: u64, blocks: &str) -> String {
-    format!(
-        r#"{{"turn":{turn},"step":1,"message":{{"id":"a{turn}","role":"assistant","source":{{"kind":"model","provider":"p","model":"m"}},"content":[{blocks}]}}}}"#
-    )
-}
-
-fn tool_result(turn: u64, call: &str) -> String {
-    format!(
-        r#"{{"turn":{turn},"step":1,"message":{{"id":"r{turn}","role":"user","source":{{"kind":"tool","callId":"{call}"}},"content":[{{"type":"tool-result","toolCallId":"{call}","content":[{{"type":"text","text":"output of {call}"}}]}}]}}}}"#
-    )
+    common::store_options(Durability::Sync, 64 << 10)
 }
 
 /// One closed turn: a user message naming `text`, a tool call and its result. Returns the
 /// seq of the tool result.
 fn turn<L: SessionLog>(session: &mut Session<L>, turn: u64, text: &str) -> u64 {
-    session
-        .append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
-        .unwrap();
-    session
-        .append::<kinds::UserMessage>(&user(text), SurfaceIntent::append())
-        .unwrap();
-    session
-        .append::<kinds::StepStart>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
-        .unwrap();
-    let call = format!(r#"{{"type":"tool-call","id":"c{turn}"}}"#);
-    session
-        .append::<kinds::AssistantMessage>(&assistant(turn, &call), SurfaceIntent::append())
-        .unwrap();
-    let result = session
-        .append::<kinds::ToolResult>(
-            &tool_result(turn, &format!("c{turn}")),
-            SurfaceIntent::append(),
-        )
-        .unwrap();
-    session
-        .append::<kinds::StepEnd>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
-        .unwrap();
-    session
-        .append::<kinds::TurnEnd>(
-            &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
-            NoSurface,
-        )
-        .unwrap();
-    result
+    closed_turn(session, turn, text, &format!("output of c{turn}")).result
 }
 
 /// A closed session `s` of three turns, the second naming "Add a test for json.rs", with
@@ -105,6 +50,15 @@ fn segment_of(store: &Path) -> PathBuf {
     store.join("sessions/s/log/00000000000000000000.seg")
 }
 
+/// A [`closed_session`] with one byte flipped inside `needle` in its segment; returns
+/// the segment too.
+fn flipped_session(needle: &[u8]) -> (tempfile::TempDir, Store, PathBuf) {
+    let (dir, store) = closed_session();
+    let segment = segment_of(dir.path());
+    flip_inside(&segment, needle);
+    (dir, store, segment)
+}
+
 /// Flips one byte inside the first occurrence of `needle` in `file`; returns its offset.
 fn flip_inside(file: &Path, needle: &[u8]) -> usize {
     let mut bytes = std::fs::read(file).unwrap();
@@ -118,11 +72,18 @@ fn flip_inside(file: &Path, needle: &[u8]) -> usize {
     at
 }
 
-fn surfacelog(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_surfacelog"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
+/// The arguments of `surfacelog export s` to DSH JSONL in `out`, from the store `store`.
+fn export_args<'a>(out: &'a Path, store: &'a str) -> Vec<&'a str> {
+    vec![
+        "export",
+        "s",
+        "--format",
+        "dsh-jsonl",
+        "--out",
+        out.to_str().unwrap(),
+        "--store",
+        store,
+    ]
 }
 
 /// The command failed with `error[CORRUPT]` naming `file` and an offset.
@@ -190,20 +151,12 @@ fn issue_11_a_damaged_surface_message_is_an_error_never_a_shorter_list() {
     drop(inspected);
 
     let out = dir.path().join("out.jsonl");
+    let store_arg = dir.path().to_str().unwrap();
     for args in [
-        vec!["show", "s", "--json"],
-        vec!["show", "s"],
-        vec![
-            "export",
-            "s",
-            "--format",
-            "dsh-jsonl",
-            "--out",
-            out.to_str().unwrap(),
-        ],
+        vec!["show", "s", "--json", "--store", store_arg],
+        vec!["show", "s", "--store", store_arg],
+        export_args(&out, store_arg),
     ] {
-        let mut args = args;
-        args.extend(["--store", dir.path().to_str().unwrap()]);
         assert_cli_corrupt(&surfacelog(&args), &segment);
     }
     assert!(!out.exists(), "a refused export writes nothing");
@@ -211,9 +164,7 @@ fn issue_11_a_damaged_surface_message_is_an_error_never_a_shorter_list() {
 
 #[test]
 fn issue_11_a_damaged_replace_is_an_error_never_an_empty_history() {
-    let (dir, store) = closed_session();
-    let segment = segment_of(dir.path());
-    flip_inside(&segment, b"pruned output");
+    let (dir, store, segment) = flipped_session(b"pruned output");
     let inspected = store.inspect("s").unwrap();
     assert_corrupt(&inspected.replacements().unwrap_err(), &segment);
     drop(inspected);
@@ -246,16 +197,7 @@ fn issue_11_mid_log_damage_is_corrupt_for_every_reader_not_the_end() {
     let store_arg = dir.path().to_str().unwrap();
     for args in [
         vec!["show", "s", "--json", "--store", store_arg],
-        vec![
-            "export",
-            "s",
-            "--format",
-            "dsh-jsonl",
-            "--out",
-            out.to_str().unwrap(),
-            "--store",
-            store_arg,
-        ],
+        export_args(&out, store_arg),
         vec!["wait", "s", "0", "--store", store_arg],
     ] {
         assert_cli_corrupt(&surfacelog(&args), &segment);
@@ -305,12 +247,8 @@ fn issue_11_export_writes_exactly_the_stored_events_and_refuses_a_live_writer() 
     let store = Store::at(dir.path(), store_options()).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     turn(&mut session, 1, "closed turn");
-    session
-        .append::<kinds::TurnStart>(r#"{"turn":2}"#, NoSurface)
-        .unwrap();
-    session
-        .append::<kinds::UserMessage>(&user("interrupted"), SurfaceIntent::append())
-        .unwrap();
+    turn_start(&mut session, 2);
+    user_message(&mut session, "interrupted");
     let stored = session.seq_next();
     session.flush().unwrap();
     let store_arg = dir.path().to_str().unwrap();
@@ -364,9 +302,7 @@ fn issue_11_export_writes_exactly_the_stored_events_and_refuses_a_live_writer() 
 /// Past the end and damaged are different outcomes for every source.
 #[test]
 fn issue_11_past_the_end_is_none_and_damage_is_an_error() {
-    let (dir, store) = closed_session();
-    let segment = segment_of(dir.path());
-    flip_inside(&segment, b"third question");
+    let (_dir, store, segment) = flipped_session(b"third question");
     let follower = store.follow("s").unwrap();
     let reader = follower.log();
     let seq_next = reader.seq_next();

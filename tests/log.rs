@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use surfacelog::event::{Event, EventFields, EventSource, SurfaceOp};
 use surfacelog::log::{DiskLog, Durability, LogOptions, LogReader, LogWriter, TornTail};
-use surfacelog::storage::faulty::{Faults, FaultyStorage};
+
+mod common;
+
+use common::{faulty_writer, log_options as options};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("surfacelog-test-{}-{name}", std::process::id()));
@@ -43,29 +46,6 @@ fn event(seq: u64) -> Event {
 
 fn events(range: std::ops::Range<u64>) -> Vec<Event> {
     range.map(event).collect()
-}
-
-fn options(durability: Durability, segment_bytes: u64) -> LogOptions {
-    LogOptions {
-        segment_bytes,
-        durability,
-        ..LogOptions::default()
-    }
-}
-
-/// A writer on a fault-injecting storage, and the fault plan to steer it.
-fn faulty_writer(
-    dir: &Path,
-    durability: Durability,
-    segment_bytes: u64,
-) -> (LogWriter, Arc<Faults>) {
-    let storage = FaultyStorage::default();
-    let faults = Arc::clone(&storage.faults);
-    let options = LogOptions {
-        storage: Arc::new(storage),
-        ..options(durability, segment_bytes)
-    };
-    (LogWriter::open(dir, options).unwrap().0, faults)
 }
 
 fn segments(dir: &Path) -> Vec<PathBuf> {
@@ -334,13 +314,7 @@ fn dur_6_a_failed_background_sync_of_a_sealed_segment_fails_the_flush() {
 #[test]
 fn dur_6_staged_segments_are_synced_by_the_flush_and_read_back() {
     let dir = temp_dir("staged");
-    let storage = FaultyStorage::default();
-    let faults = Arc::clone(&storage.faults);
-    let options = LogOptions {
-        storage: Arc::new(storage),
-        ..options(Durability::Staged, 16 << 10)
-    };
-    let (writer, _) = LogWriter::open(&dir, options).unwrap();
+    let (writer, faults) = faulty_writer(&dir, Durability::Staged, 16 << 10);
     let syncs_before = faults.syncs();
     writer.append(&events(0..2000)).unwrap();
     let sealed = segments(&dir).len() - 1;
@@ -745,15 +719,7 @@ fn seg_7_a_sealed_segment_filled_to_its_last_byte_reopens() {
     let fixed = |seq: u64| {
         let text = r#"{"type":"t","seq":0,"time":0,"data":"0123456789"}"#.to_owned();
         let data = text.find("\"0123").unwrap()..text.len() - 1;
-        let fields = EventFields {
-            event_type: "t".into(),
-            seq,
-            time: 0,
-            surface_op: None,
-            sources: None,
-            ignorable: false,
-        };
-        Event::new(text, data, None, fields)
+        common::log_only_event("t", seq, text, data)
     };
     let mut one = Vec::new();
     surfacelog::record::encode_event(&fixed(0), &mut one);
@@ -964,18 +930,7 @@ fn rss_file_bytes() -> u64 {
 
 /// A ~4 KiB log-only event.
 fn large_event(seq: u64) -> Event {
-    let pad = "p".repeat(4000);
-    let text = format!(r#"{{"type":"plugin/t","seq":{seq},"time":0,"data":{{"pad":"{pad}"}}}}"#);
-    let data = text.find("{\"pad\"").unwrap()..text.len() - 1;
-    let fields = EventFields {
-        event_type: "plugin/t".into(),
-        seq,
-        time: 0,
-        surface_op: None,
-        sources: None,
-        ignorable: false,
-    };
-    Event::new(text, data, None, fields)
+    common::padded_event(seq, 4000)
 }
 
 /// RD-4: a reader releases the pages of what it has scanned or iterated through, so a

@@ -2,79 +2,52 @@
 //! (SLV-1 to SLV-4), through the library and the `surfacelog` binary.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::Arc;
 
 use proptest::prelude::*;
-use surfacelog::event::{Event, EventFields, EventSource};
+use surfacelog::event::{Event, EventSource};
 use surfacelog::log::{Durability, LogOptions, LogReader, LogWriter};
-use surfacelog::storage::faulty::FaultyStorage;
 use surfacelog::store::{Store, StoreOptions};
 
-/// A temporary directory removed when dropped, also when the test fails.
-struct TempDir(PathBuf);
+mod common;
 
-impl TempDir {
-    fn new(name: &str) -> Self {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "surfacelog-recovery-{}-{name}-{n}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
+use common::{Scratch, faulty_writer, files_ending, log_options, padded_event, surfacelog};
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn scratch(name: &str) -> Scratch {
+    common::scratch("recovery", name)
 }
 
 /// A deterministic event whose text depends only on `seq`.
 fn event(seq: u64) -> Event {
-    let pad = "p".repeat(usize::try_from(seq * 37 % 300).unwrap());
-    let text = format!(r#"{{"type":"plugin/t","seq":{seq},"time":0,"data":{{"pad":"{pad}"}}}}"#);
-    let data = text.find("{\"pad\"").unwrap()..text.len() - 1;
-    let fields = EventFields {
-        event_type: "plugin/t".into(),
-        seq,
-        time: 0,
-        surface_op: None,
-        sources: None,
-        ignorable: false,
-    };
-    Event::new(text, data, None, fields)
+    padded_event(seq, usize::try_from(seq * 37 % 300).unwrap())
 }
 
 fn events(range: std::ops::Range<u64>) -> Vec<Event> {
     range.map(event).collect()
 }
 
-fn options(durability: Durability, segment_bytes: u64) -> LogOptions {
-    LogOptions {
-        segment_bytes,
-        durability,
-        ..LogOptions::default()
-    }
-}
-
 fn segments(dir: &Path) -> Vec<PathBuf> {
     files_ending(dir, ".seg")
 }
 
-fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .collect();
-    found.sort();
-    found
+/// A log in the directory `log` of a new scratch directory `name` (1 MiB segments),
+/// holding `events(0..n)` and closed (so indexed). Keep the scratch directory alive.
+fn closed_log(name: &str, durability: Durability, n: u64) -> (Scratch, PathBuf) {
+    let tmp = scratch(name);
+    let dir = tmp.join("log");
+    let (writer, _) = LogWriter::open(&dir, log_options(durability, 1 << 20)).unwrap();
+    writer.append(&events(0..n)).unwrap();
+    writer.close().unwrap();
+    (tmp, dir)
+}
+
+/// A store made by `surfacelog demo` in the directory `store` of a new scratch directory
+/// `name`. Keep the scratch directory alive.
+fn demo_store(name: &str) -> (Scratch, PathBuf) {
+    let tmp = scratch(name);
+    let store_dir = tmp.join("store");
+    let store_arg = store_dir.to_str().unwrap();
+    assert!(surfacelog(&["demo", "--store", store_arg]).status.success());
+    (tmp, store_dir)
 }
 
 /// The offset of the record of `seq` in `segment`'s bytes, found by its text.
@@ -85,23 +58,12 @@ fn offset_of_text(bytes: &[u8], text: &str) -> usize {
         .unwrap()
 }
 
-fn surfacelog(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_surfacelog"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
 /// RCV-13: a flipped byte in the last record of a closed log is damage to a record its
 /// index lists as durable: `CORRUPT` with the file and offset, nothing changed, never a
 /// torn tail (before: zeroed and reported as `TORN_TAIL`).
 #[test]
 fn rcv_13_damage_in_the_last_indexed_record_is_corrupt_not_a_torn_tail() {
-    let tmp = TempDir::new("last-indexed");
-    let dir = tmp.0.join("log");
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(0..20)).unwrap();
-    writer.close().unwrap();
+    let (_tmp, dir) = closed_log("last-indexed", Durability::Manual, 20);
     let segment = segments(&dir).pop().unwrap();
     let mut bytes = std::fs::read(&segment).unwrap();
     let at = offset_of_text(&bytes, event(19).text()) + 5;
@@ -120,12 +82,8 @@ fn rcv_13_damage_in_the_last_indexed_record_is_corrupt_not_a_torn_tail() {
 /// quarantine file (the bytes exactly) and dropped; the log opens with the prefix.
 #[test]
 fn rcv_12_damage_with_valid_records_after_above_the_mark_is_quarantined() {
-    let tmp = TempDir::new("quarantine");
-    let dir = tmp.0.join("log");
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(0..10)).unwrap();
-    writer.close().unwrap();
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
+    let (_tmp, dir) = closed_log("quarantine", Durability::Manual, 10);
+    let (writer, _) = LogWriter::open(&dir, log_options(Durability::Manual, 1 << 20)).unwrap();
     writer.append(&events(10..30)).unwrap();
     writer.flush().unwrap();
     // The process dies before close: its index still vouches for the first 10 only.
@@ -176,11 +134,7 @@ fn rcv_12_damage_with_valid_records_after_above_the_mark_is_quarantined() {
 /// records after it: `CORRUPT`, nothing changed (RCV-13: damage below the mark).
 #[test]
 fn rcv_13_damage_below_the_vouched_prefix_found_by_a_scan_stays_corrupt() {
-    let tmp = TempDir::new("below-mark");
-    let dir = tmp.0.join("log");
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(0..20)).unwrap();
-    writer.close().unwrap();
+    let (_tmp, dir) = closed_log("below-mark", Durability::Manual, 20);
     let segment = segments(&dir).pop().unwrap();
     let mut bytes = std::fs::read(&segment).unwrap();
     // Both the 19th record and the 20th (which the vouched check reads) are damaged.
@@ -199,19 +153,9 @@ fn rcv_13_damage_below_the_vouched_prefix_found_by_a_scan_stays_corrupt() {
 /// closed cleanly is opened without a sync.
 #[test]
 fn rcv_15_open_syncs_records_past_the_vouched_prefix_and_only_then() {
-    let tmp = TempDir::new("sync-at-open");
-    let dir = tmp.0.join("log");
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(0..10)).unwrap();
-    writer.close().unwrap();
+    let (_tmp, dir) = closed_log("sync-at-open", Durability::Manual, 10);
     let open_counting = || {
-        let storage = FaultyStorage::default();
-        let faults = Arc::clone(&storage.faults);
-        let options = LogOptions {
-            storage: Arc::new(storage),
-            ..options(Durability::Manual, 1 << 20)
-        };
-        let (writer, _) = LogWriter::open(&dir, options).unwrap();
+        let (writer, faults) = faulty_writer(&dir, Durability::Manual, 1 << 20);
         let syncs = faults.syncs();
         (writer, syncs)
     };
@@ -230,16 +174,12 @@ fn rcv_15_open_syncs_records_past_the_vouched_prefix_and_only_then() {
 /// succeeds, every record up to the durable mark is intact, and the rest is either kept
 /// intact or set aside byte for byte in a quarantine file: never `CORRUPT`.
 fn power_cut(durability: Durability, synced: u64, unsynced: u64, pages: &[bool]) {
-    let tmp = TempDir::new("power-cut");
-    let dir = tmp.0.join("log");
-    let (writer, _) = LogWriter::open(&dir, options(durability, 1 << 20)).unwrap();
-    writer.append(&events(0..synced)).unwrap();
-    writer.close().unwrap();
+    let (_tmp, dir) = closed_log("power-cut", durability, synced);
     let segment = segments(&dir).pop().unwrap();
     let index = segment.with_extension("idx");
     let durable = std::fs::read(&segment).unwrap();
     let durable_index = std::fs::read(&index).unwrap();
-    let (writer, _) = LogWriter::open(&dir, options(durability, 1 << 20)).unwrap();
+    let (writer, _) = LogWriter::open(&dir, log_options(durability, 1 << 20)).unwrap();
     for seq in synced..synced + unsynced {
         writer.append(&[event(seq)]).unwrap();
     }
@@ -257,7 +197,7 @@ fn power_cut(durability: Durability, synced: u64, unsynced: u64, pages: &[bool])
     }
     std::fs::write(&segment, &disk).unwrap();
     std::fs::write(&index, &durable_index).unwrap();
-    let (writer, report) = LogWriter::open(&dir, options(durability, 1 << 20))
+    let (writer, report) = LogWriter::open(&dir, log_options(durability, 1 << 20))
         .unwrap_or_else(|e| panic!("a power cut never makes a log unopenable: {e}"));
     let kept = writer.seq_next();
     assert!(kept >= synced, "the durable records are kept");
@@ -302,10 +242,10 @@ proptest! {
 }
 
 /// A store with one closed session `s` of `n` events (small segments, so several).
-fn store_with_session(tmp: &TempDir, n: u64) -> Store {
+fn store_with_session(tmp: &Path, n: u64) -> Store {
     let mut options = StoreOptions::default();
     options.log.segment_bytes = 4096;
-    let store = Store::at(&tmp.0, options).unwrap();
+    let store = Store::at(tmp, options).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     for i in 0..n {
         session
@@ -325,9 +265,9 @@ fn store_with_session(tmp: &TempDir, n: u64) -> Store {
 /// before, the open refolded and reported only a stale checkpoint.
 #[test]
 fn rcv_14_a_missing_last_segment_is_corrupt_not_a_stale_checkpoint() {
-    let tmp = TempDir::new("missing-last");
+    let tmp = scratch("missing-last");
     let store = store_with_session(&tmp, 40);
-    let log = tmp.0.join("sessions/s/log");
+    let log = tmp.join("sessions/s/log");
     let last = segments(&log).pop().unwrap();
     assert!(segments(&log).len() > 2);
     std::fs::remove_file(&last).unwrap();
@@ -354,9 +294,9 @@ fn rcv_14_a_missing_last_segment_is_corrupt_not_a_stale_checkpoint() {
 /// deleted); the session then opens with the prefix, and a live writer refuses salvage.
 #[test]
 fn salvage_keeps_the_longest_valid_prefix_and_sets_the_rest_aside() {
-    let tmp = TempDir::new("salvage");
+    let tmp = scratch("salvage");
     let store = store_with_session(&tmp, 40);
-    let log = tmp.0.join("sessions/s/log");
+    let log = tmp.join("sessions/s/log");
     let all = segments(&log);
     let sealed = &all[1];
     let next_first: u64 = all[2]
@@ -419,10 +359,8 @@ fn salvage_keeps_the_longest_valid_prefix_and_sets_the_rest_aside() {
 /// record aside and says so.
 #[test]
 fn demo_a_flipped_byte_in_the_last_record_is_corrupt_and_salvage_sets_it_aside() {
-    let tmp = TempDir::new("demo-last");
-    let store_dir = tmp.0.join("store");
+    let (_tmp, store_dir) = demo_store("demo-last");
     let store_arg = store_dir.to_str().unwrap();
-    assert!(surfacelog(&["demo", "--store", store_arg]).status.success());
     let store = Store::at(&store_dir, StoreOptions::default()).unwrap();
     let (session, _) = store.open("demo").unwrap();
     let n = session.seq_next();
@@ -432,9 +370,7 @@ fn demo_a_flipped_byte_in_the_last_record_is_corrupt_and_salvage_sets_it_aside()
         "turn/end"
     );
     drop(session);
-    let segment = tmp
-        .0
-        .join("store/sessions/demo/log/00000000000000000000.seg");
+    let segment = store_dir.join("sessions/demo/log/00000000000000000000.seg");
     let mut bytes = std::fs::read(&segment).unwrap();
     let at = offset_of_text(&bytes, &last_text) + 4;
     bytes[at] ^= 0x02;
@@ -469,10 +405,8 @@ fn demo_a_flipped_byte_in_the_last_record_is_corrupt_and_salvage_sets_it_aside()
 /// with 12 events of 13 and `Store::open` reported only a stale checkpoint.
 #[test]
 fn demo_a_deleted_last_segment_of_the_fork_is_corrupt_through_the_cli() {
-    let tmp = TempDir::new("demo-fork");
-    let store_dir = tmp.0.join("store");
+    let (_tmp, store_dir) = demo_store("demo-fork");
     let store_arg = store_dir.to_str().unwrap();
-    assert!(surfacelog(&["demo", "--store", store_arg]).status.success());
     let log = store_dir.join("sessions/demo-fork/log");
     let last = segments(&log).pop().unwrap();
     assert!(last.ends_with("00000000000000000012.seg"));

@@ -4,12 +4,16 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use surfacelog::clock::ManualClock;
 use surfacelog::log::{Durability, LogOptions};
-use surfacelog::session::{
-    Compaction, NoSurface, Options, Prune, Session, SessionLog, SurfaceIntent, kinds,
-};
+use surfacelog::session::{NoSurface, Prune, Session, SessionLog, SurfaceIntent, kinds};
 use surfacelog::store::{Store, StoreOptions};
+
+mod common;
+
+use common::{
+    assistant, compact, files_ending, numbered_turn, prune_to_empty, tool_call, tool_result,
+    turn_end, turn_start, user, user_message,
+};
 
 fn temp_store(name: &str) -> (PathBuf, Store) {
     let dir = std::env::temp_dir().join(format!("surfacelog-store-{}-{name}", std::process::id()));
@@ -20,94 +24,22 @@ fn temp_store(name: &str) -> (PathBuf, Store) {
 
 /// The options of [`temp_store`]: small segments, checkpoints every 100 events.
 fn store_options() -> StoreOptions {
-    StoreOptions {
-        session: Options {
-            clock: Arc::new(ManualClock::new(1_000)),
-            ..Options::default()
-        },
-        log: LogOptions {
-            durability: Durability::Manual,
-            segment_bytes: 64 << 10,
-            ..LogOptions::default()
-        },
-        checkpoint_every: 100,
-    }
-}
-
-fn user(id: &str) -> String {
-    format!(
-        r#"{{"id":"{id}","role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"{id}"}}]}}"#
-    )
-}
-
-fn assistant(turn: u64, blocks: &str) -> String {
-    format!(
-        r#"{{"turn":{turn},"step":1,"message":{{"id":"a{turn}","role":"assistant","source":{{"kind":"model","provider":"p","model":"m"}},"content":[{blocks}]}}}}"#
-    )
-}
-
-fn tool_result(turn: u64, call: &str) -> String {
-    format!(
-        r#"{{"turn":{turn},"step":1,"message":{{"id":"r{turn}","role":"user","source":{{"kind":"tool","callId":"{call}"}},"content":[{{"type":"tool-result","toolCallId":"{call}","content":[{{"type":"text","text":"output of {call}"}}]}}]}}}}"#
-    )
+    common::store_options(Durability::Manual, 64 << 10)
 }
 
 /// A workload on any session: turns with tool calls, a prune and a nested compaction.
 fn workload<L: SessionLog>(session: &mut Session<L>, turns: u64) {
     let mut first_user = None;
     for turn in 1..=turns {
-        session
-            .append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
-            .unwrap();
-        let u = session
-            .append::<kinds::UserMessage>(&user(&format!("u{turn}")), SurfaceIntent::append())
-            .unwrap();
-        first_user.get_or_insert(u);
-        session
-            .append::<kinds::StepStart>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
-            .unwrap();
-        let call = format!(r#"{{"type":"tool-call","id":"c{turn}"}}"#);
-        session
-            .append::<kinds::AssistantMessage>(&assistant(turn, &call), SurfaceIntent::append())
-            .unwrap();
-        let result = session
-            .append::<kinds::ToolResult>(
-                &tool_result(turn, &format!("c{turn}")),
-                SurfaceIntent::append(),
-            )
-            .unwrap();
-        session
-            .append::<kinds::StepEnd>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
-            .unwrap();
-        session
-            .append::<kinds::TurnEnd>(
-                &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
-                NoSurface,
-            )
-            .unwrap();
+        let stored = numbered_turn(session, turn);
+        first_user.get_or_insert(stored.user);
         if turn % 3 == 0 {
-            session
-                .prune(&Prune {
-                    seq: result,
-                    content: "[]",
-                    shadowed_token_count: 1,
-                })
-                .unwrap();
+            prune_to_empty(session, stored.result);
         }
         if turn % 5 == 0 {
             let start = session.surface().nodes()[0];
             let end = *session.surface().nodes().last().unwrap();
-            let message = user(&format!("summary{turn}"));
-            let compaction = Compaction {
-                compaction_id: "k",
-                turn: None,
-                start,
-                end,
-                summary: "[]",
-                summary_extra: None,
-                message: &message,
-            };
-            session.compact(&compaction).unwrap();
+            compact(session, start, end, &format!("summary{turn}"));
         }
     }
     assert!(first_user.is_some());
@@ -115,13 +47,7 @@ fn workload<L: SessionLog>(session: &mut Session<L>, turns: u64) {
 
 /// The segment files of session `s` in the store at `dir`, in log order.
 fn segments_of_s(dir: &std::path::Path) -> Vec<PathBuf> {
-    let mut segments: Vec<_> = std::fs::read_dir(dir.join("sessions/s/log"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-        .collect();
-    segments.sort();
-    segments
+    files_ending(&dir.join("sessions/s/log"), ".seg")
 }
 
 /// Event texts, surface nodes, messages, transcript and replace generation.
@@ -151,16 +77,7 @@ fn state<L: SessionLog>(session: &Session<L>) -> State {
 fn a_stored_session_reopens_equal_to_the_same_session_in_memory() {
     let (dir, store) = temp_store("equivalence");
     let mut stored = store.create("s1", None, None).unwrap();
-    let mut memory = Session::create(
-        "s1",
-        None,
-        None,
-        Options {
-            clock: Arc::new(ManualClock::new(1_000)),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let mut memory = Session::create("s1", None, None, common::session_options()).unwrap();
     workload(&mut stored, 23);
     workload(&mut memory, 23);
     assert_eq!(state(&stored), state(&memory));
@@ -184,10 +101,7 @@ fn an_interrupted_turn_is_repaired_durably_exactly_once() {
         .append::<kinds::StepStart>(r#"{"turn":1,"step":1}"#, NoSurface)
         .unwrap();
     session
-        .append::<kinds::AssistantMessage>(
-            &assistant(1, r#"{"type":"tool-call","id":"c1"}"#),
-            SurfaceIntent::append(),
-        )
+        .append::<kinds::AssistantMessage>(&assistant(1, &tool_call(1)), SurfaceIntent::append())
         .unwrap();
     session.flush().unwrap();
     drop(session); // the process "dies" inside the turn
@@ -697,10 +611,7 @@ fn ckp_3_opening_uses_a_matching_checkpoint_and_rebuilds_any_other() {
         .append::<kinds::StepStart>(r#"{"turn":44,"step":1}"#, NoSurface)
         .unwrap();
     session
-        .append::<kinds::AssistantMessage>(
-            &assistant(44, r#"{"type":"tool-call","id":"c44"}"#),
-            SurfaceIntent::append(),
-        )
+        .append::<kinds::AssistantMessage>(&assistant(44, &tool_call(44)), SurfaceIntent::append())
         .unwrap();
     drop(session);
     let checkpoint = dir.join("sessions/s/checkpoint");
@@ -835,16 +746,15 @@ mod reopen_equivalence {
                     )
                     .unwrap();
                 if *with_tool {
-                    let call = format!(r#"{{"type":"tool-call","id":"c{turn}"}}"#);
                     session
                         .append::<kinds::AssistantMessage>(
-                            &assistant(turn, &call),
+                            &assistant(turn, &tool_call(turn)),
                             SurfaceIntent::append(),
                         )
                         .unwrap();
                     session
                         .append::<kinds::ToolResult>(
-                            &tool_result(turn, &format!("c{turn}")),
+                            &tool_result(turn, &format!("c{turn}"), &format!("output of c{turn}")),
                             SurfaceIntent::append(),
                         )
                         .unwrap();
@@ -873,17 +783,7 @@ mod reopen_equivalence {
             Op::Compact => {
                 let nodes = session.surface().nodes().to_vec();
                 if let (Some(&start), Some(&end)) = (nodes.first(), nodes.last()) {
-                    let message = user("summary");
-                    let compaction = Compaction {
-                        compaction_id: "k",
-                        turn: None,
-                        start,
-                        end,
-                        summary: "[]",
-                        summary_extra: None,
-                        message: &message,
-                    };
-                    session.compact(&compaction).unwrap();
+                    compact(session, start, end, "summary");
                 }
             }
             Op::Reopen { .. } => {}
@@ -895,7 +795,7 @@ mod reopen_equivalence {
         #[test]
         fn reopened_sessions_equal_in_memory_ones(ops in prop::collection::vec(op(), 1..30)) {
             let (dir, store) = temp_store("reopen-prop");
-            let options = Options { clock: Arc::new(ManualClock::new(1_000)), ..Options::default() };
+            let options = common::session_options();
             let mut memory = Session::create("s", None, None, options).unwrap();
             let mut stored = store.create("s", None, None).unwrap();
             for (turn, op) in (1..).zip(&ops) {
@@ -1025,18 +925,9 @@ fn ckp_7_an_opened_surface_borrows_its_nodes_until_it_changes() {
     let mut session = store.create("s", None, None).unwrap();
     workload(&mut session, 4);
     for turn in 5..=100 {
-        session
-            .append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
-            .unwrap();
-        session
-            .append::<kinds::UserMessage>(&user(&format!("u{turn}")), SurfaceIntent::append())
-            .unwrap();
-        session
-            .append::<kinds::TurnEnd>(
-                &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
-                NoSurface,
-            )
-            .unwrap();
+        turn_start(&mut session, turn);
+        user_message(&mut session, &format!("u{turn}"));
+        turn_end(&mut session, turn);
     }
     session.close().unwrap();
     let expected = {
@@ -1056,12 +947,8 @@ fn ckp_7_an_opened_surface_borrows_its_nodes_until_it_changes() {
     session.flush().unwrap();
     std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
     assert_eq!(state(&session), expected);
-    session
-        .append::<kinds::TurnStart>(r#"{"turn":101}"#, NoSurface)
-        .unwrap();
-    session
-        .append::<kinds::UserMessage>(&user("u-late"), SurfaceIntent::append())
-        .unwrap();
+    turn_start(&mut session, 101);
+    user_message(&mut session, "u-late");
     assert!(session.surface().heap_bytes() >= nodes_bytes + 8, "copied");
     assert_eq!(
         session.surface().nodes()[..expected.1.len()],

@@ -10,93 +10,30 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use surfacelog::clock::ManualClock;
 use surfacelog::event::EventSource;
-use surfacelog::log::{Durability, LogOptions};
-use surfacelog::session::{
-    Boundary, Compaction, NoSurface, Options, Prune, Session, SessionLog, SurfaceIntent, kinds,
-};
+use surfacelog::log::Durability;
+use surfacelog::session::{Boundary, Session, SessionLog};
 use surfacelog::store::{Store, StoreOptions};
 
-fn store_options() -> StoreOptions {
-    StoreOptions {
-        session: Options {
-            clock: Arc::new(ManualClock::new(1_000)),
-            ..Options::default()
-        },
-        log: LogOptions {
-            durability: Durability::Manual,
-            segment_bytes: 2 << 10,
-            ..LogOptions::default()
-        },
-        checkpoint_every: 100,
-    }
-}
+mod common;
 
-fn user(id: &str) -> String {
-    format!(
-        r#"{{"id":"{id}","role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"{id}"}}]}}"#
-    )
+use common::{closed_turn, compact, prune_to_empty};
+
+fn store_options() -> StoreOptions {
+    common::store_options(Durability::Manual, 2 << 10)
 }
 
 /// Closed turns with a tool call and result; a prune and a compaction.
 fn workload<L: SessionLog>(session: &mut Session<L>, turns: u64) {
     for turn in 1..=turns {
-        session
-            .append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
-            .unwrap();
-        session
-            .append::<kinds::UserMessage>(&user(&format!("u{turn}")), SurfaceIntent::append())
-            .unwrap();
-        let call = format!(
-            r#"{{"turn":{turn},"step":1,"message":{{"id":"a{turn}","role":"assistant","source":{{"kind":"model","provider":"p","model":"m"}},"content":[{{"type":"tool-call","id":"c{turn}"}}]}}}}"#
-        );
-        session
-            .append::<kinds::StepStart>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
-            .unwrap();
-        session
-            .append::<kinds::AssistantMessage>(&call, SurfaceIntent::append())
-            .unwrap();
-        let result = format!(
-            r#"{{"turn":{turn},"step":1,"message":{{"id":"r{turn}","role":"user","source":{{"kind":"tool","callId":"c{turn}"}},"content":[{{"type":"tool-result","toolCallId":"c{turn}","content":[{{"type":"text","text":"out {turn}"}}]}}]}}}}"#
-        );
-        let result = session
-            .append::<kinds::ToolResult>(&result, SurfaceIntent::append())
-            .unwrap();
-        session
-            .append::<kinds::StepEnd>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
-            .unwrap();
-        session
-            .append::<kinds::TurnEnd>(
-                &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
-                NoSurface,
-            )
-            .unwrap();
+        let stored = closed_turn(session, turn, &format!("u{turn}"), &format!("out {turn}"));
         if turn == 2 {
-            session
-                .prune(&Prune {
-                    seq: result,
-                    content: "[]",
-                    shadowed_token_count: 1,
-                })
-                .unwrap();
+            prune_to_empty(session, stored.result);
         }
         if turn == 4 {
             let nodes = session.surface().nodes().to_vec();
-            let message = user("summary");
-            session
-                .compact(&Compaction {
-                    compaction_id: "k",
-                    turn: None,
-                    start: nodes[0],
-                    end: nodes[3],
-                    summary: "[]",
-                    summary_extra: None,
-                    message: &message,
-                })
-                .unwrap();
+            compact(session, nodes[0], nodes[3], "summary");
         }
     }
 }

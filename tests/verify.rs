@@ -4,15 +4,14 @@
 //! checkpoint is always reported, never a panic.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::Arc;
 
-use surfacelog::clock::ManualClock;
-use surfacelog::log::{Durability, LogOptions};
-use surfacelog::session::{
-    Boundary, NoSurface, Options, Prune, Session, SessionLog, SurfaceIntent, kinds,
-};
-use surfacelog::store::{Severity, Store, StoreOptions, VerifyReport};
+use surfacelog::log::Durability;
+use surfacelog::session::{Boundary, Session, SessionLog};
+use surfacelog::store::{Severity, Store, VerifyReport};
+
+mod common;
+
+use common::{files_ending, numbered_turn, prune_to_empty, surfacelog};
 
 /// A store in the temp directory, removed when dropped.
 struct Fixture {
@@ -26,69 +25,13 @@ impl Drop for Fixture {
     }
 }
 
-fn options() -> StoreOptions {
-    StoreOptions {
-        session: Options {
-            clock: Arc::new(ManualClock::new(1_000)),
-            ..Options::default()
-        },
-        log: LogOptions {
-            durability: Durability::Manual,
-            segment_bytes: 2 << 10,
-            ..LogOptions::default()
-        },
-        checkpoint_every: 100,
-    }
-}
-
-fn user(id: &str) -> String {
-    format!(
-        r#"{{"id":"{id}","role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"{id}"}}]}}"#
-    )
-}
-
 /// Turns with a tool call each, and a prune every other turn (replacements: keys and a
 /// replace generation in the checkpoint).
 fn workload<L: SessionLog>(session: &mut Session<L>, turns: u64) {
     for turn in 1..=turns {
-        session
-            .append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
-            .unwrap();
-        session
-            .append::<kinds::UserMessage>(&user(&format!("u{turn}")), SurfaceIntent::append())
-            .unwrap();
-        session
-            .append::<kinds::StepStart>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
-            .unwrap();
-        let assistant = format!(
-            r#"{{"turn":{turn},"step":1,"message":{{"id":"a{turn}","role":"assistant","source":{{"kind":"model","provider":"p","model":"m"}},"content":[{{"type":"tool-call","id":"c{turn}"}}]}}}}"#
-        );
-        session
-            .append::<kinds::AssistantMessage>(&assistant, SurfaceIntent::append())
-            .unwrap();
-        let result = format!(
-            r#"{{"turn":{turn},"step":1,"message":{{"id":"r{turn}","role":"user","source":{{"kind":"tool","callId":"c{turn}"}},"content":[{{"type":"tool-result","toolCallId":"c{turn}","content":[{{"type":"text","text":"output of c{turn}"}}]}}]}}}}"#
-        );
-        let result = session
-            .append::<kinds::ToolResult>(&result, SurfaceIntent::append())
-            .unwrap();
-        session
-            .append::<kinds::StepEnd>(&format!(r#"{{"turn":{turn},"step":1}}"#), NoSurface)
-            .unwrap();
-        session
-            .append::<kinds::TurnEnd>(
-                &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
-                NoSurface,
-            )
-            .unwrap();
+        let stored = numbered_turn(session, turn);
         if turn % 2 == 0 {
-            session
-                .prune(&Prune {
-                    seq: result,
-                    content: "[]",
-                    shadowed_token_count: 1,
-                })
-                .unwrap();
+            prune_to_empty(session, stored.result);
         }
     }
 }
@@ -99,7 +42,7 @@ fn workload<L: SessionLog>(session: &mut Session<L>, turns: u64) {
 fn fixture(name: &str, turns: u64, small: bool) -> Fixture {
     let dir = std::env::temp_dir().join(format!("surfacelog-verify-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let store = Store::at(&dir, options()).unwrap();
+    let store = Store::at(&dir, common::store_options(Durability::Manual, 2 << 10)).unwrap();
     let mut a = store.create("a", None, None).unwrap();
     workload(&mut a, turns);
     a.close().unwrap();
@@ -125,21 +68,7 @@ fn fixture(name: &str, turns: u64, small: bool) -> Fixture {
 
 /// The files of session `id`'s log ending with `suffix`, in name order.
 fn files(fixture: &Fixture, id: &str, suffix: &str) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> =
-        std::fs::read_dir(fixture.dir.join("sessions").join(id).join("log"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.to_string_lossy().ends_with(suffix))
-            .collect();
-    files.sort();
-    files
-}
-
-fn surfacelog(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_surfacelog"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
+    files_ending(&fixture.dir.join("sessions").join(id).join("log"), suffix)
 }
 
 fn cli_verify(fixture: &Fixture, extra: &[&str]) -> (i32, String) {
@@ -182,6 +111,16 @@ fn flip(path: &Path, at: u64) {
     let mut bytes = std::fs::read(path).unwrap();
     bytes[usize::try_from(at).unwrap()] ^= 0x20;
     std::fs::write(path, bytes).unwrap();
+}
+
+/// A [`fixture`] `name` of 6 turns, and the first file of session `id` ending with
+/// `suffix` and its bytes before the byte at `at` was flipped in it.
+fn flipped_first(name: &str, id: &str, suffix: &str, at: u64) -> (Fixture, PathBuf, Vec<u8>) {
+    let fixture = fixture(name, 6, false);
+    let file = files(&fixture, id, suffix)[0].clone();
+    let original = std::fs::read(&file).unwrap();
+    flip(&file, at);
+    (fixture, file, original)
 }
 
 /// Every file of the store and its bytes.
@@ -289,10 +228,7 @@ fn redo_index_crc(path: &Path, change: impl FnOnce(&mut Vec<u8>)) {
 
 #[test]
 fn a_damaged_index_its_offsets_and_its_data_crc() {
-    let fixture = fixture("index", 6, false);
-    let index = files(&fixture, "a", ".idx")[0].clone();
-    let original = std::fs::read(&index).unwrap();
-    flip(&index, 60);
+    let (fixture, index, original) = flipped_first("index", "a", ".idx", 60);
     assert_reported(&report(&fixture), "a", &index, "IDX-2", Some(52));
     std::fs::write(&index, &original).unwrap();
     redo_index_crc(&index, |b| b[60] = b[60].wrapping_add(8));
@@ -306,10 +242,7 @@ fn a_damaged_index_its_offsets_and_its_data_crc() {
 
 #[test]
 fn a_damaged_limit() {
-    let fixture = fixture("limit", 6, false);
-    let limit = files(&fixture, "b", ".lim")[0].clone();
-    let original = std::fs::read(&limit).unwrap();
-    flip(&limit, 44);
+    let (fixture, limit, original) = flipped_first("limit", "b", ".lim", 44);
     assert_reported(&report(&fixture), "b", &limit, "LIM-2", Some(60));
     // A limit whose crc checks out but whose last record is not where it says (LIM-3).
     let mut bytes = original.clone();

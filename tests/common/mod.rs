@@ -1,6 +1,29 @@
-//! Shared by the integration tests: scratch directories that clean up after themselves.
+//! Shared by the integration tests: scratch directories that clean up after themselves,
+//! store and log options, the messages and closed turns the session tests store, sorted
+//! file listings, and a runner for the built `surfacelog` binary.
+//!
+//! Each integration test is its own crate and declares `mod common;`; the byte layout a
+//! test damages depends on what it stores, so these builders take every text a test
+//! chooses as a parameter and write exactly the bytes the copies they replace wrote.
 
-use std::path::Path;
+#![allow(
+    dead_code,
+    reason = "each integration test uses a part of the shared helpers"
+)]
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use surfacelog::clock::ManualClock;
+use surfacelog::event::{Event, EventFields};
+use surfacelog::log::{Durability, LogOptions, LogWriter};
+use surfacelog::session::{
+    Compaction, NoSurface, Options, Prune, Session, SessionLog, SurfaceIntent, kinds,
+};
+use surfacelog::storage::faulty::{Faults, FaultyStorage};
+use surfacelog::store::StoreOptions;
 
 /// A fresh private directory (mode 0700) under the system's temporary directory, removed
 /// with everything in it when dropped, so a test run leaves nothing behind (even when
@@ -30,4 +53,227 @@ pub fn scratch(file: &str, name: &str) -> Scratch {
         .tempdir()
         .expect("a scratch directory");
     Scratch(dir)
+}
+
+/// Log options with the given durability and segment size, the rest the defaults.
+pub fn log_options(durability: Durability, segment_bytes: u64) -> LogOptions {
+    LogOptions {
+        segment_bytes,
+        durability,
+        ..LogOptions::default()
+    }
+}
+
+/// Session options for deterministic sessions: a manual clock at 1,000 (every event's
+/// `time` the same), the rest the defaults.
+pub fn session_options() -> Options {
+    Options {
+        clock: Arc::new(ManualClock::new(1_000)),
+        ..Options::default()
+    }
+}
+
+/// Store options for deterministic sessions: [`session_options`], [`log_options`] with
+/// `durability` and `segment_bytes`, and a checkpoint every 100 events.
+pub fn store_options(durability: Durability, segment_bytes: u64) -> StoreOptions {
+    StoreOptions {
+        session: session_options(),
+        log: log_options(durability, segment_bytes),
+        checkpoint_every: 100,
+    }
+}
+
+/// The data of a `user/message` whose id and only text block are both `text`.
+pub fn user(text: &str) -> String {
+    format!(
+        r#"{{"id":"{text}","role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"{text}"}}]}}"#
+    )
+}
+
+/// The data of turn `turn`'s `assistant/message` (step 1, id `a{turn}`) with the content
+/// blocks `blocks` (a JSON array's items).
+pub fn assistant(turn: u64, blocks: &str) -> String {
+    format!(
+        r#"{{"turn":{turn},"step":1,"message":{{"id":"a{turn}","role":"assistant","source":{{"kind":"model","provider":"p","model":"m"}},"content":[{blocks}]}}}}"#
+    )
+}
+
+/// The content block of turn `turn`'s tool call, id `c{turn}`.
+pub fn tool_call(turn: u64) -> String {
+    format!(r#"{{"type":"tool-call","id":"c{turn}"}}"#)
+}
+
+/// The data of turn `turn`'s `tool/result` (step 1, id `r{turn}`) for the call `call`,
+/// whose output is the one text block `output`.
+pub fn tool_result(turn: u64, call: &str, output: &str) -> String {
+    format!(
+        r#"{{"turn":{turn},"step":1,"message":{{"id":"r{turn}","role":"user","source":{{"kind":"tool","callId":"{call}"}},"content":[{{"type":"tool-result","toolCallId":"{call}","content":[{{"type":"text","text":"{output}"}}]}}]}}}}"#
+    )
+}
+
+/// The seqs [`closed_turn`] stored its messages at.
+#[derive(Debug, Clone, Copy)]
+pub struct Turn {
+    /// The `user/message`.
+    pub user: u64,
+    /// The `tool/result`.
+    pub result: u64,
+}
+
+/// Appends `turn/start` of turn `turn`.
+pub fn turn_start<L: SessionLog>(session: &mut Session<L>, turn: u64) {
+    session
+        .append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
+        .unwrap();
+}
+
+/// Appends a [`user`] message of `text` to the surface; returns its seq.
+pub fn user_message<L: SessionLog>(session: &mut Session<L>, text: &str) -> u64 {
+    session
+        .append::<kinds::UserMessage>(&user(text), SurfaceIntent::append())
+        .unwrap()
+}
+
+/// Appends `turn/end` of turn `turn`, completed.
+pub fn turn_end<L: SessionLog>(session: &mut Session<L>, turn: u64) {
+    session
+        .append::<kinds::TurnEnd>(
+            &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
+            NoSurface,
+        )
+        .unwrap();
+}
+
+/// Appends one closed turn numbered `turn`: [`turn_start`], a [`user_message`] of `text`,
+/// `step/start`, an [`assistant`] message with the [`tool_call`] `c{turn}`, its
+/// [`tool_result`] with the output `output`, `step/end`, and [`turn_end`].
+pub fn closed_turn<L: SessionLog>(
+    session: &mut Session<L>,
+    turn: u64,
+    text: &str,
+    output: &str,
+) -> Turn {
+    turn_start(session, turn);
+    let user = user_message(session, text);
+    let step = format!(r#"{{"turn":{turn},"step":1}}"#);
+    session
+        .append::<kinds::StepStart>(&step, NoSurface)
+        .unwrap();
+    session
+        .append::<kinds::AssistantMessage>(
+            &assistant(turn, &tool_call(turn)),
+            SurfaceIntent::append(),
+        )
+        .unwrap();
+    let result = session
+        .append::<kinds::ToolResult>(
+            &tool_result(turn, &format!("c{turn}"), output),
+            SurfaceIntent::append(),
+        )
+        .unwrap();
+    session.append::<kinds::StepEnd>(&step, NoSurface).unwrap();
+    turn_end(session, turn);
+    Turn { user, result }
+}
+
+/// A [`closed_turn`] numbered `turn` whose user text is `u{turn}` and whose tool output
+/// is `output of c{turn}`.
+pub fn numbered_turn<L: SessionLog>(session: &mut Session<L>, turn: u64) -> Turn {
+    closed_turn(
+        session,
+        turn,
+        &format!("u{turn}"),
+        &format!("output of c{turn}"),
+    )
+}
+
+/// Prunes the node `seq` to the empty content `[]`, shadowing one token.
+pub fn prune_to_empty<L: SessionLog>(session: &mut Session<L>, seq: u64) {
+    session
+        .prune(&Prune {
+            seq,
+            content: "[]",
+            shadowed_token_count: 1,
+        })
+        .unwrap();
+}
+
+/// Compacts the surface nodes `start..=end` into a summary: compaction id `k`, no turn,
+/// the summary `[]` and a [`user`] message of `summary`.
+pub fn compact<L: SessionLog>(session: &mut Session<L>, start: u64, end: u64, summary: &str) {
+    let message = user(summary);
+    session
+        .compact(&Compaction {
+            compaction_id: "k",
+            turn: None,
+            start,
+            end,
+            summary: "[]",
+            summary_extra: None,
+            message: &message,
+        })
+        .unwrap();
+}
+
+/// A log-only event (time 0, no surface operation, no sources, not ignorable) of type
+/// `event_type` and `seq`, stored as `text`, whose data is `text[data]`.
+pub fn log_only_event(
+    event_type: &'static str,
+    seq: u64,
+    text: String,
+    data: Range<usize>,
+) -> Event {
+    let fields = EventFields {
+        event_type: event_type.into(),
+        seq,
+        time: 0,
+        surface_op: None,
+        sources: None,
+        ignorable: false,
+    };
+    Event::new(text, data, None, fields)
+}
+
+/// A [`log_only_event`] `plugin/t` of `seq` whose data is `{"pad":"ppp…"}` with `pad`
+/// bytes of padding.
+pub fn padded_event(seq: u64, pad: usize) -> Event {
+    let pad = "p".repeat(pad);
+    let text = format!(r#"{{"type":"plugin/t","seq":{seq},"time":0,"data":{{"pad":"{pad}"}}}}"#);
+    let data = text.find("{\"pad\"").unwrap()..text.len() - 1;
+    log_only_event("plugin/t", seq, text, data)
+}
+
+/// A writer of the log in `dir` ([`log_options`] with `durability` and `segment_bytes`)
+/// on a fault-injecting storage, and the fault plan to steer it.
+pub fn faulty_writer(
+    dir: &Path,
+    durability: Durability,
+    segment_bytes: u64,
+) -> (LogWriter, Arc<Faults>) {
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let options = LogOptions {
+        storage: Arc::new(storage),
+        ..log_options(durability, segment_bytes)
+    };
+    (LogWriter::open(dir, options).unwrap().0, faults)
+}
+
+/// The files in `dir` whose names end with `suffix`, sorted by path.
+pub fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    found.sort();
+    found
+}
+
+/// Runs the built `surfacelog` binary with `args` and collects what it printed.
+pub fn surfacelog(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_surfacelog"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
 }
