@@ -1,0 +1,173 @@
+//! What the full check found ([`VerifyReport`]: problems with their file, offset, rule and
+//! severity, per session and for the store), and its text and JSON forms (STORE-16).
+
+use std::path::{Path, PathBuf};
+
+/// How serious a [`Problem`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// Damage, loss or a file that breaks its format: the session is not ok.
+    Error,
+    /// Something the format does not allow but that changes no data (a stray file in a
+    /// log directory, a checkpoint of an older version that open ignores).
+    Warning,
+}
+
+/// One thing found wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The file (or directory) it is in.
+    pub file: PathBuf,
+    /// The byte offset in `file`, when one is meaningful.
+    pub offset: Option<u64>,
+    /// The rule broken, as the specs name it (`SEG-2`, `IDX-1`, `CKP-3`, …).
+    pub rule: &'static str,
+    /// What is wrong, in words.
+    pub message: String,
+    /// Whether it makes the session not ok.
+    pub severity: Severity,
+}
+
+/// What the check of one session found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionReport {
+    /// The session's id: the one asked for, or else the one its `header.json` names, or
+    /// else (no readable header) its directory's name.
+    pub id: String,
+    /// Every problem found, in the order found.
+    pub problems: Vec<Problem>,
+}
+
+impl SessionReport {
+    /// Whether no problem of [`Severity::Error`] was found.
+    pub fn ok(&self) -> bool {
+        self.problems
+            .iter()
+            .all(|p| p.severity == Severity::Warning)
+    }
+}
+
+/// What [`verify`](super::verify) found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// The store's directory; files are shown relative to it.
+    pub dir: PathBuf,
+    /// Problems of the store itself (its `STORE` identity file, its layout).
+    pub store: Vec<Problem>,
+    /// One report per session checked, in directory-name order (or in the order asked).
+    pub sessions: Vec<SessionReport>,
+}
+
+impl VerifyReport {
+    /// Whether no problem of [`Severity::Error`] was found anywhere.
+    pub fn ok(&self) -> bool {
+        self.store.iter().all(|p| p.severity == Severity::Warning)
+            && self.sessions.iter().all(SessionReport::ok)
+    }
+
+    /// Every problem, as `(session id, problem)`; store problems have no id.
+    pub fn problems(&self) -> impl Iterator<Item = (Option<&str>, &Problem)> {
+        self.store.iter().map(|p| (None, p)).chain(
+            self.sessions
+                .iter()
+                .flat_map(|s| s.problems.iter().map(|p| (Some(s.id.as_str()), p))),
+        )
+    }
+
+    /// `file` relative to the store's directory, for display.
+    pub fn relative<'a>(&self, file: &'a Path) -> &'a Path {
+        file.strip_prefix(&self.dir).unwrap_or(file)
+    }
+
+    /// The report as human-readable lines: `<id>: <file> offset=<n> [RULE] message` per
+    /// problem (`warning: ` before the message of a warning; `store` for the store's own
+    /// problems), and `<id>: ok` for a session without errors.
+    pub fn lines(&self) -> Vec<String> {
+        let line = |who: &str, p: &Problem| {
+            let offset = p.offset.map(|o| format!(" offset={o}")).unwrap_or_default();
+            let warning = if p.severity == Severity::Warning {
+                "warning: "
+            } else {
+                ""
+            };
+            format!(
+                "{who}: {}{offset} [{}] {warning}{}",
+                self.relative(&p.file).display(),
+                p.rule,
+                p.message
+            )
+        };
+        let mut lines: Vec<String> = self.store.iter().map(|p| line("store", p)).collect();
+        for session in &self.sessions {
+            lines.extend(session.problems.iter().map(|p| line(&session.id, p)));
+            if session.ok() {
+                lines.push(format!("{}: ok", session.id));
+            }
+        }
+        lines
+    }
+
+    /// The report as one JSON document: `{"store":[problem…],"sessions":[{"id","ok",
+    /// "problems":[problem…]}],"ok"}`, each problem `{"file","offset","rule","severity",
+    /// "message"}` (`offset` null when not meaningful, `file` relative to the store).
+    pub fn to_json(&self) -> String {
+        let mut out = String::from("{\"store\":");
+        self.push_problems(&mut out, &self.store);
+        out.push_str(",\"sessions\":[");
+        for (i, session) in self.sessions.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str("{\"id\":");
+            push_str(&mut out, &session.id);
+            out.push_str(if session.ok() {
+                ",\"ok\":true"
+            } else {
+                ",\"ok\":false"
+            });
+            out.push_str(",\"problems\":");
+            self.push_problems(&mut out, &session.problems);
+            out.push('}');
+        }
+        out.push_str("],\"ok\":");
+        out.push_str(if self.ok() { "true" } else { "false" });
+        out.push('}');
+        out
+    }
+
+    /// `problems` as a JSON array of `{"file","offset","rule","severity","message"}`.
+    fn push_problems(&self, out: &mut String, problems: &[Problem]) {
+        out.push('[');
+        for (i, p) in problems.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str("{\"file\":");
+            push_str(out, &self.relative(&p.file).to_string_lossy());
+            out.push_str(",\"offset\":");
+            match p.offset {
+                Some(offset) => out.push_str(&offset.to_string()),
+                None => out.push_str("null"),
+            }
+            out.push_str(",\"rule\":");
+            push_str(out, p.rule);
+            out.push_str(",\"severity\":");
+            push_str(
+                out,
+                match p.severity {
+                    Severity::Error => "error",
+                    Severity::Warning => "warning",
+                },
+            );
+            out.push_str(",\"message\":");
+            push_str(out, &p.message);
+            out.push('}');
+        }
+        out.push(']');
+    }
+}
+
+/// `s` as a JSON string.
+fn push_str(out: &mut String, s: &str) {
+    crate::json::push_js_string(out, s.as_bytes());
+}
