@@ -13,10 +13,10 @@ mod common;
 
 use common::{faulty_writer, log_options as options};
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("surfacelog-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A log directory to be, in a scratch directory removed when the returned path is dropped
+/// (even when the test fails).
+fn temp_dir(name: &str) -> common::ScratchPath {
+    common::scratch_path("log", name)
 }
 
 /// A deterministic event: its text depends only on `seq`.
@@ -166,7 +166,7 @@ fn concurrent_appenders_share_syncs_and_readers_see_a_committed_prefix() {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let readers: Vec<_> = (0..2)
         .map(|_| {
-            let dir = dir.clone();
+            let dir = dir.to_path_buf();
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
                 let mut reader = LogReader::open(&dir).unwrap();

@@ -15,9 +15,10 @@ use common::{
     turn_end, turn_start, user, user_message,
 };
 
-fn temp_store(name: &str) -> (PathBuf, Store) {
-    let dir = std::env::temp_dir().join(format!("surfacelog-store-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// A store in a scratch directory, removed when the returned path is dropped (even when
+/// the test fails).
+fn temp_store(name: &str) -> (common::ScratchPath, Store) {
+    let dir = common::scratch_path("store", name);
     let store = Store::at(&dir, store_options()).unwrap();
     (dir, store)
 }
@@ -1177,7 +1178,7 @@ impl surfacelog::storage::Storage for CountingStorage {
 }
 
 /// [`temp_store`] whose logs are read through a [`CountingStorage`].
-fn counting_store(name: &str) -> (PathBuf, Store, Arc<CountingStorage>) {
+fn counting_store(name: &str) -> (common::ScratchPath, Store, Arc<CountingStorage>) {
     let (dir, _) = temp_store(name);
     let counting = Arc::new(CountingStorage::default());
     let mut options = store_options();

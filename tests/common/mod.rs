@@ -277,3 +277,36 @@ pub fn surfacelog(args: &[&str]) -> Output {
         .output()
         .expect("the binary runs")
 }
+
+/// A path inside a fresh [`Scratch`] directory that does not exist yet (for a test that
+/// lets the engine create it); the scratch directory, and so everything the test made
+/// there, is removed when this is dropped. It reads as a `Path`.
+#[derive(Debug)]
+pub struct ScratchPath {
+    _scratch: Scratch,
+    path: PathBuf,
+}
+
+impl std::ops::Deref for ScratchPath {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for ScratchPath {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// A [`ScratchPath`] named `name` in a scratch directory of the test file `file`.
+pub fn scratch_path(file: &str, name: &str) -> ScratchPath {
+    let scratch = scratch(file, name);
+    let path = scratch.join(name);
+    ScratchPath {
+        _scratch: scratch,
+        path,
+    }
+}
