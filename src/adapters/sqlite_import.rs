@@ -40,8 +40,10 @@ pub fn import_sqlite(
         Ok(())
     });
     if let Err(error) = outcome {
+        // A session that cannot be taken back (a writer opened it meanwhile, `LOCKED`)
+        // breaks "nothing is left": that is the error reported, not the first one.
         for (imported, _) in &done {
-            store.discard(&imported.id);
+            store.discard(&imported.id)?;
         }
         return Err(error);
     }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use super::checkpoint::CHECKPOINT_FILE;
-use super::{Store, StoredLog, StoredSession, write_file_atomically};
+use super::{Build, Store, StoredLog, StoredSession, write_file_atomically};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::Header;
 use crate::event::header::NegativeZero;
@@ -23,6 +23,9 @@ pub struct Import<'s> {
     id: String,
     tmp: PathBuf,
     session: Option<StoredSession>,
+    /// The build directory's lock (STORE-17), held until the import is published or
+    /// removed.
+    _build: Build,
 }
 
 /// What a finished import stored.
@@ -54,12 +57,13 @@ impl Store {
         }
         let header =
             Header::parse(header, id, NegativeZero::Accept).map_err(|e| e.in_session(id))?;
-        let tmp = self.tmp_dir(id);
+        let build = self.tmp_dir(id)?;
         let mut import = Import {
             store: self,
             id: id.to_owned(),
-            tmp,
+            tmp: build.path().to_owned(),
             session: None,
+            _build: build,
         };
         import.session = Some(import.start(header)?);
         Ok(import)
@@ -78,10 +82,23 @@ impl Store {
         Ok(())
     }
 
-    /// Removes session `id`, which this process has just published and nobody has opened:
-    /// how a multi-session import that fails takes back the sessions it already stored.
-    pub(crate) fn discard(&self, id: &str) {
-        let _ = std::fs::remove_dir_all(self.session_dir(id));
+    /// Removes session `id`, which this process has just published: how a multi-session
+    /// import that fails takes back the sessions it already stored (STORE-14). Holds the
+    /// session's lock while removing it, so a writer that has opened it meanwhile keeps
+    /// it (`LOCKED`), and none can open it half removed; then syncs `sessions/`.
+    ///
+    /// # Errors
+    /// `LOCKED` when a writer has it open, `IO`; the session is then left in the store.
+    pub(crate) fn discard(&self, id: &str) -> Result<()> {
+        let dir = self.session_dir(id);
+        let storage = &*self.options.log.storage;
+        let lock = crate::log::take_lock(storage, &dir.join("log"))?;
+        std::fs::remove_dir_all(&dir).map_err(|e| Error::io("remove", &dir, &e))?;
+        drop(lock);
+        let sessions = self.dir.join("sessions");
+        storage
+            .sync_dir(&sessions)
+            .map_err(|e| Error::io("fsync", &sessions, &e))
     }
 }
 
@@ -171,5 +188,26 @@ impl Drop for Import<'_> {
         if !self.tmp.as_os_str().is_empty() {
             let _ = std::fs::remove_dir_all(&self.tmp);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// STORE-14: taking back a published session holds its lock: a writer that opened it
+    /// meanwhile keeps it (`LOCKED`, nothing removed); once closed, it is removed.
+    #[test]
+    fn discard_refuses_a_session_a_writer_has_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(dir.path(), super::super::StoreOptions::default()).unwrap();
+        let writer = store.create("s", None, None).unwrap();
+        let error = store.discard("s").unwrap_err();
+        assert_eq!(error.code(), "LOCKED", "{error}");
+        assert!(store.session_dir("s").join("header.json").exists());
+        drop(writer);
+        store.discard("s").unwrap();
+        assert!(!store.session_dir("s").exists());
+        assert_eq!(store.open("s").unwrap_err().code(), "SESSION_NOT_FOUND");
     }
 }

@@ -74,7 +74,57 @@ pub const CHECKPOINT_EVERY_DEFAULT: u64 = 10_000;
 pub struct Store {
     dir: PathBuf,
     options: StoreOptions,
+    hook: Hook,
 }
+
+/// A point between two steps of a store operation, where a test hook runs (see
+/// [`Store::with_hook`]): how the lifecycle races are driven deterministically in tests.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step<'a> {
+    /// `delete` of this id holds the session's lock and has not renamed it yet (STORE-9).
+    DeleteLocked(&'a str),
+    /// A session with this id is built under `tmp/`, found free, and not renamed into
+    /// `sessions/` yet (STORE-6).
+    BeforePublish(&'a str),
+}
+
+/// A test hook: called at each [`Step`].
+type HookFn = dyn Fn(Step<'_>) + Send + Sync;
+
+/// The test hook of a store: none outside tests.
+#[derive(Clone, Default)]
+struct Hook(Option<std::sync::Arc<HookFn>>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Hook(set)"
+        } else {
+            "Hook(none)"
+        })
+    }
+}
+
+/// A build directory under `tmp/` (STORE-6, STORE-17): its path, and a shared lock on
+/// `tmp.lock` held until the directory is published or removed, so that no store
+/// opening meanwhile takes it for the leftover of an interrupted build.
+#[derive(Debug)]
+pub(crate) struct Build {
+    path: PathBuf,
+    _lock: std::fs::File,
+}
+
+impl Build {
+    /// The build directory.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The lock file of `tmp/`, beside it (STORE-17): builds hold it shared, the cleaning
+/// at open exclusive.
+const TMP_LOCK: &str = "tmp.lock";
 
 /// What opening a stored session found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,17 +175,57 @@ impl Store {
         match std::fs::read_to_string(&identity) {
             Ok(text) => check_identity(&identity, &text)?,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                let text = format!(
-                    "{{\"format\":\"surfacelog-store\",\"version\":{STORE_FORMAT_VERSION}}}\n"
-                );
-                write_file_atomically(&options, dir, "STORE", text.as_bytes())?;
+                write_identity(&options, dir)?;
             }
             Err(error) => return Err(Error::io("read", &identity, &error)),
         }
-        Ok(Self {
+        let store = Self {
             dir: dir.to_owned(),
             options,
-        })
+            hook: Hook::default(),
+        };
+        store.clean_tmp();
+        Ok(store)
+    }
+
+    /// Runs `hook` at each [`Step`] of this store's operations. For tests: it drives the
+    /// races between the steps deterministically.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_hook(mut self, hook: impl Fn(Step<'_>) + Send + Sync + 'static) -> Self {
+        self.hook = Hook(Some(std::sync::Arc::new(hook)));
+        self
+    }
+
+    fn step(&self, step: Step<'_>) {
+        if let Some(hook) = &self.hook.0 {
+            hook(step);
+        }
+    }
+
+    /// STORE-17: removes the leftovers of interrupted builds from `tmp/`, when no build
+    /// is in progress in any process (the exclusive lock on `tmp.lock` is free). Best
+    /// effort: the store is usable without it (a read-only store cannot be cleaned), and a
+    /// leftover that cannot be removed now is tried again at the next open.
+    fn clean_tmp(&self) {
+        let storage = &*self.options.log.storage;
+        let tmp = self.dir.join("tmp");
+        let Ok(lock) = open_lock_file(storage, &self.dir.join(TMP_LOCK)) else {
+            return;
+        };
+        if lock.try_lock().is_err() {
+            return;
+        }
+        let Ok(names) = storage.list_dir(&tmp) else {
+            return;
+        };
+        let mut removed = false;
+        for name in &names {
+            removed |= std::fs::remove_dir_all(tmp.join(name)).is_ok();
+        }
+        if removed {
+            let _ = storage.sync_dir(&tmp);
+        }
     }
 
     /// The store's directory.
@@ -306,21 +396,51 @@ impl Store {
     /// # Errors
     /// `SESSION_NOT_FOUND`, `LOCKED` while a writer has it open, `IO`.
     pub fn delete(&self, id: &str) -> Result<()> {
-        let dir = self.session_dir(id);
-        Self::read_header(id, &dir)?;
-        crate::log::LogWriter::check_lock(&dir.join("log"))?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let trash = self
-            .dir
-            .join("trash")
-            .join(format!("{}-{nanos}", escape_id(id)));
+        self.trash(id).map(|_| ())
+    }
+
+    /// Deletes session `id` and removes it for good at once: [`Store::delete`], then the
+    /// removal of that session only from the trash (the rest of the trash is kept).
+    ///
+    /// # Errors
+    /// As [`Store::delete`]; `IO` when the trashed directory cannot be removed (it is
+    /// then in the trash, for [`Store::purge`]).
+    pub fn remove(&self, id: &str) -> Result<()> {
+        let trashed = self.trash(id)?;
+        std::fs::remove_dir_all(&trashed).map_err(|e| Error::io("remove", &trashed, &e))?;
+        let trash = self.dir.join("trash");
         self.options
             .log
             .storage
-            .rename(&dir, &trash)
-            .map_err(|e| Error::io("rename", &dir, &e))
+            .sync_dir(&trash)
+            .map_err(|e| Error::io("fsync", &trash, &e))
+    }
+
+    /// STORE-9: renames session `id` into `trash/` while holding its lock, so that no
+    /// writer can open it in between and append into the trash; syncs `sessions/` and
+    /// `trash/`, so that the delete survives a crash. Returns the trashed directory.
+    fn trash(&self, id: &str) -> Result<PathBuf> {
+        let dir = self.session_dir(id);
+        Self::read_header(id, &dir)?;
+        let storage = &*self.options.log.storage;
+        let lock = crate::log::take_lock(storage, &dir.join("log"))?;
+        self.step(Step::DeleteLocked(id));
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let trash = self.dir.join("trash");
+        let trashed = trash.join(format!("{}-{nanos}", escape_id(id)));
+        storage
+            .rename(&dir, &trashed)
+            .map_err(|e| Error::io("rename", &dir, &e))?;
+        let sessions = self.dir.join("sessions");
+        for parent in [&sessions, &trash] {
+            storage
+                .sync_dir(parent)
+                .map_err(|e| Error::io("fsync", parent, &e))?;
+        }
+        drop(lock);
+        Ok(trashed)
     }
 
     /// Salvages session `id` (log-format.md SLV-1 to SLV-4): keeps the
@@ -356,21 +476,24 @@ impl Store {
         })
     }
 
-    /// Removes everything in the trash.
+    /// Removes everything in the trash (STORE-9), then syncs `trash/`.
     ///
     /// # Errors
     /// `IO`.
     pub fn purge(&self) -> Result<()> {
         let trash = self.dir.join("trash");
-        for name in self
-            .options
-            .log
-            .storage
+        let storage = &self.options.log.storage;
+        let names = storage
             .list_dir(&trash)
-            .map_err(|e| Error::io("list", &trash, &e))?
-        {
+            .map_err(|e| Error::io("list", &trash, &e))?;
+        for name in &names {
             let path = trash.join(name);
             std::fs::remove_dir_all(&path).map_err(|e| Error::io("remove", &path, &e))?;
+        }
+        if !names.is_empty() {
+            storage
+                .sync_dir(&trash)
+                .map_err(|e| Error::io("fsync", &trash, &e))?;
         }
         Ok(())
     }
@@ -378,38 +501,54 @@ impl Store {
     /// STORE-6: `write` fills a directory under `tmp/`, which is then renamed to the
     /// session's directory; on any failure nothing is left behind.
     fn publish(&self, id: &str, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-        let tmp = self.tmp_dir(id);
-        if let Err(error) = write(&tmp) {
-            let _ = std::fs::remove_dir_all(&tmp);
+        let build = self.tmp_dir(id)?;
+        if let Err(error) = write(build.path()) {
+            let _ = std::fs::remove_dir_all(build.path());
             return Err(error);
         }
-        self.publish_dir(id, &tmp)
+        self.publish_dir(id, build.path())
     }
 
-    /// A fresh, unique directory name under `tmp/` for building session `id`.
-    fn tmp_dir(&self, id: &str) -> PathBuf {
+    /// A fresh, unique directory name under `tmp/` for building session `id`, with the
+    /// shared lock on `tmp.lock` that keeps it from being cleaned (STORE-17).
+    ///
+    /// # Errors
+    /// `IO` for the lock.
+    pub(crate) fn tmp_dir(&self, id: &str) -> Result<Build> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let tmp = self.dir.join("tmp");
+        let lock_path = self.dir.join(TMP_LOCK);
+        let lock = open_lock_file(&*self.options.log.storage, &lock_path)
+            .map_err(|e| Error::io("open", &lock_path, &e))?;
+        // Waits only for a cleaning in progress, which is short (STORE-17).
+        lock.lock_shared()
+            .map_err(|e| Error::io("flock", &lock_path, &e))?;
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp =
-            self.dir
-                .join("tmp")
-                .join(format!("{}-{}-{n}", escape_id(id), std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        tmp
+        let path = tmp.join(format!("{}-{}-{n}", escape_id(id), std::process::id()));
+        // A leftover of a dead process that had the same pid.
+        let _ = std::fs::remove_dir_all(&path);
+        Ok(Build { path, _lock: lock })
     }
 
     /// STORE-6, second half: renames the filled directory `tmp` to session `id`'s place and
-    /// syncs the parent; removes `tmp` when the id was taken meanwhile.
+    /// syncs `sessions/`; removes `tmp` and refuses with `SESSION_EXISTS` when the id is
+    /// taken, also when another creator took it between the check and the rename.
     fn publish_dir(&self, id: &str, tmp: &Path) -> Result<()> {
         let final_dir = self.session_dir(id);
-        if final_dir.exists() {
+        let taken = || std::fs::symlink_metadata(&final_dir).is_ok();
+        if taken() {
             let _ = std::fs::remove_dir_all(tmp);
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
         }
+        self.step(Step::BeforePublish(id));
         let storage = &self.options.log.storage;
-        storage
-            .rename(tmp, &final_dir)
-            .map_err(|e| Error::io("rename", &final_dir, &e))?;
+        if let Err(error) = storage.rename(tmp, &final_dir) {
+            let _ = std::fs::remove_dir_all(tmp);
+            if taken() {
+                return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
+            }
+            return Err(Error::io("rename", &final_dir, &error));
+        }
         let sessions = self.dir.join("sessions");
         storage
             .sync_dir(&sessions)
@@ -510,6 +649,56 @@ fn check_identity(path: &Path, text: &str) -> Result<()> {
         .into()),
         None => Err(corrupt()),
     }
+}
+
+/// Opens the lock file `path`, creating it (mode 0600) when it does not exist, also when
+/// another process creates it at the same time.
+fn open_lock_file(
+    storage: &dyn crate::storage::Storage,
+    path: &Path,
+) -> std::io::Result<std::fs::File> {
+    match storage.open_file(path, false) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            match storage.create_file(path, 0) {
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                    storage.open_file(path, false)
+                }
+                other => other,
+            }
+        }
+        other => other,
+    }
+}
+
+/// STORE-2, STORE-5: writes the identity file of a new store through a temporary name
+/// of this process and call, so that several processes creating the same store at once
+/// do not write into each other's temporary file; each renames its own identical file
+/// into place. When the rename fails but another creator's valid `STORE` is there, the
+/// store exists and that is success.
+fn write_identity(options: &StoreOptions, dir: &Path) -> Result<()> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let tmp = dir.join(format!("STORE.{}-{n}-{nanos}.tmp", std::process::id()));
+    let identity = dir.join("STORE");
+    let text = format!("{{\"format\":\"surfacelog-store\",\"version\":{STORE_FORMAT_VERSION}}}\n");
+    let storage = &options.log.storage;
+    let written = crate::storage::replace_file(&**storage, &tmp, &identity, text.as_bytes(), 0)
+        .and_then(|()| {
+            storage
+                .sync_dir(dir)
+                .map_err(|e| Error::io("fsync", dir, &e))
+        });
+    if let Err(error) = written {
+        let _ = storage.remove_file(&tmp);
+        return match std::fs::read_to_string(&identity) {
+            Ok(found) if check_identity(&identity, &found).is_ok() => Ok(()),
+            _ => Err(error),
+        };
+    }
+    Ok(())
 }
 
 /// Temporary file, sync, rename, directory sync (`store.md` STORE-5).

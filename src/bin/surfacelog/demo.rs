@@ -36,14 +36,15 @@ pub fn run(store_dir: &std::path::Path, out: &mut impl Write) -> Result<(), Erro
         ..StoreOptions::default()
     };
     let store = Store::at(store_dir, options)?;
+    // The demo's own sessions of an earlier run are removed; nothing else of the store
+    // (its other sessions, its trash) is touched.
     for id in ["demo", "demo-fork", "demo-crash"] {
-        match store.delete(id) {
+        match store.remove(id) {
             Ok(()) => {}
             Err(e) if e.code() == "SESSION_NOT_FOUND" => {}
             Err(e) => return Err(e),
         }
     }
-    store.purge()?;
     writeln!(out, "store: {}", store_dir.display()).map_err(io_error)?;
     let mut session = store.create("demo", None, None)?;
     let mut say = |text: &str| writeln!(out, "{text}").map_err(io_error);
