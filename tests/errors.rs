@@ -1,0 +1,99 @@
+//! Errors that say what happened (issue 12, item 4): an append's outcome is the writer's
+//! (`log-format.md` DUR-8), the lock's real error, `INVALID_ID` for an empty id, and a
+//! damaged or missing `header.json` reported as `CORRUPT` with its path (`store.md`
+//! STORE-4, STORE-8).
+
+use std::sync::Arc;
+
+use surfacelog::event::{Event, EventSource};
+use surfacelog::log::{DiskLog, Durability, LogOptions};
+use surfacelog::storage::faulty::{Faults, FaultyStorage};
+
+mod common;
+
+use common::{Scratch, log_options, padded_event, scratch};
+
+/// A log in a fresh scratch directory on a fault-injecting storage.
+fn faulty_log(
+    name: &str,
+    durability: Durability,
+    segment_bytes: u64,
+) -> (Scratch, DiskLog, Arc<Faults>) {
+    let dir = scratch("errors", name);
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let options = LogOptions {
+        storage: Arc::new(storage),
+        ..log_options(durability, segment_bytes)
+    };
+    let (log, _) = DiskLog::open(&dir, options).unwrap();
+    (dir, log, faults)
+}
+
+/// Every event of `log` reads back as `expected`.
+fn assert_reads(log: &dyn EventSource, expected: &[Event]) {
+    assert_eq!(log.seq_next(), expected.len() as u64);
+    for event in expected {
+        let seq = event.seq();
+        let read = log.event(seq).unwrap_or_else(|e| panic!("seq {seq}: {e}"));
+        assert_eq!(read.unwrap().text, event.text(), "seq {seq}");
+    }
+}
+
+/// The log in `dir` reopened on the real filesystem holds exactly `expected`.
+fn assert_stored(dir: &std::path::Path, expected: &[Event]) {
+    let (log, _) = DiskLog::open(dir, log_options(Durability::Sync, 16 << 10)).unwrap();
+    assert_reads(&log, expected);
+}
+
+#[test]
+fn dur_8_an_append_whose_read_back_fails_is_appended() {
+    let (dir, mut log, faults) = faulty_log("catch-up", Durability::Sync, 16 << 10);
+    // The reader's map of the next segment fails once: the first catch-up (after 64 KiB of
+    // appended text, across several 16 KiB segments) cannot read what was written.
+    let opens = faults.opens();
+    faults.unmappable_open(1, false);
+    let events: Vec<Event> = (0..200).map(|seq| padded_event(seq, 1000)).collect();
+    for event in &events {
+        let seq = event.seq();
+        log.append_one(event.clone())
+            .unwrap_or_else(|e| panic!("append {seq} was written, yet: {e}"));
+    }
+    assert!(
+        faults.opens() > opens + 1,
+        "the fault was met and later catch-ups opened more"
+    );
+    assert_reads(&log, &events);
+    log.flush().unwrap();
+    assert_reads(&log, &events);
+    log.close().unwrap();
+    assert_stored(&dir, &events);
+}
+
+#[test]
+fn dur_8_a_reader_that_stays_behind_refuses_appends_before_writing() {
+    let (dir, mut log, faults) = faulty_log("catch-up-lasting", Durability::Manual, 1 << 20);
+    faults.unmappable_open(1, true);
+    let mut events = Vec::new();
+    let refused = loop {
+        let event = padded_event(events.len() as u64, 64 << 10);
+        match log.append_one(event.clone()) {
+            Ok(()) => events.push(event),
+            Err(error) => break (event, error),
+        }
+        assert!(events.len() < 1000, "never refused");
+    };
+    let (event, error) = refused;
+    assert_eq!(error.code(), "IO", "{error}");
+    assert!(error.to_string().contains("op=mmap"), "{error}");
+    // 16 MiB of text waited for the reader: all of it still reads back, from memory.
+    assert!(events.len() >= 250, "{} appended", events.len());
+    assert_reads(&log, &events);
+    // Nothing of the refused append was written, and the session stays writable.
+    faults.mappable_again();
+    log.append_one(event.clone()).unwrap();
+    events.push(event);
+    assert_reads(&log, &events);
+    log.close().unwrap();
+    assert_stored(&dir, &events);
+}
