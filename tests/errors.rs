@@ -97,3 +97,33 @@ fn dur_8_a_reader_that_stays_behind_refuses_appends_before_writing() {
     log.close().unwrap();
     assert_stored(&dir, &events);
 }
+
+#[test]
+fn log_1_a_lock_that_cannot_be_opened_reports_why() {
+    let dir = scratch("errors", "lock");
+    let (log, _) = DiskLog::open(&dir, log_options(Durability::Sync, 16 << 10)).unwrap();
+    log.close().unwrap();
+    // `LOCK` exists; opening it fails as on a read-only filesystem.
+    let storage = FaultyStorage::default();
+    storage.faults.fail_open(1);
+    let options = LogOptions {
+        storage: Arc::new(storage),
+        ..log_options(Durability::Sync, 16 << 10)
+    };
+    let error = DiskLog::open(&dir, options).unwrap_err();
+    assert_eq!(error.code(), "IO", "{error}");
+    let surfacelog::ErrorKind::Io { op, path, kind, .. } = error.kind() else {
+        panic!("{error}");
+    };
+    assert_eq!(
+        (*op, path.as_path()),
+        ("open", dir.join("LOCK").as_path()),
+        "{error}"
+    );
+    assert_eq!(*kind, std::io::ErrorKind::ReadOnlyFilesystem, "{error}");
+    // A missing `LOCK` is still created.
+    std::fs::remove_file(dir.join("LOCK")).unwrap();
+    let (log, _) = DiskLog::open(&dir, log_options(Durability::Sync, 16 << 10)).unwrap();
+    log.close().unwrap();
+    assert!(dir.join("LOCK").exists());
+}
