@@ -3,15 +3,18 @@
 //! damaged or missing `header.json` reported as `CORRUPT` with its path (`store.md`
 //! STORE-4, STORE-8).
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use surfacelog::event::{Event, EventSource};
 use surfacelog::log::{DiskLog, Durability, LogOptions};
+use surfacelog::session::Boundary;
 use surfacelog::storage::faulty::{Faults, FaultyStorage};
+use surfacelog::store::Store;
 
 mod common;
 
-use common::{Scratch, log_options, padded_event, scratch};
+use common::{Scratch, log_options, padded_event, scratch, store_options, user_message};
 
 /// A log in a fresh scratch directory on a fault-injecting storage.
 fn faulty_log(
@@ -41,7 +44,7 @@ fn assert_reads(log: &dyn EventSource, expected: &[Event]) {
 }
 
 /// The log in `dir` reopened on the real filesystem holds exactly `expected`.
-fn assert_stored(dir: &std::path::Path, expected: &[Event]) {
+fn assert_stored(dir: &Path, expected: &[Event]) {
     let (log, _) = DiskLog::open(dir, log_options(Durability::Sync, 16 << 10)).unwrap();
     assert_reads(&log, expected);
 }
@@ -126,4 +129,64 @@ fn log_1_a_lock_that_cannot_be_opened_reports_why() {
     let (log, _) = DiskLog::open(&dir, log_options(Durability::Sync, 16 << 10)).unwrap();
     log.close().unwrap();
     assert!(dir.join("LOCK").exists());
+}
+
+/// A store in a fresh scratch directory.
+fn store(name: &str) -> (Scratch, Store) {
+    let dir = scratch("errors", name);
+    let store = Store::at(&dir, store_options(Durability::Manual, 64 << 10)).unwrap();
+    (dir, store)
+}
+
+/// The names under `dir`, recursively, sorted.
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path.clone());
+            }
+            found.push(path);
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn store_3_the_empty_id_is_refused_as_invalid() {
+    let (dir, store) = store("empty-id");
+    let mut session = store.create("s", None, None).unwrap();
+    user_message(&mut session, "hello");
+    session.close().unwrap();
+    let before = tree(&dir);
+    let codes = [
+        ("create", store.create("", None, None).map(drop)),
+        ("open", store.open("").map(drop)),
+        ("resume", store.resume("").map(drop)),
+        (
+            "import",
+            store
+                .import("", r#"{"version":0,"id":"","createdAt":0}"#)
+                .map(drop),
+        ),
+        ("refuse_existing", store.refuse_existing("")),
+        ("fork child", store.fork("s", Boundary::Last, "").map(drop)),
+        ("fork source", store.fork("", Boundary::Last, "t").map(drop)),
+        ("delete", store.delete("")),
+        ("salvage", store.salvage("").map(drop)),
+        ("inspect", store.inspect("").map(drop)),
+        ("follow", store.follow("").map(drop)),
+        ("verify", store.verify(Some(&[""])).map(drop)),
+    ];
+    for (op, result) in codes {
+        let error = result.expect_err(op);
+        assert_eq!(error.code(), "INVALID_ID", "{op}: {error}");
+        assert!(error.to_string().contains("id=\"\""), "{op}: {error}");
+    }
+    // Nothing was written, moved or removed.
+    assert_eq!(tree(&dir), before);
+    assert_eq!(store.list().unwrap().len(), 1);
 }

@@ -148,13 +148,15 @@ impl Store {
     /// place, so a failed create leaves nothing behind.
     ///
     /// # Errors
-    /// `SESSION_EXISTS`, any refusal of [`Session::create`], `IO`.
+    /// `INVALID_ID` for the empty id (STORE-3), `SESSION_EXISTS`, any refusal of
+    /// [`Session::create`], `IO`.
     pub fn create(
         &self,
         id: &str,
         header: Option<&str>,
         seed: Option<&[&str]>,
     ) -> Result<StoredSession> {
+        check_id(id)?;
         let final_dir = self.session_dir(id);
         if final_dir.exists() {
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
@@ -170,7 +172,8 @@ impl Store {
     /// is the number of stored events.
     ///
     /// # Errors
-    /// `SESSION_NOT_FOUND`, `LOCKED` when another writer has it open, `CORRUPT`,
+    /// `INVALID_ID` for the empty id (STORE-3), `SESSION_NOT_FOUND`, `LOCKED` when another
+    /// writer has it open, `CORRUPT` (also for a damaged or missing `header.json`, STORE-4),
     /// `FORMAT_VERSION`, `HEADER_INVALID`, `IO`.
     pub fn open(&self, id: &str) -> Result<(StoredSession, Opened)> {
         self.open_live_from(id, None, None)
@@ -430,7 +433,9 @@ impl Store {
         }
     }
 
+    /// The header of session `id` in `dir`, checked (STORE-3, STORE-4).
     fn read_header(id: &str, dir: &Path) -> Result<Header> {
+        check_id(id)?;
         let path = dir.join("header.json");
         for entry in [dir, path.as_path(), dir.join("log").as_path()] {
             refuse_symlink(entry)?;
@@ -472,6 +477,19 @@ impl Store {
         let bytes = checkpoint.encode();
         write_file_atomically(&self.options, dir, checkpoint::CHECKPOINT_FILE, &bytes)
     }
+}
+
+/// STORE-3: refuses an id no directory can hold (`INVALID_ID`): the empty id, whose
+/// escape is the empty name, `sessions/` itself.
+pub(crate) fn check_id(id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(ErrorKind::InvalidId {
+            id: id.to_owned(),
+            reason: "the empty id names no session (STORE-3)",
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// STORE-1: the store follows no symbolic link it did not create.
