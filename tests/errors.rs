@@ -190,3 +190,77 @@ fn store_3_the_empty_id_is_refused_as_invalid() {
     assert_eq!(tree(&dir), before);
     assert_eq!(store.list().unwrap().len(), 1);
 }
+
+/// A store holding the sessions `ids`, each with one message.
+fn store_with(name: &str, ids: &[&str]) -> (Scratch, Store) {
+    let (dir, store) = store(name);
+    for id in ids {
+        let mut session = store.create(id, None, None).unwrap();
+        user_message(&mut session, "hello");
+        session.close().unwrap();
+    }
+    (dir, store)
+}
+
+/// `error` is `CORRUPT` naming `header`.
+fn assert_corrupt_header(error: &surfacelog::Error, header: &Path, what: &str) {
+    assert_eq!(error.code(), "CORRUPT", "{what}: {error}");
+    let surfacelog::ErrorKind::Corrupt { location, .. } = error.kind() else {
+        unreachable!()
+    };
+    assert_eq!(location, &header.display().to_string(), "{what}: {error}");
+}
+
+#[test]
+fn store_4_a_damaged_or_missing_header_is_corrupt_with_its_path() {
+    let (dir, store) = store_with("header", &["s1", "ok"]);
+    let header = dir.join("sessions/s1/header.json");
+    let pristine = std::fs::read(&header).unwrap();
+    let at = pristine.windows(4).position(|w| w == b"\"s1\"").unwrap() + 2;
+    let damages: Vec<(&str, Option<Vec<u8>>)> = vec![
+        // '1' (0x31) becomes '0' (0x30): a valid header naming another id.
+        ("a flipped bit in the id", Some(flip(&pristine, at, 0x01))),
+        // '{' (0x7B) becomes '{' ^ 0x40 = ';'.
+        ("not JSON", Some(flip(&pristine, 0, 0x40))),
+        ("not UTF-8", Some(flip(&pristine, at, 0x80))),
+        (
+            "no createdAt",
+            Some(b"{\"version\":0,\"id\":\"s1\"}\n".to_vec()),
+        ),
+        ("deleted", None),
+    ];
+    for (what, bytes) in damages {
+        match bytes {
+            Some(bytes) => std::fs::write(&header, bytes).unwrap(),
+            None => std::fs::remove_file(&header).unwrap(),
+        }
+        assert_corrupt_header(&store.open("s1").unwrap_err(), &header, what);
+        assert_corrupt_header(&store.inspect("s1").unwrap_err(), &header, what);
+        assert_corrupt_header(&store.delete("s1").unwrap_err(), &header, what);
+        // Creating over it is refused too: the session is there, damaged.
+        assert_eq!(
+            store.create("s1", None, None).unwrap_err().code(),
+            "SESSION_EXISTS"
+        );
+        // The listing goes on past it, and reports it.
+        let listing = store.list().unwrap();
+        let ids: Vec<&str> = listing.iter().map(surfacelog::event::Header::id).collect();
+        assert_eq!(ids, ["ok"], "{what}");
+        assert_eq!(listing.damaged.len(), 1, "{what}");
+        assert_corrupt_header(&listing.damaged[0], &header, what);
+        // Verify shows the session as not ok.
+        let report = store.verify(None).unwrap();
+        assert!(!report.ok(), "{what}");
+        std::fs::write(&header, &pristine).unwrap();
+        store.open("s1").unwrap();
+    }
+    // An id the store does not hold is still not found.
+    assert_eq!(store.open("s2").unwrap_err().code(), "SESSION_NOT_FOUND");
+    assert_eq!(store.list().unwrap().len(), 2);
+}
+
+fn flip(bytes: &[u8], at: usize, mask: u8) -> Vec<u8> {
+    let mut bytes = bytes.to_vec();
+    bytes[at] ^= mask;
+    bytes
+}
