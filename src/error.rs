@@ -175,6 +175,15 @@ pub enum ErrorKind {
         /// The id.
         id: String,
     },
+    /// `INVALID_ID`: a session id a store cannot hold: the empty id, which names no
+    /// directory (`store.md` STORE-3). surfacelog's own code: the contract requires a
+    /// non-empty id (§6) but names no code for an id refused before any header is read.
+    InvalidId {
+        /// The id, as given.
+        id: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
     /// `INVALID_BOUNDARY`: a fork boundary is not a seq of the source (contract §7).
     InvalidBoundary {
         /// The boundary as given.
@@ -326,6 +335,7 @@ impl ErrorKind {
             Self::FormatVersion { .. } => "FORMAT_VERSION",
             Self::SessionExists { .. } => "SESSION_EXISTS",
             Self::SessionNotFound { .. } => "SESSION_NOT_FOUND",
+            Self::InvalidId { .. } => "INVALID_ID",
             Self::InvalidBoundary { .. } => "INVALID_BOUNDARY",
             Self::CompactionUnbalanced { .. } => "COMPACTION_UNBALANCED",
             Self::Corrupt { .. } => "CORRUPT",
@@ -561,6 +571,7 @@ impl fmt::Display for ErrorKind {
             }
             Self::SessionExists { id } => write!(f, "session already exists id={id:?}"),
             Self::SessionNotFound { id } => write!(f, "session not found id={id:?}"),
+            Self::InvalidId { id, reason } => write!(f, "invalid session id: {reason} id={id:?}"),
             Self::InvalidBoundary { boundary } => {
                 write!(
                     f,

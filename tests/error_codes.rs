@@ -127,6 +127,13 @@ fn table() -> Vec<(ErrorKind, &'static str)> {
             "INVALID_BOUNDARY",
         ),
         (
+            ErrorKind::InvalidId {
+                id: s(),
+                reason: "x",
+            },
+            "INVALID_ID",
+        ),
+        (
             ErrorKind::CompactionUnbalanced {
                 start: 0,
                 end: 1,

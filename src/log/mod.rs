@@ -40,11 +40,20 @@ pub struct DiskLog {
     /// buffer's worth, since before that the files cannot hold more (checking costs a
     /// scan and, at a segment's end, a failed open of the next one).
     unwritten_bytes: usize,
+    /// The `unwritten_bytes` at which the next catch-up is tried: [`CATCH_UP_BYTES`], or,
+    /// after a failed one, that much more than there were then (a failing catch-up is not
+    /// retried at every append).
+    catch_up_at: usize,
 }
 
 /// How much appended text [`DiskLog`] lets accumulate before it refreshes its reader:
 /// the writer's buffer size, so in buffered modes most refreshes find new records.
 const CATCH_UP_BYTES: usize = 64 << 10;
+
+/// How much appended text [`DiskLog`] keeps in memory while its reader cannot catch up
+/// (DUR-8): past it, an append first catches up and, if that still fails, is refused before
+/// anything is written.
+const UNWRITTEN_BYTES_MAX: usize = 16 << 20;
 
 impl DiskLog {
     /// Opens (or creates) the log in `dir` for writing and reading, recovering its tail.
@@ -80,6 +89,7 @@ impl DiskLog {
                 reader,
                 unwritten: Vec::new(),
                 unwritten_bytes: 0,
+                catch_up_at: CATCH_UP_BYTES,
             },
             report,
         ))
@@ -87,8 +97,16 @@ impl DiskLog {
 
     /// Appends events and makes them readable.
     ///
+    /// An `Ok` means the events are appended; an `Err`, that none is (or, when the writer
+    /// failed, `POISONED` on every later append, DUR-5). Reading back what was written is
+    /// not part of the append (DUR-8): should the reader fail to catch up (a map refused,
+    /// damage met), the events stay readable from memory and the catch-up is tried again
+    /// later.
+    ///
     /// # Errors
-    /// As [`LogWriter::append`].
+    /// As [`LogWriter::append`]; or, before anything is written, the reader's error when it
+    /// has fallen `UNWRITTEN_BYTES_MAX` behind and still cannot catch up (as
+    /// [`LogReader::refresh`]).
     pub fn append(&mut self, events: &[crate::event::Event]) -> crate::Result<()> {
         self.append_owned(events.to_vec())
     }
@@ -97,36 +115,53 @@ impl DiskLog {
     /// buffers are kept without a copy.
     ///
     /// # Errors
-    /// As [`LogWriter::append`].
+    /// As [`DiskLog::append`].
     pub fn append_owned(&mut self, events: Vec<crate::event::Event>) -> crate::Result<()> {
+        self.make_room()?;
         self.writer.append(&events)?;
         self.unwritten_bytes += events.iter().map(|e| e.text().len()).sum::<usize>();
         self.unwritten.extend(events);
-        self.appended()
+        self.appended();
+        Ok(())
     }
 
     /// [`DiskLog::append_owned`] of one event.
     ///
     /// # Errors
-    /// As [`DiskLog::append_owned`].
+    /// As [`DiskLog::append`].
     pub fn append_one(&mut self, event: crate::event::Event) -> crate::Result<()> {
+        self.make_room()?;
         self.writer.append(std::slice::from_ref(&event))?;
         self.unwritten_bytes += event.text().len();
         self.unwritten.push(event);
-        self.appended()
+        self.appended();
+        Ok(())
     }
 
-    /// After an append: catches the reader up once enough text waits in `unwritten`.
-    fn appended(&mut self) -> crate::Result<()> {
-        if self.unwritten_bytes >= CATCH_UP_BYTES {
+    /// Before an append (DUR-8): refuses it, with nothing written, when the reader is
+    /// `UNWRITTEN_BYTES_MAX` behind and cannot catch up.
+    fn make_room(&mut self) -> crate::Result<()> {
+        if self.unwritten_bytes >= UNWRITTEN_BYTES_MAX {
             self.catch_up()?;
         }
         Ok(())
     }
 
+    /// After an append: catches the reader up once enough text waits in `unwritten`. A
+    /// failure is not the append's (its events are written): they stay in `unwritten`,
+    /// readable, and [`DiskLog::make_room`] reports the failure if it lasts (DUR-8).
+    fn appended(&mut self) {
+        if self.unwritten_bytes >= self.catch_up_at {
+            let _ = self.catch_up();
+        }
+    }
+
     /// Reads what the writer has written and forgets those events from `unwritten`.
     fn catch_up(&mut self) -> crate::Result<()> {
-        let visible = self.reader.refresh_written(self.writer.seq_on_file())?;
+        let caught_up = self.reader.refresh_written(self.writer.seq_on_file());
+        // The reader may have read some before failing: forget those too, so `unwritten`
+        // keeps following its events.
+        let visible = crate::event::EventSource::seq_next(&self.reader);
         let written = self
             .unwritten
             .iter()
@@ -134,16 +169,22 @@ impl DiskLog {
             .count();
         self.unwritten.drain(..written);
         self.unwritten_bytes = self.unwritten.iter().map(|e| e.text().len()).sum();
-        Ok(())
+        self.catch_up_at = match caught_up {
+            Ok(_) => CATCH_UP_BYTES,
+            Err(_) => self.unwritten_bytes.saturating_add(CATCH_UP_BYTES),
+        };
+        caught_up.map(|_| ())
     }
 
-    /// Makes every appended event durable.
+    /// Makes every appended event durable, then catches the reader up (a failure of that
+    /// is left for a later catch-up, as after an append: DUR-8).
     ///
     /// # Errors
     /// As [`LogWriter::flush`].
     pub fn flush(&mut self) -> crate::Result<()> {
         self.writer.flush()?;
-        self.catch_up()
+        let _ = self.catch_up();
+        Ok(())
     }
 
     /// Makes every appended event durable, without reading them back (a fork's end-seed).

@@ -593,14 +593,24 @@ impl Flusher {
     }
 }
 
-/// LOG-1: the exclusive lock, refused at once with `LOCKED`.
+/// LOG-1: the exclusive lock, refused at once with `LOCKED`. `LOCK` is created only when
+/// it is absent; any other failure to open it (a read-only filesystem, a permission) is
+/// reported as it is, with the path.
 pub(crate) fn take_lock(storage: &dyn Storage, dir: &Path) -> Result<File> {
     let path = dir.join("LOCK");
     let file = match storage.open_file(&path, true) {
         Ok(file) => file,
-        Err(_) => storage
-            .create_file(&path, 0)
-            .map_err(|e| Error::io("create", &path, &e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match storage.create_file(&path, 0) {
+                Ok(file) => file,
+                // Created by another opener meanwhile: open that one.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => storage
+                    .open_file(&path, true)
+                    .map_err(|e| Error::io("open", &path, &e))?,
+                Err(e) => return Err(Error::io("create", &path, &e)),
+            }
+        }
+        Err(e) => return Err(Error::io("open", &path, &e)),
     };
     match file.try_lock() {
         Ok(()) => Ok(file),

@@ -5,7 +5,10 @@
 //! (counting from 1) that fails. A failing write may first write a prefix of its bytes
 //! (a torn write), as a crash or a full disk can. Failpoints are named
 //! `storage::<op>::fail`: `storage::write::fail`, `storage::sync::fail`,
-//! `storage::sync_dir::fail`, `storage::rename::fail`, `storage::create::fail`.
+//! `storage::sync_dir::fail`, `storage::rename::fail`, `storage::create::fail`,
+//! `storage::open::fail`. One more fault is not an error of the call itself: an
+//! `open_file` that hands back a handle which cannot be mapped (opened for writing only,
+//! so `mmap` of it fails with `EACCES`), to stand for a map that fails (`ENOMEM`).
 
 use std::fs::File;
 use std::io;
@@ -30,7 +33,14 @@ pub struct Faults {
     pub rename: AtomicU64,
     /// Fail the n-th `create_file`.
     pub create: AtomicU64,
-    counts: [AtomicU64; 5],
+    /// Fail the n-th `open_file` (the error of a read-only filesystem, `EROFS`).
+    pub open: AtomicU64,
+    /// The n-th `open_file` and every later one, when `unmappable_sticky`, succeeds with a
+    /// handle that cannot be mapped (counted with `open`).
+    pub unmappable: AtomicU64,
+    /// Whether `unmappable` holds for every call from the n-th on, not only the n-th.
+    pub unmappable_sticky: std::sync::atomic::AtomicBool,
+    counts: [AtomicU64; 6],
 }
 
 impl Faults {
@@ -43,6 +53,28 @@ impl Faults {
     /// Fails the `n`-th `sync_data` from now on.
     pub fn fail_sync(&self, n: u64) {
         self.sync.store(self.calls(1) + n, Ordering::SeqCst);
+    }
+
+    /// Fails the `n`-th `open_file` from now on with `EROFS`.
+    pub fn fail_open(&self, n: u64) {
+        self.open.store(self.calls(5) + n, Ordering::SeqCst);
+    }
+
+    /// Makes the `n`-th `open_file` from now on (and, when `sticky`, every later one)
+    /// return a handle that cannot be mapped.
+    pub fn unmappable_open(&self, n: u64, sticky: bool) {
+        self.unmappable_sticky.store(sticky, Ordering::SeqCst);
+        self.unmappable.store(self.calls(5) + n, Ordering::SeqCst);
+    }
+
+    /// Ends a plan of [`Faults::unmappable_open`].
+    pub fn mappable_again(&self) {
+        self.unmappable.store(0, Ordering::SeqCst);
+    }
+
+    /// The number of `open_file` calls so far.
+    pub fn opens(&self) -> u64 {
+        self.calls(5)
     }
 
     /// The number of `sync_data` calls so far.
@@ -89,6 +121,18 @@ impl Storage for FaultyStorage {
     }
 
     fn open_file(&self, path: &Path, write: bool) -> io::Result<File> {
+        let n = self.faults.counts[5].fetch_add(1, Ordering::SeqCst) + 1;
+        if self.faults.open.load(Ordering::SeqCst) == n {
+            return Err(io::Error::from_raw_os_error(
+                rustix::io::Errno::ROFS.raw_os_error(),
+            ));
+        }
+        let unmappable = self.faults.unmappable.load(Ordering::SeqCst);
+        let sticky = self.faults.unmappable_sticky.load(Ordering::SeqCst);
+        if unmappable != 0 && (unmappable == n || (sticky && n > unmappable)) {
+            // Readable handles can be mapped; a write-only one cannot (`EACCES`).
+            return std::fs::OpenOptions::new().write(true).open(path);
+        }
         FsStorage.open_file(path, write)
     }
 

@@ -31,6 +31,7 @@ impl Store {
     /// # Errors
     /// The first failed check, or `IO`; nothing is created then.
     pub fn fork(&self, source: &str, boundary: Boundary, child: &str) -> Result<StoredSession> {
+        super::check_id(child)?;
         let child_dir = self.session_dir(child);
         if child_dir.exists() {
             return Err(ErrorKind::SessionExists {

@@ -50,8 +50,9 @@ impl Store {
     /// waits for a sync per event or per segment.
     ///
     /// # Errors
-    /// `SESSION_EXISTS`, a header refusal, `IO`.
+    /// `INVALID_ID`, `SESSION_EXISTS`, a header refusal, `IO`.
     pub fn import(&self, id: &str, header: &str) -> Result<Import<'_>> {
+        super::check_id(id)?;
         if self.session_dir(id).exists() {
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
         }
@@ -74,8 +75,9 @@ impl Store {
     /// `SESSION_EXISTS` when the store holds session `id`.
     ///
     /// # Errors
-    /// `SESSION_EXISTS`.
+    /// `INVALID_ID`, `SESSION_EXISTS`.
     pub fn refuse_existing(&self, id: &str) -> Result<()> {
+        super::check_id(id)?;
         if self.session_dir(id).exists() {
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
         }

@@ -238,13 +238,15 @@ impl Store {
     /// place, so a failed create leaves nothing behind.
     ///
     /// # Errors
-    /// `SESSION_EXISTS`, any refusal of [`Session::create`], `IO`.
+    /// `INVALID_ID` for the empty id (STORE-3), `SESSION_EXISTS`, any refusal of
+    /// [`Session::create`], `IO`.
     pub fn create(
         &self,
         id: &str,
         header: Option<&str>,
         seed: Option<&[&str]>,
     ) -> Result<StoredSession> {
+        check_id(id)?;
         let final_dir = self.session_dir(id);
         if final_dir.exists() {
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
@@ -260,7 +262,8 @@ impl Store {
     /// is the number of stored events.
     ///
     /// # Errors
-    /// `SESSION_NOT_FOUND`, `LOCKED` when another writer has it open, `CORRUPT`,
+    /// `INVALID_ID` for the empty id (STORE-3), `SESSION_NOT_FOUND`, `LOCKED` when another
+    /// writer has it open, `CORRUPT` (also for a damaged or missing `header.json`, STORE-4),
     /// `FORMAT_VERSION`, `HEADER_INVALID`, `IO`.
     pub fn open(&self, id: &str) -> Result<(StoredSession, Opened)> {
         self.open_live_from(id, None, None)
@@ -361,11 +364,16 @@ impl Store {
         Ok((session, opened))
     }
 
-    /// The headers of all sessions, read from their header files only: no log is opened.
+    /// The headers of all sessions, read from their header files only: no log is opened
+    /// (STORE-8). One damaged session does not hide the others: the listing holds the
+    /// headers that read (sorted by id) and, in [`Listing::damaged`], a `CORRUPT` error
+    /// naming the `header.json` of each session whose header is missing or damaged
+    /// (STORE-4). A name in `sessions/` that is not a directory is no session (verify warns
+    /// of it, STORE-16) and is not listed.
     ///
     /// # Errors
-    /// `IO` for the directory; a session whose header cannot be read is `CORRUPT`.
-    pub fn list(&self) -> Result<Vec<Header>> {
+    /// `IO` for the `sessions/` directory.
+    pub fn list(&self) -> Result<Listing> {
         let sessions = self.dir.join("sessions");
         let names = self
             .options
@@ -373,22 +381,19 @@ impl Store {
             .storage
             .list_dir(&sessions)
             .map_err(|e| Error::io("list", &sessions, &e))?;
-        let mut headers = Vec::with_capacity(names.len());
+        let mut listing = Listing::default();
         for name in names {
-            let path = sessions.join(&name).join("header.json");
-            let text = std::fs::read_to_string(&path).map_err(|e| Error::io("read", &path, &e))?;
-            let json = Json::parse(&text)?;
-            let id = json
-                .root()
-                .get("id")
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .into_owned();
-            let header = Header::from_value(json.root(), &id).map_err(|e| e.in_session(&id))?;
-            headers.push(header);
+            let dir = sessions.join(&name);
+            if std::fs::symlink_metadata(&dir).is_ok_and(|meta| !meta.is_dir()) {
+                continue;
+            }
+            match read_header_file(&dir, &name) {
+                Ok(header) => listing.headers.push(header),
+                Err(error) => listing.damaged.push(error),
+            }
         }
-        headers.sort_by(|a, b| a.id().cmp(b.id()));
-        Ok(headers)
+        listing.headers.sort_by(|a, b| a.id().cmp(b.id()));
+        Ok(listing)
     }
 
     /// Moves session `id` to the trash; [`Store::purge`] removes it for good.
@@ -569,25 +574,29 @@ impl Store {
         }
     }
 
+    /// The header of session `id` in `dir`, its directory (STORE-3, STORE-4).
+    ///
+    /// # Errors
+    /// `INVALID_ID`; `SESSION_NOT_FOUND` when there is no such directory, or when its header
+    /// names another id that escapes to the same name (STORE-4); `CORRUPT` with the path of
+    /// `header.json` when it is missing or damaged; `FORMAT_VERSION`; `IO`.
     fn read_header(id: &str, dir: &Path) -> Result<Header> {
-        let path = dir.join("header.json");
-        for entry in [dir, path.as_path(), dir.join("log").as_path()] {
-            refuse_symlink(entry)?;
-        }
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
+        check_id(id)?;
+        match std::fs::symlink_metadata(dir) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 return Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into());
             }
-            Err(error) => return Err(Error::io("read", &path, &error)),
-        };
-        // An escaped name shared by two ids (store.md STORE-4) holds the other id.
-        Header::parse(text.trim_end(), id, NegativeZero::Accept).map_err(|e| match e.kind() {
-            ErrorKind::HeaderInvalid { .. } => {
-                Error::from(ErrorKind::SessionNotFound { id: id.to_owned() })
-            }
-            _ => e.in_session(id),
-        })
+            _ => {}
+        }
+        // The directory's own name: `escape(id)` for every directory the store looks up.
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = name.unwrap_or_else(|| escape_id(id));
+        let header = read_header_file(dir, &name).map_err(|e| e.in_session(id))?;
+        if header.id() != id {
+            // STORE-4: a shortened name shared by two ids; this one is the other's.
+            return Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into());
+        }
+        Ok(header)
     }
 
     /// Writes a new session directory: `header.json`, then the log.
@@ -611,6 +620,83 @@ impl Store {
         let bytes = checkpoint.encode();
         write_file_atomically(&self.options, dir, checkpoint::CHECKPOINT_FILE, &bytes)
     }
+}
+
+/// STORE-3: refuses an id no directory can hold (`INVALID_ID`): the empty id, whose
+/// escape is the empty name, `sessions/` itself.
+pub(crate) fn check_id(id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(ErrorKind::InvalidId {
+            id: id.to_owned(),
+            reason: "the empty id names no session (STORE-3)",
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// What [`Store::list`] found: the headers that read, sorted by id, and the sessions whose
+/// header is missing or damaged. It reads as the slice of headers.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The headers of the sessions whose `header.json` reads, sorted by id.
+    pub headers: Vec<Header>,
+    /// One `CORRUPT` error per session whose `header.json` is missing or damaged, naming
+    /// the file (STORE-4); its log is not read, so it may be intact: `verify` checks it.
+    pub damaged: Vec<Error>,
+}
+
+impl std::ops::Deref for Listing {
+    type Target = [Header];
+
+    fn deref(&self) -> &[Header] {
+        &self.headers
+    }
+}
+
+/// STORE-4: the header in the session directory `dir`, whose name is `name`. The header
+/// must read as UTF-8, parse as a valid header (contract §6) and name an id that escapes
+/// to `name`: a session directory is created only with its header, so anything else is
+/// damage (`CORRUPT` with the path), never another session.
+fn read_header_file(dir: &Path, name: &str) -> Result<Header> {
+    let path = dir.join("header.json");
+    for entry in [dir, path.as_path(), dir.join("log").as_path()] {
+        refuse_symlink(entry)?;
+    }
+    let corrupt = |reason: String| {
+        Error::from(ErrorKind::Corrupt {
+            location: path.display().to_string(),
+            reason,
+        })
+    };
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(corrupt(
+                "the session has no header.json (STORE-4); its log is kept".to_owned(),
+            ));
+        }
+        Err(error) => return Err(Error::io("read", &path, &error)),
+    };
+    let text = std::str::from_utf8(&bytes).map_err(|e| {
+        corrupt(format!(
+            "header.json is not UTF-8 offset={} (STORE-4)",
+            e.valid_up_to()
+        ))
+    })?;
+    let text = text.trim_end();
+    let json = Json::parse(text)
+        .map_err(|e| corrupt(format!("header.json: {} (STORE-4)", Error::from(e))))?;
+    let header_id = json.root().get("id").and_then(|v| v.as_str());
+    let Some(header_id) = header_id.filter(|id| escape_id(id) == name) else {
+        return Err(corrupt(format!(
+            "header.json names no id that escapes to the directory's name {name:?} (STORE-4)"
+        )));
+    };
+    Header::parse(text, &header_id, NegativeZero::Accept).map_err(|e| match e.kind() {
+        ErrorKind::FormatVersion { .. } => e,
+        _ => corrupt(format!("header.json: {e} (STORE-4)")),
+    })
 }
 
 /// STORE-1: the store follows no symbolic link it did not create.
@@ -714,4 +800,28 @@ fn write_file_atomically(
     storage
         .sync_dir(dir)
         .map_err(|e| Error::io("fsync", dir, &e))
+}
+
+#[cfg(test)]
+mod header_tests {
+    use super::Store;
+
+    /// A shortened name shared by two ids (STORE-4) cannot be made without a hash
+    /// collision; the directory is handed over directly instead.
+    #[test]
+    fn store_4_a_header_of_another_id_under_the_same_name_is_not_found() {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("a");
+        std::fs::create_dir(&dir).unwrap();
+        let text = "{\"version\":0,\"id\":\"a\",\"createdAt\":0}\n";
+        std::fs::write(dir.join("header.json"), text).unwrap();
+        let error = Store::read_header("b", &dir).unwrap_err();
+        assert_eq!(error.code(), "SESSION_NOT_FOUND", "{error}");
+        assert_eq!(Store::read_header("a", &dir).unwrap().id(), "a");
+        // Under a name its id does not escape to, the same header is damage.
+        let other = scratch.path().join("c");
+        std::fs::rename(&dir, &other).unwrap();
+        let error = Store::read_header("c", &other).unwrap_err();
+        assert_eq!(error.code(), "CORRUPT", "{error}");
+    }
 }

@@ -32,8 +32,9 @@ pub(super) fn check_identity_file(found: &mut Found, dir: &Path) {
 /// The directory of session `id` in `sessions_dir`.
 ///
 /// # Errors
-/// `SESSION_NOT_FOUND` when there is none.
+/// `INVALID_ID` for the empty id (STORE-3), `SESSION_NOT_FOUND` when there is none.
 pub(super) fn asked_session_dir(sessions_dir: &Path, id: &str) -> Result<PathBuf> {
+    crate::store::check_id(id)?;
     let session_dir = sessions_dir.join(escape_id(id));
     if std::fs::symlink_metadata(&session_dir).is_err() {
         return Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into());

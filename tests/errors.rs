@@ -1,0 +1,266 @@
+//! Errors that say what happened (issue 12, item 4): an append's outcome is the writer's
+//! (`log-format.md` DUR-8), the lock's real error, `INVALID_ID` for an empty id, and a
+//! damaged or missing `header.json` reported as `CORRUPT` with its path (`store.md`
+//! STORE-4, STORE-8).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use surfacelog::event::{Event, EventSource};
+use surfacelog::log::{DiskLog, Durability, LogOptions};
+use surfacelog::session::Boundary;
+use surfacelog::storage::faulty::{Faults, FaultyStorage};
+use surfacelog::store::Store;
+
+mod common;
+
+use common::{Scratch, log_options, padded_event, scratch, store_options, user_message};
+
+/// A log in a fresh scratch directory on a fault-injecting storage.
+fn faulty_log(
+    name: &str,
+    durability: Durability,
+    segment_bytes: u64,
+) -> (Scratch, DiskLog, Arc<Faults>) {
+    let dir = scratch("errors", name);
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let options = LogOptions {
+        storage: Arc::new(storage),
+        ..log_options(durability, segment_bytes)
+    };
+    let (log, _) = DiskLog::open(&dir, options).unwrap();
+    (dir, log, faults)
+}
+
+/// Every event of `log` reads back as `expected`.
+fn assert_reads(log: &dyn EventSource, expected: &[Event]) {
+    assert_eq!(log.seq_next(), expected.len() as u64);
+    for event in expected {
+        let seq = event.seq();
+        let read = log.event(seq).unwrap_or_else(|e| panic!("seq {seq}: {e}"));
+        assert_eq!(read.unwrap().text, event.text(), "seq {seq}");
+    }
+}
+
+/// The log in `dir` reopened on the real filesystem holds exactly `expected`.
+fn assert_stored(dir: &Path, expected: &[Event]) {
+    let (log, _) = DiskLog::open(dir, log_options(Durability::Sync, 16 << 10)).unwrap();
+    assert_reads(&log, expected);
+}
+
+#[test]
+fn dur_8_an_append_whose_read_back_fails_is_appended() {
+    let (dir, mut log, faults) = faulty_log("catch-up", Durability::Sync, 16 << 10);
+    // The reader's map of the next segment fails once: the first catch-up (after 64 KiB of
+    // appended text, across several 16 KiB segments) cannot read what was written.
+    let opens = faults.opens();
+    faults.unmappable_open(1, false);
+    let events: Vec<Event> = (0..200).map(|seq| padded_event(seq, 1000)).collect();
+    for event in &events {
+        let seq = event.seq();
+        log.append_one(event.clone())
+            .unwrap_or_else(|e| panic!("append {seq} was written, yet: {e}"));
+    }
+    assert!(
+        faults.opens() > opens + 1,
+        "the fault was met and later catch-ups opened more"
+    );
+    assert_reads(&log, &events);
+    log.flush().unwrap();
+    assert_reads(&log, &events);
+    log.close().unwrap();
+    assert_stored(&dir, &events);
+}
+
+#[test]
+fn dur_8_a_reader_that_stays_behind_refuses_appends_before_writing() {
+    let (dir, mut log, faults) = faulty_log("catch-up-lasting", Durability::Manual, 1 << 20);
+    faults.unmappable_open(1, true);
+    let mut events = Vec::new();
+    let refused = loop {
+        let event = padded_event(events.len() as u64, 64 << 10);
+        match log.append_one(event.clone()) {
+            Ok(()) => events.push(event),
+            Err(error) => break (event, error),
+        }
+        assert!(events.len() < 1000, "never refused");
+    };
+    let (event, error) = refused;
+    assert_eq!(error.code(), "IO", "{error}");
+    assert!(error.to_string().contains("op=mmap"), "{error}");
+    // 16 MiB of text waited for the reader: all of it still reads back, from memory.
+    assert!(events.len() >= 250, "{} appended", events.len());
+    assert_reads(&log, &events);
+    // Nothing of the refused append was written, and the session stays writable.
+    faults.mappable_again();
+    log.append_one(event.clone()).unwrap();
+    events.push(event);
+    assert_reads(&log, &events);
+    log.close().unwrap();
+    assert_stored(&dir, &events);
+}
+
+#[test]
+fn log_1_a_lock_that_cannot_be_opened_reports_why() {
+    let dir = scratch("errors", "lock");
+    let (log, _) = DiskLog::open(&dir, log_options(Durability::Sync, 16 << 10)).unwrap();
+    log.close().unwrap();
+    // `LOCK` exists; opening it fails as on a read-only filesystem.
+    let storage = FaultyStorage::default();
+    storage.faults.fail_open(1);
+    let options = LogOptions {
+        storage: Arc::new(storage),
+        ..log_options(Durability::Sync, 16 << 10)
+    };
+    let error = DiskLog::open(&dir, options).unwrap_err();
+    assert_eq!(error.code(), "IO", "{error}");
+    let surfacelog::ErrorKind::Io { op, path, kind, .. } = error.kind() else {
+        panic!("{error}");
+    };
+    assert_eq!(
+        (*op, path.as_path()),
+        ("open", dir.join("LOCK").as_path()),
+        "{error}"
+    );
+    assert_eq!(*kind, std::io::ErrorKind::ReadOnlyFilesystem, "{error}");
+    // A missing `LOCK` is still created.
+    std::fs::remove_file(dir.join("LOCK")).unwrap();
+    let (log, _) = DiskLog::open(&dir, log_options(Durability::Sync, 16 << 10)).unwrap();
+    log.close().unwrap();
+    assert!(dir.join("LOCK").exists());
+}
+
+/// A store in a fresh scratch directory.
+fn store(name: &str) -> (Scratch, Store) {
+    let dir = scratch("errors", name);
+    let store = Store::at(&dir, store_options(Durability::Manual, 64 << 10)).unwrap();
+    (dir, store)
+}
+
+/// The names under `dir`, recursively, sorted.
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path.clone());
+            }
+            found.push(path);
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn store_3_the_empty_id_is_refused_as_invalid() {
+    let (dir, store) = store("empty-id");
+    let mut session = store.create("s", None, None).unwrap();
+    user_message(&mut session, "hello");
+    session.close().unwrap();
+    let before = tree(&dir);
+    let codes = [
+        ("create", store.create("", None, None).map(drop)),
+        ("open", store.open("").map(drop)),
+        ("resume", store.resume("").map(drop)),
+        (
+            "import",
+            store
+                .import("", r#"{"version":0,"id":"","createdAt":0}"#)
+                .map(drop),
+        ),
+        ("refuse_existing", store.refuse_existing("")),
+        ("fork child", store.fork("s", Boundary::Last, "").map(drop)),
+        ("fork source", store.fork("", Boundary::Last, "t").map(drop)),
+        ("delete", store.delete("")),
+        ("salvage", store.salvage("").map(drop)),
+        ("inspect", store.inspect("").map(drop)),
+        ("follow", store.follow("").map(drop)),
+        ("verify", store.verify(Some(&[""])).map(drop)),
+    ];
+    for (op, result) in codes {
+        let error = result.expect_err(op);
+        assert_eq!(error.code(), "INVALID_ID", "{op}: {error}");
+        assert!(error.to_string().contains("id=\"\""), "{op}: {error}");
+    }
+    // Nothing was written, moved or removed.
+    assert_eq!(tree(&dir), before);
+    assert_eq!(store.list().unwrap().len(), 1);
+}
+
+/// A store holding the sessions `ids`, each with one message.
+fn store_with(name: &str, ids: &[&str]) -> (Scratch, Store) {
+    let (dir, store) = store(name);
+    for id in ids {
+        let mut session = store.create(id, None, None).unwrap();
+        user_message(&mut session, "hello");
+        session.close().unwrap();
+    }
+    (dir, store)
+}
+
+/// `error` is `CORRUPT` naming `header`.
+fn assert_corrupt_header(error: &surfacelog::Error, header: &Path, what: &str) {
+    assert_eq!(error.code(), "CORRUPT", "{what}: {error}");
+    let surfacelog::ErrorKind::Corrupt { location, .. } = error.kind() else {
+        unreachable!()
+    };
+    assert_eq!(location, &header.display().to_string(), "{what}: {error}");
+}
+
+#[test]
+fn store_4_a_damaged_or_missing_header_is_corrupt_with_its_path() {
+    let (dir, store) = store_with("header", &["s1", "ok"]);
+    let header = dir.join("sessions/s1/header.json");
+    let pristine = std::fs::read(&header).unwrap();
+    let at = pristine.windows(4).position(|w| w == b"\"s1\"").unwrap() + 2;
+    let damages: Vec<(&str, Option<Vec<u8>>)> = vec![
+        // '1' (0x31) becomes '0' (0x30): a valid header naming another id.
+        ("a flipped bit in the id", Some(flip(&pristine, at, 0x01))),
+        // '{' (0x7B) becomes '{' ^ 0x40 = ';'.
+        ("not JSON", Some(flip(&pristine, 0, 0x40))),
+        ("not UTF-8", Some(flip(&pristine, at, 0x80))),
+        (
+            "no createdAt",
+            Some(b"{\"version\":0,\"id\":\"s1\"}\n".to_vec()),
+        ),
+        ("deleted", None),
+    ];
+    for (what, bytes) in damages {
+        match bytes {
+            Some(bytes) => std::fs::write(&header, bytes).unwrap(),
+            None => std::fs::remove_file(&header).unwrap(),
+        }
+        assert_corrupt_header(&store.open("s1").unwrap_err(), &header, what);
+        assert_corrupt_header(&store.inspect("s1").unwrap_err(), &header, what);
+        assert_corrupt_header(&store.delete("s1").unwrap_err(), &header, what);
+        // Creating over it is refused too: the session is there, damaged.
+        assert_eq!(
+            store.create("s1", None, None).unwrap_err().code(),
+            "SESSION_EXISTS"
+        );
+        // The listing goes on past it, and reports it.
+        let listing = store.list().unwrap();
+        let ids: Vec<&str> = listing.iter().map(surfacelog::event::Header::id).collect();
+        assert_eq!(ids, ["ok"], "{what}");
+        assert_eq!(listing.damaged.len(), 1, "{what}");
+        assert_corrupt_header(&listing.damaged[0], &header, what);
+        // Verify shows the session as not ok.
+        let report = store.verify(None).unwrap();
+        assert!(!report.ok(), "{what}");
+        std::fs::write(&header, &pristine).unwrap();
+        store.open("s1").unwrap();
+    }
+    // An id the store does not hold is still not found.
+    assert_eq!(store.open("s2").unwrap_err().code(), "SESSION_NOT_FOUND");
+    assert_eq!(store.list().unwrap().len(), 2);
+}
+
+fn flip(bytes: &[u8], at: usize, mask: u8) -> Vec<u8> {
+    let mut bytes = bytes.to_vec();
+    bytes[at] ^= mask;
+    bytes
+}
