@@ -264,8 +264,11 @@ pub enum Durability {
 #[derive(Debug, Clone)]
 pub struct LogOptions {
     /// The capacity of a new segment (SEG-7). Larger segments mean fewer files and
-    /// rolls; smaller ones reclaim space in finer steps. Default: 64 MiB. At most
-    /// 4 GiB − 1 (offsets are 32-bit); larger values are clamped.
+    /// rolls; smaller ones reclaim space in finer steps. Default: 64 MiB. Clamped where
+    /// it is used ([`LogOptions::segment_capacity`]) to [`SEGMENT_BYTES_MIN`] (136 bytes) ..=
+    /// [`SEGMENT_BYTES_MAX`] (2^32 − 1, offsets are 32-bit): a larger value gives
+    /// segments of 2^32 − 1 bytes, a smaller one segments of 136 bytes. A record larger than
+    /// the capacity gets a segment just large enough for it (SEG-7).
     pub segment_bytes: u64,
     /// Default: `Sync`.
     pub durability: Durability,
@@ -285,6 +288,26 @@ impl Default for LogOptions {
 
 /// The default segment capacity: 64 MiB.
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+
+/// The smallest segment capacity (SEG-7): 136 bytes, the header and the smallest record's
+/// frame (REC-1: a frame header and a body's fixed part). Larger records get segments just
+/// large enough for them.
+pub const SEGMENT_BYTES_MIN: u64 = (crate::log::segment::SEGMENT_HEADER_LEN
+    + crate::record::FRAME_HEADER_LEN
+    + crate::record::BODY_FIXED_LEN) as u64;
+
+/// The largest segment capacity (SEG-7): 2^32 − 1 bytes, so that every offset in a segment
+/// fits in 32 bits (record offsets, an index's `end`, a limit's `end`).
+pub const SEGMENT_BYTES_MAX: u64 = u32::MAX as u64;
+
+impl LogOptions {
+    /// The capacity of a new segment: [`LogOptions::segment_bytes`] clamped to
+    /// [`SEGMENT_BYTES_MIN`] ..= [`SEGMENT_BYTES_MAX`] (SEG-7).
+    pub fn segment_capacity(&self) -> u64 {
+        self.segment_bytes
+            .clamp(SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX)
+    }
+}
 
 /// What opening a log for writing found and did (§7).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

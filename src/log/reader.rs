@@ -291,6 +291,10 @@ impl LogReader {
                     last.end = found.end;
                     last.release_read(RELEASE_STEP_BYTES);
                     self.seq_next = found.seq_next;
+                    if empty && self.remap_replaced_last()? {
+                        // SEG-7: replaced by a larger empty segment; scan the new file.
+                        continue;
+                    }
                     // Not yet written or being written (RD-1); or a segment with no record
                     // yet, which the writer has not rolled from.
                     if !matches!(found.stop, Stop::End | Stop::Full) || empty {
@@ -332,6 +336,11 @@ impl LogReader {
                     last.release_read(RELEASE_STEP_BYTES);
                     self.seq_next = found.seq_next;
                     continue;
+                }
+                if last.records_known() == 0 {
+                    // The writer never rolls from a segment with no record: it replaced it
+                    // by a larger one (SEG-7), which the full refresh maps.
+                    return self.refresh();
                 }
             }
             // The writer has rolled to the next segment (RD-2).
@@ -621,6 +630,61 @@ impl LogReader {
             durable: 0,
             released: 0,
         });
+        Ok(true)
+    }
+
+    /// SEG-7: when the last segment holds no record and the file under its name is now
+    /// longer than its map, the writer replaced it by an empty segment large enough for an
+    /// oversized first record: that file is mapped instead, after its header is checked to
+    /// be the same segment's (SEG-2, SEG-3). The old map stays valid until dropped (SEG-8).
+    /// Returns whether it was replaced. Costs an open and a `fstat` per refresh while the
+    /// last segment is empty.
+    fn remap_replaced_last(&mut self) -> Result<bool> {
+        let Some(last) = self.segments.last() else {
+            return Ok(false);
+        };
+        let Some(mapped) = last.mapped() else {
+            return Ok(false);
+        };
+        if last.limit.is_some() || last.records_known() != 0 {
+            return Ok(false);
+        }
+        let path = last.path(&self.dir).to_owned();
+        let Ok(file) = self.storage.open_file(&path, false) else {
+            return Ok(false);
+        };
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", &path, &e))?
+            .len();
+        if len <= mapped.map.len() as u64 {
+            return Ok(false);
+        }
+        let map = map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
+        let header = match SegmentHeader::decode(&map) {
+            Ok(header) => header,
+            Err(HeaderError::Version(found)) => return Err(version_error(found)),
+            Err(HeaderError::Invalid(reason)) => return Err(corrupt(&path, 0, reason)),
+        };
+        let old = mapped.header;
+        if header.log_id != old.log_id
+            || header.index != old.index
+            || header.first_seq != old.first_seq
+        {
+            return Err(corrupt(
+                &path,
+                0,
+                "segment does not continue the log (SEG-3)",
+            ));
+        }
+        if let Some(last) = self.segments.last_mut() {
+            last.mapped = OnceLock::from(Ok(Mapped { header, map }));
+            last.offsets = OnceLock::from(Vec::new());
+            last.unread = None;
+            last.end = SEGMENT_HEADER_LEN;
+            last.durable = 0;
+            last.released = 0;
+        }
         Ok(true)
     }
 

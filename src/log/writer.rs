@@ -228,6 +228,7 @@ impl LogWriter {
                 let found = event.seq().to_string();
                 return Err(ErrorKind::SeqNotContiguous { expected, found }.into());
             }
+            record_fits(event)?;
         }
         let outcome = self.shared.write(&mut state, events);
         if outcome.is_err() {
@@ -351,6 +352,10 @@ impl Shared {
     /// segment was sealed by the fork that made it (LIM-4): it is neither synced nor
     /// indexed again.
     fn roll(&self, state: &mut State, record_len: u64) -> Result<()> {
+        if state.seq_next == state.header.first_seq && !state.limited {
+            // The next segment would take this one's name (LOG-1).
+            return self.replace_empty(state, record_len);
+        }
         let staged = self.options.durability == Durability::Staged;
         if !state.limited {
             let path = self.active_path(state);
@@ -363,10 +368,7 @@ impl Shared {
             }
             self.write_index(state);
         }
-        let capacity = self
-            .options
-            .segment_bytes
-            .max(SEGMENT_HEADER_LEN as u64 + record_len);
+        let capacity = capacity_for(&self.options, record_len);
         let header = SegmentHeader {
             log_id: self.log_id,
             index: state.header.index + 1,
@@ -387,6 +389,46 @@ impl Shared {
         state.data_crc = 0;
         state.indexed = 0;
         state.limited = false;
+        Ok(())
+    }
+
+    /// SEG-7: the active segment holds no record and the next one, `record_len` bytes, does
+    /// not fit in it: it is replaced, under its own name, by an empty segment of the same
+    /// identity, index and first seq whose capacity is just large enough. The new file is
+    /// written and synced as `<name>.tmp`, renamed over the old one, and the directory is
+    /// synced (in `Staged` durability, at the next flush, DUR-6): a crash leaves one of two
+    /// valid empty segments under the name, and at most a `.tmp` file (LOG-1). A reader
+    /// that mapped the old file keeps a valid map (SEG-8) and maps the new one when it
+    /// finds the file under the name longer than its map (SEG-7).
+    fn replace_empty(&self, state: &mut State, record_len: u64) -> Result<()> {
+        let header = SegmentHeader {
+            capacity: capacity_for(&self.options, record_len),
+            ..state.header
+        };
+        let path = self.active_path(state);
+        let tmp = self
+            .dir
+            .join(format!("{}.tmp", segment_name(header.first_seq)));
+        crate::storage::replace_file(
+            &*self.storage,
+            &tmp,
+            &path,
+            &header.encode(),
+            header.capacity,
+        )?;
+        if self.options.durability == Durability::Staged {
+            state.dir_unsynced = true;
+        } else {
+            self.storage
+                .sync_dir(&self.dir)
+                .map_err(|e| Error::io("fsync", &self.dir, &e))?;
+        }
+        let file = self
+            .storage
+            .open_file(&path, true)
+            .map_err(|e| Error::io("open", &path, &e))?;
+        state.active = Arc::new(file);
+        state.header = header;
         Ok(())
     }
 
@@ -619,6 +661,27 @@ pub(crate) fn take_lock(storage: &dyn Storage, dir: &Path) -> Result<File> {
     }
 }
 
+/// SEG-7: the capacity of a new segment whose first record is `record_len` bytes long:
+/// the options' (clamped) capacity, or just enough for the record when that is larger. The
+/// caller has refused a record that no segment can hold ([`record_fits`]).
+fn capacity_for(options: &LogOptions, record_len: u64) -> u64 {
+    options
+        .segment_capacity()
+        .max(SEGMENT_HEADER_LEN as u64 + record_len)
+}
+
+/// SEG-7: `EVENT_TOO_LARGE` for an event whose record no segment can hold (a segment's
+/// capacity is at most 2^32 − 1 bytes).
+fn record_fits(event: &Event) -> Result<()> {
+    let len = frame_len(body_len(&event.as_ref())) as u64;
+    if SEGMENT_HEADER_LEN as u64 + len <= super::SEGMENT_BYTES_MAX {
+        return Ok(());
+    }
+    let max = crate::limits::EVENT_BYTES_LIMIT;
+    let len = event.text().len();
+    Err(ErrorKind::EventTooLarge { len, max }.into())
+}
+
 /// SEG-6: header, sync the file, sync the directory.
 fn create_segment(storage: &dyn Storage, dir: &Path, header: &SegmentHeader) -> Result<File> {
     let file = create_segment_file(storage, dir, header)?;
@@ -719,7 +782,7 @@ fn recover(
             log_id: new_log_id(dir),
             index: 0,
             first_seq: 0,
-            capacity: options.segment_bytes,
+            capacity: options.segment_capacity(),
         };
         let file = create_segment(storage, dir, &header)?;
         let state = new_state(file, header, SEGMENT_HEADER_LEN as u64, Vec::new(), 0);

@@ -1,0 +1,267 @@
+//! Limits that hold (issue 12, item 5): a first event larger than a segment is stored
+//! (SEG-7), through the log, a stored session and the `import` command, and reads back
+//! after reopen; `segment_bytes` is clamped to the range SEG-7 allows.
+
+use std::path::Path;
+
+use surfacelog::event::EventSource;
+use surfacelog::log::segment::{SEGMENT_HEADER_LEN, SegmentHeader, segment_name};
+use surfacelog::log::{Durability, LogReader, LogWriter, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
+use surfacelog::session::kinds;
+use surfacelog::store::Store;
+
+mod common;
+
+use common::{log_options, padded_event, scratch, store_options, surfacelog};
+
+/// The 8 MiB segments of a stored session.
+const SEGMENT: u64 = 8 << 20;
+/// A first event larger than a segment.
+const BIG: usize = 9 << 20;
+
+/// The header of segment `first_seq` in `dir`.
+fn header(dir: &Path, first_seq: u64) -> SegmentHeader {
+    use std::io::Read;
+    let mut bytes = [0; SEGMENT_HEADER_LEN];
+    let mut file = std::fs::File::open(dir.join(segment_name(first_seq))).unwrap();
+    file.read_exact(&mut bytes).unwrap();
+    SegmentHeader::decode(&bytes).unwrap()
+}
+
+/// The segment files of `dir`, the `.tmp` files too, by name.
+fn segment_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".seg"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// SEG-7: an empty segment 0 too small for the first record is replaced by one just
+/// large enough, under the same name; the log continues in 8 MiB segments after it, and
+/// every event reads back, from a reader opened before the replacement too, and after
+/// reopen.
+#[test]
+fn a_first_event_larger_than_a_segment_is_stored_by_the_log() {
+    for durability in [Durability::Sync, Durability::Manual, Durability::Staged] {
+        let dir = scratch("limits", "log");
+        let (writer, _) = LogWriter::open(&dir, log_options(durability, SEGMENT)).unwrap();
+        let mut early = LogReader::open(&dir).unwrap();
+        assert_eq!(early.refresh().unwrap(), 0);
+        let big = padded_event(0, BIG);
+        writer.append(std::slice::from_ref(&big)).unwrap();
+        writer.append(&[padded_event(1, 10)]).unwrap();
+        writer.flush().unwrap();
+        // A reader that mapped the empty segment before it was replaced finds both.
+        assert_eq!(early.refresh().unwrap(), 2, "{durability:?}");
+        assert_eq!(early.event(0).unwrap().unwrap().text, big.text());
+        writer.close().unwrap();
+        let first = header(&dir, 0);
+        assert!(first.capacity >= SEGMENT_HEADER_LEN as u64 + BIG as u64);
+        assert!(first.capacity <= SEGMENT_HEADER_LEN as u64 + BIG as u64 + 4096);
+        assert_eq!(first.index, 0);
+        let file_len = std::fs::metadata(dir.join(segment_name(0))).unwrap().len();
+        assert_eq!(
+            file_len, first.capacity,
+            "SEG-6: the file is its capacity long"
+        );
+        assert_eq!(segment_files(&dir), [segment_name(0), segment_name(1)]);
+
+        let (writer, report) = LogWriter::open(&dir, log_options(durability, SEGMENT)).unwrap();
+        assert_eq!(report.torn_tail, None);
+        assert_eq!(writer.seq_next(), 2);
+        writer.append(&[padded_event(2, 10)]).unwrap();
+        writer.close().unwrap();
+        let mut reader = LogReader::open(&dir).unwrap();
+        assert_eq!(reader.refresh().unwrap(), 3);
+        assert_eq!(reader.event(0).unwrap().unwrap().text, big.text());
+        assert_eq!(header(&dir, 1).capacity, SEGMENT);
+    }
+}
+
+/// SEG-7: the same after a reopen of the empty log (the replacement is not only for a
+/// segment this writer created), and for a later empty segment: one a crash left right
+/// after a roll is emulated by a log whose last segment holds no record.
+#[test]
+fn an_oversized_first_record_after_reopen_of_an_empty_log_is_stored() {
+    let dir = scratch("limits", "reopen");
+    let (writer, _) = LogWriter::open(&dir, log_options(Durability::Sync, SEGMENT)).unwrap();
+    writer.close().unwrap();
+    let (writer, _) = LogWriter::open(&dir, log_options(Durability::Sync, SEGMENT)).unwrap();
+    let big = padded_event(0, BIG);
+    writer.append(std::slice::from_ref(&big)).unwrap();
+    writer.close().unwrap();
+    let mut reader = LogReader::open(&dir).unwrap();
+    assert_eq!(reader.refresh().unwrap(), 1);
+    assert_eq!(reader.event(0).unwrap().unwrap().text, big.text());
+}
+
+/// SEG-7 through a stored session: a 9 MiB first event in 8 MiB segments is appended,
+/// read back by the session at once, and again after reopen.
+#[test]
+fn a_stored_session_takes_a_first_event_larger_than_its_segments() {
+    let dir = scratch("limits", "store");
+    let store = Store::at(&dir, store_options(Durability::Sync, SEGMENT)).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    let text = "t".repeat(BIG);
+    let data = format!(r#"{{"turn":1,"pad":"{text}"}}"#);
+    session
+        .append::<kinds::TurnStart>(&data, surfacelog::session::NoSurface)
+        .unwrap();
+    session.flush().unwrap();
+    assert_eq!(session.log().seq_next(), 1);
+    assert!(
+        session
+            .log()
+            .event(0)
+            .unwrap()
+            .unwrap()
+            .text
+            .contains(&text)
+    );
+    session.close().unwrap();
+    let (reopened, opened) = store.open("s").unwrap();
+    assert_eq!(opened.log.torn_tail, None);
+    assert!(
+        reopened
+            .log()
+            .event(0)
+            .unwrap()
+            .unwrap()
+            .text
+            .contains(&text)
+    );
+}
+
+/// SEG-7 through the CLI: `import` of a JSONL file whose first event line is about 9 MiB
+/// succeeds, and the session shows it after.
+#[test]
+fn import_of_a_first_event_line_larger_than_a_segment_succeeds() {
+    let dir = scratch("limits", "import");
+    let file = dir.join("big.jsonl");
+    let text = "x".repeat(BIG);
+    let lines = [
+        r#"{"type":"session","version":0,"id":"big","createdAt":0,"cwd":"/w","delegationDepth":0}"#
+            .to_owned(),
+        format!(
+            r#"{{"type":"user/message","seq":0,"time":1000,"data":{{"content":[{{"type":"text","text":"{text}"}}],"source":{{"kind":"user"}},"role":"user","id":"u0"}},"surfaceOp":"append"}}"#
+        ),
+        r#"{"type":"turn/start","seq":1,"time":1000,"data":{"turn":1}}"#.to_owned(),
+    ];
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let store = dir.join("store");
+    let args = [
+        "import",
+        "--format",
+        "dsh-jsonl",
+        file.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ];
+    let output = surfacelog(&args);
+    assert!(
+        output.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let show = surfacelog(&["show", "big", "--store", store.to_str().unwrap()]);
+    assert!(
+        show.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&show.stderr)
+    );
+    let verify = surfacelog(&["verify", "--store", store.to_str().unwrap()]);
+    assert!(
+        verify.status.success(),
+        "stdout: {}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+    // And the store opens it for writing again.
+    let store = Store::at(&store, store_options(Durability::Sync, SEGMENT)).unwrap();
+    let (session, _) = store.open("big").unwrap();
+    // Both events, and what import added to close the open turn (contract §8).
+    assert!(session.log().seq_next() >= 2);
+    assert!(
+        session
+            .log()
+            .event(0)
+            .unwrap()
+            .unwrap()
+            .text
+            .contains(&text)
+    );
+}
+
+/// SEG-7, crash safety of the replacement: when its rename fails (as if the process died
+/// before it), the append fails and poisons the writer, nothing is stored, the log reopens
+/// empty and intact without the `.tmp` file, and then takes the same event.
+#[test]
+fn a_failed_replacement_leaves_the_empty_segment_intact() {
+    let dir = scratch("limits", "rename");
+    let (writer, faults) = common::faulty_writer(&dir, Durability::Sync, SEGMENT);
+    faults.rename.store(1, std::sync::atomic::Ordering::SeqCst);
+    let big = padded_event(0, BIG);
+    let error = writer.append(std::slice::from_ref(&big)).unwrap_err();
+    assert_eq!(error.code(), "IO", "{error}");
+    assert_eq!(
+        writer
+            .append(std::slice::from_ref(&big))
+            .unwrap_err()
+            .code(),
+        "POISONED"
+    );
+    drop(writer);
+    let old = header(&dir, 0);
+    assert_eq!(old.capacity, SEGMENT);
+    let (writer, report) = LogWriter::open(&dir, log_options(Durability::Sync, SEGMENT)).unwrap();
+    assert_eq!(report.torn_tail, None);
+    assert_eq!(writer.seq_next(), 0);
+    assert_eq!(segment_files(&dir), [segment_name(0)]);
+    writer.append(std::slice::from_ref(&big)).unwrap();
+    writer.close().unwrap();
+    let new = header(&dir, 0);
+    assert_eq!((new.log_id, new.index, new.first_seq), (old.log_id, 0, 0));
+    let mut reader = LogReader::open(&dir).unwrap();
+    assert_eq!(reader.refresh().unwrap(), 1);
+    assert_eq!(reader.event(0).unwrap().unwrap().text, big.text());
+}
+
+/// SEG-7: `segment_bytes` is clamped where it is used: above 2^32 − 1 to 2^32 − 1 (offsets
+/// are 32-bit), below 136 bytes (the header and the smallest record) to 136; the log works in both.
+#[test]
+fn segment_bytes_is_clamped_to_the_range_seg7_allows() {
+    let cases = [
+        (6 << 30, SEGMENT_BYTES_MAX),
+        (u64::MAX, SEGMENT_BYTES_MAX),
+        (0, SEGMENT_BYTES_MIN),
+        (1, SEGMENT_BYTES_MIN),
+        (135, SEGMENT_BYTES_MIN),
+        (136, 136),
+        (1 << 20, 1 << 20),
+    ];
+    for (asked, capacity) in cases {
+        assert_eq!(
+            log_options(Durability::Manual, asked).segment_capacity(),
+            capacity
+        );
+        let dir = scratch("limits", "clamp");
+        let (writer, _) = LogWriter::open(&dir, log_options(Durability::Manual, asked)).unwrap();
+        assert_eq!(header(&dir, 0).capacity, capacity, "segment_bytes {asked}");
+        let file_len = std::fs::metadata(dir.join(segment_name(0))).unwrap().len();
+        assert_eq!(file_len, capacity);
+        // Records larger than a small capacity get segments just large enough (SEG-7).
+        let events: Vec<_> = (0..40).map(|seq| padded_event(seq, 300)).collect();
+        writer.append(&events).unwrap();
+        writer.close().unwrap();
+        let mut reader = LogReader::open(&dir).unwrap();
+        assert_eq!(reader.refresh().unwrap(), 40);
+        for seq in 0..40 {
+            assert_eq!(
+                reader.event(seq).unwrap().unwrap().text,
+                events[usize::try_from(seq).unwrap()].text()
+            );
+        }
+    }
+}
