@@ -65,7 +65,7 @@ impl Store {
         let child_log = ChildLog {
             len,
             marker: marker.as_ref(),
-            segment_bytes: self.options.log.segment_bytes,
+            segment_bytes: self.options.log.segment_capacity(),
         };
         let mut limit = None;
         self.publish(child, |tmp| {
