@@ -230,7 +230,8 @@ pub enum ErrorKind {
     },
     /// `UNSAFE_PATH`: a file outside the store that an import reads or an export writes
     /// is a symbolic link, not a regular file, or open to other users (`dsh-formats.md`
-    /// SQL-1, SQL-2). surfacelog's own code.
+    /// SQL-1, SQL-2); or a path of the store is a symbolic link, which the store never
+    /// follows (`store.md` STORE-1). surfacelog's own code.
     UnsafePath {
         /// The file or directory.
         path: PathBuf,
@@ -370,8 +371,27 @@ impl Error {
         self.0.seq
     }
 
-    /// An `IO` error for `op` on `path`.
+    /// An `IO` error for `op` on `path`; `UNSAFE_PATH` naming `path` for the `ELOOP` of an
+    /// open that follows no symbolic link (`store.md` STORE-1) and for a file that must be
+    /// regular and is not ([`crate::storage::NotRegular`]).
     pub fn io(op: &'static str, path: impl Into<PathBuf>, error: &std::io::Error) -> Self {
+        if error.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+            return ErrorKind::UnsafePath {
+                path: path.into(),
+                reason: "a symbolic link where none is followed (STORE-1), or a loop of links",
+            }
+            .into();
+        }
+        let not_regular = error
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<crate::storage::NotRegular>());
+        if not_regular.is_some() {
+            return ErrorKind::UnsafePath {
+                path: path.into(),
+                reason: "not a regular file",
+            }
+            .into();
+        }
         let kind = error.kind();
         ErrorKind::Io {
             op,

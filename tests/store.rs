@@ -263,7 +263,7 @@ fn store_files_are_private() {
     let elsewhere = dir.join("elsewhere");
     std::fs::rename(dir.join("sessions/s/log"), &elsewhere).unwrap();
     std::os::unix::fs::symlink(&elsewhere, dir.join("sessions/s/log")).unwrap();
-    assert_eq!(store.open("s").unwrap_err().code(), "CORRUPT");
+    assert_eq!(store.open("s").unwrap_err().code(), "UNSAFE_PATH");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -93,11 +93,16 @@ impl std::fmt::Debug for JsonlReader {
 impl JsonlReader {
     /// Opens `path` and reads its header record (HDR-3 to HDR-7).
     ///
+    /// `path` must be a regular file and not a symbolic link: it is opened with
+    /// `O_NOFOLLOW | O_NONBLOCK` and checked with `fstat` before anything is read, so a
+    /// FIFO or a device is refused at once instead of blocking or being read without end.
+    ///
     /// # Errors
-    /// `IO`; `CORRUPT` for a file without a header record, a header that is not JSON or
-    /// not a session header; `FORMAT_VERSION` for a header of another version (HDR-5).
+    /// `IO`; `UNSAFE_PATH` for a symbolic link or a file that is not regular; `CORRUPT`
+    /// for a file without a header record, a header that is not JSON or not a session
+    /// header; `FORMAT_VERSION` for a header of another version (HDR-5).
     pub fn open(path: &Path, compression: Compression) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io("open", path, &e))?;
+        let file = crate::storage::open_regular(path).map_err(|e| Error::io("open", path, &e))?;
         Self::from_reader(Box::new(file), path, compression)
     }
 

@@ -130,6 +130,9 @@ impl DshDatabase {
         let euid = effective_uid()?;
         check_parent(path, euid)?;
         check_file(path, euid)?;
+        // SQL-2 again from the file itself, opened without following a link and without
+        // blocking: a link or a FIFO swapped in since the check is refused (`UNSAFE_PATH`).
+        crate::storage::open_regular(path).map_err(|e| Error::io("open", path, &e))?;
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_NOFOLLOW;

@@ -4,6 +4,12 @@
 //! Implementations **must** either do the whole operation or return an error; a write
 //! that returns an error may have written any prefix of its bytes (the log then poisons
 //! itself, `format-spec/log-format.md` DUR-5).
+//!
+//! [`FsStorage`] follows no symbolic link in the last component of a path (`store.md`
+//! STORE-1): files are opened with `O_NOFOLLOW` and directories with
+//! `O_DIRECTORY | O_NOFOLLOW`, and a directory that exists as a link is not taken for one.
+//! A link there fails with `ELOOP`, which [`crate::Error::io`] reports as `UNSAFE_PATH`
+//! naming the link; the store checks the directories above it (STORE-1).
 
 pub mod faulty;
 
@@ -18,7 +24,8 @@ pub trait Storage: Debug + Send + Sync {
     /// Creates a directory and its parents (mode 0700 for new ones).
     ///
     /// # Errors
-    /// The OS error.
+    /// The OS error; `ELOOP` when `dir`, or a parent this call would have to create, is
+    /// a symbolic link (STORE-1).
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
 
     /// The entries of a directory (names only, unsorted).
@@ -74,12 +81,55 @@ pub trait Storage: Debug + Send + Sync {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FsStorage;
 
+/// `O_NOFOLLOW`, for `OpenOptionsExt::custom_flags`.
+fn no_follow() -> i32 {
+    // The flag's bits fit an `i32` (it is a C `int` flag).
+    i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(i32::MAX)
+}
+
+/// The error an `O_NOFOLLOW` open of a symbolic link gives (`ELOOP`).
+pub(crate) fn link_error() -> io::Error {
+    io::Error::from_raw_os_error(rustix::io::Errno::LOOP.raw_os_error())
+}
+
+/// STORE-1: `dir`, found to exist, is a directory, not a symbolic link (`ELOOP`) nor
+/// anything else (`error`, the `EEXIST` of the `mkdir` that found it).
+fn existing_dir(dir: &Path, error: io::Error) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.file_type().is_symlink() {
+        Err(link_error())
+    } else if meta.is_dir() {
+        Ok(())
+    } else {
+        Err(error)
+    }
+}
+
 impl Storage for FsStorage {
+    /// `mkdir` of `dir`; when its parent is missing, the parent first (recursively). A
+    /// name that exists must be a directory itself, not a link to one (STORE-1); a
+    /// directory created meanwhile by another process is success.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
+        let mkdir = || std::fs::DirBuilder::new().mode(0o700).create(dir);
+        match mkdir() {
+            Ok(()) => Ok(()),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => existing_dir(dir, error),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                match dir.parent() {
+                    Some(parent) if !parent.as_os_str().is_empty() => {
+                        self.create_dir_all(parent)?;
+                    }
+                    _ => return Err(error),
+                }
+                match mkdir() {
+                    Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                        existing_dir(dir, error)
+                    }
+                    other => other,
+                }
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// Reads the directory with rustix's raw reader: `getdents64` into one buffer on the
@@ -88,7 +138,7 @@ impl Storage for FsStorage {
     /// what opening a long log costs beyond its last segment (`log-format.md` §7).
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
         use rustix::fs::{Mode, OFlags, RawDir};
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::open(dir, flags, Mode::empty())?;
         let mut buffer = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
         let mut entries = RawDir::new(fd, &mut buffer);
@@ -113,13 +163,18 @@ impl Storage for FsStorage {
             .write(true)
             .create_new(true)
             .mode(0o600)
+            .custom_flags(no_follow())
             .open(path)?;
         file.set_len(len)?;
         Ok(file)
     }
 
     fn open_file(&self, path: &Path, write: bool) -> io::Result<File> {
-        OpenOptions::new().read(true).write(write).open(path)
+        OpenOptions::new()
+            .read(true)
+            .write(write)
+            .custom_flags(no_follow())
+            .open(path)
     }
 
     fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()> {
@@ -131,7 +186,7 @@ impl Storage for FsStorage {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        File::open(dir)?.sync_all()
+        open_dir(dir)?.sync_all()
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -144,6 +199,59 @@ impl Storage for FsStorage {
 }
 
 use std::os::unix::fs::DirBuilderExt;
+
+/// Opens the directory `dir` for reading, not through a symbolic link (STORE-1).
+fn open_dir(dir: &Path) -> io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(File::from(rustix::fs::open(dir, flags, Mode::empty())?))
+}
+
+/// Opens `path` for reading only if it is a regular file, not through a symbolic link in
+/// its last component (`ELOOP`, STORE-1): opened with `O_NOFOLLOW | O_NONBLOCK`, so that a
+/// FIFO does not block the open, checked with `fstat`, then made blocking again. Anything
+/// but a regular file (a FIFO, a device, a directory, a socket) fails with
+/// [`io::ErrorKind::InvalidInput`] carrying [`NotRegular`].
+///
+/// # Errors
+/// The OS error, `ELOOP` for a link, `InvalidInput` for a file that is not regular.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(path, flags, Mode::empty())?;
+    let stat = rustix::fs::fstat(&fd)?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, NotRegular));
+    }
+    let flags = rustix::fs::fcntl_getfl(&fd)?;
+    rustix::fs::fcntl_setfl(&fd, flags - OFlags::NONBLOCK)?;
+    Ok(File::from(fd))
+}
+
+/// What [`open_regular`]'s error carries for a file that is not regular;
+/// [`crate::Error::io`] reports it as `UNSAFE_PATH`.
+#[derive(Debug, Clone, Copy)]
+pub struct NotRegular;
+
+impl std::fmt::Display for NotRegular {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not a regular file")
+    }
+}
+
+impl std::error::Error for NotRegular {}
+
+/// The whole of the regular file `path`, read without following a symbolic link in its
+/// last component ([`open_regular`]).
+///
+/// # Errors
+/// As [`open_regular`], and the read's error.
+pub fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    open_regular(path)?.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
 
 /// `dir/name`.
 pub fn child(dir: &Path, name: &str) -> PathBuf {

@@ -50,10 +50,13 @@ impl Store {
     /// waits for a sync per event or per segment.
     ///
     /// # Errors
-    /// `INVALID_ID`, `SESSION_EXISTS`, a header refusal, `IO`.
+    /// `INVALID_ID`, `SESSION_EXISTS`, a header refusal, `UNSAFE_PATH` when `sessions/` or
+    /// `tmp/` is a symbolic link (STORE-1), `IO`.
     pub fn import(&self, id: &str, header: &str) -> Result<Import<'_>> {
         super::check_id(id)?;
-        if self.session_dir(id).exists() {
+        // STORE-1: `sessions/` and `tmp/` lead nowhere outside the store.
+        self.refuse_store_links()?;
+        if std::fs::symlink_metadata(self.session_dir(id)).is_ok() {
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
         }
         let header =
@@ -75,10 +78,12 @@ impl Store {
     /// `SESSION_EXISTS` when the store holds session `id`.
     ///
     /// # Errors
-    /// `INVALID_ID`, `SESSION_EXISTS`.
+    /// `INVALID_ID`, `SESSION_EXISTS`, `UNSAFE_PATH` (STORE-1).
     pub fn refuse_existing(&self, id: &str) -> Result<()> {
         super::check_id(id)?;
-        if self.session_dir(id).exists() {
+        // STORE-1: `sessions/` and `tmp/` lead nowhere outside the store.
+        self.refuse_store_links()?;
+        if std::fs::symlink_metadata(self.session_dir(id)).is_ok() {
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
         }
         Ok(())
@@ -94,6 +99,8 @@ impl Store {
     pub(crate) fn discard(&self, id: &str) -> Result<()> {
         let dir = self.session_dir(id);
         let storage = &*self.options.log.storage;
+        super::refuse_symlink(&self.dir.join("sessions"))?;
+        super::refuse_symlink(&dir)?;
         let lock = crate::log::take_lock(storage, &dir.join("log"))?;
         std::fs::remove_dir_all(&dir).map_err(|e| Error::io("remove", &dir, &e))?;
         drop(lock);
@@ -122,6 +129,7 @@ impl Import<'_> {
             RepairState::default(),
             0,
             self.tmp.join(CHECKPOINT_FILE),
+            std::sync::Arc::clone(&options.log.storage),
             // One checkpoint, at the end: an import cut short is discarded, not reopened.
             u64::MAX,
         )?;

@@ -160,22 +160,47 @@ impl Store {
     /// Opens the store in `dir`, creating it (mode 0700, with its `STORE` identity file)
     /// when it does not exist.
     ///
+    /// `dir` itself may be a symbolic link (it is the caller's path); no path inside it
+    /// may be (STORE-1).
+    ///
     /// # Errors
     /// `FORMAT_VERSION` for a store of another version, `CORRUPT` for an unreadable
-    /// identity file, `IO`.
+    /// identity file, `UNSAFE_PATH` for a symbolic link (or, for `STORE`, a file that is
+    /// not regular) among the store's own paths (STORE-1), `IO`.
     pub fn at(dir: &Path, options: StoreOptions) -> Result<Self> {
         let storage = &options.log.storage;
-        for sub in ["", "sessions", "trash", "tmp"] {
+        // The caller's link to the store is resolved once, for the few operations on the
+        // directory itself; every path inside is refused when it is a link (STORE-1).
+        let root = match std::fs::symlink_metadata(dir) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                std::fs::canonicalize(dir).map_err(|e| Error::io("resolve", dir, &e))?
+            }
+            _ => dir.to_owned(),
+        };
+        storage
+            .create_dir_all(&root)
+            .map_err(|e| Error::io("create_dir", &root, &e))?;
+        for sub in ["sessions", "trash", "tmp"] {
             let path = dir.join(sub);
+            refuse_symlink(&path)?;
             storage
                 .create_dir_all(&path)
                 .map_err(|e| Error::io("create_dir", &path, &e))?;
         }
+        refuse_symlink(&dir.join(TMP_LOCK))?;
         let identity = dir.join("STORE");
-        match std::fs::read_to_string(&identity) {
-            Ok(text) => check_identity(&identity, &text)?,
+        match crate::storage::read_regular(&identity) {
+            Ok(bytes) => {
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    Error::from(ErrorKind::Corrupt {
+                        location: identity.display().to_string(),
+                        reason: "not a store identity file".to_owned(),
+                    })
+                })?;
+                check_identity(&identity, &text)?;
+            }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                write_identity(&options, dir)?;
+                write_identity(&options, &root)?;
             }
             Err(error) => return Err(Error::io("read", &identity, &error)),
         }
@@ -210,6 +235,9 @@ impl Store {
     fn clean_tmp(&self) {
         let storage = &*self.options.log.storage;
         let tmp = self.dir.join("tmp");
+        if refuse_symlink(&tmp).is_err() {
+            return;
+        }
         let Ok(lock) = open_lock_file(storage, &self.dir.join(TMP_LOCK)) else {
             return;
         };
@@ -248,7 +276,8 @@ impl Store {
     ) -> Result<StoredSession> {
         check_id(id)?;
         let final_dir = self.session_dir(id);
-        if final_dir.exists() {
+        self.refuse_store_links()?;
+        if std::fs::symlink_metadata(&final_dir).is_ok() {
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
         }
         let memory = Session::create(id, header, seed, self.options.session.clone())?;
@@ -333,6 +362,7 @@ impl Store {
             repair,
             from,
             dir.join(checkpoint::CHECKPOINT_FILE),
+            std::sync::Arc::clone(&self.options.log.storage),
             self.options.checkpoint_every,
         )
         .map_err(|e| e.in_session(id))?;
@@ -369,12 +399,14 @@ impl Store {
     /// headers that read (sorted by id) and, in [`Listing::damaged`], a `CORRUPT` error
     /// naming the `header.json` of each session whose header is missing or damaged
     /// (STORE-4). A name in `sessions/` that is not a directory is no session (verify warns
-    /// of it, STORE-16) and is not listed.
+    /// of it, STORE-16) and is not listed; a symbolic link there is reported in
+    /// [`Listing::damaged`] as `UNSAFE_PATH` (STORE-1).
     ///
     /// # Errors
     /// `IO` for the `sessions/` directory.
     pub fn list(&self) -> Result<Listing> {
         let sessions = self.dir.join("sessions");
+        refuse_symlink(&sessions)?;
         let names = self
             .options
             .log
@@ -384,8 +416,14 @@ impl Store {
         let mut listing = Listing::default();
         for name in names {
             let dir = sessions.join(&name);
-            if std::fs::symlink_metadata(&dir).is_ok_and(|meta| !meta.is_dir()) {
-                continue;
+            match std::fs::symlink_metadata(&dir) {
+                // STORE-1: a link is not followed, and not passed over in silence either.
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    listing.damaged.push(link_inside(&dir));
+                    continue;
+                }
+                Ok(meta) if !meta.is_dir() => continue,
+                _ => {}
             }
             match read_header_file(&dir, &name) {
                 Ok(header) => listing.headers.push(header),
@@ -412,6 +450,7 @@ impl Store {
     /// then in the trash, for [`Store::purge`]).
     pub fn remove(&self, id: &str) -> Result<()> {
         let trashed = self.trash(id)?;
+        self.refuse_store_links()?;
         std::fs::remove_dir_all(&trashed).map_err(|e| Error::io("remove", &trashed, &e))?;
         let trash = self.dir.join("trash");
         self.options
@@ -430,6 +469,9 @@ impl Store {
         let storage = &*self.options.log.storage;
         let lock = crate::log::take_lock(storage, &dir.join("log"))?;
         self.step(Step::DeleteLocked(id));
+        // STORE-1: the rename stays inside the store (checked under the lock, after the
+        // step a test drives its races at).
+        self.refuse_store_links()?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -487,6 +529,7 @@ impl Store {
     /// `IO`.
     pub fn purge(&self) -> Result<()> {
         let trash = self.dir.join("trash");
+        refuse_symlink(&trash)?;
         let storage = &self.options.log.storage;
         let names = storage
             .list_dir(&trash)
@@ -522,6 +565,7 @@ impl Store {
     pub(crate) fn tmp_dir(&self, id: &str) -> Result<Build> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let tmp = self.dir.join("tmp");
+        refuse_symlink(&tmp)?;
         let lock_path = self.dir.join(TMP_LOCK);
         let lock = open_lock_file(&*self.options.log.storage, &lock_path)
             .map_err(|e| Error::io("open", &lock_path, &e))?;
@@ -541,6 +585,10 @@ impl Store {
     fn publish_dir(&self, id: &str, tmp: &Path) -> Result<()> {
         let final_dir = self.session_dir(id);
         let taken = || std::fs::symlink_metadata(&final_dir).is_ok();
+        if let Err(error) = self.refuse_store_links().and_then(|()| refuse_symlink(tmp)) {
+            let _ = std::fs::remove_dir_all(tmp);
+            return Err(error);
+        }
         if taken() {
             let _ = std::fs::remove_dir_all(tmp);
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
@@ -564,6 +612,16 @@ impl Store {
         self.dir.join("sessions").join(escape_id(id))
     }
 
+    /// STORE-1: refuses (`UNSAFE_PATH`) when one of the store's own directories,
+    /// `sessions/`, `trash/` or `tmp/`, is a symbolic link: the paths below them would
+    /// lead out of the store.
+    fn refuse_store_links(&self) -> Result<()> {
+        for sub in ["sessions", "trash", "tmp"] {
+            refuse_symlink(&self.dir.join(sub))?;
+        }
+        Ok(())
+    }
+
     /// The log of the session in `dir`, as a checkpoint needs it to rebuild its nodes
     /// when they fail their check on first read (`checkpoint.md` CKP-2).
     fn log_origin(&self, dir: &Path) -> checkpoint::LogOrigin {
@@ -582,6 +640,10 @@ impl Store {
     /// `header.json` when it is missing or damaged; `FORMAT_VERSION`; `IO`.
     fn read_header(id: &str, dir: &Path) -> Result<Header> {
         check_id(id)?;
+        // STORE-1: `sessions/` is checked before the directory is looked up through it.
+        if let Some(sessions) = dir.parent() {
+            refuse_symlink(sessions)?;
+        }
         match std::fs::symlink_metadata(dir) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 return Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into());
@@ -643,6 +705,8 @@ pub struct Listing {
     pub headers: Vec<Header>,
     /// One `CORRUPT` error per session whose `header.json` is missing or damaged, naming
     /// the file (STORE-4); its log is not read, so it may be intact: `verify` checks it.
+    /// `UNSAFE_PATH` naming the link for a session directory, or a path in it, that is a
+    /// symbolic link (STORE-1).
     pub damaged: Vec<Error>,
 }
 
@@ -660,16 +724,14 @@ impl std::ops::Deref for Listing {
 /// damage (`CORRUPT` with the path), never another session.
 fn read_header_file(dir: &Path, name: &str) -> Result<Header> {
     let path = dir.join("header.json");
-    for entry in [dir, path.as_path(), dir.join("log").as_path()] {
-        refuse_symlink(entry)?;
-    }
+    refuse_session_links(dir)?;
     let corrupt = |reason: String| {
         Error::from(ErrorKind::Corrupt {
             location: path.display().to_string(),
             reason,
         })
     };
-    let bytes = match std::fs::read(&path) {
+    let bytes = match crate::storage::read_regular(&path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             return Err(corrupt(
@@ -699,16 +761,45 @@ fn read_header_file(dir: &Path, name: &str) -> Result<Header> {
     })
 }
 
-/// STORE-1: the store follows no symbolic link it did not create.
-fn refuse_symlink(path: &Path) -> Result<()> {
+/// STORE-1: the store follows no symbolic link it did not create. `UNSAFE_PATH` naming
+/// `path` when it is one; a path that is missing or cannot be examined is left to the
+/// operation that uses it.
+pub(crate) fn refuse_symlink(path: &Path) -> Result<()> {
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_symlink() => Err(ErrorKind::Corrupt {
-            location: path.display().to_string(),
-            reason: "a symbolic link inside the store (STORE-1)".to_owned(),
-        }
-        .into()),
+        Ok(meta) if meta.file_type().is_symlink() => Err(link_inside(path)),
         _ => Ok(()),
     }
+}
+
+/// The `UNSAFE_PATH` refusal of the symbolic link `path` inside the store (STORE-1).
+fn link_inside(path: &Path) -> Error {
+    ErrorKind::UnsafePath {
+        path: path.to_owned(),
+        reason: "a symbolic link inside the store (STORE-1)",
+    }
+    .into()
+}
+
+/// STORE-1 for the session directory `dir` in `sessions/`, before anything in it is
+/// opened: `sessions/`, the directory, and the paths the store and its log open in it
+/// (`header.json`, `log/`, the log's `LOCK`, `checkpoint` and `checkpoint.tmp`). The
+/// segments, indexes and other files of the log are opened without following a link in
+/// their last component (`storage::FsStorage`), which also reports `UNSAFE_PATH`.
+fn refuse_session_links(dir: &Path) -> Result<()> {
+    if let Some(sessions) = dir.parent() {
+        refuse_symlink(sessions)?;
+    }
+    refuse_symlink(dir)?;
+    let log = dir.join("log");
+    let checkpoint = dir.join(checkpoint::CHECKPOINT_FILE);
+    let paths = [
+        dir.join("header.json"),
+        log.clone(),
+        log.join("LOCK"),
+        checkpoint.with_extension("tmp"),
+        checkpoint,
+    ];
+    paths.iter().try_for_each(|path| refuse_symlink(path))
 }
 
 fn check_identity(path: &Path, text: &str) -> Result<()> {

@@ -1,7 +1,8 @@
 //! The log of a stored session: the on-disk log plus what the store keeps beside it, the
 //! repair scan state and the surface checkpoint (`format-spec/checkpoint.md`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::checkpoint::{Checkpoint, RecordedChain};
 use crate::error::Result;
@@ -9,6 +10,7 @@ use crate::event::{Event, EventRef, EventSource};
 use crate::log::DiskLog;
 use crate::session::SessionLog;
 use crate::session::repair::RepairState;
+use crate::storage::Storage;
 use crate::surface::Surface;
 
 /// A stored session's log. Appends go to the on-disk log; the repair scan (contract §8) is
@@ -25,12 +27,15 @@ pub struct StoredLog {
     repair: RepairState,
     observed: u64,
     checkpoint_path: PathBuf,
+    /// The storage the checkpoint is written through (no-follow opens, STORE-1).
+    storage: Arc<dyn Storage>,
     every: u64,
     since: u64,
 }
 
 impl StoredLog {
-    /// Wraps `log`, whose first `from` events `repair` has observed.
+    /// Wraps `log`, whose first `from` events `repair` has observed; its checkpoint is
+    /// written to `checkpoint_path` through `storage`.
     ///
     /// # Errors
     /// The error reading an event after `from` (`CORRUPT` with the file and offset).
@@ -39,6 +44,7 @@ impl StoredLog {
         mut repair: RepairState,
         from: u64,
         checkpoint_path: PathBuf,
+        storage: Arc<dyn Storage>,
         every: u64,
     ) -> Result<Self> {
         repair.observe_from(&log, from)?;
@@ -48,6 +54,7 @@ impl StoredLog {
             repair,
             observed,
             checkpoint_path,
+            storage,
             every: every.max(1),
             since: 0,
         })
@@ -73,7 +80,7 @@ impl StoredLog {
         };
         checkpoint.chain = RecordedChain::of(&self.log);
         let bytes = checkpoint.encode();
-        let _ = write_atomically(&self.checkpoint_path, &bytes);
+        let _ = write_atomically(&*self.storage, &self.checkpoint_path, &bytes);
     }
 }
 
@@ -139,22 +146,17 @@ impl SessionLog for StoredLog {
     }
 }
 
-/// Temporary file, sync, rename, directory sync (CKP-5).
-fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+/// Temporary file, sync, rename, directory sync (CKP-5), through `storage`: a
+/// `checkpoint.tmp` left by a crash, or planted as a symbolic link, is removed (the link
+/// itself, never its target) and created anew, exclusively and without following a link
+/// (STORE-1).
+fn write_atomically(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_data()?;
-    std::fs::rename(&tmp, path)?;
+    crate::storage::replace_file(storage, &tmp, path, bytes, 0)?;
     if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
+        storage
+            .sync_dir(dir)
+            .map_err(|e| crate::Error::io("fsync", dir, &e))?;
     }
     Ok(())
 }
