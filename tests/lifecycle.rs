@@ -164,7 +164,11 @@ fn the_loser_of_a_create_race_gets_session_exists_and_leaves_no_build() {
     // The other creator publishes the same id between this one's check and its rename.
     let store = Store::at(&dir, options()).unwrap().with_hook(move |step| {
         if step == Step::BeforePublish("s") {
-            drop(other.create("s", None, None).unwrap());
+            drop(
+                other
+                    .create("s", None, None)
+                    .expect("the other creator publishes"),
+            );
         }
     });
     let error = store.create("s", None, None).unwrap_err();
