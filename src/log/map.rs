@@ -27,6 +27,24 @@ pub(crate) fn map(file: &File) -> io::Result<Mmap> {
     map
 }
 
+/// The first `len` bytes of `file` (fewer when it is shorter), read with `pread`: a
+/// segment's header is read this way, never through its map, since a segment being
+/// created may still have a hole there (SEG-6, RD-8). An I/O error reads as no bytes (the
+/// header then does not check out, and the map or a later read reports the file).
+pub(crate) fn read_head(file: &File, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = vec![0; len];
+    let mut filled = 0;
+    while filled < len {
+        match file.read_at(bytes.get_mut(filled..).unwrap_or_default(), filled as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => filled += n,
+        }
+    }
+    bytes.truncate(filled);
+    bytes
+}
+
 /// Releases this process's pages of `map` in `range` (RD-4): they stop counting as its
 /// resident memory, and a later read of them faults them in again from the page cache (or
 /// the file), with the same bytes. Use it once a range has been read through and is not
