@@ -318,6 +318,15 @@ impl LogReader {
                             .map_err(|e| Error::io("open", path, &e))?;
                         &opened
                     };
+                    // RD-8, SEG-8: a segment another process cut shorter than its map is
+                    // damage, reported here before any byte of it is read again.
+                    let len = file
+                        .metadata()
+                        .map_err(|e| Error::io("stat", path, &e))?
+                        .len();
+                    if len < mapped.map.len() as u64 {
+                        return Err(truncated(path, len, mapped.map.len()));
+                    }
                     let source = FileBytes {
                         file,
                         len: mapped.map.len(),
@@ -1089,6 +1098,16 @@ fn damage_at(path: &Path, source: &FileBytes<'_>, stop: Stop, end: usize) -> Res
 }
 
 /// `CORRUPT` at a file and offset.
+/// `CORRUPT` for a segment file of `len` bytes although it was `mapped` bytes long: another
+/// process truncated it (SEG-8 forbids it; RD-8).
+fn truncated(path: &Path, len: u64, mapped: usize) -> Error {
+    let reason = format!(
+        "the segment file is {len} bytes, shorter than the {mapped} it had: truncated by \
+         another process (SEG-8, RD-8)"
+    );
+    corrupt(path, usize::try_from(len).unwrap_or(usize::MAX), &reason)
+}
+
 /// A failed read of a segment's bytes with `pread` (RD-8): `CORRUPT` when the file is
 /// shorter than it was (another process truncated it, SEG-8), `IO` otherwise; both name
 /// the file (`CORRUPT` also the offset the read started at).
