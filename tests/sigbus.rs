@@ -13,10 +13,11 @@ use std::process::Command;
 use surfacelog::event::EventSource;
 use surfacelog::log::segment::segment_name;
 use surfacelog::log::{Durability, LogReader, LogWriter};
+use surfacelog::store::Store;
 
 mod common;
 
-use common::{log_options, padded_event, scratch};
+use common::{log_options, numbered_turn, padded_event, scratch, store_options};
 
 /// A sparse segment much larger than the filesystem the test mounts.
 const SEGMENT: u64 = 8 << 20;
@@ -157,6 +158,65 @@ fn a_torn_tail_on_a_full_filesystem_never_raises_sigbus() {
     }
     drop(reader);
     drop(mount);
+}
+
+/// The directory under `dir` holding the first segment of a log.
+fn log_dir_under(dir: &Path) -> Option<PathBuf> {
+    let mut subdirs = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name() == Some(segment_name(0).as_ref()) {
+            return Some(dir.to_owned());
+        }
+        if path.is_dir() {
+            subdirs.push(path);
+        }
+    }
+    subdirs.iter().find_map(|sub| log_dir_under(sub))
+}
+
+/// RD-8 through the store: opening a stored session whose log has a torn tail on a full
+/// filesystem ends in an opened session or an `IO`/`CORRUPT` error, never a SIGBUS.
+#[test]
+fn a_torn_session_tail_on_a_full_filesystem_never_raises_sigbus() {
+    let scratch = scratch("sigbus", "store");
+    let mount_dir = scratch.join("mnt");
+    std::fs::create_dir(&mount_dir).unwrap();
+    let Some(mount) = Mount::tmpfs(&mount_dir, "4m") else {
+        return;
+    };
+    let store_dir = mount_dir.join("store");
+    let store = Store::at(&store_dir, store_options(Durability::Sync, SEGMENT)).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    for turn in 1..=8 {
+        numbered_turn(&mut session, turn);
+    }
+    session.close().unwrap();
+    drop(store);
+    let log = log_dir_under(&store_dir).expect("the session's log");
+    let end = records_end(&log.join(segment_name(0)));
+    assert!(!end.is_multiple_of(4096), "the records end inside a page");
+    let _filler = fill(&mount_dir);
+    tear(&log, end);
+    run_child("child_opens_a_stored_session_many_times", &store_dir);
+    drop(mount);
+}
+
+/// The child of [`a_torn_session_tail_on_a_full_filesystem_never_raises_sigbus`]: runs
+/// only as that child.
+#[test]
+fn child_opens_a_stored_session_many_times() {
+    let Some(dir) = std::env::var_os(CHILD_DIR).map(PathBuf::from) else {
+        return;
+    };
+    for _ in 0..20 {
+        let opened = Store::at(&dir, store_options(Durability::Sync, SEGMENT))
+            .and_then(|store| store.open("s").map(|_| ()));
+        if let Err(e) = opened {
+            assert!(matches!(e.code(), "IO" | "CORRUPT"), "{e}");
+        }
+    }
+    println!("child ran");
 }
 
 /// The child of [`a_torn_tail_on_a_full_filesystem_never_raises_sigbus`]: opens the log

@@ -372,6 +372,52 @@ mod tests {
         }
     }
 
+    /// RD-8: the scan reads frames through its window, refilled with one read when a frame
+    /// crosses its end: over frames shorter and longer than a chunk it finds every record
+    /// the frame lengths lead to, reads the same from a file with pread, and stops at a
+    /// frame whose length runs past the bytes (without reading them) and at a file cut
+    /// shorter than it was (an error, not an end).
+    #[test]
+    fn scan_reads_across_chunks_and_reports_a_short_file() {
+        let pads = [10, 70_000, 5, 65_000, 300, 200_000, 8, 1];
+        let mut bytes = segment(&pads, 4096);
+        let walked = walk_written(&bytes, SEGMENT_HEADER_LEN, 0, pads.len() as u64);
+        let found = scan(&bytes[..], SEGMENT_HEADER_LEN, 0).unwrap();
+        assert_eq!(found.offsets, walked.offsets);
+        assert_eq!(found.stop, Stop::End);
+        let temp = tempfile::NamedTempFile::new().unwrap();
+        let path = temp.path().to_owned();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        let source = FileBytes {
+            file: &file,
+            len: bytes.len(),
+        };
+        let from_file = scan(&source, SEGMENT_HEADER_LEN, 0).unwrap();
+        assert_eq!(from_file.offsets, walked.offsets);
+        assert_eq!(from_file.end, found.end);
+        // A length that claims more than the bytes hold: a stop, not a read past them.
+        let end = found.end;
+        bytes[end..end + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let torn = scan(&bytes[..], SEGMENT_HEADER_LEN, 0).unwrap();
+        assert_eq!(torn.end, end);
+        assert!(matches!(torn.stop, Stop::Invalid { offset, .. } if offset == end));
+        // Another process cut the file: the read fails; it is not taken for the end.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(u64::from(walked.offsets[5]) + 100)
+            .unwrap();
+        let error = scan(&source, SEGMENT_HEADER_LEN, 0).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(error.to_string().contains("truncated"), "{error}");
+        let cut = usize::try_from(std::fs::metadata(&path).unwrap().len()).unwrap();
+        let error = nonzero_end(&source, cut, &[(0, bytes.len())]).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
+        drop(temp);
+    }
+
     #[test]
     fn walk_stops_at_a_length_that_frames_no_record() {
         let mut bytes = segment(&[5, 5], 64);
