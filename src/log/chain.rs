@@ -12,8 +12,8 @@ use super::limit::{Limit, limit_name};
 use super::map::map;
 use super::reader::corrupt;
 use super::segment::{
-    HeaderError, LogId, SegmentHeader, parse_first_seq, parse_segment_name, segment_name,
-    seq_file_path, version_error,
+    HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, parse_first_seq, parse_segment_name,
+    segment_name, seq_file_path, version_error,
 };
 use crate::error::{Error, Result};
 use crate::storage::Storage;
@@ -117,7 +117,7 @@ pub(crate) fn open_chain_listed(
     let mut last_at = firsts.len() - 1;
     let path = dir.join(segment_name(last_first));
     let (file, map) = open_mapped(storage, &path, write)?;
-    let last = match SegmentHeader::decode(&map) {
+    let last = match SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN)) {
         Ok(header) => Some((header, path, file, map)),
         Err(HeaderError::Version(found)) => return Err(version_error(found)),
         Err(HeaderError::Invalid(reason)) => {
@@ -130,7 +130,8 @@ pub(crate) fn open_chain_listed(
                     let first = firsts.get(at).copied().unwrap_or_default();
                     let path = dir.join(segment_name(first));
                     let (file, map) = open_mapped(storage, &path, write)?;
-                    let header = checked_header(&map, &path)?;
+                    let header =
+                        checked_header(&super::map::read_head(&file, SEGMENT_HEADER_LEN), &path)?;
                     Some((header, path, file, map))
                 }
             }
@@ -208,7 +209,7 @@ pub(crate) fn open_chain_known(
     }
     let path = seq_file_path(dir, last.first_seq, ".seg");
     let (file, map) = open_mapped(storage, &path, true).ok()?;
-    let header = SegmentHeader::decode(&map).ok()?;
+    let header = SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN)).ok()?;
     if header.index != before.len() as u64 || header.first_seq != last.first_seq {
         return None;
     }
@@ -287,7 +288,7 @@ pub(crate) fn open_sealed(
         Err(error) => return Err(Error::io("open", path, &error)),
     };
     let map = map(&file).map_err(|e| Error::io("mmap", path, &e))?;
-    let header = checked_header(&map, path)?;
+    let header = checked_header(&super::map::read_head(&file, SEGMENT_HEADER_LEN), path)?;
     if header.log_id != *log_id || header.index != index || header.first_seq != first_seq {
         return Err(discontinued(path));
     }
@@ -362,7 +363,7 @@ fn parse_limit_name(name: &str) -> Option<u64> {
 /// `CORRUPT` when its header does not check out, `FORMAT_VERSION`, `IO`.
 pub(crate) fn open_own_segment(storage: &dyn Storage, path: &Path) -> Result<Linked> {
     let (file, map) = open_mapped(storage, path, true)?;
-    let header = checked_header(&map, path)?;
+    let header = checked_header(&super::map::read_head(&file, SEGMENT_HEADER_LEN), path)?;
     Ok(Linked {
         header,
         path: path.to_owned(),

@@ -22,9 +22,30 @@ pub(crate) fn map(file: &File) -> io::Result<Mmap> {
     // their checksum matches (REC-4), and committed bytes are never written again: the
     // log is append-only. Index files, limit files (LIM-5) and checkpoints (CKP-5) are
     // replaced by rename or never changed, never rewritten in place, so an existing map
-    // keeps the old inode.
+    // keeps the old inode. A map is read only where the bytes are known written (RD-8):
+    // every other byte of a segment (a header, a scan past the verified end, a search of
+    // the tail) is read with pread, so a hole on a full filesystem or a page past a length
+    // another process cut the file to is never touched through a map (SIGBUS).
     let map = unsafe { Mmap::map(file) };
     map
+}
+
+/// The first `len` bytes of `file` (fewer when it is shorter), read with `pread`: a
+/// segment's header is read this way, never through its map, since a segment being
+/// created may still have a hole there (SEG-6, RD-8). An I/O error reads as no bytes (the
+/// header then does not check out, and the map or a later read reports the file).
+pub(crate) fn read_head(file: &File, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = vec![0; len];
+    let mut filled = 0;
+    while filled < len {
+        match file.read_at(bytes.get_mut(filled..).unwrap_or_default(), filled as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => filled += n,
+        }
+    }
+    bytes.truncate(filled);
+    bytes
 }
 
 /// Releases this process's pages of `map` in `range` (RD-4): they stop counting as its

@@ -11,7 +11,8 @@ use memmap2::Mmap;
 use super::chain::is_absent;
 use super::limit::{Limit, limit_name};
 use super::map::map;
-use super::scan::{Stop, nonzero_end, scan};
+use super::reader::read_error;
+use super::scan::{FileBytes, Stop, nonzero_end, read_range, scan};
 use super::segment::{
     HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_first_seq,
     parse_segment_name, seq_file_name, seq_file_path,
@@ -269,11 +270,18 @@ fn examine(
     let bound = opened
         .limit
         .map_or(opened.map.len(), |l| (l.end as usize).min(opened.map.len()));
-    let found = scan(
-        opened.map.get(..bound).unwrap_or_default(),
-        SEGMENT_HEADER_LEN,
-        first,
-    );
+    // RD-8: nothing past the header is verified yet: read with pread.
+    let source = FileBytes {
+        file: &opened.file,
+        len: bound,
+    };
+    let found = match scan(&source, SEGMENT_HEADER_LEN, first) {
+        Ok(found) => found,
+        Err(error) => {
+            let reason = at(SEGMENT_HEADER_LEN, &format!("cannot be read ({error})"));
+            return Examined::Rejected { reason };
+        }
+    };
     let cut = |offset: usize, reason: &str, opened: Opened| Examined::Cut {
         offset,
         seq_next: found.seq_next,
@@ -304,7 +312,18 @@ fn examine(
     } else {
         // SEG-5: nothing but zeros after the end marker.
         let regions = data_regions(&opened.file, found.end, opened.map.len());
-        if nonzero_end(&opened.map, found.end, &regions) != found.end {
+        let source = FileBytes {
+            file: &opened.file,
+            len: opened.map.len(),
+        };
+        let dirty = match nonzero_end(&source, found.end, &regions) {
+            Ok(to) => to != found.end,
+            Err(error) => {
+                let reason = at(found.end, &format!("cannot be read ({error})"));
+                return Examined::Rejected { reason };
+            }
+        };
+        if dirty {
             return cut(
                 found.end,
                 "bytes after the end of the records (SEG-5)",
@@ -426,19 +445,24 @@ fn cut_segment(
 ) -> Result<()> {
     let first = opened.header.first_seq;
     let path = seq_file_path(dir, first, ".seg");
+    // RD-8: the bytes after `offset` are not verified: read with pread.
+    let source = FileBytes {
+        file: &opened.file,
+        len: opened.map.len(),
+    };
     let to = if let Some(limit) = opened.limit {
         (limit.end as usize).min(opened.map.len())
     } else {
         let regions = data_regions(&opened.file, offset, opened.map.len());
-        nonzero_end(&opened.map, offset, &regions)
+        nonzero_end(&source, offset, &regions).map_err(|e| read_error(&path, offset, &e))?
     };
     if to <= offset && opened.limit.is_none() {
         // Nothing after the records: the segment stays as it is (LOG-2 cut).
         return Ok(());
     }
     if to > offset {
-        let bytes = opened.map.get(offset..to).unwrap_or_default();
-        let quarantine = write_bytes(storage, dir, first, offset as u64, bytes)?;
+        let bytes = read_range(&source, offset, to).map_err(|e| read_error(&path, offset, &e))?;
+        let quarantine = write_bytes(storage, dir, first, offset as u64, &bytes)?;
         report.set_aside.push(SetAside {
             from: path.clone(),
             offset: offset as u64,

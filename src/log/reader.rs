@@ -10,7 +10,7 @@ use super::chain::{Chain, KnownSegment, Linked, Sealed, open_chain, open_sealed}
 use super::index::{self, Vouched};
 use super::limit::Limit;
 use super::map::{map, release};
-use super::scan::{Stop, nonzero_end, scan, valid_record_after, walk_written};
+use super::scan::{FileBytes, Stop, nonzero_end, scan, valid_record_after, walk_written};
 use super::segment::{
     HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_segment_name,
     version_error,
@@ -102,6 +102,30 @@ pub(crate) struct Layout {
 struct Mapped {
     header: SegmentHeader,
     map: Mmap,
+    /// The mapped file, kept for the last segment: the bytes past its verified end are
+    /// read from it with `pread` (RD-8). `None` for a sealed segment, whose file is opened
+    /// again when it must be scanned.
+    file: Option<std::fs::File>,
+}
+
+impl Mapped {
+    /// The records from the segment's first, expecting `first` first, among its first
+    /// `bound` bytes: read with pread (RD-8), from the kept file or from `path` opened
+    /// again.
+    fn scan(&self, path: &Path, bound: usize, first: u64) -> std::io::Result<super::scan::Scan> {
+        let opened;
+        let file = if let Some(file) = &self.file {
+            file
+        } else {
+            opened = std::fs::File::open(path)?;
+            &opened
+        };
+        let source = FileBytes {
+            file,
+            len: bound.min(self.map.len()),
+        };
+        scan(&source, SEGMENT_HEADER_LEN, first)
+    }
 }
 
 /// The reader releases the pages of the last segment's records it has scanned once this
@@ -169,7 +193,14 @@ impl LogReader {
                 .open_file(&unborn.path, false)
                 .map_err(|e| Error::io("open", &unborn.path, &e))?;
             let regions = super::writer::data_regions(&file, 0, unborn.map.len());
-            if valid_record_after(&unborn.map, 0, &regions) {
+            let source = FileBytes {
+                file: &file,
+                len: unborn.map.len(),
+            };
+            // RD-8: with pread, never through the map.
+            if valid_record_after(&source, 0, &regions)
+                .map_err(|e| read_error(&unborn.path, 0, &e))?
+            {
                 return Err(corrupt(&unborn.path, 0, unborn.reason));
             }
         }
@@ -275,16 +306,36 @@ impl LogReader {
                     let Some(mapped) = last.mapped() else {
                         return Ok(self.seq_next);
                     };
-                    let found = if check_end {
-                        scan_checked(
-                            &*self.storage,
-                            last.path(&self.dir),
-                            &mapped.map,
-                            last.end,
-                            self.seq_next,
-                        )?
+                    // RD-8: past `last.end` nothing is verified: read with pread.
+                    let path = last.path(&self.dir);
+                    let opened;
+                    let file = if let Some(file) = &mapped.file {
+                        file
                     } else {
-                        scan(&mapped.map, last.end, self.seq_next)
+                        opened = self
+                            .storage
+                            .open_file(path, false)
+                            .map_err(|e| Error::io("open", path, &e))?;
+                        &opened
+                    };
+                    // RD-8, SEG-8: a segment another process cut shorter than its map is
+                    // damage, reported here before any byte of it is read again.
+                    let len = file
+                        .metadata()
+                        .map_err(|e| Error::io("stat", path, &e))?
+                        .len();
+                    if len < mapped.map.len() as u64 {
+                        return Err(truncated(path, len, mapped.map.len()));
+                    }
+                    let source = FileBytes {
+                        file,
+                        len: mapped.map.len(),
+                    };
+                    let found = if check_end {
+                        scan_checked(path, &source, last.end, self.seq_next)?
+                    } else {
+                        scan(&source, last.end, self.seq_next)
+                            .map_err(|e| read_error(path, last.end, &e))?
                     };
                     last.push_offsets(&found.offsets);
                     let empty = last.records_known() == 0;
@@ -522,7 +573,11 @@ impl LogReader {
                     // Another thread may have set it first: both checked the same file.
                     let _ = segment.mapped.set(
                         opened
-                            .map(|(header, map)| Mapped { header, map })
+                            .map(|(header, map)| Mapped {
+                                header,
+                                map,
+                                file: None,
+                            })
                             .map_err(|e| e.kind().clone()),
                     );
                 }
@@ -584,7 +639,8 @@ impl LogReader {
             return Ok(false);
         };
         let map = map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
-        let header = match SegmentHeader::decode(&map) {
+        let header = match SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN))
+        {
             Ok(header) => header,
             Err(HeaderError::Version(found)) => return Err(version_error(found)),
             // Being created (SEG-6): not there yet, unless later segments exist.
@@ -621,7 +677,11 @@ impl LogReader {
             first_seq,
             index: expected_index,
             path: OnceLock::from(path),
-            mapped: OnceLock::from(Ok(Mapped { header, map })),
+            mapped: OnceLock::from(Ok(Mapped {
+                header,
+                map,
+                file: Some(file),
+            })),
             limit: None,
             count: None,
             offsets: OnceLock::from(Vec::new()),
@@ -661,7 +721,8 @@ impl LogReader {
             return Ok(false);
         }
         let map = map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
-        let header = match SegmentHeader::decode(&map) {
+        let header = match SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN))
+        {
             Ok(header) => header,
             Err(HeaderError::Version(found)) => return Err(version_error(found)),
             Err(HeaderError::Invalid(reason)) => return Err(corrupt(&path, 0, reason)),
@@ -678,7 +739,11 @@ impl LogReader {
             ));
         }
         if let Some(last) = self.segments.last_mut() {
-            last.mapped = OnceLock::from(Ok(Mapped { header, map }));
+            last.mapped = OnceLock::from(Ok(Mapped {
+                header,
+                map,
+                file: Some(file),
+            }));
             last.offsets = OnceLock::from(Vec::new());
             last.unread = None;
             last.end = SEGMENT_HEADER_LEN;
@@ -726,7 +791,11 @@ impl Segment {
             {
                 return index.offsets;
             }
-            let mut offsets = scan(bytes, SEGMENT_HEADER_LEN, first).offsets;
+            // RD-8: a scan reads with pread; records it cannot read stay unreadable
+            // (RCV-6), reported when read.
+            let mut offsets = mapped
+                .scan(self.path(dir), bound, first)
+                .map_or_else(|_| Vec::new(), |found| found.offsets);
             offsets.truncate(count);
             // RD-4: the scan read the whole segment once; the reads that follow are few.
             release(&mapped.map, 0..bound);
@@ -751,7 +820,9 @@ impl Segment {
             .filter(|index| index.offsets.len() == unread.vouched.count)
             .map_or_else(
                 || {
-                    let mut found = scan(&mapped.map, SEGMENT_HEADER_LEN, first).offsets;
+                    let mut found = mapped
+                        .scan(self.path(dir), mapped.map.len(), first)
+                        .map_or_else(|_| Vec::new(), |found| found.offsets);
                     // Positions stay seq-aligned: a record the scan did not reach points
                     // past the segment, so that reading it fails.
                     found.resize(unread.vouched.count, u32::MAX);
@@ -852,7 +923,11 @@ pub(crate) fn into_segments(
             index: position as u64,
             path: OnceLock::new(),
             mapped: s.opened.map_or_else(OnceLock::new, |(header, map)| {
-                OnceLock::from(Ok(Mapped { header, map }))
+                OnceLock::from(Ok(Mapped {
+                    header,
+                    map,
+                    file: None,
+                }))
             }),
             limit: s.limit,
             count: Some(count),
@@ -873,6 +948,7 @@ pub(crate) fn into_segments(
             mapped: OnceLock::from(Ok(Mapped {
                 header: linked.header,
                 map: linked.map,
+                file: linked.file.as_ref().and_then(|f| f.try_clone().ok()),
             })),
             limit: linked.limit,
             count,
@@ -958,15 +1034,17 @@ impl LogReader {
 /// # Errors
 /// `CORRUPT` with `path` and the offset, `IO`.
 fn scan_checked(
-    storage: &dyn Storage,
     path: &Path,
-    bytes: &[u8],
+    source: &FileBytes<'_>,
     from: usize,
     seq_next: u64,
 ) -> Result<super::scan::Scan> {
-    let mut found = scan(bytes, from, seq_next);
-    while let Some(damage) = damage_at(storage, path, bytes, found.stop, found.end)? {
-        let again = scan(bytes, found.end, found.seq_next);
+    let read = |from: usize, seq_next: u64| {
+        scan(source, from, seq_next).map_err(|e| read_error(path, from, &e))
+    };
+    let mut found = read(from, seq_next)?;
+    while let Some(damage) = damage_at(path, source, found.stop, found.end)? {
+        let again = read(found.end, found.seq_next)?;
         if again.offsets.is_empty() {
             return Err(damage);
         }
@@ -985,14 +1063,8 @@ fn scan_checked(
 /// zeros), so the sparse rest of the segment costs nothing.
 ///
 /// # Errors
-/// `IO` when the segment file cannot be opened to find its data regions.
-fn damage_at(
-    storage: &dyn Storage,
-    path: &Path,
-    bytes: &[u8],
-    stop: Stop,
-    end: usize,
-) -> Result<Option<Error>> {
+/// `IO` or `CORRUPT` (a file shorter than it was) when the bytes cannot be read (RD-8).
+fn damage_at(path: &Path, source: &FileBytes<'_>, stop: Stop, end: usize) -> Result<Option<Error>> {
     let (offset, reason) = match stop {
         Stop::Full => return Ok(None),
         Stop::WrongSeq { offset, .. } => {
@@ -1014,12 +1086,11 @@ fn damage_at(
         }
         Stop::End => (end, "an end marker followed by valid records (RD-6)"),
     };
-    let file = storage
-        .open_file(path, false)
-        .map_err(|e| Error::io("open", path, &e))?;
-    let regions = super::writer::data_regions(&file, offset, bytes.len());
-    if nonzero_end(bytes, offset, &regions) == offset
-        || !valid_record_after(bytes, offset, &regions)
+    // RD-8: read with pread inside the data regions, never through the map.
+    let regions = super::writer::data_regions(source.file, offset, source.len);
+    let read = |e: std::io::Error| read_error(path, offset, &e);
+    if nonzero_end(source, offset, &regions).map_err(read)? == offset
+        || !valid_record_after(source, offset, &regions).map_err(read)?
     {
         return Ok(None);
     }
@@ -1027,6 +1098,28 @@ fn damage_at(
 }
 
 /// `CORRUPT` at a file and offset.
+/// `CORRUPT` for a segment file of `len` bytes although it was `mapped` bytes long: another
+/// process truncated it (SEG-8 forbids it; RD-8).
+fn truncated(path: &Path, len: u64, mapped: usize) -> Error {
+    let reason = format!(
+        "the segment file is {len} bytes, shorter than the {mapped} it had: truncated by \
+         another process (SEG-8, RD-8)"
+    );
+    corrupt(path, usize::try_from(len).unwrap_or(usize::MAX), &reason)
+}
+
+/// A failed read of a segment's bytes with `pread` (RD-8): `CORRUPT` when the file is
+/// shorter than it was (another process truncated it, SEG-8), `IO` otherwise; both name
+/// the file (`CORRUPT` also the offset the read started at).
+pub(crate) fn read_error(path: &Path, offset: usize, error: &std::io::Error) -> Error {
+    if error.kind() == std::io::ErrorKind::UnexpectedEof {
+        corrupt(path, offset, &error.to_string())
+    } else {
+        let _ = offset;
+        Error::io("read", path, error)
+    }
+}
+
 pub(crate) fn corrupt(path: &Path, offset: usize, reason: &str) -> Error {
     ErrorKind::Corrupt {
         location: format!("{} offset={offset}", path.display()),

@@ -1,8 +1,142 @@
 //! Scanning a segment's records, and the facts recovery decides on (RCV-1 to RCV-8).
+//!
+//! RD-8: every byte read here that no scan has verified yet is read with `pread` from the
+//! segment's file ([`FileBytes`]), never through a map: a hole of a sparse segment on a
+//! full filesystem, or a page past a length another process cut the file to, raises
+//! SIGBUS when touched through a map, but is a zero or a short read through `pread`.
 #![deny(clippy::indexing_slicing)]
 
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
 use super::segment::SEGMENT_HEADER_LEN;
+use crate::event::EventRef;
 use crate::record::{BODY_FIXED_LEN, RECORD_ALIGN, RecordError, decode, frame_len, u32_at};
+
+/// How many bytes a scan reads with one `pread` when it needs more (RD-8).
+const CHUNK: usize = 64 * 1024;
+
+/// Bytes a scan may read: a segment's file, read with `pread` (RD-8), or bytes already in
+/// memory.
+pub(crate) trait Source {
+    /// How many bytes there are: a segment's length when it was opened.
+    fn len(&self) -> usize;
+    /// Fills `buf` with the bytes at `at`; `at + buf.len()` is at most [`Source::len`].
+    ///
+    /// # Errors
+    /// The OS error; `UnexpectedEof` when the file is now shorter than [`Source::len`]
+    /// (another process truncated it).
+    fn read_at(&self, at: usize, buf: &mut [u8]) -> io::Result<()>;
+}
+
+impl Source for [u8] {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+
+    fn read_at(&self, at: usize, buf: &mut [u8]) -> io::Result<()> {
+        let bytes = self
+            .get(at..at.saturating_add(buf.len()))
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// A segment's file of `len` bytes (its length when mapped), read with `pread` (RD-8).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FileBytes<'a> {
+    pub file: &'a File,
+    pub len: usize,
+}
+
+impl Source for FileBytes<'_> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read_at(&self, at: usize, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(buf, at as u64).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the segment file is shorter than when it was opened: another process \
+                     truncated it (SEG-8, RD-8)",
+                )
+            } else {
+                e
+            }
+        })
+    }
+}
+
+/// The bytes `from..to` of `source`, read in one go (RD-8: a copy, never a borrow of a map).
+///
+/// # Errors
+/// As [`Source::read_at`].
+pub(crate) fn read_range<S: Source + ?Sized>(
+    source: &S,
+    from: usize,
+    to: usize,
+) -> io::Result<Vec<u8>> {
+    let to = to.min(source.len());
+    let mut bytes = vec![0; to.saturating_sub(from)];
+    if !bytes.is_empty() {
+        source.read_at(from, &mut bytes)?;
+    }
+    Ok(bytes)
+}
+
+/// A window of a [`Source`]'s bytes, refilled with one read when a frame needs bytes
+/// outside it.
+struct Window<'a, S: ?Sized> {
+    source: &'a S,
+    start: usize,
+    buf: Vec<u8>,
+}
+
+impl<'a, S: Source + ?Sized> Window<'a, S> {
+    fn new(source: &'a S) -> Self {
+        Self {
+            source,
+            start: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The bytes from `at`, at least `want` of them unless the source ends first.
+    fn bytes(&mut self, at: usize, want: usize) -> io::Result<&[u8]> {
+        let len = self.source.len();
+        let want_end = at.saturating_add(want).min(len);
+        let held = at >= self.start && want_end <= self.start + self.buf.len();
+        if !held {
+            let fill = want_end
+                .saturating_sub(at)
+                .max(CHUNK)
+                .min(len.saturating_sub(at));
+            self.buf.clear();
+            self.buf.resize(fill, 0);
+            self.source.read_at(at, &mut self.buf)?;
+            self.start = at;
+        }
+        Ok(self.buf.get(at - self.start..).unwrap_or_default())
+    }
+
+    /// The record at `at`, decoded from bytes read for it: the whole frame its length
+    /// names when the source holds that many, else what the source holds (REC-4).
+    fn decode_at(&mut self, at: usize) -> io::Result<Result<(EventRef<'_>, usize), RecordError>> {
+        let len = self.source.len();
+        let head = self.bytes(at, 4)?;
+        // A frame longer than the source cannot be whole: its first bytes tell so (the
+        // same `RecordError` as over all the bytes).
+        let want = u32_at(head, 0)
+            .map(|body| frame_len(body as usize))
+            .filter(|&frame| frame <= len.saturating_sub(at))
+            .map_or(4, |frame| frame.max(4));
+        Ok(decode(self.bytes(at, want)?))
+    }
+}
 
 /// Where a scan stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,19 +163,24 @@ pub(crate) struct Scan {
     pub stop: Stop,
 }
 
-/// Scans the records of a segment's bytes from `from`, expecting `seq_next` first.
-pub(crate) fn scan(bytes: &[u8], from: usize, seq_next: u64) -> Scan {
+/// Scans the records of a segment from `from`, expecting `seq_next` first. Every byte is
+/// read from `source` (RD-8: a segment's file with `pread`), never borrowed.
+///
+/// # Errors
+/// A failed read (as [`Source::read_at`]): never taken for the end of the records.
+pub(crate) fn scan<S: Source + ?Sized>(source: &S, from: usize, seq_next: u64) -> io::Result<Scan> {
     let mut scan = Scan {
         offsets: Vec::new(),
         end: from,
         seq_next,
         stop: Stop::Full,
     };
+    let mut window = Window::new(source);
     loop {
-        let Some(rest) = bytes.get(scan.end..).filter(|r| !r.is_empty()) else {
-            return scan;
-        };
-        match decode(rest) {
+        if scan.end >= source.len() {
+            return Ok(scan);
+        }
+        match window.decode_at(scan.end)? {
             Ok((event, len)) if event.seq == scan.seq_next => {
                 scan.offsets
                     .push(u32::try_from(scan.end).unwrap_or(u32::MAX));
@@ -53,18 +192,18 @@ pub(crate) fn scan(bytes: &[u8], from: usize, seq_next: u64) -> Scan {
                     offset: scan.end,
                     found: event.seq,
                 };
-                return scan;
+                return Ok(scan);
             }
             Err(RecordError::End) => {
                 scan.stop = Stop::End;
-                return scan;
+                return Ok(scan);
             }
             Err(error) => {
                 scan.stop = Stop::Invalid {
                     offset: scan.end,
                     error,
                 };
-                return scan;
+                return Ok(scan);
             }
         }
     }
@@ -109,38 +248,59 @@ pub(crate) fn walk_written(bytes: &[u8], from: usize, seq_next: u64, seq_target:
 }
 
 /// The offset just past the last non-zero byte at or after `from` (`from` when none),
-/// looking only inside `regions`: the file's data regions (holes read as zeros).
-pub(crate) fn nonzero_end(bytes: &[u8], from: usize, regions: &[(usize, usize)]) -> usize {
+/// looking only inside `regions`: the file's data regions (holes read as zeros). Reads
+/// `source` backwards in chunks (RD-8).
+///
+/// # Errors
+/// A failed read (as [`Source::read_at`]).
+pub(crate) fn nonzero_end<S: Source + ?Sized>(
+    source: &S,
+    from: usize,
+    regions: &[(usize, usize)],
+) -> io::Result<usize> {
+    let mut buf = Vec::new();
     for &(start, end) in regions.iter().rev() {
-        let (start, end) = (start.max(from), end.min(bytes.len()));
-        if start >= end {
-            continue;
-        }
-        let region = bytes.get(start..end).unwrap_or_default();
-        if let Some(at) = region.iter().rposition(|b| *b != 0) {
-            return start + at + 1;
+        let (start, mut end) = (start.max(from), end.min(source.len()));
+        while start < end {
+            let at = end.saturating_sub(CHUNK).max(start);
+            buf.clear();
+            buf.resize(end - at, 0);
+            source.read_at(at, &mut buf)?;
+            if let Some(last) = buf.iter().rposition(|b| *b != 0) {
+                return Ok(at + last + 1);
+            }
+            end = at;
         }
     }
-    from
+    Ok(from)
 }
 
 /// `true` when a valid record starts at any 8-aligned offset after `offset` inside
-/// `regions` (RCV-7: a torn last segment header with no valid record after it).
-pub(crate) fn valid_record_after(bytes: &[u8], offset: usize, regions: &[(usize, usize)]) -> bool {
+/// `regions` (RCV-7: a torn last segment header with no valid record after it). Reads
+/// `source` in chunks (RD-8).
+///
+/// # Errors
+/// A failed read (as [`Source::read_at`]).
+pub(crate) fn valid_record_after<S: Source + ?Sized>(
+    source: &S,
+    offset: usize,
+    regions: &[(usize, usize)],
+) -> io::Result<bool> {
     let first = (offset + RECORD_ALIGN)
         .next_multiple_of(RECORD_ALIGN)
         .max(SEGMENT_HEADER_LEN);
+    let mut window = Window::new(source);
     for &(start, end) in regions {
         let mut at = start.max(first).next_multiple_of(RECORD_ALIGN);
-        let end = nonzero_end(bytes, at, &[(start, end)]);
+        let end = nonzero_end(source, at, &[(start, end)])?;
         while at < end {
-            if bytes.get(at..).is_some_and(|rest| decode(rest).is_ok()) {
-                return true;
+            if window.decode_at(at)?.is_ok() {
+                return Ok(true);
             }
             at += RECORD_ALIGN;
         }
     }
-    false
+    Ok(false)
 }
 
 #[cfg(test)]
@@ -194,7 +354,7 @@ mod tests {
             target_cut in 0u64..5,
         ) {
             let bytes = segment(&pads, zeros);
-            let full = scan(&bytes, SEGMENT_HEADER_LEN, 0);
+            let full = scan(&bytes[..], SEGMENT_HEADER_LEN, 0).unwrap();
             let skip = from_record.min(pads.len());
             let from = full.offsets.get(skip).map_or(full.end, |&o| o as usize);
             let target = (pads.len() as u64).saturating_sub(target_cut).max(skip as u64);
@@ -212,10 +372,56 @@ mod tests {
         }
     }
 
+    /// RD-8: the scan reads frames through its window, refilled with one read when a frame
+    /// crosses its end: over frames shorter and longer than a chunk it finds every record
+    /// the frame lengths lead to, reads the same from a file with pread, and stops at a
+    /// frame whose length runs past the bytes (without reading them) and at a file cut
+    /// shorter than it was (an error, not an end).
+    #[test]
+    fn scan_reads_across_chunks_and_reports_a_short_file() {
+        let pads = [10, 70_000, 5, 65_000, 300, 200_000, 8, 1];
+        let mut bytes = segment(&pads, 4096);
+        let walked = walk_written(&bytes, SEGMENT_HEADER_LEN, 0, pads.len() as u64);
+        let found = scan(&bytes[..], SEGMENT_HEADER_LEN, 0).unwrap();
+        assert_eq!(found.offsets, walked.offsets);
+        assert_eq!(found.stop, Stop::End);
+        let temp = tempfile::NamedTempFile::new().unwrap();
+        let path = temp.path().to_owned();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        let source = FileBytes {
+            file: &file,
+            len: bytes.len(),
+        };
+        let from_file = scan(&source, SEGMENT_HEADER_LEN, 0).unwrap();
+        assert_eq!(from_file.offsets, walked.offsets);
+        assert_eq!(from_file.end, found.end);
+        // A length that claims more than the bytes hold: a stop, not a read past them.
+        let end = found.end;
+        bytes[end..end + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let torn = scan(&bytes[..], SEGMENT_HEADER_LEN, 0).unwrap();
+        assert_eq!(torn.end, end);
+        assert!(matches!(torn.stop, Stop::Invalid { offset, .. } if offset == end));
+        // Another process cut the file: the read fails; it is not taken for the end.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(u64::from(walked.offsets[5]) + 100)
+            .unwrap();
+        let error = scan(&source, SEGMENT_HEADER_LEN, 0).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(error.to_string().contains("truncated"), "{error}");
+        let cut = usize::try_from(std::fs::metadata(&path).unwrap().len()).unwrap();
+        let error = nonzero_end(&source, cut, &[(0, bytes.len())]).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
+        drop(temp);
+    }
+
     #[test]
     fn walk_stops_at_a_length_that_frames_no_record() {
         let mut bytes = segment(&[5, 5], 64);
-        let second = scan(&bytes, SEGMENT_HEADER_LEN, 0).offsets[1] as usize;
+        let second = scan(&bytes[..], SEGMENT_HEADER_LEN, 0).unwrap().offsets[1] as usize;
         bytes[second..second + 4].copy_from_slice(&1_000_000u32.to_le_bytes());
         let walked = walk_written(&bytes, SEGMENT_HEADER_LEN, 0, 2);
         assert_eq!(walked.offsets.len(), 1);

@@ -11,8 +11,8 @@ use super::chain::{
     Chain, KnownSegment, is_absent, open_chain, open_chain_known, open_chain_listed,
 };
 use super::group_commit::{GroupCommit, WaitError};
-use super::reader::{Layout, Segment, corrupt, into_segments};
-use super::scan::{Stop, nonzero_end, scan, valid_record_after};
+use super::reader::{Layout, Segment, corrupt, into_segments, read_error};
+use super::scan::{FileBytes, Stop, nonzero_end, read_range, scan, valid_record_after};
 use super::segment::{
     LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name, seq_file_path,
 };
@@ -760,7 +760,18 @@ fn recover(
     let mut report = OpenReport::default();
     if let Some(unborn) = chain.unborn.take() {
         // RCV-7: a later segment whose creation was cut short holds nothing.
-        let holds_nothing = !valid_record_after(&unborn.map, 0, &[(0, unborn.map.len())]);
+        // RD-8: read with pread, holes skipped, never through the map.
+        let file = storage
+            .open_file(&unborn.path, false)
+            .map_err(|e| Error::io("open", &unborn.path, &e))?;
+        let source = FileBytes {
+            file: &file,
+            len: unborn.map.len(),
+        };
+        let regions = data_regions(&file, 0, source.len);
+        let holds_nothing = !valid_record_after(&source, 0, &regions)
+            .map_err(|e| read_error(&unborn.path, 0, &e))?;
+        drop(file);
         if chain.segments.is_empty() || !holds_nothing {
             return Err(corrupt(&unborn.path, 0, unborn.reason));
         }
@@ -956,9 +967,15 @@ fn recover_tail(
         && let Some(file) = &last.file
     {
         // RCV-12: the bytes are kept in a quarantine file, synced, before they are zeroed.
-        let dropped = last.map.get(tail.end..dropped_to).unwrap_or_default();
+        // RD-8: they are past the verified end, so read with pread, not through the map.
+        let source = FileBytes {
+            file,
+            len: last.map.len(),
+        };
+        let dropped = read_range(&source, tail.end, dropped_to)
+            .map_err(|e| read_error(&last.path, tail.end, &e))?;
         let first = last.header.first_seq;
-        let quarantine = quarantine::write_bytes(storage, dir, first, tail.end as u64, dropped)?;
+        let quarantine = quarantine::write_bytes(storage, dir, first, tail.end as u64, &dropped)?;
         zero_tail(storage, file, &last.path, tail.end, dropped_to)?;
         // zero_tail synced the segment, records found before the tail included (RCV-15).
         tail.unsynced = false;
@@ -997,7 +1014,13 @@ fn examine_tail(dir: &Path, chain: &Chain, durable_seq: u64) -> Result<(Tail, Op
         None => index::durable_listing(&index_path, &header.log_id, first)
             .map_or(SEGMENT_HEADER_LEN, |(_, end)| end),
     };
-    let found = scan(bytes, start, first + indexed as u64);
+    // RD-8: past the vouched prefix nothing is known written: scanned with pread.
+    let source = FileBytes {
+        file,
+        len: bytes.len(),
+    };
+    let found =
+        scan(&source, start, first + indexed as u64).map_err(|e| read_error(path, start, &e))?;
     let end = found.end;
     let at = stop_offset(found.stop, end);
     if end < listed_end && !matches!(found.stop, Stop::WrongSeq { .. }) {
@@ -1008,7 +1031,8 @@ fn examine_tail(dir: &Path, chain: &Chain, durable_seq: u64) -> Result<(Tail, Op
         ));
     }
     let regions = data_regions(file, end, bytes.len());
-    let torn = classify_tail(bytes, &found.stop, end, &regions)
+    let torn = classify_tail(&source, &found.stop, end, &regions)
+        .map_err(|e| read_error(path, end, &e))?
         .map_err(|reason| corrupt(path, at, reason))?;
     if found.seq_next < durable_seq {
         return Err(missing_events(path, at, found.seq_next, durable_seq));
@@ -1055,13 +1079,16 @@ fn reopened_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<Segment>> 
 /// `Ok(Some(end))` to set aside and zero up to `end` (RCV-2, RCV-3, RCV-4, RCV-12), `Err`
 /// for corruption (RCV-5, RCV-8). The caller has refused damage below a mark (RCV-13,
 /// RCV-14) before.
+///
+/// # Errors
+/// The outer error: a failed read of the bytes past `end` (RD-8).
 fn classify_tail(
-    bytes: &[u8],
+    source: &FileBytes<'_>,
     stop: &Stop,
     end: usize,
     regions: &[(usize, usize)],
-) -> Result<Option<usize>, &'static str> {
-    match *stop {
+) -> std::io::Result<Result<Option<usize>, &'static str>> {
+    Ok(match *stop {
         Stop::Full => Ok(None),
         Stop::WrongSeq { .. } => Err("a record with the wrong seq (RCV-5)"),
         Stop::Invalid {
@@ -1069,10 +1096,10 @@ fn classify_tail(
             ..
         } => Err("a record whose body breaks REC-5/REC-6 (RCV-8)"),
         Stop::End | Stop::Invalid { .. } => {
-            let dirty_to = nonzero_end(bytes, end, regions);
+            let dirty_to = nonzero_end(source, end, regions)?;
             Ok((dirty_to != end).then_some(dirty_to))
         }
-    }
+    })
 }
 
 /// The data regions of `file` from `from` to `len` (`SEEK_DATA` / `SEEK_HOLE`): a segment is
