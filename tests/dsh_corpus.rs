@@ -14,11 +14,10 @@ fn data(dir: &str) -> PathBuf {
         .join(dir)
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("surfacelog-corpus-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+mod common;
+
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("corpus", name)
 }
 
 fn fixtures(dir: &str) -> Vec<PathBuf> {
@@ -229,7 +228,6 @@ fn run_corpus(corpus: &str, expected_files: usize) {
         .iter()
         .filter_map(|file| check_fixture(corpus, file, &dir))
         .collect();
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         failures.is_empty(),
         "{} of {} fixtures differ:\n{}",

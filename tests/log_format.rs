@@ -2,7 +2,7 @@
 //! is a segment of three records. The encoder must reproduce it byte for byte, and the
 //! decoder must read back every field listed in `segment-v1.txt`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use surfacelog::event::{Event, EventFields, EventSource, SurfaceOp};
 use surfacelog::log::segment::{SEGMENT_HEADER_LEN, SegmentHeader, segment_name};
@@ -144,32 +144,25 @@ fn the_decoder_reads_every_listed_field() {
 }
 
 /// A log directory in the temp directory, removed when dropped (even when a test fails).
-struct TempLog(PathBuf);
+struct TempLog(tempfile::TempDir);
 
 impl TempLog {
     /// A log directory holding the vector, changed by `change`, as its one segment.
     fn with_vector(name: &str, change: impl FnOnce(&mut [u8])) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "surfacelog-test-{}-log-format-{name}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!("surfacelog-log-format-{name}-"))
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path();
         let mut bytes = std::fs::read(VECTOR).unwrap();
         change(&mut bytes);
         std::fs::write(dir.join(segment_name(0)), bytes).unwrap();
         std::fs::write(dir.join("LOCK"), b"").unwrap();
-        Self(dir)
+        Self(scratch)
     }
 
     fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempLog {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path()
     }
 }
 

@@ -13,16 +13,10 @@ mod common;
 
 use common::{files_ending, numbered_turn, prune_to_empty, surfacelog};
 
-/// A store in the temp directory, removed when dropped.
+/// A store in a scratch directory, removed when dropped.
 struct Fixture {
-    dir: PathBuf,
+    dir: common::ScratchPath,
     store: Store,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// Turns with a tool call each, and a prune every other turn (replacements: keys and a
@@ -40,8 +34,7 @@ fn workload<L: SessionLog>(session: &mut Session<L>, turns: u64) {
 /// session `b`: a fork of `a` inside one of its sealed segments (a limit file), closed;
 /// with `small`, session `c`: two turns.
 fn fixture(name: &str, turns: u64, small: bool) -> Fixture {
-    let dir = std::env::temp_dir().join(format!("surfacelog-verify-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::scratch_path("verify", name);
     let store = Store::at(&dir, common::store_options(Durability::Manual, 2 << 10)).unwrap();
     let mut a = store.create("a", None, None).unwrap();
     workload(&mut a, turns);

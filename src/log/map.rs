@@ -239,8 +239,8 @@ mod tests {
     /// place (aligned) or read (unaligned in the map), and reads none past the file's end.
     #[test]
     fn file_words_are_the_same_mapped_or_read_and_never_past_the_end() {
-        let path =
-            std::env::temp_dir().join(format!("surfacelog-filewords-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let path = scratch.path().join("words");
         let words: Vec<u64> = (0..1000_u64)
             .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
             .collect();
@@ -260,6 +260,5 @@ mod tests {
             assert_eq!(past.as_slice(), &[] as &[u64]);
             assert_eq!(past.crc(), None);
         }
-        std::fs::remove_file(&path).unwrap();
     }
 }

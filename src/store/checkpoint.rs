@@ -801,15 +801,11 @@ mod tests {
         later[last] ^= 0xFF;
         assert_eq!(Checkpoint::decode(&later, &log), Err(Unusable::Corrupt));
         assert_eq!(Parts::nodes_end(&later[..NODES_AT]), None);
-        let dir = std::env::temp_dir().join(format!(
-            "surfacelog-checkpoint-later-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         std::fs::write(dir.join(CHECKPOINT_FILE), &later).unwrap();
-        let read = Checkpoint::read(&dir).map(|_| ());
+        let read = Checkpoint::read(dir).map(|_| ());
         let covered = covered_len(&dir.join(CHECKPOINT_FILE));
-        std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(read, Err(Unusable::Corrupt));
         assert_eq!(covered, None);
     }
