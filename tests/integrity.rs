@@ -291,9 +291,15 @@ fn issue_11_export_writes_exactly_the_stored_events_and_refuses_a_live_writer() 
         !text.contains(r#""reason":{"kind":"interrupted"}"#),
         "no closer is invented: {text}"
     );
-    let inspected = store.inspect("s").unwrap();
+    let mut inspected = store.inspect("s").unwrap();
     assert_eq!(inspected.seq_next(), stored, "inspect invents nothing");
+    // Asked explicitly, an inspected session repairs in memory only (contract §8).
+    assert_eq!(inspected.repair().unwrap(), 1, "the open turn's turn/end");
+    assert_eq!(inspected.seq_next(), stored + 1);
     drop(inspected);
+    let reread = store.inspect("s").unwrap();
+    assert_eq!(reread.seq_next(), stored, "nothing was written");
+    drop(reread);
     // Only a writer holding the lock repairs.
     let (_, opened) = store.open("s").unwrap();
     assert_eq!(opened.closers, 1);

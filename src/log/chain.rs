@@ -64,6 +64,28 @@ pub(crate) struct Unborn {
     pub reason: &'static str,
 }
 
+impl Unborn {
+    /// RCV-7: whether the segment holds a valid record at any 8-aligned offset, so that its
+    /// header is damaged rather than not yet written. Read with `pread` inside the file's
+    /// data regions, never through the map (RD-8): a segment being created has holes.
+    ///
+    /// # Errors
+    /// `IO` when the file cannot be opened or read, `CORRUPT` when it is shorter than its
+    /// map (truncated by another process).
+    pub(crate) fn holds_records(&self, storage: &dyn Storage) -> Result<bool> {
+        let file = storage
+            .open_file(&self.path, false)
+            .map_err(|e| Error::io("open", &self.path, &e))?;
+        let source = super::scan::FileBytes {
+            file: &file,
+            len: self.map.len(),
+        };
+        let regions = super::writer::data_regions(&file, 0, source.len);
+        super::scan::valid_record_after(&source, 0, &regions)
+            .map_err(|e| super::reader::read_error(&self.path, 0, &e))
+    }
+}
+
 /// The segments of a log, in order: the sealed ones, then the last one.
 #[derive(Debug)]
 pub(crate) struct Chain {

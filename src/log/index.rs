@@ -205,6 +205,24 @@ pub(crate) fn vouched_prefix(
     (event.seq == first_seq + last as u64 && at + len == end).then_some(vouched)
 }
 
+/// The last segment's durable marks from its index (log-format.md §7): the prefix the
+/// index vouches for (IDX-5), and the offset below which every record was durable: the
+/// vouched prefix's end, or, when the vouched check fails, the end of an index that checks
+/// out whole (RCV-13, [`durable_listing`]), or the first record's offset when there is
+/// neither. Recovery and readers both refuse a scan that stops before it.
+pub(crate) fn durable_marks(
+    path: &Path,
+    segment: &[u8],
+    log_id: &LogId,
+    first_seq: u64,
+) -> (Option<Vouched>, usize) {
+    if let Some(vouched) = vouched_prefix(path, segment, log_id, first_seq) {
+        return (Some(vouched), vouched.end);
+    }
+    let listed = durable_listing(path, log_id, first_seq);
+    (None, listed.map_or(SEGMENT_HEADER_LEN, |(_, end)| end))
+}
+
 /// A durable mark (log-format.md §7, IDX-5) when the vouched check at open fails: the
 /// whole version-2 index of the last segment, read with its `crc` (IDX-2). An index that
 /// checks out was written only after the sync that made every record it lists durable
@@ -212,11 +230,7 @@ pub(crate) fn vouched_prefix(
 /// recovery then refuses damage below its `end` (`CORRUPT`) instead of taking it for a
 /// torn tail. Returns how many records it lists and its `end`. Read only on the rare path
 /// where the vouched check failed; a missing file costs one failed open.
-pub(crate) fn durable_listing(
-    path: &Path,
-    log_id: &LogId,
-    first_seq: u64,
-) -> Option<(usize, usize)> {
+fn durable_listing(path: &Path, log_id: &LogId, first_seq: u64) -> Option<(usize, usize)> {
     let bytes = std::fs::read(path).ok()?;
     let index = decode(&bytes, log_id, first_seq)?;
     index.data_crc?;

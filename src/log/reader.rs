@@ -185,24 +185,13 @@ impl LogReader {
             let path = dir.join(super::segment::segment_name(0));
             return Err(corrupt(&path, 0, "the log has no first segment"));
         }
-        if let Some(unborn) = &chain.unborn {
+        if let Some(unborn) = &chain.unborn
+            && unborn.holds_records(&*storage)?
+        {
             // RCV-7: a last segment whose header is not written yet is being created and
             // holds nothing; one that holds a valid record has a damaged header, and its
             // records are the log's: never read as if it were not there (RD-6).
-            let file = storage
-                .open_file(&unborn.path, false)
-                .map_err(|e| Error::io("open", &unborn.path, &e))?;
-            let regions = super::writer::data_regions(&file, 0, unborn.map.len());
-            let source = FileBytes {
-                file: &file,
-                len: unborn.map.len(),
-            };
-            // RD-8: with pread, never through the map.
-            if valid_record_after(&source, 0, &regions)
-                .map_err(|e| read_error(&unborn.path, 0, &e))?
-            {
-                return Err(corrupt(&unborn.path, 0, unborn.reason));
-            }
+            return Err(corrupt(&unborn.path, 0, unborn.reason));
         }
         // The last segment: take the prefix its index vouches for (IDX-5), then scan on
         // from there in `refresh`. When the vouched check fails, an index that checks out
@@ -211,10 +200,10 @@ impl LogReader {
         let layout = chain.segments.last().map(|last| {
             let first = last.header.first_seq;
             let index_path = dir.join(index_name(first));
-            let vouched = index::vouched_prefix(&index_path, &last.map, &last.header.log_id, first);
+            let (vouched, listed_end) =
+                index::durable_marks(&index_path, &last.map, &last.header.log_id, first);
             if vouched.is_none() && last.limit.is_none() {
-                durable_end = index::durable_listing(&index_path, &last.header.log_id, first)
-                    .map(|(_, end)| (first, end));
+                durable_end = Some((first, listed_end));
             }
             Layout {
                 vouched,

@@ -12,7 +12,7 @@ use super::chain::{
 };
 use super::group_commit::{GroupCommit, WaitError};
 use super::reader::{Layout, Segment, corrupt, into_segments, read_error};
-use super::scan::{FileBytes, Stop, nonzero_end, read_range, scan, valid_record_after};
+use super::scan::{FileBytes, Stop, nonzero_end, read_range, scan};
 use super::segment::{
     LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name, seq_file_path,
 };
@@ -760,19 +760,7 @@ fn recover(
     let mut report = OpenReport::default();
     if let Some(unborn) = chain.unborn.take() {
         // RCV-7: a later segment whose creation was cut short holds nothing.
-        // RD-8: read with pread, holes skipped, never through the map.
-        let file = storage
-            .open_file(&unborn.path, false)
-            .map_err(|e| Error::io("open", &unborn.path, &e))?;
-        let source = FileBytes {
-            file: &file,
-            len: unborn.map.len(),
-        };
-        let regions = data_regions(&file, 0, source.len);
-        let holds_nothing = !valid_record_after(&source, 0, &regions)
-            .map_err(|e| read_error(&unborn.path, 0, &e))?;
-        drop(file);
-        if chain.segments.is_empty() || !holds_nothing {
+        if chain.segments.is_empty() || unborn.holds_records(storage)? {
             return Err(corrupt(&unborn.path, 0, unborn.reason));
         }
         drop(unborn.map);
@@ -1004,16 +992,11 @@ fn examine_tail(dir: &Path, chain: &Chain, durable_seq: u64) -> Result<(Tail, Op
         .ok_or_else(|| corrupt(path, 0, "the last segment is not open for writing"))?;
     let first = header.first_seq;
     let index_path = dir.join(index_name(first));
-    let prefix = index::vouched_prefix(&index_path, bytes, &header.log_id, first);
-    let (indexed, start, crc) =
-        prefix.map_or((0, SEGMENT_HEADER_LEN, 0), |p| (p.count, p.end, p.data_crc));
     // RCV-13: when the vouched check fails, an index that checks out whole (IDX-2) still
     // marks the records it lists as durable; a damaged one among them is not a torn tail.
-    let listed_end = match prefix {
-        Some(p) => p.end,
-        None => index::durable_listing(&index_path, &header.log_id, first)
-            .map_or(SEGMENT_HEADER_LEN, |(_, end)| end),
-    };
+    let (prefix, listed_end) = index::durable_marks(&index_path, bytes, &header.log_id, first);
+    let (indexed, start, crc) =
+        prefix.map_or((0, SEGMENT_HEADER_LEN, 0), |p| (p.count, p.end, p.data_crc));
     // RD-8: past the vouched prefix nothing is known written: scanned with pread.
     let source = FileBytes {
         file,

@@ -22,11 +22,15 @@ pub struct Follower {
 }
 
 /// A stored log opened without the writer's lock, with events appended only in memory:
-/// what a read-only inspection uses to show repair closers without writing them.
+/// what a read-only inspection reads through. Its repair state (contract §8) is the
+/// checkpoint's; the events after it are observed only when closers are asked for
+/// (an explicit [`Session::repair`]), so an inspection does not scan them for nothing.
 #[derive(Debug)]
 pub struct ReadOnlyLog {
     log: Overlay<LogReader>,
+    /// The repair state after the events before `observed`.
     repair: RepairState,
+    observed: u64,
 }
 
 impl ReadOnlyLog {
@@ -72,23 +76,27 @@ impl Store {
         let header = Self::read_header(id, &dir)?;
         // RCV-14: read before the log, so that a live writer's later checkpoint (written
         // once its events are written and durable, CKP-5) cannot seem ahead of this reader.
-        let durable_seq = Checkpoint::read(&dir).map_or(0, |c| c.seq_next());
+        let read = Checkpoint::read(&dir);
+        let durable_seq = read
+            .as_ref()
+            .map_or(0, super::checkpoint::Unverified::seq_next);
         let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())?;
         let stored = reader.seq_next();
         super::checkpoint::check_not_ahead(&dir, stored, durable_seq)
             .map_err(|e| e.in_session(id))?;
-        // STORE-15, CKP-3: the checkpoint is used only when it matches this log, as by `open`.
-        let (surface, mut repair) = match Checkpoint::load(&dir, &reader, self.log_origin(&dir)) {
+        // STORE-15, CKP-3: the checkpoint is used only when it matches this log, as by `open`
+        // (the file read above, not read again).
+        let (surface, repair) = match read.and_then(|c| c.verify(&reader, self.log_origin(&dir))) {
             Ok(checkpoint) => (checkpoint.surface, checkpoint.repair),
             Err(_) => (Surface::new(), RepairState::default()),
         };
-        repair.observe_from(&reader, surface.seq_next())?;
         let log = ReadOnlyLog {
             log: Overlay {
                 base: reader,
                 events: Vec::new(),
             },
             repair,
+            observed: surface.seq_next(),
         };
         Session::over_log_from(header, log, surface, stored, self.options.session.clone())
     }
@@ -133,15 +141,13 @@ impl EventSource for ReadOnlyLog {
 
 impl SessionLog for ReadOnlyLog {
     fn push_events(&mut self, events: Vec<Event>) -> Result<()> {
-        for event in &events {
-            let view = event.as_ref();
-            self.repair.observe(view.seq, view.event_type, view.data());
-        }
         self.log.events.extend(events);
         Ok(())
     }
 
     fn closers(&self) -> Result<Vec<String>> {
-        self.repair.closers(&self.log)
+        let mut state = self.repair.clone();
+        state.observe_from(&self.log, self.observed)?;
+        state.closers(&self.log)
     }
 }
