@@ -243,6 +243,10 @@ impl Storage for CountingStorage {
         FsStorage.write_at(file, offset, bytes)
     }
 
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
+        FsStorage.set_len(file, len)
+    }
+
     fn sync_data(&self, file: &File) -> io::Result<()> {
         let writes = self.writes.load(Ordering::SeqCst);
         let since = writes - self.writes_at_last_sync.swap(writes, Ordering::SeqCst);

@@ -106,6 +106,9 @@ impl Storage for Recording {
     fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> io::Result<()> {
         FsStorage.write_at(file, offset, bytes)
     }
+    fn set_len(&self, file: &std::fs::File, len: u64) -> io::Result<()> {
+        FsStorage.set_len(file, len)
+    }
     fn sync_data(&self, file: &std::fs::File) -> io::Result<()> {
         FsStorage.sync_data(file)
     }

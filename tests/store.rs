@@ -1163,6 +1163,9 @@ impl surfacelog::storage::Storage for CountingStorage {
     fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
         surfacelog::storage::FsStorage.write_at(file, offset, bytes)
     }
+    fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
+        surfacelog::storage::FsStorage.set_len(file, len)
+    }
     fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
         surfacelog::storage::FsStorage.sync_data(file)
     }

@@ -146,6 +146,10 @@ impl Storage for FaultyStorage {
         FsStorage.write_at(file, offset, bytes)
     }
 
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
+        FsStorage.set_len(file, len)
+    }
+
     fn sync_data(&self, file: &File) -> io::Result<()> {
         if self.faults.hit(1, &self.faults.sync) {
             return Err(injected("sync"));

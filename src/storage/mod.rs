@@ -52,6 +52,13 @@ pub trait Storage: Debug + Send + Sync {
     /// The OS error; any prefix of `bytes` may have been written.
     fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()>;
 
+    /// Sets the file's length (`ftruncate`): the log only ever grows a segment this way,
+    /// ahead of its records (`log-format.md` SEG-6); the new bytes read as zeros.
+    ///
+    /// # Errors
+    /// The OS error; the length is then unknown.
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()>;
+
     /// Makes the file's data durable (`fdatasync`).
     ///
     /// # Errors
@@ -179,6 +186,10 @@ impl Storage for FsStorage {
 
     fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()> {
         file.write_all_at(bytes, offset)
+    }
+
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
+        file.set_len(len)
     }
 
     fn sync_data(&self, file: &File) -> io::Result<()> {
