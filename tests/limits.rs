@@ -250,7 +250,8 @@ fn segment_bytes_is_clamped_to_the_range_seg7_allows() {
         let (writer, _) = LogWriter::open(&dir, log_options(Durability::Manual, asked)).unwrap();
         assert_eq!(header(&dir, 0).capacity, capacity, "segment_bytes {asked}");
         let file_len = std::fs::metadata(dir.join(segment_name(0))).unwrap().len();
-        assert_eq!(file_len, capacity);
+        // SEG-6: created with room for the first step of records, not its capacity.
+        assert_eq!(file_len, capacity.min(64 << 10));
         // Records larger than a small capacity get segments just large enough (SEG-7).
         let events: Vec<_> = (0..40).map(|seq| padded_event(seq, 300)).collect();
         writer.append(&events).unwrap();
@@ -264,4 +265,180 @@ fn segment_bytes_is_clamped_to_the_range_seg7_allows() {
             );
         }
     }
+}
+
+/// The bytes a segment file's records and header take: up to its last non-zero byte
+/// (SEG-5), rounded to the record alignment.
+fn data_end(path: &Path) -> u64 {
+    let bytes = std::fs::read(path).unwrap();
+    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |at| at + 1);
+    u64::try_from(end.next_multiple_of(8)).unwrap()
+}
+
+/// Every file under `dir`: (apparent size, data), where a segment's data ends at its last
+/// non-zero byte and any other file is data whole. Each segment's length must be exactly
+/// the step its data ends in (SEG-6).
+fn footprint(dir: &Path) -> (u64, u64) {
+    let (mut apparent, mut data) = (0, 0);
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        if meta.is_dir() {
+            let (a, d) = footprint(&path);
+            apparent += a;
+            data += d;
+            continue;
+        }
+        apparent += meta.len();
+        if path.extension().is_some_and(|e| e == "seg") {
+            let end = data_end(&path);
+            let capacity = {
+                let first: u64 = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+                header(path.parent().unwrap(), first).capacity
+            };
+            let step = 64 << 10;
+            let grown = end
+                .max(SEGMENT_HEADER_LEN as u64 + 8)
+                .next_multiple_of(step);
+            assert_eq!(
+                meta.len(),
+                grown.min(capacity),
+                "{}: a segment file grows in 64 KiB steps to its capacity (SEG-6)",
+                path.display()
+            );
+            data += end;
+        } else {
+            data += meta.len();
+        }
+    }
+    (apparent, data)
+}
+
+/// Issue 12, item 5: a closed session's apparent size is at most its data + 1 MiB (SEG-6):
+/// segments grow in 64 KiB steps instead of being created at their capacity (64 MiB by
+/// default), through the library, across segment rolls, and after reopen and more appends.
+#[test]
+fn a_closed_session_is_at_most_one_mib_larger_than_its_data() {
+    let scratch = scratch("limits", "apparent");
+    for (segment_bytes, turns) in [(64 << 20, 30), (3 << 19, 2_000)] {
+        let root = scratch.join(format!("store-{segment_bytes}"));
+        let store = Store::at(&root, store_options(Durability::Sync, segment_bytes)).unwrap();
+        let mut session = store.create("s", None, None).unwrap();
+        for turn in 1..=turns / 2 {
+            common::closed_turn(&mut session, turn, &format!("u{turn}"), &"x".repeat(600));
+        }
+        session.close().unwrap();
+        let mut session = store.open("s").unwrap().0;
+        for turn in turns / 2 + 1..=turns {
+            common::closed_turn(&mut session, turn, &format!("u{turn}"), &"x".repeat(600));
+        }
+        session.close().unwrap();
+        let dir = root.join("sessions").join("s");
+        let segments = common::files_ending(&dir.join("log"), ".seg").len();
+        assert_eq!(
+            segments > 1,
+            segment_bytes < 64 << 20,
+            "{segments} segments"
+        );
+        let (apparent, data) = footprint(&dir);
+        assert!(
+            apparent <= data + (1 << 20),
+            "apparent {apparent} > data {data} + 1 MiB ({segments} segments)"
+        );
+    }
+}
+
+/// Issue 12, item 5, through the CLI: the demo's store, a few sessions of a few KB each,
+/// is no longer ~64 MiB apparent per session.
+#[test]
+fn the_demo_store_is_not_sparse_giants() {
+    let scratch = scratch("limits", "demo-size");
+    let root = scratch.join("store");
+    let output = surfacelog(&["demo", "--store", root.to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    let sessions = std::fs::read_dir(root.join("sessions")).unwrap();
+    let mut checked = 0;
+    for entry in sessions {
+        let (apparent, data) = footprint(&entry.unwrap().path());
+        assert!(
+            apparent <= data + (1 << 20),
+            "apparent {apparent}, data {data}"
+        );
+        checked += 1;
+    }
+    assert!(checked > 0, "the demo left no session to measure");
+}
+
+/// SEG-6, SEG-8: a segment's length is always its capacity or a 64 KiB step, whatever a
+/// crash keeps. A last segment cut by another process to any other length, even past its
+/// records, is `CORRUPT` naming the file, for the writer's open and for a reader: never a
+/// torn tail set aside and repaired.
+#[test]
+fn a_segment_cut_to_a_length_the_writer_never_sets_is_corrupt() {
+    let scratch = scratch("limits", "cut");
+    let dir = scratch.join("log");
+    let (writer, _) = LogWriter::open(&dir, log_options(Durability::Sync, SEGMENT)).unwrap();
+    let events: Vec<_> = (0..10).map(|seq| padded_event(seq, 300)).collect();
+    writer.append(&events).unwrap();
+    writer.close().unwrap();
+    let path = dir.join(segment_name(0));
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    assert_eq!(file.metadata().unwrap().len(), 64 << 10);
+    for len in [(64 << 10) - 8, 10_000] {
+        file.set_len(len).unwrap();
+        let error = LogWriter::open(&dir, log_options(Durability::Sync, SEGMENT)).unwrap_err();
+        assert_eq!(error.code(), "CORRUPT", "{error}");
+        let text = error.to_string();
+        assert!(
+            text.contains(&*path.to_string_lossy()) && text.contains("truncated"),
+            "{text}"
+        );
+        let error = LogReader::open(&dir).unwrap_err();
+        assert_eq!(error.code(), "CORRUPT", "{error}");
+        assert!(
+            common::files_ending(&dir, ".quarantine").is_empty(),
+            "nothing set aside"
+        );
+    }
+    // Back at a step the writer sets, the log opens with every event.
+    file.set_len(64 << 10).unwrap();
+    let mut reader = LogReader::open(&dir).unwrap();
+    assert_eq!(reader.refresh().unwrap(), 10);
+}
+
+/// SEG-6, RD-2: a reader that mapped a segment at its first step reads the records the
+/// writer wrote after growing it, step after step, without reopening; and a writer
+/// reopened on a grown segment appends on from its length.
+#[test]
+fn a_reader_follows_a_segment_as_it_grows() {
+    let scratch = scratch("limits", "grow");
+    let dir = scratch.join("log");
+    let path = dir.join(segment_name(0));
+    let batch =
+        |from: u64| -> Vec<_> { (from..from + 100).map(|s| padded_event(s, 1_000)).collect() };
+    let mut reader = None;
+    let mut lengths = Vec::new();
+    for round in 0..2_u64 {
+        // Three batches, a reopen of the writer, three more.
+        let (writer, _) = LogWriter::open(&dir, log_options(Durability::Manual, SEGMENT)).unwrap();
+        let reader = reader.get_or_insert_with(|| LogReader::open(&dir).unwrap());
+        for step in 0..3 {
+            let first = (round * 3 + step) * 100;
+            let events = batch(first);
+            writer.append(&events).unwrap();
+            writer.flush().unwrap();
+            assert_eq!(reader.refresh().unwrap(), first + 100);
+            for (i, event) in events.iter().enumerate() {
+                let seq = first + u64::try_from(i).unwrap();
+                assert_eq!(reader.event(seq).unwrap().unwrap().text, event.text());
+            }
+            lengths.push(std::fs::metadata(&path).unwrap().len());
+        }
+        writer.close().unwrap();
+    }
+    assert!(
+        lengths.windows(2).all(|w| w[0] < w[1])
+            && lengths.iter().all(|l| l % (64 << 10) == 0 && *l < SEGMENT),
+        "the file grows in 64 KiB steps: {lengths:?}"
+    );
 }

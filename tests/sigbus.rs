@@ -271,7 +271,9 @@ fn child_refreshes_a_truncated_segment() {
     writer.append(&[padded_event(events, 300)]).unwrap();
     writer.close().unwrap();
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    for len in [SEGMENT / 2, 200] {
+    let file_len = file.metadata().unwrap().len();
+    assert!(file_len < SEGMENT, "the file grows in steps (SEG-6)");
+    for len in [file_len / 2, 200] {
         file.set_len(len).unwrap();
         let error = reader.refresh().unwrap_err();
         assert_eq!(error.code(), "CORRUPT", "{error}");

@@ -472,7 +472,9 @@ fn cut_segment(
     }
     let tmp = dir.join(format!("{}.tmp", seq_file_name(first, ".seg")));
     let kept = opened.map.get(..offset).unwrap_or_default();
-    crate::storage::replace_file(storage, &tmp, &path, kept, opened.header.capacity)?;
+    // SEG-6: a length the writer could have given it, holding the kept bytes.
+    let len = super::segment::grown_len(offset as u64, opened.header.capacity);
+    crate::storage::replace_file(storage, &tmp, &path, kept, len)?;
     let _ = storage.remove_file(&dir.join(index_name(first)));
     if opened.limit.is_some()
         && let Some(moved) = move_aside(storage, dir, &limit_name(first))?

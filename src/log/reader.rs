@@ -292,6 +292,10 @@ impl LogReader {
             if let Some(last) = self.segments.last_mut() {
                 // LIM-4: nothing after a limit belongs to this log; the next segment may.
                 if last.limit.is_none() {
+                    if last.mapped().is_none() {
+                        return Ok(self.seq_next);
+                    }
+                    last.map_grown(&*self.storage, &self.dir)?;
                     let Some(mapped) = last.mapped() else {
                         return Ok(self.seq_next);
                     };
@@ -307,15 +311,6 @@ impl LogReader {
                             .map_err(|e| Error::io("open", path, &e))?;
                         &opened
                     };
-                    // RD-8, SEG-8: a segment another process cut shorter than its map is
-                    // damage, reported here before any byte of it is read again.
-                    let len = file
-                        .metadata()
-                        .map_err(|e| Error::io("stat", path, &e))?
-                        .len();
-                    if len < mapped.map.len() as u64 {
-                        return Err(truncated(path, len, mapped.map.len()));
-                    }
                     let source = FileBytes {
                         file,
                         len: mapped.map.len(),
@@ -683,11 +678,11 @@ impl LogReader {
     }
 
     /// SEG-7: when the last segment holds no record and the file under its name is now
-    /// longer than its map, the writer replaced it by an empty segment large enough for an
-    /// oversized first record: that file is mapped instead, after its header is checked to
-    /// be the same segment's (SEG-2, SEG-3). The old map stays valid until dropped (SEG-8).
-    /// Returns whether it was replaced. Costs an open and a `fstat` per refresh while the
-    /// last segment is empty.
+    /// another file than the one mapped, the writer replaced it by an empty segment large
+    /// enough for an oversized first record: that file is mapped instead, after its header
+    /// is checked to be the same segment's (SEG-2, SEG-3). The old map stays valid until
+    /// dropped (SEG-8). Returns whether it was replaced. Costs an open and two `fstat`s per
+    /// refresh while the last segment is empty.
     fn remap_replaced_last(&mut self) -> Result<bool> {
         let Some(last) = self.segments.last() else {
             return Ok(false);
@@ -702,11 +697,23 @@ impl LogReader {
         let Ok(file) = self.storage.open_file(&path, false) else {
             return Ok(false);
         };
-        let len = file
-            .metadata()
-            .map_err(|e| Error::io("stat", &path, &e))?
-            .len();
-        if len <= mapped.map.len() as u64 {
+        // Another file than the one mapped: both grow in steps (SEG-6), so only its identity
+        // tells a replacement from the same file grown.
+        let identity = |file: &std::fs::File| {
+            use std::os::unix::fs::MetadataExt;
+            file.metadata()
+                .map(|m| (m.dev(), m.ino()))
+                .map_err(|e| Error::io("stat", &path, &e))
+        };
+        let now = identity(&file)?;
+        let replaced = match &mapped.file {
+            Some(kept) => identity(kept)? != now,
+            // Without the mapped file at hand, its capacity tells (SEG-7: the replacement's
+            // is larger).
+            None => SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN))
+                .is_ok_and(|header| header.capacity > mapped.header.capacity),
+        };
+        if !replaced {
             return Ok(false);
         }
         let map = map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
@@ -756,6 +763,54 @@ impl LogReader {
 }
 
 impl Segment {
+    /// The last segment's length, checked at each refresh that scans it (RD-2), before any
+    /// byte of it is read again: a file another process cut shorter than its map, or to a
+    /// length its writer never gives it (SEG-6), is damage (SEG-8, RD-8); a file the writer
+    /// grew since it was mapped is mapped again whole (SEG-6), so that the records written
+    /// in the new part can be read through the map once verified. The old map is dropped:
+    /// nothing borrows it across a refresh (`&mut self`).
+    fn map_grown(&mut self, storage: &dyn Storage, dir: &Path) -> Result<()> {
+        let path = self.path(dir).to_owned();
+        let Some(Ok(mut mapped)) = self.mapped.take() else {
+            return Ok(());
+        };
+        let opened;
+        let file = if let Some(file) = &mapped.file {
+            file
+        } else {
+            opened = storage
+                .open_file(&path, false)
+                .map_err(|e| Error::io("open", &path, &e))?;
+            &opened
+        };
+        let outcome = (|| {
+            let len = file
+                .metadata()
+                .map_err(|e| Error::io("stat", &path, &e))?
+                .len();
+            if len < mapped.map.len() as u64 {
+                return Err(truncated(&path, len, mapped.map.len()));
+            }
+            if !super::segment::is_grown_len(len, mapped.header.capacity) {
+                let reason = super::writer::cut_short(len, mapped.header.capacity);
+                return Err(corrupt(&path, mapped.map.len(), &reason));
+            }
+            if len > mapped.map.len() as u64 {
+                return map(file)
+                    .map(Some)
+                    .map_err(|e| Error::io("mmap", &path, &e));
+            }
+            Ok(None)
+        })();
+        let outcome = outcome.map(|grown| {
+            if let Some(map) = grown {
+                mapped.map = map;
+            }
+        });
+        self.mapped = OnceLock::from(Ok(mapped));
+        outcome
+    }
+
     /// Its header and map, once opened and checked.
     fn mapped(&self) -> Option<&Mapped> {
         self.mapped.get()?.as_ref().ok()

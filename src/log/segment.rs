@@ -22,8 +22,31 @@ pub struct SegmentHeader {
     pub index: u64,
     /// The seq of the segment's first record.
     pub first_seq: u64,
-    /// The file length at creation: records end before it.
+    /// The most bytes the file may hold: records end before it. The file itself starts
+    /// shorter and grows towards it (SEG-6).
     pub capacity: u64,
+}
+
+/// The step in which the writer grows a segment file ahead of its records (SEG-6): 64 KiB.
+pub const SEGMENT_GROW_BYTES: u64 = 64 << 10;
+
+/// SEG-6: the length of a segment file holding its first `end` bytes: `end` rounded up to
+/// a multiple of [`SEGMENT_GROW_BYTES`], at most `capacity` (and at least `end`, should
+/// `end` exceed `capacity`, which no caller asks for).
+#[must_use]
+pub fn grown_len(end: u64, capacity: u64) -> u64 {
+    let stepped = end
+        .div_ceil(SEGMENT_GROW_BYTES)
+        .saturating_mul(SEGMENT_GROW_BYTES);
+    stepped.min(capacity).max(end)
+}
+
+/// SEG-6: whether `len` is a length the writer gives a segment file of `capacity`: the
+/// capacity, or a multiple of [`SEGMENT_GROW_BYTES`] below it (0 included: a file whose
+/// creation was cut short). Any other length was cut by something else (SEG-8).
+#[must_use]
+pub fn is_grown_len(len: u64, capacity: u64) -> bool {
+    len == capacity || (len < capacity && len.is_multiple_of(SEGMENT_GROW_BYTES))
 }
 
 /// Bytes every version of a file kind keeps in place (VER-2): its magic (0..8) and its
@@ -271,6 +294,23 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        /// SEG-6: a grown length holds the bytes, is a length the writer may set, and
+        /// wastes less than one step unless capped by the capacity.
+        #[test]
+        fn grown_lengths_hold_their_bytes_in_steps(
+            capacity in 136_u64..=u64::from(u32::MAX),
+            end in 0_u64..=u64::from(u32::MAX),
+        ) {
+            let end = end.min(capacity);
+            let len = grown_len(end, capacity);
+            prop_assert!(len >= end && len <= capacity);
+            prop_assert!(is_grown_len(len, capacity));
+            prop_assert!(len == capacity || len - end < SEGMENT_GROW_BYTES);
+            // A length off the steps (and short of the capacity) is never one.
+            let off = len.saturating_sub(8);
+            prop_assert_eq!(is_grown_len(off, capacity), off == 0 || off.is_multiple_of(SEGMENT_GROW_BYTES));
+        }
+
         /// The hand-made names and paths equal what the formatter and `Path::join` give.
         #[test]
         fn seq_file_names_and_paths_match_format_and_join(

@@ -14,7 +14,8 @@ use super::group_commit::{GroupCommit, WaitError};
 use super::reader::{Layout, Segment, corrupt, into_segments, read_error};
 use super::scan::{FileBytes, Stop, nonzero_end, read_range, scan};
 use super::segment::{
-    LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name, seq_file_path,
+    LogId, SEGMENT_HEADER_LEN, SegmentHeader, grown_len, index_name, is_grown_len, segment_name,
+    seq_file_path,
 };
 use super::{Durability, LogOptions, OpenReport, TornTail, index, quarantine};
 use crate::error::{Error, ErrorKind, Result};
@@ -62,6 +63,9 @@ struct State {
     header: SegmentHeader,
     /// Where the next record goes in the active segment.
     write_offset: u64,
+    /// The active segment file's length: records are written only below it, and it grows
+    /// ahead of them in steps (SEG-6).
+    file_len: u64,
     /// Offsets of the active segment's records after the first `unloaded`, for its index
     /// (IDX-1).
     offsets: Vec<u32>,
@@ -335,6 +339,7 @@ impl Shared {
         if state.buffer.is_empty() {
             return Ok(());
         }
+        self.grow(state, state.write_offset + state.buffer.len() as u64)?;
         if let Err(error) = self
             .storage
             .write_at(&state.active, state.write_offset, &state.buffer)
@@ -345,6 +350,22 @@ impl Shared {
         state.data_crc = crc32c::crc32c_append(state.data_crc, &state.buffer);
         state.pending = 0;
         state.buffer.clear();
+        Ok(())
+    }
+
+    /// SEG-6: grows the active segment's file, before a write, so that it holds its first
+    /// `end` bytes: to the next multiple of [`super::segment::SEGMENT_GROW_BYTES`] (at most the capacity).
+    /// One `ftruncate` per step, not per append; the sync that makes the records durable
+    /// makes the length durable too. Should it fail, the writer is poisoned by the caller.
+    fn grow(&self, state: &mut State, end: u64) -> Result<()> {
+        if end <= state.file_len {
+            return Ok(());
+        }
+        let len = grown_len(end, state.header.capacity);
+        if let Err(error) = self.storage.set_len(&state.active, len) {
+            return Err(Error::io("grow", self.active_path(state), &error));
+        }
+        state.file_len = len;
         Ok(())
     }
 
@@ -384,6 +405,7 @@ impl Shared {
         state.active = Arc::new(file);
         state.header = header;
         state.write_offset = SEGMENT_HEADER_LEN as u64;
+        state.file_len = initial_len(&header);
         state.offsets.clear();
         state.unloaded = None;
         state.data_crc = 0;
@@ -399,7 +421,7 @@ impl Shared {
     /// synced (in `Staged` durability, at the next flush, DUR-6): a crash leaves one of two
     /// valid empty segments under the name, and at most a `.tmp` file (LOG-1). A reader
     /// that mapped the old file keeps a valid map (SEG-8) and maps the new one when it
-    /// finds the file under the name longer than its map (SEG-7).
+    /// finds another file under the name (SEG-7).
     fn replace_empty(&self, state: &mut State, record_len: u64) -> Result<()> {
         let header = SegmentHeader {
             capacity: capacity_for(&self.options, record_len),
@@ -414,7 +436,7 @@ impl Shared {
             &tmp,
             &path,
             &header.encode(),
-            header.capacity,
+            initial_len(&header),
         )?;
         if self.options.durability == Durability::Staged {
             state.dir_unsynced = true;
@@ -429,6 +451,7 @@ impl Shared {
             .map_err(|e| Error::io("open", &path, &e))?;
         state.active = Arc::new(file);
         state.header = header;
+        state.file_len = initial_len(&header);
         Ok(())
     }
 
@@ -713,12 +736,28 @@ pub(crate) fn create_segment_file(
 fn write_segment_file(storage: &dyn Storage, dir: &Path, header: &SegmentHeader) -> Result<File> {
     let path = dir.join(segment_name(header.first_seq));
     let file = storage
-        .create_file(&path, header.capacity)
+        .create_file(&path, initial_len(header))
         .map_err(|e| Error::io("create", &path, &e))?;
     storage
         .write_at(&file, 0, &header.encode())
         .map_err(|e| Error::io("write", &path, &e))?;
     Ok(file)
+}
+
+/// SEG-6, SEG-8: why a segment file of `len` bytes, a length its writer never gives it, is
+/// damage.
+pub(crate) fn cut_short(len: u64, capacity: u64) -> String {
+    format!(
+        "the segment file is {len} bytes long, neither its capacity ({capacity}) nor a \
+         multiple of the 64 KiB steps it grows in (SEG-6): truncated by another process \
+         (SEG-8)"
+    )
+}
+
+/// SEG-6: the length a new segment file is created with: its header and the first step of
+/// room after it.
+fn initial_len(header: &SegmentHeader) -> u64 {
+    grown_len(SEGMENT_HEADER_LEN as u64, header.capacity)
 }
 
 /// What recovery hands over: the writer's state, the log's identity, the report, and
@@ -784,7 +823,8 @@ fn recover(
             capacity: options.segment_capacity(),
         };
         let file = create_segment(storage, dir, &header)?;
-        let state = new_state(file, header, SEGMENT_HEADER_LEN as u64, Vec::new(), 0);
+        let mut state = new_state(file, header, SEGMENT_HEADER_LEN as u64, Vec::new(), 0);
+        state.file_len = initial_len(&header);
         let segments = reopened_segments(storage, dir)?;
         return Ok((state, header.log_id, report, segments));
     };
@@ -800,6 +840,7 @@ fn recover(
                 marks.durable_seq,
             ));
         }
+        // Nothing is written to a limited segment (LIM-4): its length does not matter.
         let (segments, file) = into_segments(chain, None);
         let file = file.ok_or_else(|| corrupt(dir, 0, "no segment"))?;
         let mut state = new_state(
@@ -911,6 +952,8 @@ fn finish_recovery(
             .map_err(|e| Error::io("fsync", &last.path, &e))?;
     }
     let (header, log_id) = (last.header, last.header.log_id);
+    // The map was made of the whole file (SEG-6); appends grow it from there.
+    let file_len = last.map.len() as u64;
     // Neither the reader nor the writer reads the indexed prefix's offsets now (IDX-5):
     // both read them back from the index when they first need them.
     let layout = Layout {
@@ -921,6 +964,7 @@ fn finish_recovery(
     let (segments, file) = into_segments(chain, Some(layout));
     let file = file.ok_or_else(|| corrupt(dir, 0, "no segment"))?;
     let mut state = new_state(file, header, tail.end as u64, tail.offsets, tail.seq_next);
+    state.file_len = file_len;
     state.unloaded = tail.vouched.filter(|v| v.count > 0);
     state.data_crc = tail.data_crc;
     state.indexed = tail.vouched.map_or(0, |v| v.count);
@@ -986,6 +1030,13 @@ fn examine_tail(dir: &Path, chain: &Chain, durable_seq: u64) -> Result<(Tail, Op
         return Err(corrupt(dir, 0, "no segment"));
     };
     let (bytes, header, path) = (&last.map[..], last.header, &last.path);
+    // SEG-6, SEG-8: the writer sets a segment's length only to its steps, and a crash
+    // keeps one of them. Any other length was cut by another process: damage, never a
+    // torn tail.
+    if !is_grown_len(bytes.len() as u64, header.capacity) {
+        let reason = cut_short(bytes.len() as u64, header.capacity);
+        return Err(corrupt(path, bytes.len(), &reason));
+    }
     let file = last
         .file
         .as_ref()
@@ -1150,6 +1201,8 @@ fn new_state(
         active: Arc::new(file),
         header,
         write_offset,
+        // Set by the caller when the segment is written to.
+        file_len: 0,
         offsets,
         unloaded: None,
         data_crc: 0,

@@ -194,8 +194,10 @@ fn create_own_segment(
         head.copy_from_slice(&header.encode());
     }
     let path = log_dir.join(segment_name(header.first_seq));
+    // SEG-6: long enough for its bytes, in the steps the writer grows it by.
+    let len = crate::log::segment::grown_len(bytes.len() as u64, header.capacity);
     let file = storage
-        .create_file(&path, header.capacity)
+        .create_file(&path, len)
         .map_err(|e| Error::io("create", &path, &e))?;
     storage
         .write_at(&file, 0, &bytes)

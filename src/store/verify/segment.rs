@@ -195,13 +195,14 @@ fn check_header_fields(
             format!("capacity {}", header.capacity),
         );
     }
-    if header.capacity != file_len {
+    if !crate::log::segment::is_grown_len(file_len, header.capacity) {
         found.error(
             path,
             Some(file_len.min(header.capacity)),
             "SEG-6",
             format!(
-                "the file is {file_len} bytes long, its capacity is {}: truncated or extended",
+                "the file is {file_len} bytes long, neither its capacity ({}) nor a multiple \
+                 of the 64 KiB steps it grows in: cut short or extended",
                 header.capacity
             ),
         );
