@@ -3,8 +3,8 @@
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::thread::JoinHandle;
 
 use super::chain::{
@@ -22,12 +22,19 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::event::Event;
 use crate::record::{RecordError, body_len, encode_event, frame_len};
 use crate::storage::Storage;
+// Through the facade, so that loom sees how appends publish what they wrote (`loom_publication`).
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 /// Buffered appends (not `Sync`) are written once this many bytes gather (DUR-2, DUR-3).
 const WRITE_BUFFER_BYTES: usize = 64 << 10;
 
 /// The longest a sync leader waits for appends that are still writing (DUR-1).
+#[cfg(not(loom))]
 const GATHER_WAIT_MAX: std::time::Duration = std::time::Duration::from_micros(100);
+/// Under loom, no wait (a spin on the clock is not a model's step): the gather loop only
+/// reads the gauges once.
+#[cfg(loom)]
+const GATHER_WAIT_MAX: std::time::Duration = std::time::Duration::ZERO;
 
 /// The only handle that appends to a log. `Sync`: threads may append concurrently, and
 /// in `Sync` durability their waits share one `fdatasync` (group commit, DUR-1).
@@ -1243,3 +1250,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_publication;

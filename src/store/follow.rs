@@ -103,6 +103,13 @@ impl Store {
 }
 
 impl Follower {
+    /// A follower of what `reader` reads: the loom model of [`Follower::wait_for`] runs it
+    /// beside a writer of its own.
+    #[cfg(all(test, loom))]
+    pub(crate) fn over(reader: LogReader) -> Self {
+        Self { reader }
+    }
+
     /// Waits until event `seq` is committed, at most `timeout`. Returns `true` when it is.
     ///
     /// # Errors
@@ -118,7 +125,7 @@ impl Follower {
             if now >= deadline {
                 return Ok(false);
             }
-            std::thread::sleep(pause.min(deadline - now));
+            crate::sync::pause(pause.min(deadline - now));
             pause = (pause * 2).min(POLL_INTERVAL_MAX);
         }
     }
