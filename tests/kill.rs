@@ -357,13 +357,6 @@ fn check_after_kill(
 /// The whole campaign in one durability mode: `iterations` children killed, each check
 /// after it, the full log compared with everything checked at the end, and `verify`.
 fn campaign(mode: &str, iterations: u64) {
-    // One campaign at a time: a child spawned by one thread holds, from its fork to its
-    // exec, a copy of every descriptor of this process, the other campaign's `LOCK` among
-    // them, so that campaign's reopen would meet `LOCKED` (LOG-1 locks an open file).
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _turn = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let seed = std::env::var("SURFACELOG_KILL_SEED")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -78,6 +78,9 @@ fn delete_holds_the_lock_until_the_session_is_in_the_trash() {
 #[derive(Debug, Default)]
 struct Recording {
     calls: Mutex<Vec<String>>,
+    /// A name `list_dir` adds to every listing of `sessions/`, as if a session there had
+    /// been deleted right after the directory was read.
+    ghost: Option<String>,
 }
 
 impl Recording {
@@ -95,7 +98,11 @@ impl Storage for Recording {
         FsStorage.create_dir_all(dir)
     }
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        FsStorage.list_dir(dir)
+        let mut names = FsStorage.list_dir(dir)?;
+        if let Some(ghost) = self.ghost.as_ref().filter(|_| dir.ends_with("sessions")) {
+            names.push(ghost.clone());
+        }
+        Ok(names)
     }
     fn create_file(&self, path: &Path, len: u64) -> io::Result<std::fs::File> {
         FsStorage.create_file(path, len)
@@ -316,4 +323,41 @@ fn the_demo_touches_only_its_own_sessions() {
             .collect();
         assert!(ids.contains(&"mine".to_owned()), "run {run}: {ids:?}");
     }
+}
+
+/// LOG-1: a session's lock is released when its writer closes, even while another thread
+/// of the process spawns child processes, which hold copies of every descriptor between
+/// their fork and exec: a reopen right after a close is never refused `LOCKED`.
+#[test]
+fn a_closed_session_reopens_at_once_while_another_thread_spawns_children() {
+    let dir = scratch("lifecycle", "fork-lock");
+    let store = Store::at(&dir, options()).unwrap();
+    drop(store.create("s", None, None).unwrap());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let spawner = scope.spawn(|| {
+            let mut spawned = 0_u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let status = std::process::Command::new("true").status().unwrap();
+                assert!(status.success());
+                spawned += 1;
+            }
+            spawned
+        });
+        let mut refused = 0;
+        for _ in 0..400 {
+            match store.open("s") {
+                Ok((session, _)) => session.close().unwrap(),
+                Err(error) if error.code() == "LOCKED" => refused += 1,
+                Err(error) => panic!("{error}"),
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let spawned = spawner.join().unwrap();
+        assert!(spawned > 0, "no child was spawned meanwhile");
+        assert_eq!(
+            refused, 0,
+            "reopens refused LOCKED among 400 ({spawned} children)"
+        );
+    });
 }

@@ -24,7 +24,7 @@ pub use quarantine::{LogSalvage, QUARANTINE_SUFFIX, SetAside, salvage};
 pub(crate) use reader::BoundarySegment;
 pub use reader::LogReader;
 pub use writer::LogWriter;
-pub(crate) use writer::take_lock;
+pub(crate) use writer::{FileLock, take_lock};
 
 /// A log opened for writing together with a reader of it: what a stored session holds.
 /// Appends go through the writer; reads come from the reader, refreshed after each

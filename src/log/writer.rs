@@ -61,7 +61,7 @@ struct Shared {
     synced_upto: AtomicU64,
     seq_written: AtomicU64,
     /// Held for the writer's lifetime (LOG-1).
-    _lock: File,
+    _lock: FileLock,
 }
 
 #[derive(Debug)]
@@ -183,7 +183,10 @@ impl LogWriter {
         let path = dir.join("LOCK");
         let file = std::fs::File::open(&path).map_err(|e| Error::io("open", &path, &e))?;
         match file.try_lock() {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                drop(FileLock(file));
+                Ok(())
+            }
             Err(TryLockError::WouldBlock) => Err(ErrorKind::Locked { path }.into()),
             Err(TryLockError::Error(error)) => Err(Error::io("flock", &path, &error)),
         }
@@ -668,7 +671,7 @@ impl Flusher {
 /// LOG-1: the exclusive lock, refused at once with `LOCKED`. `LOCK` is created only when
 /// it is absent; any other failure to open it (a read-only filesystem, a permission) is
 /// reported as it is, with the path.
-pub(crate) fn take_lock(storage: &dyn Storage, dir: &Path) -> Result<File> {
+pub(crate) fn take_lock(storage: &dyn Storage, dir: &Path) -> Result<FileLock> {
     let path = dir.join("LOCK");
     let file = match storage.open_file(&path, true) {
         Ok(file) => file,
@@ -685,9 +688,24 @@ pub(crate) fn take_lock(storage: &dyn Storage, dir: &Path) -> Result<File> {
         Err(e) => return Err(Error::io("open", &path, &e)),
     };
     match file.try_lock() {
-        Ok(()) => Ok(file),
+        Ok(()) => Ok(FileLock(file)),
         Err(TryLockError::WouldBlock) => Err(ErrorKind::Locked { path }.into()),
         Err(TryLockError::Error(error)) => Err(Error::io("flock", &path, &error)),
+    }
+}
+
+/// A held `flock` on a file, released explicitly (`LOCK_UN`) when dropped, before the file
+/// is closed. Closing alone releases the lock only once every descriptor of the open file
+/// is closed, and a child process this process forks (on any thread) holds copies of them
+/// all until it execs: a lock released by closing could outlive its holder for that
+/// moment, and a reopen right after would be refused `LOCKED` (LOG-1).
+#[derive(Debug)]
+pub(crate) struct FileLock(pub(crate) File);
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        // Best effort: should it fail, closing the file releases the lock anyway.
+        let _ = self.0.unlock();
     }
 }
 

@@ -112,7 +112,7 @@ impl std::fmt::Debug for Hook {
 #[derive(Debug)]
 pub(crate) struct Build {
     path: PathBuf,
-    _lock: std::fs::File,
+    _lock: crate::log::FileLock,
 }
 
 impl Build {
@@ -177,9 +177,16 @@ impl Store {
             }
             _ => dir.to_owned(),
         };
+        let created = std::fs::symlink_metadata(&root).is_err();
         storage
             .create_dir_all(&root)
             .map_err(|e| Error::io("create_dir", &root, &e))?;
+        // STORE-18: a new store's own entry in its parent is made durable too.
+        if created && let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+            storage
+                .sync_dir(parent)
+                .map_err(|e| Error::io("fsync", parent, &e))?;
+        }
         for sub in ["sessions", "trash", "tmp"] {
             let path = dir.join(sub);
             refuse_symlink(&path)?;
@@ -244,6 +251,7 @@ impl Store {
         if lock.try_lock().is_err() {
             return;
         }
+        let _lock = crate::log::FileLock(lock);
         let Ok(names) = storage.list_dir(&tmp) else {
             return;
         };
@@ -416,6 +424,10 @@ impl Store {
         let mut listing = Listing::default();
         for name in names {
             let dir = sessions.join(&name);
+            let gone = || {
+                std::fs::symlink_metadata(&dir)
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            };
             match std::fs::symlink_metadata(&dir) {
                 // STORE-1: a link is not followed, and not passed over in silence either.
                 Ok(meta) if meta.file_type().is_symlink() => {
@@ -423,10 +435,14 @@ impl Store {
                     continue;
                 }
                 Ok(meta) if !meta.is_dir() => continue,
+                // Deleted (or its create rolled back) since the directory was listed.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
                 _ => {}
             }
             match read_header_file(&dir, &name) {
                 Ok(header) => listing.headers.push(header),
+                // Deleted while its header was being read: not damage.
+                Err(_) if gone() => {}
                 Err(error) => listing.damaged.push(error),
             }
         }
@@ -576,7 +592,10 @@ impl Store {
         let path = tmp.join(format!("{}-{}-{n}", escape_id(id), std::process::id()));
         // A leftover of a dead process that had the same pid.
         let _ = std::fs::remove_dir_all(&path);
-        Ok(Build { path, _lock: lock })
+        Ok(Build {
+            path,
+            _lock: crate::log::FileLock(lock),
+        })
     }
 
     /// STORE-6, second half: renames the filled directory `tmp` to session `id`'s place and
