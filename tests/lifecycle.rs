@@ -361,3 +361,38 @@ fn a_closed_session_reopens_at_once_while_another_thread_spawns_children() {
         );
     });
 }
+
+/// STORE-8: a session deleted while a listing runs (listed by name, gone by the time its
+/// header is read) is neither listed nor reported damaged; the others are listed.
+#[test]
+fn a_session_deleted_during_a_listing_is_not_damage() {
+    let dir = scratch("lifecycle", "list-ghost");
+    let recording = Arc::new(Recording {
+        ghost: Some("deleted-meanwhile".to_owned()),
+        ..Recording::default()
+    });
+    let mut options = options();
+    options.log.storage = Arc::clone(&recording) as Arc<dyn Storage>;
+    let store = Store::at(&dir, options).unwrap();
+    drop(store.create("kept", None, None).unwrap());
+    let listing = store.list().unwrap();
+    let ids: Vec<_> = listing.headers.iter().map(|h| h.id().to_owned()).collect();
+    assert_eq!(ids, ["kept"]);
+    assert!(listing.damaged.is_empty(), "{:?}", listing.damaged);
+}
+
+/// STORE-18: creating a store makes its directory's entry durable: the parent is synced.
+#[test]
+fn a_new_store_syncs_its_parent_directory() {
+    let dir = scratch("lifecycle", "new-store");
+    let recording = Arc::new(Recording::default());
+    let mut options = options();
+    options.log.storage = Arc::clone(&recording) as Arc<dyn Storage>;
+    Store::at(&dir.join("parent").join("store"), options.clone()).unwrap();
+    let calls = recording.take();
+    assert!(calls.iter().any(|c| c == "sync parent"), "{calls:?}");
+    // Opening it again creates nothing and syncs no parent.
+    Store::at(&dir.join("parent").join("store"), options).unwrap();
+    let calls = recording.take();
+    assert!(!calls.iter().any(|c| c == "sync parent"), "{calls:?}");
+}
