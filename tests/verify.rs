@@ -387,3 +387,43 @@ fn every_flipped_byte_is_reported() {
     assert!(report(&fixture).ok());
     assert!(checked > 1000, "{checked} flips");
 }
+
+/// STORE-1, STORE-16: verify follows no link. A sealed segment, an index and the checkpoint
+/// replaced by links to intact copies outside the store are reported (or refused with
+/// `UNSAFE_PATH`) naming the link, never read as if they were the store's.
+#[test]
+fn verify_follows_no_link() {
+    let fixture = fixture("links", 6, false);
+    let outside = common::scratch("verify", "links-outside");
+    let checkpoint = fixture.dir.join("sessions/a/checkpoint");
+    let targets = [
+        files(&fixture, "a", ".seg")[0].clone(),
+        files(&fixture, "a", ".idx")[0].clone(),
+        checkpoint,
+    ];
+    for (n, path) in targets.iter().enumerate() {
+        let copy = outside.join(format!("copy-{n}"));
+        std::fs::copy(path, &copy).unwrap();
+        std::fs::remove_file(path).unwrap();
+        std::os::unix::fs::symlink(&copy, path).unwrap();
+        // Reported as a problem of the link, or refused naming it: never checked out.
+        match fixture.store.verify(None) {
+            Ok(report) => assert!(
+                !report.ok() && report.sessions[0].problems.iter().any(|p| p.file == *path),
+                "{}",
+                report.lines().join("\n")
+            ),
+            Err(error) => {
+                assert_eq!(error.code(), "UNSAFE_PATH", "{error}");
+                assert!(
+                    error.to_string().contains(&*path.to_string_lossy()),
+                    "{error}"
+                );
+            }
+        }
+        std::fs::remove_file(path).unwrap();
+        std::fs::copy(&copy, path).unwrap();
+    }
+    let report = report(&fixture);
+    assert!(report.ok(), "{}", report.lines().join("\n"));
+}

@@ -23,7 +23,7 @@ pub(super) fn read_checkpoint(
     found: &mut Found,
     path: &Path,
 ) -> Result<Option<checkpoint::Fields>> {
-    let bytes = match std::fs::read(path) {
+    let bytes = match crate::storage::read_regular(path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(Error::io("read", path, &error)),

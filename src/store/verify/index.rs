@@ -134,7 +134,7 @@ pub(super) fn check_index_records(
 /// IDX-1: the index file's bytes, when it is not longer than an index of its segment
 /// can be (reported otherwise).
 fn read_index(found: &mut Found, path: &Path, segment_len: u64) -> Result<Option<Vec<u8>>> {
-    let len = std::fs::metadata(path)
+    let len = std::fs::symlink_metadata(path)
         .map_err(|e| Error::io("stat", path, &e))?
         .len();
     // No index lists more records than its segment can hold: one per 72 bytes.
@@ -148,7 +148,7 @@ fn read_index(found: &mut Found, path: &Path, segment_len: u64) -> Result<Option
         );
         return Ok(None);
     }
-    std::fs::read(path)
+    crate::storage::read_regular(path)
         .map(Some)
         .map_err(|e| Error::io("read", path, &e))
 }

@@ -14,7 +14,9 @@ use crate::store::escape_id;
 /// STORE-2: the identity file.
 pub(super) fn check_identity_file(found: &mut Found, dir: &Path) {
     let path = dir.join("STORE");
-    match std::fs::read_to_string(&path) {
+    match crate::storage::read_regular(&path)
+        .and_then(|bytes| String::from_utf8(bytes).map_err(std::io::Error::other))
+    {
         Ok(text) => {
             if let Err(error) = crate::store::check_identity(&path, &text) {
                 found.error(&path, None, "STORE-2", error.to_string());
@@ -95,7 +97,7 @@ pub(super) fn check_header(
     asked: Option<&str>,
 ) -> Result<Option<String>> {
     let path = dir.join("header.json");
-    let bytes = match std::fs::read(&path) {
+    let bytes = match crate::storage::read_regular(&path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             found.error(&path, None, "STORE-16", "the session has no header.json");

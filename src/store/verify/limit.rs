@@ -87,14 +87,14 @@ pub(super) fn limit_path(place: &SegmentPlace<'_>) -> PathBuf {
 /// LIM-2, LIM-7: the limit file's bytes, when its length, magic, `crc`, `limit_version`,
 /// incompatible features and reserved field check out (reported otherwise).
 fn read_limit(found: &mut Found, path: &Path) -> Result<Option<Vec<u8>>> {
-    let len = std::fs::metadata(path)
+    let len = std::fs::symlink_metadata(path)
         .map_err(|e| Error::io("stat", path, &e))?
         .len();
     if len != LIMIT_LEN as u64 {
         found.error(path, None, "LIM-2", format!("{len} bytes, not {LIMIT_LEN}"));
         return Ok(None);
     }
-    let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, &e))?;
+    let bytes = crate::storage::read_regular(path).map_err(|e| Error::io("read", path, &e))?;
     let field32 = |at| u32_at(&bytes, at).unwrap_or_default();
     if bytes.get(..8) != Some(&LIMIT_MAGIC[..]) {
         found.error(path, Some(0), "LIM-2", "wrong magic");

@@ -34,7 +34,7 @@ pub(super) fn check_segment(
     target_crc: &mut Option<u32>,
 ) -> Result<Option<u64>> {
     let path = place.path;
-    let file = File::open(path).map_err(|e| Error::io("open", path, &e))?;
+    let file = crate::storage::open_regular(path).map_err(|e| Error::io("open", path, &e))?;
     let file_len = file
         .metadata()
         .map_err(|e| Error::io("stat", path, &e))?
