@@ -1,12 +1,15 @@
-//! Issue 11's sweep: on a small closed multi-segment session and its fork, flip every
-//! byte of every segment, index, limit and checkpoint, one at a time, and read the store
-//! through every path. Each read returns the original data or an error: never different
-//! data, never fewer events or messages, never a panic. A writer's open of the damaged
-//! store (on a copy, since it may repair a torn tail) keeps every durable event too.
+//! The corruption sweep (issues 11 and 13): on a small closed multi-segment session and its
+//! fork, damage every segment, index, limit and checkpoint one way at a time (a bit
+//! flipped, or the file cut short), and read the store through every path. Each read
+//! returns the original data or an error: never different data, never fewer events or
+//! messages, never a panic. A writer's open of the damaged store (on a copy, since it may
+//! repair) keeps every durable event too. `STORE` and `header.json` are swept apart.
 //!
-//! By default it flips every byte of the first 64 of each file and every 3rd byte after
-//! them for the read-only paths, and opens a writer on every 9th of those flips;
-//! `SURFACELOG_SWEEP_STRIDE=1` flips every byte and opens a writer on each.
+//! By default it flips one bit (rotating) of every byte of the first 64 of each file and
+//! of every 3rd byte after them, cuts each file at every one of those lengths with a
+//! stride of 5, and opens a writer on every 9th damage; `SURFACELOG_SWEEP_STRIDE=1` flips
+//! every bit of every byte, cuts at every length and opens a writer on each
+//! (`cargo test --release --test sweep -- --nocapture`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -185,8 +188,71 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// One damage of one file: a bit flipped, or the file cut to a length.
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    Flip { offset: usize, bit: u8 },
+    Cut { len: usize },
+}
+
+impl Damage {
+    fn apply(self, pristine: &[u8]) -> Vec<u8> {
+        match self {
+            Self::Flip { offset, bit } => {
+                let mut bytes = pristine.to_vec();
+                bytes[offset] ^= 1 << bit;
+                bytes
+            }
+            Self::Cut { len } => pristine[..len].to_vec(),
+        }
+    }
+}
+
+/// The damages of a file of `bytes`: with `every` (`SURFACELOG_SWEEP_STRIDE=1`), every bit
+/// of every byte flipped and a cut at every length; otherwise the [`offsets`] with
+/// `stride`, each flipping one bit (rotating through the 8), and cuts at the offsets with
+/// `stride + 2`.
+fn damages(bytes: &[u8], stride: usize, every: bool) -> Vec<Damage> {
+    let flips: Vec<Damage> = if every {
+        (0..bytes.len())
+            .flat_map(|offset| (0..8).map(move |bit| Damage::Flip { offset, bit }))
+            .collect()
+    } else {
+        offsets(bytes, stride)
+            .into_iter()
+            .map(|offset| Damage::Flip {
+                offset,
+                bit: u8::try_from(offset % 8).unwrap(),
+            })
+            .collect()
+    };
+    let cuts = if every {
+        (0..bytes.len()).collect()
+    } else {
+        offsets(bytes, stride + 2)
+    };
+    flips
+        .into_iter()
+        .chain(cuts.into_iter().map(|len| Damage::Cut { len }))
+        .collect()
+}
+
+/// What a sweep counted.
+#[derive(Debug, Default)]
+struct Tally {
+    damages: usize,
+    refused: usize,
+    writer_opens: usize,
+}
+
+/// Issues 11 and 13: on a small closed multi-segment session and its fork, every file of
+/// the sessions (segments, indexes, limit, checkpoint) damaged one way at a time: a bit
+/// flipped, or the file cut short. Every read path returns the original data or an error
+/// naming the damage (`CORRUPT`, `FORMAT_VERSION`): never different data, never fewer
+/// events, never a panic or a signal; and a writer's open (on a copy) keeps every event,
+/// since everything of a closed session is durable (no torn tail to drop), or refuses.
 #[test]
-fn issue_11_every_flipped_byte_reads_back_as_the_original_or_an_error() {
+fn every_flipped_bit_and_cut_reads_back_as_the_original_or_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let store_dir = dir.path().join("store");
     let store = Store::at(&store_dir, store_options()).unwrap();
@@ -208,78 +274,163 @@ fn issue_11_every_flipped_byte_reads_back_as_the_original_or_an_error() {
         .map(|&id| (id, contents(&store.inspect(id).unwrap())))
         .collect();
     let files = targets(&store_dir);
-    assert!(
+    let has = |ext: &str| {
         files
             .iter()
-            .any(|f| f.extension().is_some_and(|e| e == "lim"))
-    );
-    assert!(
-        files
-            .iter()
-            .filter(|f| f.extension().is_some_and(|e| e == "seg"))
+            .filter(|f| f.extension().is_some_and(|e| e == ext))
             .count()
-            >= 4
+    };
+    assert!(
+        has("lim") == 1 && has("seg") >= 4 && has("idx") >= 1,
+        "{files:?}"
     );
 
     let stride: Option<usize> = std::env::var("SURFACELOG_SWEEP_STRIDE")
         .ok()
         .and_then(|s| s.parse().ok());
+    let every = stride == Some(1);
     let (read_stride, writer_every) = stride.map_or((3, 9), |s| (s.max(1), s.max(1)));
-    let (mut flips, mut refused, mut writer_opens) = (0, 0, 0);
+    let mut tally = Tally::default();
+    let mut bytes_swept = 0;
     for file in &files {
         let pristine = std::fs::read(file).unwrap();
-        for (n, offset) in offsets(&pristine, read_stride).into_iter().enumerate() {
-            let mut bytes = pristine.clone();
-            bytes[offset] ^= 0x01;
+        bytes_swept += pristine.len();
+        for (n, damage) in damages(&pristine, read_stride, every)
+            .into_iter()
+            .enumerate()
+        {
+            let bytes = damage.apply(&pristine);
             std::fs::write(file, &bytes).unwrap();
-            let what = format!("{} offset {offset}", file.display());
-            flips += 1;
-            // The read-only paths, in place: they change no file.
-            for id in ids {
-                match store.follow(id) {
-                    Ok(follower) => refused += check_log(follower.log(), &expected[id], &what),
-                    Err(error) => {
-                        assert_error(&error, &what);
-                        refused += 1;
-                    }
-                }
-                match store.inspect(id) {
-                    Ok(session) => refused += check(&session, &expected[id], &what),
-                    Err(error) => {
-                        assert_error(&error, &what);
-                        refused += 1;
-                    }
-                }
-            }
+            let what = format!("{} {damage:?}", file.display());
+            tally.damages += 1;
+            read_only_paths(&store, &ids, &expected, &what, &mut tally);
             assert_eq!(
                 std::fs::read(file).unwrap(),
                 bytes,
                 "{what}: a read changed it"
             );
-            // A writer's open, on a copy of the damaged store.
             if n % writer_every == 0 {
-                writer_opens += 1;
-                let copy = dir.path().join("copy");
-                copy_dir(&store_dir, &copy);
-                let copied = Store::at(&copy, store_options()).unwrap();
-                for id in ids {
-                    match copied.open(id) {
-                        Ok((session, _)) => refused += check(&session, &expected[id], &what),
-                        Err(error) => {
-                            assert_error(&error, &what);
-                            refused += 1;
-                        }
-                    }
-                }
-                drop(copied);
-                std::fs::remove_dir_all(&copy).unwrap();
+                writer_open_on_a_copy(dir.path(), &store_dir, &ids, &expected, &what, &mut tally);
             }
         }
         std::fs::write(file, &pristine).unwrap();
     }
-    assert!(refused > 0, "the sweep found damage");
+    assert!(tally.refused > 0, "the sweep found damage");
     eprintln!(
-        "sweep: {} files, {flips} flips, {writer_opens} writer opens on copies, {refused} refused reads",
-        files.len()
+        "sweep: {} files, {bytes_swept} bytes, {} damages (flips and cuts), {} writer opens on \
+         copies, {} refused reads",
+        files.len(),
+        tally.damages,
+        tally.writer_opens,
+        tally.refused
     );
+}
+
+/// The read-only paths, in place (they change no file): a follower and an inspection of
+/// each session.
+fn read_only_paths(
+    store: &Store,
+    ids: &[&str],
+    expected: &BTreeMap<&str, Contents>,
+    what: &str,
+    tally: &mut Tally,
+) {
+    for &id in ids {
+        match store.follow(id) {
+            Ok(follower) => tally.refused += check_log(follower.log(), &expected[id], what),
+            Err(error) => {
+                assert_error(&error, what);
+                tally.refused += 1;
+            }
+        }
+        match store.inspect(id) {
+            Ok(session) => tally.refused += check(&session, &expected[id], what),
+            Err(error) => {
+                assert_error(&error, what);
+                tally.refused += 1;
+            }
+        }
+    }
+}
+
+/// A writer's open of each session, on a copy of the damaged store (it may repair).
+fn writer_open_on_a_copy(
+    scratch: &Path,
+    store_dir: &Path,
+    ids: &[&str],
+    expected: &BTreeMap<&str, Contents>,
+    what: &str,
+    tally: &mut Tally,
+) {
+    tally.writer_opens += 1;
+    let copy = scratch.join("copy");
+    copy_dir(store_dir, &copy);
+    let copied = Store::at(&copy, store_options()).unwrap();
+    for &id in ids {
+        match copied.open(id) {
+            Ok((session, _)) => tally.refused += check(&session, &expected[id], what),
+            Err(error) => {
+                assert_error(&error, what);
+                tally.refused += 1;
+            }
+        }
+    }
+    drop(copied);
+    std::fs::remove_dir_all(&copy).unwrap();
+}
+
+/// Issue 13: the store's identity file `STORE` and a session's `header.json`, flipped and
+/// cut. `header.json` carries no checksum (STORE-4), so a flip inside one of its values
+/// can go unseen: what is checked is that nothing panics, every refusal carries its code,
+/// and the log's events read back unchanged whenever the session opens.
+#[test]
+fn a_damaged_store_identity_or_header_is_refused_or_harmless() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("store");
+    let store = Store::at(&store_dir, store_options()).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    workload(&mut session, 2);
+    session.close().unwrap();
+    let expected = contents(&store.inspect("s").unwrap());
+    drop(store);
+    let every = std::env::var("SURFACELOG_SWEEP_STRIDE").is_ok_and(|s| s == "1");
+    let mut refusals = BTreeMap::<String, usize>::new();
+    let mut damages_done = 0;
+    for file in [
+        store_dir.join("STORE"),
+        store_dir.join("sessions/s/header.json"),
+    ] {
+        let pristine = std::fs::read(&file).unwrap();
+        for damage in damages(&pristine, 1, every) {
+            std::fs::write(&file, damage.apply(&pristine)).unwrap();
+            damages_done += 1;
+            let what = format!("{} {damage:?}", file.display());
+            let outcome = Store::at(&store_dir, store_options()).and_then(|store| {
+                let inspected = store.inspect("s")?;
+                assert_eq!(
+                    contents(&inspected),
+                    expected,
+                    "{what}: the log reads the same"
+                );
+                drop(inspected);
+                let (opened, _) = store.open("s")?;
+                assert_eq!(opened.seq_next(), expected.events.len() as u64, "{what}");
+                Ok(())
+            });
+            if let Err(error) = outcome {
+                let code = error.code().to_owned();
+                assert!(
+                    matches!(
+                        code.as_str(),
+                        "CORRUPT" | "FORMAT_VERSION" | "HEADER_INVALID" | "SESSION_NOT_FOUND"
+                    ),
+                    "{what}: {error}"
+                );
+                *refusals.entry(code).or_default() += 1;
+            }
+        }
+        std::fs::write(&file, &pristine).unwrap();
+    }
+    assert!(!refusals.is_empty(), "damage was refused somewhere");
+    eprintln!("identity and header sweep: {damages_done} damages, refusals {refusals:?}");
 }

@@ -48,7 +48,15 @@ impl Store {
     pub fn follow(&self, id: &str) -> Result<Follower> {
         let dir = self.session_dir(id);
         Self::read_header(id, &dir)?;
+        // RCV-14, as `inspect`: the checkpoint, read before the log, is a durable mark; a
+        // log shorter than it lost events (a last segment gone or cut to nothing reads
+        // like one whose creation a crash cut short, RCV-7).
+        let durable_seq = Checkpoint::read(&dir)
+            .as_ref()
+            .map_or(0, super::checkpoint::Unverified::seq_next);
         let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())?;
+        super::checkpoint::check_not_ahead(&dir, reader.seq_next(), durable_seq)
+            .map_err(|e| e.in_session(id))?;
         Ok(Follower { reader })
     }
 
