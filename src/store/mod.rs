@@ -177,15 +177,39 @@ impl Store {
             }
             _ => dir.to_owned(),
         };
+        // STORE-19: each directory made here is synced into its parent.
+        let mut made: Vec<PathBuf> = root
+            .ancestors()
+            .take_while(|path| {
+                !path.as_os_str().is_empty() && std::fs::symlink_metadata(path).is_err()
+            })
+            .map(Path::to_path_buf)
+            .collect();
         storage
             .create_dir_all(&root)
             .map_err(|e| Error::io("create_dir", &root, &e))?;
         for sub in ["sessions", "trash", "tmp"] {
             let path = dir.join(sub);
             refuse_symlink(&path)?;
+            if std::fs::symlink_metadata(&path).is_err() {
+                made.push(path.clone());
+            }
             storage
                 .create_dir_all(&path)
                 .map_err(|e| Error::io("create_dir", &path, &e))?;
+        }
+        let mut parents: Vec<&Path> = made.iter().filter_map(|path| path.parent()).collect();
+        parents.sort();
+        parents.dedup();
+        for parent in parents {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            storage
+                .sync_dir(parent)
+                .map_err(|e| Error::io("fsync", parent, &e))?;
         }
         refuse_symlink(&dir.join(TMP_LOCK))?;
         let identity = dir.join("STORE");
@@ -249,7 +273,7 @@ impl Store {
         };
         let mut removed = false;
         for name in &names {
-            removed |= std::fs::remove_dir_all(tmp.join(name)).is_ok();
+            removed |= storage.remove_dir_all(&tmp.join(name)).is_ok();
         }
         if removed {
             let _ = storage.sync_dir(&tmp);
@@ -451,7 +475,11 @@ impl Store {
     pub fn remove(&self, id: &str) -> Result<()> {
         let trashed = self.trash(id)?;
         self.refuse_store_links()?;
-        std::fs::remove_dir_all(&trashed).map_err(|e| Error::io("remove", &trashed, &e))?;
+        self.options
+            .log
+            .storage
+            .remove_dir_all(&trashed)
+            .map_err(|e| Error::io("remove", &trashed, &e))?;
         let trash = self.dir.join("trash");
         self.options
             .log
@@ -536,7 +564,9 @@ impl Store {
             .map_err(|e| Error::io("list", &trash, &e))?;
         for name in &names {
             let path = trash.join(name);
-            std::fs::remove_dir_all(&path).map_err(|e| Error::io("remove", &path, &e))?;
+            storage
+                .remove_dir_all(&path)
+                .map_err(|e| Error::io("remove", &path, &e))?;
         }
         if !names.is_empty() {
             storage
@@ -551,7 +581,7 @@ impl Store {
     fn publish(&self, id: &str, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
         let build = self.tmp_dir(id)?;
         if let Err(error) = write(build.path()) {
-            let _ = std::fs::remove_dir_all(build.path());
+            let _ = self.options.log.storage.remove_dir_all(build.path());
             return Err(error);
         }
         self.publish_dir(id, build.path())
@@ -575,7 +605,7 @@ impl Store {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = tmp.join(format!("{}-{}-{n}", escape_id(id), std::process::id()));
         // A leftover of a dead process that had the same pid.
-        let _ = std::fs::remove_dir_all(&path);
+        let _ = self.options.log.storage.remove_dir_all(&path);
         Ok(Build { path, _lock: lock })
     }
 
@@ -586,17 +616,17 @@ impl Store {
         let final_dir = self.session_dir(id);
         let taken = || std::fs::symlink_metadata(&final_dir).is_ok();
         if let Err(error) = self.refuse_store_links().and_then(|()| refuse_symlink(tmp)) {
-            let _ = std::fs::remove_dir_all(tmp);
+            let _ = self.options.log.storage.remove_dir_all(tmp);
             return Err(error);
         }
         if taken() {
-            let _ = std::fs::remove_dir_all(tmp);
+            let _ = self.options.log.storage.remove_dir_all(tmp);
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
         }
         self.step(Step::BeforePublish(id));
         let storage = &self.options.log.storage;
         if let Err(error) = storage.rename(tmp, &final_dir) {
-            let _ = std::fs::remove_dir_all(tmp);
+            let _ = self.options.log.storage.remove_dir_all(tmp);
             if taken() {
                 return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
             }
