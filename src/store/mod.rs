@@ -368,6 +368,14 @@ impl Store {
         } else {
             (log, report)
         };
+        // STORE-20: the segments the log continues in are durable names before anything
+        // appended now is acknowledged (a directory sync that failed earlier, in this
+        // process, may have left the last segment's entry in the page cache only).
+        self.options
+            .log
+            .storage
+            .sync_dir(&log_dir)
+            .map_err(|e| Error::io("fsync", &log_dir, &e).in_session(id))?;
         let stored = crate::event::EventSource::seq_next(&log);
         let (surface, repair, used) = match loaded {
             Ok(cp) => {
@@ -900,8 +908,12 @@ fn write_identity(options: &StoreOptions, dir: &Path) -> Result<()> {
         });
     if let Err(error) = written {
         let _ = storage.remove_file(&tmp);
+        // Another creator's `STORE`, or this call's own whose directory sync failed: it
+        // is the store's only once the directory's sync succeeds (STORE-5, STORE-19).
         return match std::fs::read_to_string(&identity) {
-            Ok(found) if check_identity(&identity, &found).is_ok() => Ok(()),
+            Ok(found) if check_identity(&identity, &found).is_ok() => storage
+                .sync_dir(dir)
+                .map_err(|e| Error::io("fsync", dir, &e)),
             _ => Err(error),
         };
     }
