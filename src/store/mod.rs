@@ -192,7 +192,8 @@ impl Store {
             let path = dir.join(sub);
             refuse_symlink(&path)?;
             if std::fs::symlink_metadata(&path).is_err() {
-                made.push(path.clone());
+                // Synced through the resolved root: `dir` may be the caller's link.
+                made.push(root.join(sub));
             }
             storage
                 .create_dir_all(&path)
