@@ -811,7 +811,11 @@ fn the_simulated_disk_keeps_what_was_synced_and_may_drop_the_rest() {
             bytes[1024..].iter().all(|&b| b == 0 || b == 2),
             "seed {seed}"
         );
-        match bytes[1024..].iter().filter(|&&b| b == 2).count() {
+        match bytes[1024..]
+            .iter()
+            .map(|&b| usize::from(b == 2))
+            .sum::<usize>()
+        {
             0 => none += 1,
             2048 => whole += 1,
             _ => torn += 1,
