@@ -662,6 +662,12 @@ fn campaign(seeds: std::ops::Range<u64>, rate: u32) -> u64 {
     let mut crashes = 0;
     for seed in seeds {
         let total = must(seed, None, rate).points;
+        // Replays are exact only if the workload's I/O is: the same calls, in the same order.
+        assert_eq!(
+            must(seed, None, rate).points,
+            total,
+            "seed {seed}: the workload's I/O is not deterministic"
+        );
         for k in 1..=total {
             must(seed, Some(k), rate);
             crashes += 1;
