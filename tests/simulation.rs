@@ -296,7 +296,7 @@ impl Run<'_> {
                     content: "[]",
                     shadowed_token_count: 1,
                 });
-                self.after(outcome.map(|_| ()))
+                self.after(outcome.map(|_| ()), 2)
             }
             8 => {
                 let Some(&(user_seq, result)) = self.turns.last() else {
@@ -316,7 +316,7 @@ impl Run<'_> {
                     summary_extra: None,
                     message: &message,
                 });
-                self.after(outcome.map(|_| ()))
+                self.after(outcome.map(|_| ()), 4)
             }
             9 | 10 => self.flush(),
             11 => self.reopen(),
@@ -382,15 +382,15 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// After a prune or a compaction (two events): records its events.
-    fn after(&mut self, outcome: Step) -> Step {
+    /// After a prune (two events) or a compaction (four): records its events.
+    fn after(&mut self, outcome: Step, events: u64) -> Step {
         match outcome {
             Ok(()) => {
                 self.record();
                 Ok(())
             }
             Err(error) => {
-                self.s().maybe_more = 2;
+                self.s().maybe_more = events;
                 Err(error)
             }
         }
