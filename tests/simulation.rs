@@ -8,7 +8,10 @@
 //! A failure names the seed and point and one command that replays exactly that run:
 //! `SURFACELOG_SIM_SEED=<seed> SURFACELOG_SIM_POINT=<k> cargo test --test simulation -- replay`.
 //! `cargo test --release --test simulation -- --ignored` runs a long campaign
-//! (`SURFACELOG_SIM_SEEDS`, default 2,000 seeds).
+//! (`SURFACELOG_SIM_SEEDS`, default 2,000 seeds). For diagnosis: `SURFACELOG_SIM_TRACE=1`
+//! prints the workload's steps, the directory operations, syncs, faults and the crash's
+//! tree; `SURFACELOG_SIM_TREE=1` lists the files after a failed check;
+//! `SURFACELOG_SIM_TIMING=1` times the phases of a run.
 
 mod common;
 
