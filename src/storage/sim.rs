@@ -433,6 +433,33 @@ fn land(state: &mut State, node: &FileNode) -> (Vec<u8>, u64) {
     (bytes, len)
 }
 
+/// The content of `node` with every pending operation landed whole.
+fn land_all(node: &FileNode) -> (Vec<u8>, u64) {
+    let mut bytes = node.durable.clone();
+    let mut len = node.len;
+    for pending in &node.pending {
+        match pending {
+            Pending::SetLen(new) => {
+                len = *new;
+                bytes.truncate(usize::try_from(len).unwrap_or(usize::MAX));
+            }
+            Pending::Write {
+                offset,
+                bytes: written,
+            } => {
+                let start = usize::try_from(*offset).unwrap_or(usize::MAX);
+                let stop = start.saturating_add(written.len());
+                if bytes.len() < stop {
+                    bytes.resize(stop, 0);
+                }
+                bytes[start..stop].copy_from_slice(written);
+                len = len.max(stop as u64);
+            }
+        }
+    }
+    (bytes, len)
+}
+
 fn ino_of(file: &File) -> io::Result<u64> {
     Ok(file.metadata()?.ino())
 }
@@ -581,13 +608,21 @@ impl Storage for SimStorage {
                 return Err(errno(rustix::io::Errno::IO));
             }
         }
-        let len = file.metadata()?.len();
-        let mut bytes = vec![0; usize::try_from(len).unwrap_or(0)];
-        file.read_exact_at(&mut bytes, 0)?;
+        // Everything pending lands: the new durable image is built from the old one and
+        // the pending operations, not read back (a segment grown ahead of its records
+        // would be read whole at every sync).
         let mut state = self.state();
         let id = state.id(ino).unwrap_or(0);
-        if state.files.contains_key(&id) {
-            state.files.insert(id, durable_node(bytes));
+        if let Some(node) = state.files.get(&id) {
+            let (bytes, len) = land_all(node);
+            state.files.insert(
+                id,
+                FileNode {
+                    durable: bytes,
+                    len,
+                    pending: Vec::new(),
+                },
+            );
         }
         Ok(())
     }
