@@ -198,7 +198,7 @@ impl Drop for Import<'_> {
         // Unfinished: close the log first (its lock lives in the directory), then remove.
         drop(self.session.take());
         if !self.tmp.as_os_str().is_empty() {
-            let _ = std::fs::remove_dir_all(&self.tmp);
+            let _ = self.store.options.log.storage.remove_dir_all(&self.tmp);
         }
     }
 }
