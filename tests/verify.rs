@@ -222,7 +222,17 @@ fn redo_index_crc(path: &Path, change: impl FnOnce(&mut Vec<u8>)) {
 #[test]
 fn a_damaged_index_its_offsets_and_its_data_crc() {
     let (fixture, index, original) = flipped_first("index", "a", ".idx", 60);
-    assert_reported(&report(&fixture), "a", &index, "IDX-2", Some(52));
+    // A crc that fails may be a crash's tear of a cache written without a sync: a warning.
+    let torn = report(&fixture);
+    assert!(torn.ok(), "{}", torn.lines().join("\n"));
+    assert!(
+        torn.sessions[0]
+            .problems
+            .iter()
+            .any(|p| p.rule == "IDX-2" && p.offset == Some(52) && p.severity == Severity::Warning),
+        "{}",
+        torn.lines().join("\n")
+    );
     std::fs::write(&index, &original).unwrap();
     redo_index_crc(&index, |b| b[60] = b[60].wrapping_add(8));
     assert_reported(&report(&fixture), "a", &index, "IDX-2", Some(60));
@@ -371,9 +381,11 @@ fn every_flipped_byte_is_reported() {
                 "b"
             };
             let report = fixture.store.verify(Some(&[owner])).unwrap();
-            let named = report
-                .problems()
-                .any(|(_, p)| p.severity == Severity::Error && p.file.file_name() == Some(&name));
+            // An index is a cache a crash may tear (IDX-2): its damage is a warning.
+            let cache = path.extension().is_some_and(|e| e == "idx");
+            let named = report.problems().any(|(_, p)| {
+                (p.severity == Severity::Error || cache) && p.file.file_name() == Some(&name)
+            });
             assert!(
                 named,
                 "byte {at} of {} not reported:\n{}",

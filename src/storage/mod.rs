@@ -12,6 +12,7 @@
 //! naming the link; the store checks the directories above it (STORE-1).
 
 pub mod faulty;
+pub mod sim;
 
 use std::fmt::Debug;
 use std::fs::{File, OpenOptions};
@@ -82,6 +83,23 @@ pub trait Storage: Debug + Send + Sync {
     /// # Errors
     /// The OS error.
     fn remove_file(&self, path: &Path) -> io::Result<()>;
+
+    /// Makes `to` a new name of the file `from` (a hard link; a fork shares sealed
+    /// segments this way, `store.md` STORE-10).
+    ///
+    /// # Errors
+    /// The OS error.
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::hard_link(from, to)
+    }
+
+    /// Removes a directory and everything in it.
+    ///
+    /// # Errors
+    /// The OS error.
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_dir_all(path)
+    }
 }
 
 /// The real filesystem.

@@ -118,7 +118,7 @@ fn write_fork(
     let source_log = reader.dir();
     let prefix = reader.prefix(child.len)?;
     for &(path, limited) in &prefix.whole {
-        link_whole(path, limited, &log_dir)?;
+        link_whole(storage, path, limited, &log_dir)?;
     }
     let mut limit = None;
     // The segment the child's first append, the end-seed marker, goes to (LIM-4): after
@@ -144,7 +144,7 @@ fn write_fork(
         }
     };
     create_own_segment(storage, &log_dir, own, child.marker, &mut syncs)?;
-    link_checkpoint(source_log, dir, child.len);
+    link_checkpoint(storage, source_log, dir, child.len);
     syncs.dirs = vec![log_dir, dir.to_owned()];
     syncs.run(storage)?;
     Ok(limit)
@@ -152,16 +152,16 @@ fn write_fork(
 
 /// A sealed segment of the prefix, shared whole with its index and, when `limited`, its
 /// limit.
-fn link_whole(path: &Path, limited: bool, log_dir: &Path) -> Result<()> {
+fn link_whole(storage: &dyn Storage, path: &Path, limited: bool, log_dir: &Path) -> Result<()> {
     let Some(name) = path.file_name() else {
         return Ok(());
     };
-    link(path, &log_dir.join(name))?;
+    link(storage, path, &log_dir.join(name))?;
     let extensions: &[&str] = if limited { &["idx", "lim"] } else { &["idx"] };
     for &extension in extensions {
         let from = path.with_extension(extension);
         let to = log_dir.join(name).with_extension(extension);
-        match std::fs::hard_link(&from, &to) {
+        match storage.hard_link(&from, &to) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             // An index is a cache (IDX-2); a limit is not (LIM-5).
@@ -231,7 +231,7 @@ fn share_boundary(
             .map_err(|e| Error::io("open", boundary.path, &e))?;
         syncs.files.push((boundary.path.to_owned(), source));
     }
-    link(boundary.path, &log_dir.join(segment_name(first)))?;
+    link(storage, boundary.path, &log_dir.join(segment_name(first)))?;
     let last_offset = boundary.offsets.last().copied().unwrap_or_default();
     let end = u32::try_from(boundary.end).unwrap_or(u32::MAX);
     let limit = Limit {
@@ -265,23 +265,28 @@ fn share_boundary(
 /// child's log holds the same bytes, so CKP-3 accepts it there. It is shared by a link:
 /// checkpoints are replaced by rename, never written in place (CKP-5). A cache: a failure
 /// only costs the child a full fold at its first open.
-fn link_checkpoint(source_log: &Path, dir: &Path, len: u64) {
+fn link_checkpoint(storage: &dyn Storage, source_log: &Path, dir: &Path, len: u64) {
     let Some(source_dir) = source_log.parent() else {
         return;
     };
     let target = dir.join(CHECKPOINT_FILE);
-    if std::fs::hard_link(source_dir.join(CHECKPOINT_FILE), &target).is_err() {
+    if storage
+        .hard_link(&source_dir.join(CHECKPOINT_FILE), &target)
+        .is_err()
+    {
         return;
     }
     // Read what was linked, not the name, which the source's writer may replace meanwhile.
     let covers = super::checkpoint::covered_len(&target);
     if covers.is_none_or(|covered| covered > len) {
-        let _ = std::fs::remove_file(&target);
+        let _ = storage.remove_file(&target);
     }
 }
 
-fn link(from: &Path, to: &Path) -> Result<()> {
-    std::fs::hard_link(from, to).map_err(|e| Error::io("link", to, &e))
+fn link(storage: &dyn Storage, from: &Path, to: &Path) -> Result<()> {
+    storage
+        .hard_link(from, to)
+        .map_err(|e| Error::io("link", to, &e))
 }
 
 /// The files and directories a fork syncs before it publishes its child (STORE-13).

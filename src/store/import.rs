@@ -102,7 +102,9 @@ impl Store {
         super::refuse_symlink(&self.dir.join("sessions"))?;
         super::refuse_symlink(&dir)?;
         let lock = crate::log::take_lock(storage, &dir.join("log"))?;
-        std::fs::remove_dir_all(&dir).map_err(|e| Error::io("remove", &dir, &e))?;
+        storage
+            .remove_dir_all(&dir)
+            .map_err(|e| Error::io("remove", &dir, &e))?;
         drop(lock);
         let sessions = self.dir.join("sessions");
         storage
@@ -196,7 +198,7 @@ impl Drop for Import<'_> {
         // Unfinished: close the log first (its lock lives in the directory), then remove.
         drop(self.session.take());
         if !self.tmp.as_os_str().is_empty() {
-            let _ = std::fs::remove_dir_all(&self.tmp);
+            let _ = self.store.options.log.storage.remove_dir_all(&self.tmp);
         }
     }
 }

@@ -177,22 +177,40 @@ impl Store {
             }
             _ => dir.to_owned(),
         };
-        let created = std::fs::symlink_metadata(&root).is_err();
+        // STORE-19: each directory made here is synced into its parent.
+        let mut made: Vec<PathBuf> = root
+            .ancestors()
+            .take_while(|path| {
+                !path.as_os_str().is_empty() && std::fs::symlink_metadata(path).is_err()
+            })
+            .map(Path::to_path_buf)
+            .collect();
         storage
             .create_dir_all(&root)
             .map_err(|e| Error::io("create_dir", &root, &e))?;
-        // STORE-18: a new store's own entry in its parent is made durable too.
-        if created && let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
-            storage
-                .sync_dir(parent)
-                .map_err(|e| Error::io("fsync", parent, &e))?;
-        }
         for sub in ["sessions", "trash", "tmp"] {
             let path = dir.join(sub);
             refuse_symlink(&path)?;
+            if std::fs::symlink_metadata(&path).is_err() {
+                // Synced through the resolved root: `dir` may be the caller's link.
+                made.push(root.join(sub));
+            }
             storage
                 .create_dir_all(&path)
                 .map_err(|e| Error::io("create_dir", &path, &e))?;
+        }
+        let mut parents: Vec<&Path> = made.iter().filter_map(|path| path.parent()).collect();
+        parents.sort();
+        parents.dedup();
+        for parent in parents {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            storage
+                .sync_dir(parent)
+                .map_err(|e| Error::io("fsync", parent, &e))?;
         }
         refuse_symlink(&dir.join(TMP_LOCK))?;
         let identity = dir.join("STORE");
@@ -257,7 +275,7 @@ impl Store {
         };
         let mut removed = false;
         for name in &names {
-            removed |= std::fs::remove_dir_all(tmp.join(name)).is_ok();
+            removed |= storage.remove_dir_all(&tmp.join(name)).is_ok();
         }
         if removed {
             let _ = storage.sync_dir(&tmp);
@@ -352,6 +370,14 @@ impl Store {
         } else {
             (log, report)
         };
+        // STORE-20: the segments the log continues in are durable names before anything
+        // appended now is acknowledged (a directory sync that failed earlier, in this
+        // process, may have left the last segment's entry in the page cache only).
+        self.options
+            .log
+            .storage
+            .sync_dir(&log_dir)
+            .map_err(|e| Error::io("fsync", &log_dir, &e).in_session(id))?;
         let stored = crate::event::EventSource::seq_next(&log);
         let (surface, repair, used) = match loaded {
             Ok(cp) => {
@@ -467,7 +493,11 @@ impl Store {
     pub fn remove(&self, id: &str) -> Result<()> {
         let trashed = self.trash(id)?;
         self.refuse_store_links()?;
-        std::fs::remove_dir_all(&trashed).map_err(|e| Error::io("remove", &trashed, &e))?;
+        self.options
+            .log
+            .storage
+            .remove_dir_all(&trashed)
+            .map_err(|e| Error::io("remove", &trashed, &e))?;
         let trash = self.dir.join("trash");
         self.options
             .log
@@ -552,7 +582,9 @@ impl Store {
             .map_err(|e| Error::io("list", &trash, &e))?;
         for name in &names {
             let path = trash.join(name);
-            std::fs::remove_dir_all(&path).map_err(|e| Error::io("remove", &path, &e))?;
+            storage
+                .remove_dir_all(&path)
+                .map_err(|e| Error::io("remove", &path, &e))?;
         }
         if !names.is_empty() {
             storage
@@ -567,7 +599,7 @@ impl Store {
     fn publish(&self, id: &str, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
         let build = self.tmp_dir(id)?;
         if let Err(error) = write(build.path()) {
-            let _ = std::fs::remove_dir_all(build.path());
+            let _ = self.options.log.storage.remove_dir_all(build.path());
             return Err(error);
         }
         self.publish_dir(id, build.path())
@@ -591,7 +623,7 @@ impl Store {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = tmp.join(format!("{}-{}-{n}", escape_id(id), std::process::id()));
         // A leftover of a dead process that had the same pid.
-        let _ = std::fs::remove_dir_all(&path);
+        let _ = self.options.log.storage.remove_dir_all(&path);
         Ok(Build {
             path,
             _lock: crate::log::FileLock(lock),
@@ -605,17 +637,17 @@ impl Store {
         let final_dir = self.session_dir(id);
         let taken = || std::fs::symlink_metadata(&final_dir).is_ok();
         if let Err(error) = self.refuse_store_links().and_then(|()| refuse_symlink(tmp)) {
-            let _ = std::fs::remove_dir_all(tmp);
+            let _ = self.options.log.storage.remove_dir_all(tmp);
             return Err(error);
         }
         if taken() {
-            let _ = std::fs::remove_dir_all(tmp);
+            let _ = self.options.log.storage.remove_dir_all(tmp);
             return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
         }
         self.step(Step::BeforePublish(id));
         let storage = &self.options.log.storage;
         if let Err(error) = storage.rename(tmp, &final_dir) {
-            let _ = std::fs::remove_dir_all(tmp);
+            let _ = self.options.log.storage.remove_dir_all(tmp);
             if taken() {
                 return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
             }
@@ -889,8 +921,12 @@ fn write_identity(options: &StoreOptions, dir: &Path) -> Result<()> {
         });
     if let Err(error) = written {
         let _ = storage.remove_file(&tmp);
+        // Another creator's `STORE`, or this call's own whose directory sync failed: it
+        // is the store's only once the directory's sync succeeds (STORE-5, STORE-19).
         return match std::fs::read_to_string(&identity) {
-            Ok(found) if check_identity(&identity, &found).is_ok() => Ok(()),
+            Ok(found) if check_identity(&identity, &found).is_ok() => storage
+                .sync_dir(dir)
+                .map_err(|e| Error::io("fsync", dir, &e)),
             _ => Err(error),
         };
     }

@@ -87,7 +87,7 @@ pub(super) fn check_checkpoint(
             );
         }
         check_coverage(found, path, cp, log);
-        check_chain(found, path, cp, log);
+        check_chain(found, path, cp, log, log_dir);
     }
     if log.clean {
         fold(found, path, checkpoint, log, log_dir, vocabulary);
@@ -254,8 +254,20 @@ fn check_coverage(found: &mut Found, path: &Path, cp: &checkpoint::Fields, log: 
 }
 
 /// CKP-8: the segment chain the checkpoint records is a prefix of the log's.
-fn check_chain(found: &mut Found, path: &Path, cp: &checkpoint::Fields, log: &LogSummary) {
-    if let Some(chain) = &cp.chain {
+/// CKP-8: a chain recorded for this log directory (its identity equals `log_dir`'s) lists
+/// a prefix of the log's segments. A chain recorded for another directory (a fork's child
+/// starts with its source's checkpoint, CKP-7; a copied store) is not this log's and is
+/// never used for it, so it is not compared.
+fn check_chain(
+    found: &mut Found,
+    path: &Path,
+    cp: &checkpoint::Fields,
+    log: &LogSummary,
+    log_dir: &Path,
+) {
+    if let Some(chain) = &cp.chain
+        && checkpoint::dir_identity(log_dir) == Some(chain.log_dir)
+    {
         let recorded = chain.segments.iter().map(|s| (s.first_seq, s.limited));
         let prefix = chain.segments.len() <= log.chain.len()
             && recorded.zip(&log.chain).all(|(a, b)| a == *b);

@@ -29,17 +29,48 @@ pub(super) fn check_index(
     segment_len: u64,
 ) -> Result<Option<IndexFields>> {
     let path = seq_file_path(place.log_dir, place.first, ".idx");
-    let Some(bytes) = read_index(found, &path, segment_len)? else {
+    let before = found.problems.len();
+    let Some((bytes, header_len, data_crc)) = check_index_file(found, &path, segment_len)? else {
+        // IDX-2: an index is written without a sync, so a crash may leave it torn under its
+        // name; its format or `crc` failing is a cache to rebuild, not lost data. An index
+        // that checks out but does not match its segment is an error.
+        found.downgrade_since(before);
         return Ok(None);
     };
-    let Some((header_len, crc_at, data_crc)) = index_layout(found, &path, &bytes) else {
+    if !check_identity(found, &path, &bytes, place, header) {
+        return Ok(None);
+    }
+    let field32 = |at| u32_at(&bytes, at);
+    let (words, _) = bytes.get(header_len..).unwrap_or_default().as_chunks::<4>();
+    Ok(Some(IndexFields {
+        header_len: header_len as u64,
+        offsets: words.iter().map(|w| u32::from_le_bytes(*w)).collect(),
+        end: u64::from(field32(40).unwrap_or_default()),
+        data_crc,
+    }))
+}
+
+/// An index file whose format and `crc` check out: its bytes, its header's length and its
+/// `data_crc` (version 2).
+type IndexBytes = (Vec<u8>, usize, Option<u32>);
+
+/// [`check_index`] up to its `crc`.
+fn check_index_file(
+    found: &mut Found,
+    path: &Path,
+    segment_len: u64,
+) -> Result<Option<IndexBytes>> {
+    let Some(bytes) = read_index(found, path, segment_len)? else {
+        return Ok(None);
+    };
+    let Some((header_len, crc_at, data_crc)) = index_layout(found, path, &bytes) else {
         return Ok(None);
     };
     let field32 = |at| u32_at(&bytes, at);
     let count = field32(12).unwrap_or_default() as usize;
     if Some(bytes.len()) != count.checked_mul(4).and_then(|n| n.checked_add(header_len)) {
         found.error(
-            &path,
+            path,
             Some(12),
             "IDX-1",
             format!("{} bytes, not a header and {count} offsets", bytes.len()),
@@ -51,19 +82,10 @@ pub(super) fn check_index(
         bytes.get(header_len..).unwrap_or_default(),
     );
     if Some(crc) != field32(crc_at) {
-        found.error(&path, Some(crc_at as u64), "IDX-2", "crc mismatch");
+        found.error(path, Some(crc_at as u64), "IDX-2", "crc mismatch");
         return Ok(None);
     }
-    if !check_identity(found, &path, &bytes, place, header) {
-        return Ok(None);
-    }
-    let (words, _) = bytes.get(header_len..).unwrap_or_default().as_chunks::<4>();
-    Ok(Some(IndexFields {
-        header_len: header_len as u64,
-        offsets: words.iter().map(|w| u32::from_le_bytes(*w)).collect(),
-        end: u64::from(field32(40).unwrap_or_default()),
-        data_crc,
-    }))
+    Ok(Some((bytes, header_len, data_crc)))
 }
 
 /// IDX-1, IDX-2, IDX-3: the index lists the records the scan found, at their offsets,
@@ -77,12 +99,21 @@ pub(super) fn check_index_records(
 ) {
     let path = seq_file_path(place.log_dir, place.first, ".idx");
     let (listed, held) = (index.offsets.len(), records.offsets.len());
-    if records.complete && (listed > held || holds_all && listed != held) {
+    if records.complete && listed > held {
         found.error(
             &path,
             Some(12),
             if holds_all { "IDX-3" } else { "IDX-2" },
             format!("lists {listed} records, the segment holds {held}"),
+        );
+    } else if records.complete && holds_all && listed < held {
+        // A prefix written before the segment was sealed, whose rewrite at the seal failed
+        // (an index is a cache: its failure is not an error, IDX-1): readers scan instead.
+        found.warning(
+            &path,
+            Some(12),
+            "IDX-3",
+            format!("lists {listed} records, the segment holds {held}: a stale cache, not used"),
         );
     }
     let mismatch = index

@@ -127,6 +127,18 @@ impl Found {
         self.push(Severity::Warning, file, offset, rule, message);
     }
 
+    /// Makes the problems found after the first `before` warnings: damage of a file that
+    /// is only a cache and may be torn by a crash (an index, IDX-2).
+    fn downgrade_since(&mut self, before: usize) {
+        for problem in self.problems.iter_mut().skip(before) {
+            problem.severity = Severity::Warning;
+            problem.message.push_str(
+                " (an index is a cache written without a sync: a crash may leave it torn; \
+                 readers then scan the segment instead, IDX-2)",
+            );
+        }
+    }
+
     /// Whether a problem of [`Severity::Error`] was found after the first `before`.
     fn errors_since(&self, before: usize) -> bool {
         self.problems
