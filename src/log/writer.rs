@@ -98,7 +98,9 @@ struct State {
     /// `Staged` (DUR-6): the syncs of sealed segments still running in the background,
     /// each with its segment's path; the next flush waits for them.
     sealing: Vec<(PathBuf, JoinHandle<std::io::Result<()>>)>,
-    /// `Staged` (DUR-6): a segment was created since the directory was last synced.
+    /// The directory is to be synced at the next sync that makes appends durable: a
+    /// segment was created since it was last synced (`Staged`, DUR-6), or this writer has
+    /// not synced it since it opened (DUR-9).
     dir_unsynced: bool,
 }
 
@@ -152,7 +154,12 @@ impl LogWriter {
             .map_err(|e| Error::io("create_dir", dir, &e))?;
         let lock = take_lock(&*storage, dir)?;
         let marks = Marks { known, durable_seq };
-        let (state, log_id, report, segments) = recover(&*storage, dir, &options, chain, marks)?;
+        let (mut state, log_id, report, segments) =
+            recover(&*storage, dir, &options, chain, marks)?;
+        // DUR-9: the directory is synced once, at the first sync that acknowledges an append
+        // (not at open, which stays free of syncs for a cleanly closed log): a segment an
+        // earlier writer created may have its name in the page cache only.
+        state.dir_unsynced = true;
         let durable_seq = state.seq_next;
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),

@@ -370,14 +370,8 @@ impl Store {
         } else {
             (log, report)
         };
-        // STORE-20: the segments the log continues in are durable names before anything
-        // appended now is acknowledged (a directory sync that failed earlier, in this
-        // process, may have left the last segment's entry in the page cache only).
-        self.options
-            .log
-            .storage
-            .sync_dir(&log_dir)
-            .map_err(|e| Error::io("fsync", &log_dir, &e).in_session(id))?;
+        // STORE-20: the log directory is synced before the first append is acknowledged
+        // durable (`log-format.md` DUR-9), not here.
         let stored = crate::event::EventSource::seq_next(&log);
         let (surface, repair, used) = match loaded {
             Ok(cp) => {
