@@ -45,6 +45,9 @@ fn repaired<L: surfacelog::session::SessionLog>(
             assert!(!model.messages.contains_key(&message.seq));
             model.nodes.push(message.seq);
             model.messages.insert(message.seq, message.json.to_owned());
+            if message.json.contains(r#""kind":"tool""#) {
+                model.tools.insert(message.seq);
+            }
         }
     }
 }

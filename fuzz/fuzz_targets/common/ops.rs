@@ -5,7 +5,7 @@
 //! projects to (the model of `tests/surface_model.rs`, compacted; a fuzz target cannot
 //! import a test). Shared by the `checkpoint` and `session_model` targets.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use surfacelog::session::{Compaction, Prune, Session, SessionLog, SurfaceIntent};
 
@@ -98,6 +98,17 @@ pub fn tool(n: u64, call: u64, output: &str) -> String {
     )
 }
 
+/// A tool result message whose output (`content[0].content`, its last member) is
+/// `output`, every other byte as it was.
+pub fn pruned(message: &str, output: &str) -> String {
+    let at = message
+        .rfind(r#""content":"#)
+        .expect("a tool result has an output")
+        + 10;
+    assert!(message.ends_with("}]}"), "{message}");
+    format!("{}{output}}}]}}", &message[..at])
+}
+
 /// The naive surface.
 #[derive(Debug, Clone, Default)]
 pub struct Model {
@@ -105,8 +116,8 @@ pub struct Model {
     pub nodes: Vec<u64>,
     /// The message each node projects to.
     pub messages: HashMap<u64, String>,
-    /// The tool result nodes: seq to (its number, its call).
-    pub tools: HashMap<u64, (u64, u64)>,
+    /// The tool result nodes.
+    pub tools: HashSet<u64>,
     /// A counter that makes every id distinct.
     pub next: u64,
 }
@@ -155,7 +166,7 @@ pub fn apply<L: SessionLog>(session: &mut Session<L>, model: &mut Model, op: Op)
             let r = session.append_dynamic("tool/result", &data, Some(SurfaceIntent::append()));
             r.map(|seq| {
                 model.push(seq, m);
-                model.tools.insert(seq, (n, call));
+                model.tools.insert(seq);
             })
             .is_ok()
         }
@@ -207,17 +218,16 @@ pub fn apply<L: SessionLog>(session: &mut Session<L>, model: &mut Model, op: Op)
                 content: "[]",
                 shadowed_token_count: 1,
             });
-            let tool = model.tools.get(&seq).copied();
-            match (r, tool) {
-                (Ok(new), Some((number, call))) => {
+            match (r, model.tools.contains(&seq)) {
+                (Ok(new), true) => {
                     model.nodes[at] = new;
-                    model.messages.remove(&seq);
+                    let old = model.messages.remove(&seq).unwrap();
                     model.tools.remove(&seq);
-                    model.messages.insert(new, self::tool(number, call, "[]"));
-                    model.tools.insert(new, (number, call));
+                    model.messages.insert(new, pruned(&old, "[]"));
+                    model.tools.insert(new);
                     true
                 }
-                (Ok(_), None) => panic!("pruned {seq}, which is no tool result"),
+                (Ok(_), false) => panic!("pruned {seq}, which is no tool result"),
                 (Err(_), _) => false,
             }
         }
