@@ -5,15 +5,27 @@
 //! are committed; libFuzzer grows its own corpus elsewhere (`.ci/run`).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use surfacelog::clock::ManualClock;
 
 use surfacelog::log::segment::SEGMENT_HEADER_LEN;
-use surfacelog::session::{Compaction, NoSurface, Prune, SurfaceIntent, kinds};
+use surfacelog::session::{Compaction, NoSurface, Options, Prune, SurfaceIntent, kinds};
 use surfacelog::store::{Store, StoreOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = Path::new("fuzz/corpus");
     let scratch = tempfile::tempdir()?;
-    let store = Store::at(scratch.path(), StoreOptions::default())?;
+    // A fixed clock: the events' times, so the seeds, are the same at each run (but for
+    // the log's random identity).
+    let options = StoreOptions {
+        session: Options {
+            clock: Arc::new(ManualClock::new(1_000)),
+            ..Options::default()
+        },
+        ..StoreOptions::default()
+    };
+    let store = Store::at(scratch.path(), options)?;
     let mut session = store.create("seed", None, None)?;
     for turn in 1..=3u64 {
         turn_of(&mut session, turn)?;
