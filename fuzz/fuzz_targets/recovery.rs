@@ -7,8 +7,8 @@
 //! never taken for the end of the log).
 #![no_main]
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+#[path = "common/scratch.rs"]
+mod scratch;
 
 use libfuzzer_sys::fuzz_target;
 use surfacelog::event::EventSource;
@@ -21,23 +21,6 @@ const LOG_ID: [u8; 16] = *b"fuzz-recovery-id";
 /// The capacity a made header names, and the writer's segment size.
 const CAPACITY: u64 = 64 << 10;
 
-/// One directory per process, on tmpfs when there is one, emptied before each input.
-fn base() -> &'static Path {
-    static BASE: OnceLock<PathBuf> = OnceLock::new();
-    BASE.get_or_init(|| {
-        let shm = Path::new("/dev/shm");
-        let root = if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = root.join(format!("surfacelog-fuzz-recovery-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    })
-}
-
 // The flags byte: 1 the input is the whole file (no made header); 2 an index built from
 // the records found; 4 a limit at one of them; 8 the file padded with zeros to its
 // capacity; the high nibble picks the record the index or limit stops at.
@@ -45,7 +28,7 @@ fuzz_target!(|bytes: &[u8]| {
     let Some((&flags, body)) = bytes.split_first() else {
         return;
     };
-    let dir = base().join("log");
+    let dir = scratch::base("recovery").join("log");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir(&dir).unwrap();
 

@@ -7,31 +7,13 @@
 
 #[path = "common/ops.rs"]
 mod ops;
-
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+#[path = "common/scratch.rs"]
+mod scratch;
 
 use libfuzzer_sys::fuzz_target;
 use surfacelog::log::{Durability, LogOptions};
 use surfacelog::session::Boundary;
 use surfacelog::store::{Store, StoreOptions};
-
-/// One directory per process, on tmpfs when there is one, emptied before each input.
-fn base() -> &'static Path {
-    static BASE: OnceLock<PathBuf> = OnceLock::new();
-    BASE.get_or_init(|| {
-        let shm = Path::new("/dev/shm");
-        let root = if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = root.join(format!("surfacelog-fuzz-session-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    })
-}
 
 /// Crash repair at open (contract §8) appends the closers of an interrupted turn: the
 /// messages among them (interrupted tool results) join the model's surface.
@@ -53,7 +35,7 @@ fn repaired<L: surfacelog::session::SessionLog>(
 }
 
 fuzz_target!(|bytes: &[u8]| {
-    let dir = base().join("store");
+    let dir = scratch::base("session").join("store");
     let _ = std::fs::remove_dir_all(&dir);
     let options = StoreOptions {
         log: LogOptions {
