@@ -14,7 +14,10 @@ fuzz_target!(|bytes: &[u8]| {
     write_js(&mut once, json.root());
     let again = Json::parse(&once).expect("the writer's output is JSON");
     if !has_infinite_number(json.root()) {
-        assert!(equal(json.root(), again.root()), "value changed: {text:?} -> {once:?}");
+        assert!(
+            equal(json.root(), again.root()),
+            "value changed: {text:?} -> {once:?}"
+        );
     }
     let mut twice = String::new();
     write_js(&mut twice, again.root());

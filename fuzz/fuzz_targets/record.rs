@@ -12,8 +12,14 @@ use surfacelog::record::{decode, encode};
 
 fuzz_target!(|bytes: &[u8]| {
     let _ = SegmentHeader::decode(bytes);
-    let Ok((event, len)) = decode(bytes) else { return };
+    let Ok((event, len)) = decode(bytes) else {
+        return;
+    };
     let mut again = Vec::new();
     encode(&event, &mut again);
-    assert_eq!(&again[..], &bytes[..len], "a decoded record re-encodes to its bytes");
+    assert_eq!(
+        &again[..],
+        &bytes[..len],
+        "a decoded record re-encodes to its bytes"
+    );
 });

@@ -26,6 +26,9 @@ fuzz_target!(|bytes: &[u8]| {
     assert_eq!(events.len(), lines.len());
     for (event, line) in events.iter().zip(&lines) {
         let (decoded, original) = (Json::parse(event).unwrap(), Json::parse(line).unwrap());
-        assert!(equal(decoded.root(), original.root()), "{line} came back as {event}");
+        assert!(
+            equal(decoded.root(), original.root()),
+            "{line} came back as {event}"
+        );
     }
 });

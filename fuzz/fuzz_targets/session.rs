@@ -17,11 +17,18 @@ fuzz_target!(|bytes: &[u8]| {
     let vocabulary = Vocabulary::dsh_v0();
     if let Ok((whole, log)) = Surface::fold_json(&lines, &vocabulary) {
         let mut partial = Surface::new();
-        partial.catch_up(&log, &vocabulary).expect("an accepted log refolds");
+        partial
+            .catch_up(&log, &vocabulary)
+            .expect("an accepted log refolds");
         assert_eq!(partial, whole);
     }
-    let Ok((session, _)) = Session::reopen("f", HEADER, &lines, Options::default()) else { return };
-    let stored: Vec<&str> = (0..session.seq_next()).map(|s| session.log().event_at(s).unwrap().text).collect();
-    let (_, again) = Session::reopen("f", HEADER, &stored, Options::default()).expect("a repaired log reopens");
+    let Ok((session, _)) = Session::reopen("f", HEADER, &lines, Options::default()) else {
+        return;
+    };
+    let stored: Vec<&str> = (0..session.seq_next())
+        .map(|s| session.log().event_at(s).unwrap().text)
+        .collect();
+    let (_, again) =
+        Session::reopen("f", HEADER, &stored, Options::default()).expect("a repaired log reopens");
     assert_eq!(again.closers, 0, "repair must be idempotent");
 });

@@ -20,7 +20,7 @@ const INDEX_V1_HEADER_LEN: usize = 48;
 
 /// What an index says about its segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Index {
+pub struct Index {
     /// The offset of each record, in order.
     pub offsets: Vec<u32>,
     /// The offset just past the last record.
@@ -100,7 +100,7 @@ fn header(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<Header> {
 
 /// The index held in `bytes`, when its header, checksum, identity and first seq check
 /// out (IDX-2); `None` otherwise (the caller rebuilds by scanning).
-pub(crate) fn decode(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<Index> {
+pub fn decode(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<Index> {
     let header = header(bytes, log_id, first_seq)?;
     let body = bytes.get(header.len..)?;
     if body.len() != header.count.checked_mul(4)? {

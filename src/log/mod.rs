@@ -18,7 +18,9 @@ mod writer;
 
 pub use chain::KnownSegment;
 pub(crate) use chain::{Chain, open_own_segment};
-pub(crate) use index::encode as encode_index;
+// Hidden: the index codec for the fuzz targets (`fuzz/`), not part of the API.
+#[doc(hidden)]
+pub use index::{Index, decode as decode_index, encode as encode_index};
 pub(crate) use map::FileWords;
 pub use quarantine::{LogSalvage, QUARANTINE_SUFFIX, SetAside, salvage};
 pub(crate) use reader::BoundarySegment;

@@ -1,0 +1,195 @@
+//! Writes the seed corpora of the fuzz targets into `fuzz/corpus/<target>/` (run from the
+//! repository's root: `cargo run --example fuzz_seeds`): real segments, indexes and
+//! checkpoints of a small stored session, the specification's vector records, and
+//! operation programs that reach every operation of the `session_model` target. The seeds
+//! are committed; libFuzzer grows its own corpus elsewhere (`.ci/run`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use surfacelog::clock::ManualClock;
+
+use surfacelog::log::segment::SEGMENT_HEADER_LEN;
+use surfacelog::session::{Compaction, NoSurface, Options, Prune, SurfaceIntent, kinds};
+use surfacelog::store::{Store, StoreOptions};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let out = Path::new("fuzz/corpus");
+    let scratch = tempfile::tempdir()?;
+    // A fixed clock: the events' times, so the seeds, are the same at each run (but for
+    // the log's random identity).
+    let options = StoreOptions {
+        session: Options {
+            clock: Arc::new(ManualClock::new(1_000)),
+            ..Options::default()
+        },
+        ..StoreOptions::default()
+    };
+    let store = Store::at(scratch.path(), options)?;
+    let mut session = store.create("seed", None, None)?;
+    for turn in 1..=3u64 {
+        turn_of(&mut session, turn)?;
+    }
+    let tool = session.seq_next() - 3;
+    session.prune(&Prune {
+        seq: tool,
+        content: "[]",
+        shadowed_token_count: 1,
+    })?;
+    let message = r#"{"id":"k","role":"user","source":{"kind":"user"},"content":[]}"#;
+    let nodes = session.surface().nodes().to_vec();
+    session.compact(&Compaction {
+        compaction_id: "k",
+        turn: None,
+        start: nodes[0],
+        end: nodes[2],
+        summary: "[]",
+        summary_extra: None,
+        message,
+    })?;
+    // An open turn: the reopening repairs it.
+    session.append::<kinds::TurnStart>(r#"{"turn":4}"#, NoSurface)?;
+    let texts: Vec<String> = (0..session.seq_next())
+        .map(|seq| session.event(seq).map(|e| e.map(|e| e.text.to_owned())))
+        .collect::<Result<Option<_>, _>>()?
+        .unwrap_or_default();
+    session.flush()?;
+    session.close()?;
+
+    let session_dir = find(scratch.path(), "checkpoint")?;
+    let checkpoint = std::fs::read(&session_dir)?;
+    let log_dir = find(scratch.path(), "log")?;
+    let segment = records_of(&std::fs::read(
+        log_dir.join(surfacelog::log::segment::segment_name(0)),
+    )?);
+    let index = std::fs::read(log_dir.join(surfacelog::log::segment::index_name(0))).ok();
+
+    // recovery: a flags byte, then the segment after its header (or whole, flag 1).
+    for flags in [0u8, 2, 8, 0x32, 0x54] {
+        let mut seed = vec![flags];
+        seed.extend_from_slice(&segment[SEGMENT_HEADER_LEN..]);
+        write(out, "recovery", &format!("records-{flags:02x}"), &seed)?;
+    }
+    let mut whole = vec![1u8];
+    whole.extend_from_slice(&segment);
+    write(out, "recovery", "whole", &whole)?;
+    let half = segment.len() / 2 + 3;
+    write(out, "recovery", "torn", &whole[..half])?;
+
+    // index: the real index, and fields.
+    if let Some(index) = &index {
+        write(out, "index", "real", index)?;
+    }
+    let mut fields = vec![0u8; 20];
+    fields[8..12].copy_from_slice(&624u32.to_le_bytes());
+    fields.extend(64u32.to_le_bytes().iter().chain(&216u32.to_le_bytes()));
+    write(out, "index", "fields", &fields)?;
+
+    // limit: a pick of the record, then changes.
+    for pick in 0..3u8 {
+        write(
+            out,
+            "limit",
+            &format!("pick-{pick}"),
+            &[pick, 5, 1, 60, 0x80],
+        )?;
+    }
+
+    // checkpoint and session_model: programs of every operation (two bytes each).
+    let programs: [&[u8]; 4] = [
+        &[
+            3, 0, 0, 0, 5, 0, 1, 1, 2, 0, 6, 0, 4, 0, 8, 3, 7, 0x20, 9, 0,
+        ],
+        &[0, 0, 1, 0, 0, 0, 7, 0x10, 10, 0, 0, 0, 11, 0, 0, 0],
+        &[3, 0, 1, 1, 10, 0, 2, 1, 8, 2, 9, 0, 4, 0, 11, 0],
+        &[0, 0, 0, 0, 0, 0, 0, 0, 7, 0x31, 7, 0x01, 8, 0, 10, 0],
+    ];
+    for (n, program) in programs.iter().enumerate() {
+        write(out, "session_model", &format!("program-{n}"), program)?;
+        let mut seed = vec![u8::try_from(program.len() / 2)?];
+        seed.extend_from_slice(program);
+        seed.extend_from_slice(&checkpoint);
+        write(out, "checkpoint", &format!("program-{n}"), &seed)?;
+    }
+
+    // record: the vector records; session, json, rows: the stored events.
+    let vector = std::fs::read("format-spec/vectors/segment-v1.seg")?;
+    let vector = records_of(&vector);
+    write(out, "record", "vector", &vector[SEGMENT_HEADER_LEN..])?;
+    write(out, "record", "stored", &segment[SEGMENT_HEADER_LEN..])?;
+    let lines = texts.join("\n");
+    write(out, "session", "stored", lines.as_bytes())?;
+    write(out, "rows", "stored", lines.as_bytes())?;
+    for (n, text) in texts.iter().enumerate().step_by(3) {
+        write(out, "json", &format!("event-{n}"), text.as_bytes())?;
+    }
+    println!("seeds written to {}", out.display());
+    Ok(())
+}
+
+/// Appends a closed turn with a user message, an assistant message calling a tool, and
+/// its result.
+fn turn_of(session: &mut surfacelog::store::StoredSession, turn: u64) -> surfacelog::Result<()> {
+    let step = format!(r#"{{"turn":{turn},"step":1}}"#);
+    session.append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)?;
+    session.append::<kinds::UserMessage>(
+        &format!(
+            r#"{{"id":"u{turn}","role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"hi {turn}"}}]}}"#
+        ),
+        SurfaceIntent::append(),
+    )?;
+    session.append::<kinds::StepStart>(&step, NoSurface)?;
+    session.append::<kinds::AssistantMessage>(
+        &format!(
+            r#"{{"turn":{turn},"step":1,"message":{{"id":"a{turn}","role":"assistant","source":{{"kind":"model","provider":"p","model":"m"}},"content":[{{"type":"tool-call","id":"c{turn}","name":"read","input":{{}}}}]}}}}"#
+        ),
+        SurfaceIntent::append(),
+    )?;
+    session.append::<kinds::ToolResult>(
+        &format!(
+            r#"{{"turn":{turn},"step":1,"message":{{"id":"r{turn}","role":"user","source":{{"kind":"tool","callId":"c{turn}"}},"content":[{{"type":"tool-result","toolCallId":"c{turn}","content":[{{"type":"text","text":"out"}}]}}]}}}}"#
+        ),
+        SurfaceIntent::append(),
+    )?;
+    session.append::<kinds::StepEnd>(&step, NoSurface)?;
+    session.append::<kinds::TurnEnd>(
+        &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
+        NoSurface,
+    )?;
+    Ok(())
+}
+
+/// A segment's header and records, without the zeros after them.
+fn records_of(segment: &[u8]) -> Vec<u8> {
+    let mut at = SEGMENT_HEADER_LEN;
+    while let Some(Ok((_, len))) = segment.get(at..).map(surfacelog::record::decode) {
+        at += len;
+    }
+    segment[..at.min(segment.len())].to_vec()
+}
+
+/// The first path under `root` named `name`.
+fn find(root: &Path, name: &str) -> std::io::Result<PathBuf> {
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            if path.file_name().is_some_and(|n| n == name) {
+                return Ok(path);
+            }
+            if path.is_dir() {
+                pending.push(path);
+            }
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        name.to_owned(),
+    ))
+}
+
+fn write(out: &Path, target: &str, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = out.join(target);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join(name), bytes)
+}
