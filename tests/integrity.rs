@@ -323,3 +323,46 @@ fn issue_11_past_the_end_is_none_and_damage_is_an_error() {
     assert_eq!(errors.len(), 1);
     assert_corrupt(errors[0], &segment);
 }
+
+/// RCV-14 (found by the corruption sweep): a last segment cut to nothing reads like one
+/// whose creation a crash cut short (RCV-7), so a follower took the log before it for the
+/// whole log (43 of 48 events). The checkpoint is a durable mark for followers as for
+/// `inspect` and `open`: all three refuse with `CORRUPT`, and the session is unchanged.
+#[test]
+fn issue_13_a_last_segment_cut_to_nothing_is_corrupt_for_a_follower_too() {
+    let dir = tempfile::tempdir().unwrap();
+    // Small segments: the session spans several, and its last one holds a few events.
+    let options = common::store_options(Durability::Sync, 1 << 10);
+    let store = Store::at(dir.path(), options.clone()).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    for n in 1..=4 {
+        turn(&mut session, n, &format!("question {n}"));
+    }
+    session.close().unwrap();
+    let log = dir.path().join("sessions/s/log");
+    let mut segments = common::files_ending(&log, ".seg");
+    segments.sort();
+    assert!(segments.len() > 1, "{segments:?}");
+    let last = segments.last().unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(last)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let before = std::fs::read_dir(&log).unwrap().count();
+    for (what, outcome) in [
+        ("follow", store.follow("s").map(drop)),
+        ("inspect", store.inspect("s").map(drop)),
+        ("open", store.open("s").map(drop)),
+    ] {
+        let error = outcome.expect_err(what);
+        assert_eq!(error.code(), "CORRUPT", "{what}: {error}");
+    }
+    assert_eq!(
+        std::fs::read_dir(&log).unwrap().count(),
+        before,
+        "nothing changed"
+    );
+    assert_eq!(std::fs::metadata(last).unwrap().len(), 0);
+}

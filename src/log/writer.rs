@@ -834,6 +834,26 @@ fn recover(
         if chain.segments.is_empty() || unborn.holds_records(storage)? {
             return Err(corrupt(&unborn.path, 0, unborn.reason));
         }
+        // RCV-14: unless a durable mark says it held events, checked before anything is
+        // removed (a refused open leaves no trace).
+        let first = unborn
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(super::segment::parse_segment_name);
+        let recorded = first.is_some_and(|first| {
+            marks
+                .known
+                .is_some_and(|known| known.iter().any(|s| s.first_seq == first))
+        });
+        if let Some(first) = first.filter(|&first| marks.durable_seq > first) {
+            return Err(missing_events(&unborn.path, 0, first, marks.durable_seq));
+        }
+        if recorded {
+            let reason = "its header is not there, but the checkpoint records the segment \
+                          (its creation was synced before it was recorded, RCV-14)";
+            return Err(corrupt(&unborn.path, 0, reason));
+        }
         drop(unborn.map);
         storage
             .remove_file(&unborn.path)
