@@ -9,7 +9,8 @@
 //! of every 3rd byte after them, cuts each file at every one of those lengths with a
 //! stride of 5, and opens a writer on every 9th damage; `SURFACELOG_SWEEP_STRIDE=1` flips
 //! every bit of every byte, cuts at every length and opens a writer on each
-//! (`cargo test --release --test sweep -- --nocapture`).
+//! (`cargo test --release --test sweep -- --nocapture`; `SURFACELOG_SWEEP_WRITER_EVERY=N`
+//! opens a writer on every Nth damage only).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -289,7 +290,14 @@ fn every_flipped_bit_and_cut_reads_back_as_the_original_or_an_error() {
         .ok()
         .and_then(|s| s.parse().ok());
     let every = stride == Some(1);
-    let (read_stride, writer_every) = stride.map_or((3, 9), |s| (s.max(1), s.max(1)));
+    let (read_stride, mut writer_every) = stride.map_or((3, 9), |s| (s.max(1), s.max(1)));
+    // A long campaign may open writers less often than it damages.
+    if let Some(every) = std::env::var("SURFACELOG_SWEEP_WRITER_EVERY")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+    {
+        writer_every = every.max(1);
+    }
     let mut tally = Tally::default();
     let mut bytes_swept = 0;
     for file in &files {
