@@ -392,6 +392,16 @@ impl Error {
             }
             .into();
         }
+        if let Some(link) = error
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<crate::storage::beneath::LinkAt>())
+        {
+            return ErrorKind::UnsafePath {
+                path: link.0.clone(),
+                reason: "a symbolic link inside the store (STORE-1)",
+            }
+            .into();
+        }
         let not_regular = error
             .get_ref()
             .and_then(|e| e.downcast_ref::<crate::storage::NotRegular>());

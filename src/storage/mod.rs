@@ -9,7 +9,9 @@
 //! STORE-1): files are opened with `O_NOFOLLOW` and directories with
 //! `O_DIRECTORY | O_NOFOLLOW`, and a directory that exists as a link is not taken for one.
 //! A link there fails with `ELOOP`, which [`crate::Error::io`] reports as `UNSAFE_PATH`
-//! naming the link; the store checks the directories above it (STORE-1).
+//! naming the link. A store replaces it by a [`beneath::BeneathStorage`] of its directory,
+//! which resolves every path from the directory's handle and follows no link on the whole
+//! path (STORE-1).
 
 pub mod beneath;
 pub mod faulty;

@@ -87,6 +87,9 @@ pub enum Step<'a> {
     /// A session with this id is built under `tmp/`, found free, and not renamed into
     /// `sessions/` yet (STORE-6).
     BeforePublish(&'a str),
+    /// `open` of this id has checked that the session's paths are no links (STORE-1) and
+    /// has not opened its log yet.
+    SessionChecked(&'a str),
 }
 
 /// A test hook: called at each [`Step`].
@@ -346,6 +349,7 @@ impl Store {
     ) -> Result<(StoredSession, Opened)> {
         let dir = self.session_dir(id);
         let header = Self::read_header(id, &dir)?;
+        self.step(Step::SessionChecked(id));
         let log_dir = dir.join("log");
         // CKP-8: the checkpoint is read first, so that the log can be opened over the
         // chain it records for this log directory, without listing it (RCV-11).
