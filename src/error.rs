@@ -372,13 +372,33 @@ impl Error {
     }
 
     /// An `IO` error for `op` on `path`; `UNSAFE_PATH` naming `path` for the `ELOOP` of an
-    /// open that follows no symbolic link (`store.md` STORE-1) and for a file that must be
-    /// regular and is not ([`crate::storage::NotRegular`]).
+    /// open that follows no symbolic link (`store.md` STORE-1), for the `EXDEV` of a path
+    /// that would leave the store's directory (`RESOLVE_BENEATH`), and for a file that must
+    /// be regular and is not ([`crate::storage::NotRegular`]).
     pub fn io(op: &'static str, path: impl Into<PathBuf>, error: &std::io::Error) -> Self {
         if error.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
             return ErrorKind::UnsafePath {
                 path: path.into(),
                 reason: "a symbolic link where none is followed (STORE-1), or a loop of links",
+            }
+            .into();
+        }
+        if error.raw_os_error() == Some(rustix::io::Errno::XDEV.raw_os_error()) {
+            // `RESOLVE_BENEATH` refusing a path that leaves the store's directory, or a
+            // rename across a mount point inside it (STORE-1).
+            return ErrorKind::UnsafePath {
+                path: path.into(),
+                reason: "a path that leaves the store's directory (STORE-1)",
+            }
+            .into();
+        }
+        if let Some(link) = error
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<crate::storage::beneath::LinkAt>())
+        {
+            return ErrorKind::UnsafePath {
+                path: link.0.clone(),
+                reason: "a symbolic link inside the store (STORE-1)",
             }
             .into();
         }

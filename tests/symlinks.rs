@@ -357,3 +357,67 @@ fn import_refuses_a_linked_file() {
     surfacelog::adapters::jsonl::import_jsonl(&store, &file, compression, None, &mut |_| {})
         .unwrap();
 }
+
+/// STORE-1, the race: `rel` (a directory of session `s`) is swapped for a link to an
+/// outside copy after `open` has checked the session's paths and before it opens the log
+/// (the hook at `Step::SessionChecked`). The open must be refused with `UNSAFE_PATH` and
+/// the outside copy stay byte for byte as it was: every path is resolved from the store's
+/// handle without following a link, not checked first and opened later.
+fn swapped_after_the_check(name: &str, rel: &str) {
+    use surfacelog::store::Step;
+    let scratch = common::scratch("symlinks", name);
+    let outside = common::scratch("symlinks", &format!("{name}-outside"));
+    let dir = scratch.join("store");
+    drop(store_with_session(&dir));
+    // The outside copy as it was when planted, by the hook.
+    let planted = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let link = dir.join(rel);
+    let store = {
+        let (dir, outside, planted) = (dir.clone(), outside.to_path_buf(), planted.clone());
+        let rel = PathBuf::from(rel);
+        Store::at(&dir.clone(), options())
+            .unwrap()
+            .with_hook(move |step| {
+                let mut planted = planted.lock().unwrap();
+                if step == Step::SessionChecked("s") && planted.is_none() {
+                    plant(&dir, &rel, &outside);
+                    *planted = Some(snapshot(&outside));
+                }
+            })
+    };
+    let outcome = store.open("s").and_then(|(mut session, _)| {
+        common::numbered_turn(&mut session, 2);
+        session.flush()?;
+        session.close()
+    });
+    let before = planted.lock().unwrap().take().expect("the hook ran");
+    assert_eq!(
+        snapshot(&outside),
+        before,
+        "{name}: changed through the link"
+    );
+    let error = outcome.expect_err(&format!("{name}: the open must be refused"));
+    assert_eq!(error.code(), "UNSAFE_PATH", "{name}: {error}");
+    let shown = error.to_string();
+    assert!(
+        shown.contains(&*link.to_string_lossy()),
+        "{name}: the error names the link {}: {shown}",
+        link.display()
+    );
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
+#[test]
+fn store_1_a_log_directory_swapped_for_a_link_after_the_check_is_not_followed() {
+    swapped_after_the_check("race-log", "sessions/s/log");
+}
+
+#[test]
+fn store_1_a_session_directory_swapped_for_a_link_after_the_check_is_not_followed() {
+    swapped_after_the_check("race-session", "sessions/s");
+}

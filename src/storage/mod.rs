@@ -9,8 +9,11 @@
 //! STORE-1): files are opened with `O_NOFOLLOW` and directories with
 //! `O_DIRECTORY | O_NOFOLLOW`, and a directory that exists as a link is not taken for one.
 //! A link there fails with `ELOOP`, which [`crate::Error::io`] reports as `UNSAFE_PATH`
-//! naming the link; the store checks the directories above it (STORE-1).
+//! naming the link. A store replaces it by a [`beneath::BeneathStorage`] of its directory,
+//! which resolves every path from the directory's handle and follows no link on the whole
+//! path (STORE-1).
 
+pub mod beneath;
 pub mod faulty;
 pub mod sim;
 
@@ -100,6 +103,13 @@ pub trait Storage: Debug + Send + Sync {
     fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_dir_all(path)
     }
+
+    /// Whether this is the plain real filesystem ([`FsStorage`]), which a store replaces
+    /// by a [`beneath::BeneathStorage`] of its directory (STORE-1). Any other storage (a
+    /// fault-injecting or simulated one) is used as given.
+    fn is_plain_fs(&self) -> bool {
+        false
+    }
 }
 
 /// The real filesystem.
@@ -162,24 +172,10 @@ impl Storage for FsStorage {
     /// path-owning entry per name, and rustix's `Dir` a `CString`). The listing is most of
     /// what opening a long log costs beyond its last segment (`log-format.md` §7).
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        use rustix::fs::{Mode, OFlags, RawDir};
+        use rustix::fs::{Mode, OFlags};
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::open(dir, flags, Mode::empty())?;
-        let mut buffer = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
-        let mut entries = RawDir::new(fd, &mut buffer);
-        let mut names = Vec::new();
-        while let Some(entry) = entries.next() {
-            let entry = entry?;
-            let name = entry.file_name().to_bytes();
-            if name != b"." && name != b".." {
-                // Names are UTF-8 here (the log writes ASCII names); others are kept lossily.
-                names.push(std::str::from_utf8(name).map_or_else(
-                    |_| String::from_utf8_lossy(name).into_owned(),
-                    str::to_owned,
-                ));
-            }
-        }
-        Ok(names)
+        list_fd(std::os::fd::AsFd::as_fd(&fd))
     }
 
     fn create_file(&self, path: &Path, len: u64) -> io::Result<File> {
@@ -225,6 +221,35 @@ impl Storage for FsStorage {
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)
     }
+
+    fn is_plain_fs(&self) -> bool {
+        true
+    }
+}
+
+/// The entries of the open directory `dir` (names only, unsorted), read with rustix's raw
+/// reader: `getdents64` into one buffer on the stack, and an allocation per name only
+/// (`std::fs::read_dir` also builds a path-owning entry per name, and rustix's `Dir` a
+/// `CString`). The listing is most of what opening a long log costs beyond its last
+/// segment (`log-format.md` §7). The reading starts at the handle's offset: `dir` is a
+/// handle opened for this listing.
+pub(crate) fn list_fd(dir: std::os::fd::BorrowedFd<'_>) -> io::Result<Vec<String>> {
+    use rustix::fs::RawDir;
+    let mut buffer = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
+    let mut entries = RawDir::new(dir, &mut buffer);
+    let mut names = Vec::new();
+    while let Some(entry) = entries.next() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            // Names are UTF-8 here (the log writes ASCII names); others are kept lossily.
+            names.push(std::str::from_utf8(name).map_or_else(
+                |_| String::from_utf8_lossy(name).into_owned(),
+                str::to_owned,
+            ));
+        }
+    }
+    Ok(names)
 }
 
 use std::os::unix::fs::DirBuilderExt;

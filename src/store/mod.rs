@@ -87,6 +87,9 @@ pub enum Step<'a> {
     /// A session with this id is built under `tmp/`, found free, and not renamed into
     /// `sessions/` yet (STORE-6).
     BeforePublish(&'a str),
+    /// `open` of this id has checked that the session's paths are no links (STORE-1) and
+    /// has not opened its log yet.
+    SessionChecked(&'a str),
 }
 
 /// A test hook: called at each [`Step`].
@@ -167,8 +170,7 @@ impl Store {
     /// `FORMAT_VERSION` for a store of another version, `CORRUPT` for an unreadable
     /// identity file, `UNSAFE_PATH` for a symbolic link (or, for `STORE`, a file that is
     /// not regular) among the store's own paths (STORE-1), `IO`.
-    pub fn at(dir: &Path, options: StoreOptions) -> Result<Self> {
-        let storage = &options.log.storage;
+    pub fn at(dir: &Path, mut options: StoreOptions) -> Result<Self> {
         // The caller's link to the store is resolved once, for the few operations on the
         // directory itself; every path inside is refused when it is a link (STORE-1).
         let root = match std::fs::symlink_metadata(dir) {
@@ -185,9 +187,20 @@ impl Store {
             })
             .map(Path::to_path_buf)
             .collect();
-        storage
+        options
+            .log
+            .storage
             .create_dir_all(&root)
             .map_err(|e| Error::io("create_dir", &root, &e))?;
+        // STORE-1: every path inside is resolved from the root's handle from here on,
+        // following no link (`storage::beneath`). Only the plain filesystem is replaced: a
+        // fault-injecting or simulated storage of a test is used as given.
+        if options.log.storage.is_plain_fs() {
+            let beneath = crate::storage::beneath::BeneathStorage::new(&root, &[dir])
+                .map_err(|e| Error::io("open", &root, &e))?;
+            options.log.storage = std::sync::Arc::new(beneath);
+        }
+        let storage = &options.log.storage;
         for sub in ["sessions", "trash", "tmp"] {
             let path = dir.join(sub);
             refuse_symlink(&path)?;
@@ -336,6 +349,7 @@ impl Store {
     ) -> Result<(StoredSession, Opened)> {
         let dir = self.session_dir(id);
         let header = Self::read_header(id, &dir)?;
+        self.step(Step::SessionChecked(id));
         let log_dir = dir.join("log");
         // CKP-8: the checkpoint is read first, so that the log can be opened over the
         // chain it records for this log directory, without listing it (RCV-11).
