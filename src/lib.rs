@@ -47,6 +47,7 @@
 //!   through the [`storage::Storage`] trait so tests inject failures. The only `unsafe`
 //!   is the read-only memory map of segment files (`log::map`).
 
+#[cfg(feature = "dsh")]
 pub mod adapters;
 pub mod clock;
 pub mod error;

@@ -1,6 +1,9 @@
 //! Runs the built `surfacelog` binary the way the README's quick start does and checks
 //! what it prints.
 
+// Runs the binary, built with the `cli` feature.
+#![cfg(feature = "cli")]
+
 mod common;
 
 use common::surfacelog;

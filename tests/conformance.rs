@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "dsh")]
 use surfacelog::adapters::rows;
 use surfacelog::clock::ManualClock;
 use surfacelog::event::{EventSource, SurfaceOp, Vocabulary};
@@ -40,6 +41,7 @@ const FOLD_REWRITE_DEVIATIONS: [&str; 8] = [
 ];
 
 /// Unpack cases whose member seq leaves the safe range; surfacelog refuses the batch.
+#[cfg(feature = "dsh")]
 const UNPACK_SEQ_DEVIATIONS: [&str; 2] = ["unpack-047", "unpack-118"];
 
 struct Family {
@@ -557,6 +559,7 @@ fn fork_family() {
     .assert_all_pass(120);
 }
 
+#[cfg(feature = "dsh")]
 #[test]
 fn pack_family() {
     Family::run("pack", |_name, case, expected| {
@@ -582,6 +585,7 @@ fn pack_family() {
     .assert_all_pass(120);
 }
 
+#[cfg(feature = "dsh")]
 #[test]
 fn unpack_family() {
     Family::run("unpack", |name, case, expected| {

@@ -1,6 +1,9 @@
 //! The `import`, `export` and `show` commands, run as the built binary over the vendored
 //! DSH corpus: what they print, their exit codes, and the files they write.
 
+// Runs the binary, built with the `cli` feature.
+#![cfg(feature = "cli")]
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -2,6 +2,9 @@
 //! every real and damaged log imports with exactly the reference loader's outcome in its
 //! `expected/` file, and exports back byte for byte (the files' READMEs say how).
 
+// The DSH adapters are the `dsh` feature.
+#![cfg(feature = "dsh")]
+
 use std::path::{Path, PathBuf};
 
 use surfacelog::adapters::jsonl::{self, Compression};

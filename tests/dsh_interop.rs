@@ -2,6 +2,9 @@
 //! bad input of every kind (each refused with a code and a location, nothing stored, or
 //! dropped as a torn tail exactly as the format says), atomic and safe export targets.
 
+// The DSH adapters are the `dsh` feature.
+#![cfg(feature = "dsh")]
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 

@@ -3,7 +3,10 @@
 //! database is inspected and damaged with raw SQL to check the identity refusals
 //! (SQL-3 to SQL-8), torn tails versus corruption (SQL-25 to SQL-27), the file checks
 //! (SQL-1, SQL-2) and bad input.
+
 #![expect(clippy::doc_markdown, reason = "SQLite is a name in prose, not code")]
+// The DSH adapters are the `dsh` feature.
+#![cfg(feature = "dsh")]
 
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt, symlink};

@@ -4,6 +4,7 @@
 //! offset, instead of returning fewer messages, an empty list or a shorter log.
 
 use std::path::{Path, PathBuf};
+#[cfg(feature = "cli")]
 use std::process::Output;
 
 use surfacelog::event::EventSource;
@@ -13,7 +14,11 @@ use surfacelog::store::{Store, StoreOptions};
 
 mod common;
 
-use common::{closed_turn, surfacelog, turn_start, user_message};
+use common::closed_turn;
+#[cfg(feature = "cli")]
+use common::surfacelog;
+#[cfg(feature = "cli")]
+use common::{turn_start, user_message};
 
 fn store_options() -> StoreOptions {
     common::store_options(Durability::Sync, 64 << 10)
@@ -73,6 +78,7 @@ fn flip_inside(file: &Path, needle: &[u8]) -> usize {
 }
 
 /// The arguments of `surfacelog export s` to DSH JSONL in `out`, from the store `store`.
+#[cfg(feature = "cli")]
 fn export_args<'a>(out: &'a Path, store: &'a str) -> Vec<&'a str> {
     vec![
         "export",
@@ -87,6 +93,7 @@ fn export_args<'a>(out: &'a Path, store: &'a str) -> Vec<&'a str> {
 }
 
 /// The command failed with `error[CORRUPT]` naming `file` and an offset.
+#[cfg(feature = "cli")]
 fn assert_cli_corrupt(output: &Output, file: &Path) {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(3), "stderr: {stderr}");
@@ -150,32 +157,41 @@ fn issue_11_a_damaged_surface_message_is_an_error_never_a_shorter_list() {
     assert_corrupt(&inspected.transcript().unwrap_err(), &segment);
     drop(inspected);
 
-    let out = dir.path().join("out.jsonl");
-    let store_arg = dir.path().to_str().unwrap();
-    for args in [
-        vec!["show", "s", "--json", "--store", store_arg],
-        vec!["show", "s", "--store", store_arg],
-        export_args(&out, store_arg),
-    ] {
-        assert_cli_corrupt(&surfacelog(&args), &segment);
+    // The CLI reads the same way (the `cli` feature).
+    #[cfg(feature = "cli")]
+    {
+        let out = dir.path().join("out.jsonl");
+        let store_arg = dir.path().to_str().unwrap();
+        for args in [
+            vec!["show", "s", "--json", "--store", store_arg],
+            vec!["show", "s", "--store", store_arg],
+            export_args(&out, store_arg),
+        ] {
+            assert_cli_corrupt(&surfacelog(&args), &segment);
+        }
+        assert!(!out.exists(), "a refused export writes nothing");
     }
-    assert!(!out.exists(), "a refused export writes nothing");
 }
 
 #[test]
 fn issue_11_a_damaged_replace_is_an_error_never_an_empty_history() {
-    let (dir, store, segment) = flipped_session(b"pruned output");
+    // The directory is removed when `_dir` drops, at the end.
+    let (_dir, store, segment) = flipped_session(b"pruned output");
     let inspected = store.inspect("s").unwrap();
     assert_corrupt(&inspected.replacements().unwrap_err(), &segment);
     drop(inspected);
-    let output = surfacelog(&[
-        "show",
-        "s",
-        "--json",
-        "--store",
-        dir.path().to_str().unwrap(),
-    ]);
-    assert_cli_corrupt(&output, &segment);
+    // The CLI reads the same way (the `cli` feature).
+    #[cfg(feature = "cli")]
+    {
+        let output = surfacelog(&[
+            "show",
+            "s",
+            "--json",
+            "--store",
+            store.dir().to_str().unwrap(),
+        ]);
+        assert_cli_corrupt(&output, &segment);
+    }
 }
 
 /// Damage in the middle of the last segment, past any index (the index is removed, as a
@@ -193,16 +209,20 @@ fn issue_11_mid_log_damage_is_corrupt_for_every_reader_not_the_end() {
     assert_corrupt(&LogReader::open(&log).unwrap_err(), &segment);
     assert_corrupt(&store.inspect("s").unwrap_err(), &segment);
     assert_corrupt(&store.follow("s").unwrap_err(), &segment);
-    let out = dir.path().join("out.jsonl");
-    let store_arg = dir.path().to_str().unwrap();
-    for args in [
-        vec!["show", "s", "--json", "--store", store_arg],
-        export_args(&out, store_arg),
-        vec!["wait", "s", "0", "--store", store_arg],
-    ] {
-        assert_cli_corrupt(&surfacelog(&args), &segment);
+    // The CLI reads the same way (the `cli` feature).
+    #[cfg(feature = "cli")]
+    {
+        let out = dir.path().join("out.jsonl");
+        let store_arg = dir.path().to_str().unwrap();
+        for args in [
+            vec!["show", "s", "--json", "--store", store_arg],
+            export_args(&out, store_arg),
+            vec!["wait", "s", "0", "--store", store_arg],
+        ] {
+            assert_cli_corrupt(&surfacelog(&args), &segment);
+        }
+        assert!(!out.exists(), "a refused export writes nothing");
     }
-    assert!(!out.exists(), "a refused export writes nothing");
     let mut now = std::fs::read(&segment).unwrap();
     let at = flip_inside_bytes(&mut now, b"Add a test for json.rs");
     now[at] ^= 0x20;
@@ -241,6 +261,7 @@ fn flip_inside_bytes(bytes: &mut [u8], needle: &[u8]) -> usize {
 
 /// Read-only paths never repair: an interrupted turn is exported exactly as stored, and
 /// a session whose writer is live is refused unless its committed prefix is asked for.
+#[cfg(feature = "cli")]
 #[test]
 fn issue_11_export_writes_exactly_the_stored_events_and_refuses_a_live_writer() {
     let dir = tempfile::tempdir().unwrap();

@@ -11,7 +11,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier, Mutex};
 
-use common::{scratch, store_options, surfacelog, user_message};
+#[cfg(feature = "cli")]
+use common::surfacelog;
+use common::{scratch, store_options, user_message};
 use surfacelog::log::Durability;
 use surfacelog::storage::{FsStorage, Storage};
 use surfacelog::store::{Step, Store, StoreOptions};
@@ -296,6 +298,7 @@ fn an_open_does_not_remove_a_build_that_is_finished_meanwhile() {
     assert!(builds(&dir).is_empty(), "{:?}", builds(&dir));
 }
 
+#[cfg(feature = "cli")]
 #[test]
 fn the_demo_touches_only_its_own_sessions() {
     let dir = scratch("lifecycle", "demo");

@@ -12,7 +12,9 @@ use surfacelog::store::Store;
 
 mod common;
 
-use common::{log_options, padded_event, scratch, store_options, surfacelog};
+#[cfg(feature = "cli")]
+use common::surfacelog;
+use common::{log_options, padded_event, scratch, store_options};
 
 /// The 8 MiB segments of a stored session.
 const SEGMENT: u64 = 8 << 20;
@@ -137,6 +139,7 @@ fn a_stored_session_takes_a_first_event_larger_than_its_segments() {
 
 /// SEG-7 through the CLI: `import` of a JSONL file whose first event line is about 9 MiB
 /// succeeds, and the session shows it after.
+#[cfg(feature = "cli")]
 #[test]
 fn import_of_a_first_event_line_larger_than_a_segment_succeeds() {
     let dir = scratch("limits", "import");
@@ -350,6 +353,7 @@ fn a_closed_session_is_at_most_one_mib_larger_than_its_data() {
 
 /// Issue 12, item 5, through the CLI: the demo's store, a few sessions of a few KB each,
 /// is no longer ~64 MiB apparent per session.
+#[cfg(feature = "cli")]
 #[test]
 fn the_demo_store_is_not_sparse_giants() {
     let scratch = scratch("limits", "demo-size");

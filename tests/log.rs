@@ -215,6 +215,7 @@ fn concurrent_appenders_share_syncs_and_readers_see_a_committed_prefix() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[cfg(feature = "cli")]
 #[test]
 fn a_second_writer_is_refused_with_locked() {
     let dir = temp_dir("locked");

@@ -10,7 +10,9 @@ use surfacelog::store::{Store, StoreOptions};
 
 mod common;
 
-use common::{Scratch, faulty_writer, files_ending, log_options, padded_event, surfacelog};
+#[cfg(feature = "cli")]
+use common::surfacelog;
+use common::{Scratch, faulty_writer, files_ending, log_options, padded_event};
 
 fn scratch(name: &str) -> Scratch {
     common::scratch("recovery", name)
@@ -42,6 +44,7 @@ fn closed_log(name: &str, durability: Durability, n: u64) -> (Scratch, PathBuf) 
 
 /// A store made by `surfacelog demo` in the directory `store` of a new scratch directory
 /// `name`. Keep the scratch directory alive.
+#[cfg(feature = "cli")]
 fn demo_store(name: &str) -> (Scratch, PathBuf) {
     let tmp = scratch(name);
     let store_dir = tmp.join("store");
@@ -357,6 +360,7 @@ fn salvage_keeps_the_longest_valid_prefix_and_sets_the_rest_aside() {
 /// writer's open zeroed it as a torn tail and repair appended an invented
 /// `turn/end {interrupted}`; now the open is `CORRUPT` and `surfacelog salvage` sets the
 /// record aside and says so.
+#[cfg(feature = "cli")]
 #[test]
 fn demo_a_flipped_byte_in_the_last_record_is_corrupt_and_salvage_sets_it_aside() {
     let (_tmp, store_dir) = demo_store("demo-last");
@@ -403,6 +407,7 @@ fn demo_a_flipped_byte_in_the_last_record_is_corrupt_and_salvage_sets_it_aside()
 
 /// The demo store: "delete the fork's last segment". Before, `show demo-fork` exited 0
 /// with 12 events of 13 and `Store::open` reported only a stale checkpoint.
+#[cfg(feature = "cli")]
 #[test]
 fn demo_a_deleted_last_segment_of_the_fork_is_corrupt_through_the_cli() {
     let (_tmp, store_dir) = demo_store("demo-fork");

@@ -667,6 +667,7 @@ fn ckp_3_opening_uses_a_matching_checkpoint_and_rebuilds_any_other() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[cfg(feature = "cli")]
 #[test]
 fn a_follower_in_another_process_sees_appends() {
     let (dir, store) = temp_store("follow-process");

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+#[cfg(feature = "cli")]
 use std::time::{Duration, Instant};
 
 use surfacelog::Result;
@@ -269,6 +270,7 @@ fn store_1_the_store_directory_itself_may_be_a_link() {
 
 /// Runs `surfacelog import` of `file` as a child, which must exit by itself within 10 s;
 /// returns its exit code and stderr.
+#[cfg(feature = "cli")]
 fn import_promptly(format: &str, file: &Path, store: &Path) -> (Option<i32>, String) {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_surfacelog"))
         .args(["import", "--format", format])
@@ -297,6 +299,7 @@ fn import_promptly(format: &str, file: &Path, store: &Path) -> (Option<i32>, Str
     (status.code(), stderr)
 }
 
+#[cfg(feature = "cli")]
 fn assert_unsafe(outcome: &(Option<i32>, String), file: &Path) {
     let (code, stderr) = outcome;
     assert_eq!(*code, Some(3), "{stderr}");
@@ -304,6 +307,7 @@ fn assert_unsafe(outcome: &(Option<i32>, String), file: &Path) {
     assert!(stderr.contains(&*file.to_string_lossy()), "{stderr}");
 }
 
+#[cfg(feature = "cli")]
 #[test]
 fn import_refuses_a_fifo_at_once() {
     let scratch = common::scratch("symlinks", "fifo");
@@ -326,6 +330,7 @@ fn import_refuses_a_fifo_at_once() {
     );
 }
 
+#[cfg(feature = "cli")]
 #[test]
 fn import_refuses_a_device_at_once() {
     let scratch = common::scratch("symlinks", "dev-zero");
@@ -335,6 +340,7 @@ fn import_refuses_a_device_at_once() {
     assert_unsafe(&import_promptly("dsh-jsonl-zstd", zero, &store), zero);
 }
 
+#[cfg(feature = "dsh")]
 #[test]
 fn import_refuses_a_linked_file() {
     let scratch = common::scratch("symlinks", "import-link");

@@ -11,7 +11,9 @@ use surfacelog::store::{Severity, Store, VerifyReport};
 
 mod common;
 
-use common::{files_ending, numbered_turn, prune_to_empty, surfacelog};
+#[cfg(feature = "cli")]
+use common::surfacelog;
+use common::{files_ending, numbered_turn, prune_to_empty};
 
 /// A store in a scratch directory, removed when dropped.
 struct Fixture {
@@ -64,6 +66,7 @@ fn files(fixture: &Fixture, id: &str, suffix: &str) -> Vec<PathBuf> {
     files_ending(&fixture.dir.join("sessions").join(id).join("log"), suffix)
 }
 
+#[cfg(feature = "cli")]
 fn cli_verify(fixture: &Fixture, extra: &[&str]) -> (i32, String) {
     let mut args = vec!["verify", "--store", fixture.dir.to_str().unwrap()];
     args.extend_from_slice(extra);
@@ -148,18 +151,22 @@ fn a_clean_store_checks_out_and_nothing_is_changed() {
         "{:?}",
         report.lines()
     );
-    let (code, stdout) = cli_verify(&fixture, &[]);
-    assert_eq!(code, 0, "{stdout}");
-    assert_eq!(stdout, "a: ok\nb: ok\nc: ok\n");
-    let (code, stdout) = cli_verify(&fixture, &["b", "--json"]);
-    assert_eq!(code, 0);
-    assert_eq!(
-        stdout.trim_end(),
-        r#"{"store":[],"sessions":[{"id":"b","ok":true,"problems":[]}],"ok":true}"#
-    );
+    #[cfg(feature = "cli")]
+    {
+        let (code, stdout) = cli_verify(&fixture, &[]);
+        assert_eq!(code, 0, "{stdout}");
+        assert_eq!(stdout, "a: ok\nb: ok\nc: ok\n");
+        let (code, stdout) = cli_verify(&fixture, &["b", "--json"]);
+        assert_eq!(code, 0);
+        assert_eq!(
+            stdout.trim_end(),
+            r#"{"store":[],"sessions":[{"id":"b","ok":true,"problems":[]}],"ok":true}"#
+        );
+    }
     assert_eq!(snapshot(&fixture.dir), before, "verify changed no file");
 }
 
+#[cfg(feature = "cli")]
 #[test]
 fn refused_input_and_a_missing_store() {
     let fixture = fixture("refused", 3, false);
@@ -181,16 +188,19 @@ fn flipped_records_in_two_sealed_segments_are_both_reported() {
     let report = report(&fixture);
     assert_reported(&report, "a", &segments[0], "REC-2", Some(64));
     assert_reported(&report, "a", &segments[1], "REC-2", Some(64));
-    let (code, stdout) = cli_verify(&fixture, &["a"]);
-    assert_eq!(code, 1);
-    assert!(
-        stdout.contains("a: sessions/a/log/00000000000000000000.seg offset=64 [REC-2]"),
-        "{stdout}"
-    );
-    let (code, stdout) = cli_verify(&fixture, &["a", "--json"]);
-    assert_eq!(code, 1);
-    assert!(stdout.contains(r#""offset":64,"rule":"REC-2""#), "{stdout}");
-    assert!(stdout.ends_with("\"ok\":false}\n"), "{stdout}");
+    #[cfg(feature = "cli")]
+    {
+        let (code, stdout) = cli_verify(&fixture, &["a"]);
+        assert_eq!(code, 1);
+        assert!(
+            stdout.contains("a: sessions/a/log/00000000000000000000.seg offset=64 [REC-2]"),
+            "{stdout}"
+        );
+        let (code, stdout) = cli_verify(&fixture, &["a", "--json"]);
+        assert_eq!(code, 1);
+        assert!(stdout.contains(r#""offset":64,"rule":"REC-2""#), "{stdout}");
+        assert!(stdout.ends_with("\"ok\":false}\n"), "{stdout}");
+    }
 }
 
 #[test]
@@ -319,13 +329,16 @@ fn a_stray_file_is_a_warning() {
         "{:?}",
         a.problems
     );
-    let (code, stdout) = cli_verify(&fixture, &["a"]);
-    assert_eq!(code, 0);
-    assert!(
-        stdout.contains("sessions/a/log/notes.txt [LOG-1] warning: "),
-        "{stdout}"
-    );
-    assert!(stdout.ends_with("a: ok\n"), "{stdout}");
+    #[cfg(feature = "cli")]
+    {
+        let (code, stdout) = cli_verify(&fixture, &["a"]);
+        assert_eq!(code, 0);
+        assert!(
+            stdout.contains("sessions/a/log/notes.txt [LOG-1] warning: "),
+            "{stdout}"
+        );
+        assert!(stdout.ends_with("a: ok\n"), "{stdout}");
+    }
 }
 
 #[test]
@@ -339,8 +352,11 @@ fn a_header_naming_another_id() {
     assert_reported(&report, "z", &header, "STORE-3", None);
     let report = fixture.store.verify(Some(&["a"])).unwrap();
     assert_reported(&report, "a", &header, "STORE-3", None);
-    let (code, _) = cli_verify(&fixture, &["a"]);
-    assert_eq!(code, 1);
+    #[cfg(feature = "cli")]
+    {
+        let (code, _) = cli_verify(&fixture, &["a"]);
+        assert_eq!(code, 1);
+    }
 }
 
 /// One flipped byte anywhere in a closed multi-segment session's log (segments, indexes,

@@ -14,6 +14,8 @@
 //! Escaped lone surrogates (`"\ud800"`) are accepted and kept (JSON-5).
 
 mod batch;
+// The tape writer builds the adapters' derived documents (packed rows, exported lines).
+#[cfg(feature = "dsh")]
 mod build;
 mod equal;
 mod parse;
@@ -21,9 +23,11 @@ mod string;
 mod write;
 
 pub use batch::Batch;
+#[cfg(feature = "dsh")]
 pub(crate) use build::{Built, TapeWriter};
 pub use equal::{equal, equal_except};
 pub use string::{decode_string, encode_js_string, push_js_string};
+#[cfg(feature = "dsh")]
 pub(crate) use write::push_js_int;
 pub use write::{push_js_number, push_js_string_value, write_js};
 
@@ -40,6 +44,7 @@ pub(crate) fn safe_int(value: f64) -> Option<i64> {
 }
 
 /// The binary64 value of a JSON number token, correctly rounded (JSON-3).
+#[cfg(feature = "dsh")]
 pub(crate) use parse::{find_byte, number_value};
 
 use std::borrow::Cow;

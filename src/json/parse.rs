@@ -446,7 +446,9 @@ pub(crate) fn find_by_words(
     bytes[at..].iter().position(|&b| matches(b)).map(|i| at + i)
 }
 
-/// The first index of `byte` in `bytes` (see [`find_by_words`]).
+/// The first index of `byte` in `bytes` (see [`find_by_words`]). Only the adapters scan
+/// for single bytes.
+#[cfg(feature = "dsh")]
 pub(crate) fn find_byte(bytes: &[u8], byte: u8) -> Option<usize> {
     find_by_words(
         bytes,

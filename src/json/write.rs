@@ -120,7 +120,9 @@ fn array_index(key: Value<'_, '_>) -> Option<u32> {
 
 /// The decimal digits of `value`, written into `buf` from its end.
 /// Writes a safe integer (contract §2) as `Number::toString` does: its decimal digits,
-/// what [`push_js_number`] writes for it, without going through binary64.
+/// what [`push_js_number`] writes for it, without going through binary64. Only the
+/// adapters write integers this way (and the tests compare it with [`push_js_number`]).
+#[cfg(any(feature = "dsh", test))]
 pub(crate) fn push_js_int(out: &mut String, value: i64) {
     debug_assert!(value.unsigned_abs() <= crate::limits::SAFE_INTEGER_MAX.unsigned_abs());
     out.push_str(itoa_i64(value, &mut [0; 20]));

@@ -96,6 +96,7 @@ impl Store {
     ///
     /// # Errors
     /// `LOCKED` when a writer has it open, `IO`; the session is then left in the store.
+    #[cfg(feature = "dsh")]
     pub(crate) fn discard(&self, id: &str) -> Result<()> {
         let dir = self.session_dir(id);
         let storage = &*self.options.log.storage;
@@ -203,7 +204,7 @@ impl Drop for Import<'_> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "dsh"))]
 mod tests {
     use super::*;
 

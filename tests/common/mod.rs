@@ -13,6 +13,7 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+#[cfg(feature = "cli")]
 use std::process::{Command, Output};
 use std::sync::Arc;
 
@@ -270,7 +271,9 @@ pub fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     found
 }
 
-/// Runs the built `surfacelog` binary with `args` and collects what it printed.
+/// Runs the built `surfacelog` binary with `args` and collects what it printed (the binary
+/// is built with the `cli` feature).
+#[cfg(feature = "cli")]
 pub fn surfacelog(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_surfacelog"))
         .args(args)
