@@ -566,6 +566,22 @@ impl Storage for SimStorage {
         Ok(file)
     }
 
+    fn open_read(&self, path: &Path) -> io::Result<File> {
+        {
+            let mut state = self.state();
+            state.point()?;
+            if state.fault("open_read") {
+                return Err(errno(rustix::io::Errno::IO));
+            }
+        }
+        let file = super::open_regular(path)?;
+        if self.inside(path) {
+            let ino = ino_of(&file)?;
+            self.state().adopt(path, ino, false);
+        }
+        Ok(file)
+    }
+
     fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()> {
         let ino = ino_of(file)?;
         let (cut, error) = {
