@@ -4,6 +4,9 @@
 //! `CORRUPT`), every event acknowledged durable is there byte for byte, nothing is there
 //! beyond what was appended but the repair closers of an interrupted turn, the surface
 //! equals a fold from scratch, an acknowledged delete stays done, and `verify` passes.
+//! The workloads import DSH JSONL fixtures too (`Durability::Staged`, sealed segments
+//! synced on a background thread, DUR-6, which the simulated disk keeps deterministic:
+//! `SEAL_THREAD`): an import is there whole or not at all (STORE-14).
 //!
 //! A failure names the seed and point and one command that replays exactly that run:
 //! `SURFACELOG_SIM_SEED=<seed> SURFACELOG_SIM_POINT=<k> cargo test --test simulation -- replay`.
@@ -21,6 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{assistant, session_options, tool_call, tool_result, user};
+use surfacelog::adapters::jsonl;
+use surfacelog::event::EventSource;
 use surfacelog::log::{Durability, LogOptions};
 use surfacelog::session::{Boundary, Compaction, NoSurface, Prune, SurfaceIntent, kinds};
 use surfacelog::storage::Storage;
@@ -48,6 +53,10 @@ impl Rng {
 
 /// What a session must hold after a crash.
 #[derive(Debug, Default, Clone)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "independent facts about one session"
+)]
 struct Expect {
     /// The texts of the events appended through the handle, in seq order.
     events: Vec<String>,
@@ -62,6 +71,66 @@ struct Expect {
     deleted: bool,
     /// Whether a delete was tried (it may have happened, acknowledged or not).
     delete_tried: bool,
+    /// An import: present whole (every event of `events`) or absent, never a part
+    /// (STORE-14), whether or not it was acknowledged.
+    whole: bool,
+}
+
+/// The DSH JSONL fixtures the workload imports (each once per store: the id is the
+/// header's): a few kilobytes each, so that an import seals several 1 KiB segments in the
+/// background (`Durability::Staged`, DUR-6).
+const FIXTURES: [&str; 3] = [
+    "acp-agent--cancel--session.jsonl",
+    "acp-agent--session-title-after-turn--session.jsonl",
+    "acp-agent--error-finish--session.jsonl",
+];
+
+fn fixture_path(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/dsh-sessions")
+        .join(name)
+}
+
+/// A session id and its stored event texts.
+type Reference = (String, Vec<String>);
+
+/// The session id and the stored event texts of fixture `name` imported on the real
+/// filesystem (computed once).
+fn imported_reference(name: &'static str) -> Reference {
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<BTreeMap<&'static str, Reference>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Mutex::default);
+    if let Some(found) = cache.lock().unwrap().get(name) {
+        return found.clone();
+    }
+    let scratch = memory_scratch(u64::MAX);
+    let store = Store::at(
+        &scratch.path().join("store"),
+        options(Arc::new(surfacelog::storage::FsStorage), Durability::Sync),
+    )
+    .expect("a reference store");
+    let (imported, _) = jsonl::import_jsonl(
+        &store,
+        &fixture_path(name),
+        jsonl::Compression::None,
+        None,
+        &mut |_| {},
+    )
+    .expect("the fixture imports");
+    let session = store.inspect(&imported.id).expect("the import opens");
+    let texts = (0..session.seq_next())
+        .map(|seq| {
+            session
+                .log()
+                .event_at(seq)
+                .expect("an event")
+                .text
+                .to_owned()
+        })
+        .collect();
+    let found = (imported.id, texts);
+    cache.lock().unwrap().insert(name, found.clone());
+    found
 }
 
 /// A scratch directory in memory (`/dev/shm`) when there is one: the simulated disk
@@ -356,6 +425,90 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// Imports fixture `which` (`Durability::Staged`, DUR-6, through the JSONL adapter),
+    /// unless the store holds it already.
+    fn import(&mut self, which: usize) -> Step {
+        let name = FIXTURES[which % FIXTURES.len()];
+        let (id, events) = imported_reference(name);
+        if self.expect.contains_key(&id) {
+            return Ok(());
+        }
+        if std::env::var_os("SURFACELOG_SIM_TRACE").is_some() {
+            eprintln!("import {name} at point {}", self.sim.points());
+        }
+        self.expect.insert(
+            id.clone(),
+            Expect {
+                events,
+                whole: true,
+                ..Expect::default()
+            },
+        );
+        let outcome = jsonl::import_jsonl(
+            self.store,
+            &fixture_path(name),
+            jsonl::Compression::None,
+            None,
+            &mut |_| {},
+        );
+        outcome?;
+        if let Some(e) = self.expect.get_mut(&id) {
+            e.created = true;
+            e.acked = e.events.len();
+        }
+        Ok(())
+    }
+
+    /// The workload's steps after the creation of `s`, with imports when `imports` gives
+    /// their generator; `Err` when a step fails on a disk that neither crashed nor
+    /// injects faults.
+    fn steps(
+        &mut self,
+        rng: &mut Rng,
+        mut imports: Option<&mut Rng>,
+        fault_rate: u32,
+    ) -> Result<(), String> {
+        let steps = 3 + rng.below(4);
+        for n in 0..steps {
+            if self.sim.crashed() {
+                break;
+            }
+            if let Some(import_rng) = imports.as_deref_mut()
+                && import_rng.below(10) == 0
+            {
+                self.import_step(import_rng, fault_rate)
+                    .map_err(|error| format!("step {n}: {error}"))?;
+                if self.sim.crashed() {
+                    break;
+                }
+            }
+            if let Err(error) = self.step(rng) {
+                if !self.sim.crashed() && fault_rate == 0 {
+                    return Err(format!("step {n}: {error}"));
+                }
+                // The handle is poisoned or gone: the next step reopens.
+                self.session = None;
+            }
+        }
+        if let Some(session) = self.session.take()
+            && session.close().is_ok()
+        {
+            let s = self.s();
+            s.acked = s.events.len();
+        }
+        Ok(())
+    }
+
+    /// An import of a fixture `rng` picks; `Err` when it fails on a disk that neither
+    /// crashed nor injects faults.
+    fn import_step(&mut self, rng: &mut Rng, fault_rate: u32) -> Result<(), String> {
+        let which = usize::try_from(rng.below(3)).unwrap_or(0);
+        match self.import(which) {
+            Err(error) if !self.sim.crashed() && fault_rate == 0 => Err(format!("import: {error}")),
+            _ => Ok(()),
+        }
+    }
+
     /// Deletes a child.
     fn delete(&mut self) -> Step {
         let Some(id) = self
@@ -399,7 +552,14 @@ struct Outcome {
 /// Runs the workload of `seed` on a simulated disk, the power going at I/O point `crash`
 /// (never when `None`), with `fault_rate` faults per million calls; then crashes, reopens
 /// on the real filesystem and checks. `Err` says what broke.
-fn run(seed: u64, crash: Option<u64>, fault_rate: u32) -> Result<Outcome, String> {
+/// With `imports`, the workload imports DSH fixtures too (the workloads of the
+/// regression seeds found before imports were added have none).
+fn run_workload(
+    seed: u64,
+    crash: Option<u64>,
+    fault_rate: u32,
+    imports: bool,
+) -> Result<Outcome, String> {
     let scratch = memory_scratch(seed);
     let sim = Arc::new(SimStorage::new(scratch.path(), seed).map_err(|e| e.to_string())?);
     if let Some(k) = crash {
@@ -409,6 +569,8 @@ fn run(seed: u64, crash: Option<u64>, fault_rate: u32) -> Result<Outcome, String
     let durability = durability_of(seed);
     let dir = scratch.path().join("store");
     let mut rng = Rng(seed ^ 0x5EED);
+    // Imports draw from a generator of their own: the other steps stay those of `rng`.
+    let mut import_rng = Rng(seed ^ 0x1A4B_0127);
     let started = std::time::Instant::now();
     let expect = {
         let storage: Arc<dyn Storage> = sim.clone();
@@ -446,25 +608,8 @@ fn run(seed: u64, crash: Option<u64>, fault_rate: u32) -> Result<Outcome, String
                 Err(error) => return Err(format!("create: {error}")),
             }
             if run.expect.get("s").is_some_and(|e| e.created) {
-                let steps = 3 + rng.below(4);
-                for n in 0..steps {
-                    if sim.crashed() {
-                        break;
-                    }
-                    if let Err(error) = run.step(&mut rng) {
-                        if !sim.crashed() && fault_rate == 0 {
-                            return Err(format!("step {n}: {error}"));
-                        }
-                        // The handle is poisoned or gone: the next step reopens.
-                        run.session = None;
-                    }
-                }
-                if let Some(session) = run.session.take()
-                    && session.close().is_ok()
-                {
-                    let s = run.s();
-                    s.acked = s.events.len();
-                }
+                let imports = imports.then_some(&mut import_rng);
+                run.steps(&mut rng, imports, fault_rate)?;
             }
             if let Some(violation) = run.violation {
                 return Err(violation);
@@ -550,6 +695,13 @@ fn check(
                 "{id}: {kept} events, only {len} appended (invented)"
             ));
         }
+        if e.whole && (kept != e.events.len() as u64 || report.closers != 0) {
+            return Err(format!(
+                "{id}: an import of {} events is there with {kept} and {} closers (STORE-14: whole or absent)",
+                e.events.len(),
+                report.closers
+            ));
+        }
         for seq in 0..kept.min(e.events.len() as u64) {
             let event = session
                 .event(seq)
@@ -618,7 +770,11 @@ fn replay_command(seed: u64, point: Option<u64>, rate: u32) -> String {
 }
 
 fn must(seed: u64, point: Option<u64>, rate: u32) -> Outcome {
-    match run(seed, point, rate) {
+    must_workload(seed, point, rate, true)
+}
+
+fn must_workload(seed: u64, point: Option<u64>, rate: u32, imports: bool) -> Outcome {
+    match run_workload(seed, point, rate, imports) {
         Ok(outcome) => outcome,
         Err(error) => panic!(
             "seed {seed} point {point:?}: {error}\nreplay: {}",
@@ -741,20 +897,20 @@ fn a_fork_passes_verify() {
 /// store with its acknowledged sessions.
 #[test]
 fn regression_new_store_directories_are_synced() {
-    must(6, None, 0);
+    must_workload(6, None, 0, false);
 }
 
 /// A store identity was accepted after its directory sync failed (STORE-19).
 #[test]
 fn regression_identity_synced_after_a_failed_directory_sync() {
-    must(1014, None, 30_000);
+    must_workload(1014, None, 30_000, false);
 }
 
 /// Appends were acknowledged in a segment whose directory entry a failed sync left in the
 /// page cache only (STORE-20).
 #[test]
 fn regression_open_syncs_the_log_directory() {
-    must(1038, None, 30_000);
+    must_workload(1038, None, 30_000, false);
 }
 
 /// The simulated disk itself: what was synced survives every crash; an unsynced write

@@ -482,7 +482,8 @@ impl Shared {
         let file = Arc::clone(&state.active);
         let storage = Arc::clone(&self.storage);
         let spawned = std::thread::Builder::new()
-            .name("surfacelog-seal".into())
+            // The simulated disk recognizes this thread by its name.
+            .name(crate::storage::sim::SEAL_THREAD.into())
             .spawn(move || storage.sync_data(&file));
         match spawned {
             Ok(handle) => state.sealing.push((path, handle)),
