@@ -34,6 +34,13 @@ use surfacelog::store::Severity;
 use surfacelog::store::{Store, StoreOptions, StoredSession};
 use surfacelog::surface::Surface;
 
+/// How many times a handle was probed after an `fsync` error (DUR-5).
+static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Runs whose durable image was damaged, and of them those refused with `CORRUPT`.
+static DAMAGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static REFUSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The workload's own generator (splitmix64), separate from the disk's.
 struct Rng(u64);
 
@@ -185,6 +192,8 @@ struct Run<'a> {
     turns: Vec<(u64, u64)>,
     /// A broken promise seen while the workload ran.
     violation: Option<String>,
+    /// An append or flush of `s` failed while a sync failed (an injected `fsync` error).
+    sync_failed: bool,
 }
 
 type Step = Result<(), surfacelog::Error>;
@@ -216,7 +225,9 @@ impl Run<'_> {
 
     fn append<K: surfacelog::session::EventKind>(&mut self, data: &str, intent: K::Intent) -> Step {
         let session = self.session.as_mut().expect("an open session");
+        let syncs = self.sim.sync_faults();
         let result = session.append::<K>(data, intent);
+        self.sync_failed |= result.is_err() && self.sim.sync_faults() > syncs;
         match result {
             Ok(_) => {
                 self.record();
@@ -258,7 +269,10 @@ impl Run<'_> {
 
     fn flush(&mut self) -> Step {
         let session = self.session.as_mut().expect("an open session");
-        session.flush()?;
+        let syncs = self.sim.sync_faults();
+        let result = session.flush();
+        self.sync_failed |= result.is_err() && self.sim.sync_faults() > syncs;
+        result?;
         let s = self.s();
         s.acked = s.events.len();
         Ok(())
@@ -482,9 +496,14 @@ impl Run<'_> {
                     break;
                 }
             }
+            self.sync_failed = false;
             if let Err(error) = self.step(rng) {
                 if !self.sim.crashed() && fault_rate == 0 {
                     return Err(format!("step {n}: {error}"));
+                }
+                if self.sync_failed && !self.sim.crashed() {
+                    self.probe_poisoned()
+                        .map_err(|violation| format!("step {n}: {violation}"))?;
                 }
                 // The handle is poisoned or gone: the next step reopens.
                 self.session = None;
@@ -497,6 +516,25 @@ impl Run<'_> {
             s.acked = s.events.len();
         }
         Ok(())
+    }
+
+    /// DUR-5: after a failed `fsync` the handle acknowledges nothing more: an append and
+    /// a flush both fail (`POISONED`) until the session is reopened.
+    fn probe_poisoned(&mut self) -> Result<(), String> {
+        let Some(session) = self.session.as_mut() else {
+            return Ok(());
+        };
+        PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let append = session.append::<kinds::UserMessage>(&user("after"), SurfaceIntent::append());
+        let flush = session.flush();
+        match (append, flush) {
+            (Err(a), Err(f)) if a.code() == "POISONED" && f.code() == "POISONED" => Ok(()),
+            (append, flush) => Err(format!(
+                "after an fsync error the handle went on: append {:?}, flush {:?}",
+                append.map(|_| ()).map_err(|e| e.to_string()),
+                flush.map_err(|e| e.to_string())
+            )),
+        }
     }
 
     /// An import of a fixture `rng` picks; `Err` when it fails on a disk that neither
@@ -560,6 +598,18 @@ fn run_workload(
     fault_rate: u32,
     imports: bool,
 ) -> Result<Outcome, String> {
+    run_setup(seed, crash, fault_rate, imports, false)
+}
+
+/// [`run_workload`]; with `damage`, a bit of the durable image of a segment of `s` is
+/// flipped at the crash (media damage) and [`check_damaged`] checks instead.
+fn run_setup(
+    seed: u64,
+    crash: Option<u64>,
+    fault_rate: u32,
+    imports: bool,
+    damage: bool,
+) -> Result<Outcome, String> {
     let scratch = memory_scratch(seed);
     let sim = Arc::new(SimStorage::new(scratch.path(), seed).map_err(|e| e.to_string())?);
     if let Some(k) = crash {
@@ -594,6 +644,7 @@ fn run_workload(
                 forks: 0,
                 turns: Vec::new(),
                 violation: None,
+                sync_failed: false,
             };
             match store.create("s", None, None) {
                 Ok(session) => {
@@ -628,7 +679,12 @@ fn run_workload(
     if std::env::var_os("SURFACELOG_SIM_TIMING").is_some() {
         eprintln!("crash {:?}", t1 - t0);
     }
-    check(&dir, durability, &expect).map_err(|error| {
+    let checked = if damage {
+        check_damaged(&dir, seed, durability, &expect)
+    } else {
+        check(&dir, durability, &expect)
+    };
+    checked.map_err(|error| {
         if std::env::var_os("SURFACELOG_SIM_TREE").is_some() {
             let tree = std::process::Command::new("find")
                 .arg(scratch.path())
@@ -739,6 +795,89 @@ fn check(
     check_verify(&store)
 }
 
+/// Flips one bit, chosen by `seed`, among the bytes of the segments of session `s`
+/// (after a crash: the durable image, and what of the rest landed); returns the file.
+fn flip_a_bit(dir: &Path, seed: u64) -> Option<std::path::PathBuf> {
+    let log = dir.join("sessions/s/log");
+    let mut segments: Vec<_> = std::fs::read_dir(&log)
+        .ok()?
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segments.sort();
+    let mut rng = Rng(seed ^ 0xDA4A_6E00);
+    let path = segments.get(usize::try_from(rng.below(segments.len().max(1) as u64)).ok()?)?;
+    let mut bytes = std::fs::read(path).ok()?;
+    // Among the bytes written (a segment grows ahead of its records with zeros).
+    let written = bytes.iter().rposition(|&b| b != 0)? + 1;
+    let at = usize::try_from(rng.below(written as u64)).ok()?;
+    bytes[at] ^= 1 << rng.below(8);
+    std::fs::write(path, &bytes).ok()?;
+    if std::env::var_os("SURFACELOG_SIM_TRACE").is_some() {
+        eprintln!("damage: {} byte {at}", path.display());
+    }
+    Some(path.clone())
+}
+
+/// The checks after a crash whose durable image was damaged (a bit flipped in a segment
+/// of `s`): every event of `s` read is the one appended, or the read fails with
+/// `CORRUPT` naming the damaged file; never other data, and never fewer events than were
+/// acknowledged without an error (damage is not the end of data).
+fn check_damaged(
+    dir: &Path,
+    seed: u64,
+    durability: Durability,
+    expect: &BTreeMap<String, Expect>,
+) -> Result<(), String> {
+    let Some(e) = expect.get("s").filter(|e| e.created) else {
+        return Ok(());
+    };
+    let Some(damaged) = flip_a_bit(dir, seed) else {
+        return Ok(());
+    };
+    let name = damaged
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    DAMAGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let named = |error: &surfacelog::Error, what: &str| {
+        if error.code() == "CORRUPT" && error.to_string().contains(&name) {
+            REFUSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        } else {
+            Err(format!("s: {what}: {error} (damaged {name})"))
+        }
+    };
+    let fresh = SimStorage::new(dir.parent().unwrap_or(dir), 0).map_err(|e| e.to_string())?;
+    let store =
+        Store::at(dir, options(Arc::new(fresh), durability)).map_err(|e| format!("reopen: {e}"))?;
+    let (session, report) = match store.open("s") {
+        Ok(opened) => opened,
+        Err(error) => return named(&error, "open"),
+    };
+    let kept = session.seq_next() - report.closers;
+    if kept < e.acked as u64 {
+        return Err(format!(
+            "s: {kept} events kept, {} acknowledged durable (damage taken for the end?)",
+            e.acked
+        ));
+    }
+    for seq in 0..kept.min(e.events.len() as u64) {
+        match session.event(seq) {
+            Ok(Some(event)) => {
+                let want = &e.events[usize::try_from(seq).unwrap_or(usize::MAX)];
+                if event.text != want {
+                    return Err(format!("s: event {seq} differs: {} vs {want}", event.text));
+                }
+            }
+            Ok(None) => return Err(format!("s: event {seq} missing")),
+            Err(error) => named(&error, &format!("event {seq}"))?,
+        }
+    }
+    Ok(())
+}
+
 /// `verify` passes, but for the known issues tolerated.
 fn check_verify(store: &Store) -> Result<(), String> {
     let t0 = std::time::Instant::now();
@@ -828,6 +967,12 @@ fn crash_with_injected_faults() {
     for seed in 1_000..1_200 {
         must(seed, None, 30_000);
     }
+    let probes = PROBES.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("simulation: {probes} handles probed after an fsync error");
+    assert!(
+        probes > 0,
+        "no fsync error was injected into an append or flush"
+    );
 }
 
 #[test]
@@ -836,6 +981,12 @@ fn replay() {
         return;
     };
     let rate = env("SURFACELOG_SIM_FAULTS").map_or(0, |r| u32::try_from(r).unwrap_or(0));
+    if env("SURFACELOG_SIM_DAMAGE").is_some_and(|d| d != 0) {
+        let outcome = run_setup(seed, env("SURFACELOG_SIM_POINT"), rate, false, true);
+        let outcome = outcome.unwrap_or_else(|error| panic!("seed {seed}: {error}"));
+        eprintln!("seed {seed}: {} I/O points, checks pass", outcome.points);
+        return;
+    }
     let outcome = must(seed, env("SURFACELOG_SIM_POINT"), rate);
     eprintln!("seed {seed}: {} I/O points, checks pass", outcome.points);
 }
@@ -853,6 +1004,25 @@ fn long_campaign() {
         "simulation: {crashes} crash points in {:?}",
         started.elapsed()
     );
+}
+
+/// Media damage: a bit of a segment of `s` flipped in the durable image at the crash; the
+/// reopen returns the original data or `CORRUPT` naming the file, never other data.
+#[test]
+fn media_damage_is_corrupt_never_other_data() {
+    for seed in 3_000..3_150 {
+        if let Err(error) = run_setup(seed, None, 0, false, true) {
+            panic!(
+                "seed {seed}: {error}\nreplay: SURFACELOG_SIM_SEED={seed} SURFACELOG_SIM_DAMAGE=1 cargo test --test simulation -- replay --nocapture"
+            );
+        }
+    }
+    let damaged = DAMAGED.load(std::sync::atomic::Ordering::Relaxed);
+    let refused = REFUSED.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "simulation: {damaged} damaged images, {refused} opens or reads refused with CORRUPT"
+    );
+    assert!(damaged > 100 && refused > 0, "{damaged} {refused}");
 }
 
 /// A fork at the last event of a session whose interrupted turn an open closed.
