@@ -1083,6 +1083,15 @@ fn regression_open_syncs_the_log_directory() {
     must_workload(1038, None, 30_000, false);
 }
 
+/// An import was published without a sync of its build directory after its `log/` was
+/// created (the checkpoint's write, whose directory sync used to cover it, failed): a
+/// power loss lost the log of an acknowledged import, and the open made a new empty one
+/// (STORE-21).
+#[test]
+fn regression_a_build_directory_is_synced_before_its_publish() {
+    must(200_084, None, 30_000);
+}
+
 /// The simulated disk itself: what was synced survives every crash; an unsynced write
 /// comes back whole, torn at a sector or not at all; an unsynced directory entry comes
 /// back or not; after the power goes, calls fail and change nothing.
@@ -1130,4 +1139,51 @@ fn the_simulated_disk_keeps_what_was_synced_and_may_drop_the_rest() {
     }
     assert!(torn > 0 && whole > 0 && none > 0, "{torn} {whole} {none}");
     assert!(name_kept > 0 && name_lost > 0, "{name_kept} {name_lost}");
+}
+
+/// A sync on a writer's seal thread (DUR-6) is not an I/O point and lands only at the next
+/// sync of the file's directory: before it, a crash may drop the writes; after it, they
+/// are kept.
+#[test]
+fn a_seal_thread_sync_lands_at_the_next_directory_sync() {
+    let mut lost = 0;
+    for seed in 0..32 {
+        let scratch = memory_scratch(seed);
+        let root = scratch.path();
+        let sim = Arc::new(SimStorage::new(root, seed).unwrap());
+        let path = root.join("a");
+        let file = Arc::new(sim.create_file(&path, 0).unwrap());
+        sim.sync_dir(root).unwrap();
+        sim.write_at(&file, 0, &[7; 2048]).unwrap();
+        let points = sim.points();
+        let (seal_sim, seal_file) = (Arc::clone(&sim), Arc::clone(&file));
+        std::thread::Builder::new()
+            .name(surfacelog::storage::sim::SEAL_THREAD.into())
+            .spawn(move || seal_sim.sync_data(&seal_file))
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        assert_eq!(sim.points(), points, "a seal thread's sync is no I/O point");
+        let dir_synced = seed % 2 == 0;
+        if dir_synced {
+            sim.sync_dir(root).unwrap();
+        }
+        drop(file);
+        sim.crash().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        if dir_synced {
+            assert_eq!(
+                bytes,
+                vec![7; 2048],
+                "seed {seed}: landed at the directory sync"
+            );
+        } else if bytes != vec![7; 2048] {
+            lost += 1;
+        }
+    }
+    assert!(
+        lost > 0,
+        "before the directory sync, the writes are pending"
+    );
 }

@@ -338,6 +338,17 @@ impl Store {
         let dir = self.session_dir(id);
         let header = Self::read_header(&*self.options.log.storage, id, &dir)?;
         let log_dir = dir.join("log");
+        // STORE-21: a session is published with its `log/`; without it, its events are
+        // lost, never a new empty log.
+        if std::fs::symlink_metadata(&log_dir)
+            .is_err_and(|error| error.kind() == std::io::ErrorKind::NotFound)
+        {
+            return Err(Error::from(ErrorKind::Corrupt {
+                location: log_dir.display().to_string(),
+                reason: "the session has no log directory (STORE-21)".to_owned(),
+            })
+            .in_session(id));
+        }
         // CKP-8: the checkpoint is read first, so that the log can be opened over the
         // chain it records for this log directory, without listing it (RCV-11).
         let read = checkpoint::Checkpoint::read(&*self.options.log.storage, &dir);
@@ -648,6 +659,12 @@ impl Store {
         }
         self.step(Step::BeforePublish(id));
         let storage = &self.options.log.storage;
+        // STORE-21: the build directory's entries (its `log/` above all) are durable
+        // before it is published, whichever earlier sync of it was skipped.
+        if let Err(error) = storage.sync_dir(tmp) {
+            let _ = storage.remove_dir_all(tmp);
+            return Err(Error::io("fsync", tmp, &error));
+        }
         if let Err(error) = storage.rename(tmp, &final_dir) {
             let _ = self.options.log.storage.remove_dir_all(tmp);
             if taken() {
