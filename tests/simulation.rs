@@ -285,8 +285,15 @@ impl Run<'_> {
             s.acked = s.events.len();
         }
         // An open that fails may have appended repair closers already (contract §8).
-        self.s().maybe_more = 4;
-        let (session, _) = self.store.open("s")?;
+        let s = self.s();
+        s.maybe_more = s.maybe_more.max(4);
+        let (session, _) = self.store.open("s").inspect_err(|_| {
+            // The closers it may have appended replace the events not acknowledged.
+            let s = self.s();
+            let unacknowledged = (s.events.len() - s.acked) as u64;
+            s.events.truncate(s.acked);
+            s.maybe_more += unacknowledged;
+        })?;
         // Repair closers of an interrupted turn are new events.
         self.session = Some(session);
         self.resync();
