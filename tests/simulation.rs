@@ -1004,11 +1004,16 @@ fn long_campaign() {
     let seeds = env("SURFACELOG_SIM_SEEDS").unwrap_or(2_000);
     let started = std::time::Instant::now();
     let crashes = campaign(100_000..100_000 + seeds, 0);
+    eprintln!(
+        "simulation: {crashes} crash points over {seeds} seeds in {:?}",
+        started.elapsed()
+    );
     for seed in 200_000..200_000 + seeds {
         must(seed, None, 30_000);
     }
+    let probes = PROBES.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
-        "simulation: {crashes} crash points in {:?}",
+        "simulation: and {seeds} seeds with injected faults ({probes} handles probed after an fsync error) in {:?}",
         started.elapsed()
     );
 }
