@@ -177,6 +177,7 @@ pub(crate) fn open_chain_listed(
     }
     let limit = match limits.binary_search(&header.first_seq) {
         Ok(_) => Some(Limit::load(
+            storage,
             &dir.join(limit_name(header.first_seq)),
             &header,
             &map,
@@ -273,7 +274,7 @@ fn limited_sealed(
 ) -> Result<Sealed> {
     let path = seq_file_path(dir, first_seq, ".seg");
     let (header, map) = open_sealed(storage, &path, position as u64, first_seq, log_id)?;
-    let limit = Limit::load(&dir.join(limit_name(first_seq)), &header, &map)?;
+    let limit = Limit::load(storage, &dir.join(limit_name(first_seq)), &header, &map)?;
     Ok(Sealed {
         first_seq,
         limit: Some(limit),

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use super::segment::{LogId, SEGMENT_HEADER_LEN};
 use crate::record::{decode as decode_record, u32_at, u64_at};
+use crate::storage::Storage;
 
 /// `"surfidx\0"`.
 pub const INDEX_MAGIC: [u8; 8] = *b"surfidx\0";
@@ -122,8 +123,14 @@ pub fn decode(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<Index> {
 
 /// The index file of a segment when it checks out (IDX-2) and its last offset holds the
 /// record it promises, ending at its `end`.
-pub(crate) fn load(path: &Path, segment: &[u8], log_id: &LogId, first_seq: u64) -> Option<Index> {
-    let bytes = std::fs::read(path).ok()?;
+pub(crate) fn load(
+    storage: &dyn Storage,
+    path: &Path,
+    segment: &[u8],
+    log_id: &LogId,
+    first_seq: u64,
+) -> Option<Index> {
+    let bytes = crate::storage::read_file(storage, path).ok()?;
     let index = decode(&bytes, log_id, first_seq)?;
     let last_ok = match index.offsets.last() {
         None => index.end == SEGMENT_HEADER_LEN,
@@ -161,13 +168,14 @@ pub(crate) struct Vouched {
 /// offsets and the index's `crc` when the offsets are first needed (`load`, IDX-2).
 /// Open then scans only what follows (log-format.md §7).
 pub(crate) fn vouched_prefix(
+    storage: &dyn Storage,
     path: &Path,
     segment: &[u8],
     log_id: &LogId,
     first_seq: u64,
 ) -> Option<Vouched> {
     use std::os::unix::fs::FileExt;
-    let file = std::fs::File::open(path).ok()?;
+    let file = storage.open_read(path).ok()?;
     let mut bytes = [0; INDEX_HEADER_LEN];
     file.read_exact_at(&mut bytes, 0).ok()?;
     // Version 2 only: a version-1 index has no `data_crc` for the writer to carry on.
@@ -211,15 +219,16 @@ pub(crate) fn vouched_prefix(
 /// out whole (RCV-13, [`durable_listing`]), or the first record's offset when there is
 /// neither. Recovery and readers both refuse a scan that stops before it.
 pub(crate) fn durable_marks(
+    storage: &dyn Storage,
     path: &Path,
     segment: &[u8],
     log_id: &LogId,
     first_seq: u64,
 ) -> (Option<Vouched>, usize) {
-    if let Some(vouched) = vouched_prefix(path, segment, log_id, first_seq) {
+    if let Some(vouched) = vouched_prefix(storage, path, segment, log_id, first_seq) {
         return (Some(vouched), vouched.end);
     }
-    let listed = durable_listing(path, log_id, first_seq);
+    let listed = durable_listing(storage, path, log_id, first_seq);
     (None, listed.map_or(SEGMENT_HEADER_LEN, |(_, end)| end))
 }
 
@@ -230,8 +239,13 @@ pub(crate) fn durable_marks(
 /// recovery then refuses damage below its `end` (`CORRUPT`) instead of taking it for a
 /// torn tail. Returns how many records it lists and its `end`. Read only on the rare path
 /// where the vouched check failed; a missing file costs one failed open.
-fn durable_listing(path: &Path, log_id: &LogId, first_seq: u64) -> Option<(usize, usize)> {
-    let bytes = std::fs::read(path).ok()?;
+fn durable_listing(
+    storage: &dyn Storage,
+    path: &Path,
+    log_id: &LogId,
+    first_seq: u64,
+) -> Option<(usize, usize)> {
+    let bytes = crate::storage::read_file(storage, path).ok()?;
     let index = decode(&bytes, log_id, first_seq)?;
     index.data_crc?;
     Some((index.offsets.len(), index.end))

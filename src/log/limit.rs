@@ -127,8 +127,14 @@ impl Limit {
     /// `CORRUPT` for a limit that does not check out, `FORMAT_VERSION` for one of a
     /// version or with incompatible features this build does not read (VER-2, LIM-7),
     /// `IO`.
-    pub fn load(path: &Path, header: &SegmentHeader, segment: &[u8]) -> crate::Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| crate::Error::io("read", path, &e))?;
+    pub fn load(
+        storage: &dyn crate::storage::Storage,
+        path: &Path,
+        header: &SegmentHeader,
+        segment: &[u8],
+    ) -> crate::Result<Self> {
+        let bytes = crate::storage::read_file(storage, path)
+            .map_err(|e| crate::Error::io("read", path, &e))?;
         Self::decode(&bytes, header, segment).map_err(|error| match error {
             LimitError::Invalid(reason) => super::reader::corrupt(path, 0, reason),
             LimitError::Version(found) => unsupported_error(found, LIMIT_VERSION),

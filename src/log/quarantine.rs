@@ -375,7 +375,7 @@ fn open_checked(
     }
     let limit = if limited {
         let limit_path = dir.join(limit_name(first));
-        let bytes = std::fs::read(&limit_path).unwrap_or_default();
+        let bytes = crate::storage::read_file(storage, &limit_path).unwrap_or_default();
         let limit = Limit::decode(&bytes, &header, &map).map_err(|why| {
             let why = match why {
                 super::limit::LimitError::Invalid(reason) => reason.to_owned(),

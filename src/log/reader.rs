@@ -112,12 +112,18 @@ impl Mapped {
     /// The records from the segment's first, expecting `first` first, among its first
     /// `bound` bytes: read with pread (RD-8), from the kept file or from `path` opened
     /// again.
-    fn scan(&self, path: &Path, bound: usize, first: u64) -> std::io::Result<super::scan::Scan> {
+    fn scan(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        bound: usize,
+        first: u64,
+    ) -> std::io::Result<super::scan::Scan> {
         let opened;
         let file = if let Some(file) = &self.file {
             file
         } else {
-            opened = std::fs::File::open(path)?;
+            opened = storage.open_file(path, false)?;
             &opened
         };
         let source = FileBytes {
@@ -200,8 +206,13 @@ impl LogReader {
         let layout = chain.segments.last().map(|last| {
             let first = last.header.first_seq;
             let index_path = dir.join(index_name(first));
-            let (vouched, listed_end) =
-                index::durable_marks(&index_path, &last.map, &last.header.log_id, first);
+            let (vouched, listed_end) = index::durable_marks(
+                &*storage,
+                &index_path,
+                &last.map,
+                &last.header.log_id,
+                first,
+            );
             if vouched.is_none() && last.limit.is_none() {
                 durable_end = Some((first, listed_end));
             }
@@ -462,7 +473,7 @@ impl LogReader {
         };
         let count = usize::try_from(len - segment.first_seq).unwrap_or(usize::MAX);
         let mapped = self.open_segment(segment)?;
-        let offsets = segment.offsets(mapped, &self.dir, &self.log_id);
+        let offsets = segment.offsets(&*self.storage, mapped, &self.dir, &self.log_id);
         let path = segment.path(&self.dir);
         let unreadable = || corrupt(path, 0, "a record of the prefix cannot be read");
         let kept = offsets.get(..count).ok_or_else(unreadable)?;
@@ -590,7 +601,7 @@ impl LogReader {
             Ok(mapped) => mapped,
             Err(error) => return Some(error),
         };
-        let offsets = segment.offsets(mapped, &self.dir, &self.log_id);
+        let offsets = segment.offsets(&*self.storage, mapped, &self.dir, &self.log_id);
         let index = usize::try_from(seq - segment.first_seq).ok()?;
         let Some(&offset) = offsets.get(index) else {
             // A scan stopped before this record: at the first one that does not check out.
@@ -820,17 +831,23 @@ impl Segment {
     /// checks out and holds the expected count (IDX-2, IDX-3), otherwise by a scan. A scan
     /// that finds fewer records leaves the rest unreadable: they are reported when read
     /// (RCV-6). `mapped` is this segment's.
-    fn offsets(&self, mapped: &Mapped, dir: &Path, log_id: &LogId) -> &[u32] {
+    fn offsets(
+        &self,
+        storage: &dyn Storage,
+        mapped: &Mapped,
+        dir: &Path,
+        log_id: &LogId,
+    ) -> &[u32] {
         self.offsets.get_or_init(|| {
             if let Some(unread) = &self.unread {
-                return self.read_listed(unread, mapped, dir, log_id);
+                return self.read_listed(storage, unread, mapped, dir, log_id);
             }
             let count = usize::try_from(self.count.unwrap_or(0)).unwrap_or(usize::MAX);
             let bound = self.limit.map_or(mapped.map.len(), |l| l.end as usize);
             let bytes = mapped.map.get(..bound).unwrap_or(&mapped.map);
             let first = self.first_seq;
             let index_path = dir.join(index_name(first));
-            if let Some(index) = index::load(&index_path, bytes, log_id, first)
+            if let Some(index) = index::load(storage, &index_path, bytes, log_id, first)
                 .filter(|index| index.offsets.len() == count)
             {
                 return index.offsets;
@@ -838,7 +855,7 @@ impl Segment {
             // RD-8: a scan reads with pread; records it cannot read stay unreadable
             // (RCV-6), reported when read.
             let mut offsets = mapped
-                .scan(self.path(dir), bound, first)
+                .scan(storage, self.path(dir), bound, first)
                 .map_or_else(|_| Vec::new(), |found| found.offsets);
             offsets.truncate(count);
             // RD-4: the scan read the whole segment once; the reads that follow are few.
@@ -853,6 +870,7 @@ impl Segment {
     /// (a record it cannot find reads as unreadable: RCV-6); then those scanned after them.
     fn read_listed(
         &self,
+        storage: &dyn Storage,
         unread: &Unread,
         mapped: &Mapped,
         dir: &Path,
@@ -860,12 +878,12 @@ impl Segment {
     ) -> Vec<u32> {
         let first = self.first_seq;
         let index_path = dir.join(index_name(first));
-        let mut offsets = index::load(&index_path, &mapped.map, log_id, first)
+        let mut offsets = index::load(storage, &index_path, &mapped.map, log_id, first)
             .filter(|index| index.offsets.len() == unread.vouched.count)
             .map_or_else(
                 || {
                     let mut found = mapped
-                        .scan(self.path(dir), mapped.map.len(), first)
+                        .scan(storage, self.path(dir), mapped.map.len(), first)
                         .map_or_else(|_| Vec::new(), |found| found.offsets);
                     // Positions stay seq-aligned: a record the scan did not reach points
                     // past the segment, so that reading it fails.
@@ -882,7 +900,14 @@ impl Segment {
     /// The offset of record `index`: without reading the index when the last segment's
     /// offsets are unread and it is the last listed record or one scanned after them
     /// (the records open and appends read), otherwise from [`Segment::offsets`].
-    fn offset_of(&self, index: usize, mapped: &Mapped, dir: &Path, log_id: &LogId) -> Option<u32> {
+    fn offset_of(
+        &self,
+        storage: &dyn Storage,
+        index: usize,
+        mapped: &Mapped,
+        dir: &Path,
+        log_id: &LogId,
+    ) -> Option<u32> {
         if self.offsets.get().is_none()
             && let Some(unread) = &self.unread
         {
@@ -893,7 +918,9 @@ impl Segment {
                 return Some(unread.vouched.last_offset);
             }
         }
-        self.offsets(mapped, dir, log_id).get(index).copied()
+        self.offsets(storage, mapped, dir, log_id)
+            .get(index)
+            .copied()
     }
 
     /// The records whose offsets are known: read, or listed and scanned (`unread`).
@@ -1051,7 +1078,7 @@ impl LogReader {
         let segment = &self.segments[at];
         let mapped = self.open_segment(segment)?;
         let index = usize::try_from(seq - segment.first_seq).unwrap_or(usize::MAX);
-        let offset = segment.offset_of(index, mapped, &self.dir, &self.log_id);
+        let offset = segment.offset_of(&*self.storage, index, mapped, &self.dir, &self.log_id);
         if let Some(offset) = offset
             && let Some(Ok((event, _))) = mapped.map.get(offset as usize..).map(decode)
             && event.seq == seq

@@ -187,8 +187,18 @@ impl LogWriter {
     /// # Errors
     /// `LOCKED` when a writer holds it, `IO`.
     pub fn check_lock(dir: &Path) -> Result<()> {
+        Self::check_lock_with(&crate::storage::FsStorage, dir)
+    }
+
+    /// [`LogWriter::check_lock`] through a given storage.
+    ///
+    /// # Errors
+    /// As [`LogWriter::check_lock`].
+    pub fn check_lock_with(storage: &dyn Storage, dir: &Path) -> Result<()> {
         let path = dir.join("LOCK");
-        let file = std::fs::File::open(&path).map_err(|e| Error::io("open", &path, &e))?;
+        let file = storage
+            .open_file(&path, false)
+            .map_err(|e| Error::io("open", &path, &e))?;
         match file.try_lock() {
             Ok(()) => {
                 drop(FileLock(file));
@@ -479,7 +489,8 @@ impl Shared {
         let file = Arc::clone(&state.active);
         let storage = Arc::clone(&self.storage);
         let spawned = std::thread::Builder::new()
-            .name("surfacelog-seal".into())
+            // The simulated disk recognizes this thread by its name.
+            .name(crate::storage::sim::SEAL_THREAD.into())
             .spawn(move || storage.sync_data(&file));
         match spawned {
             Ok(handle) => state.sealing.push((path, handle)),
@@ -560,7 +571,7 @@ impl Shared {
         };
         let first = state.header.first_seq;
         let path = self.dir.join(index_name(first));
-        let listed = std::fs::read(&path)
+        let listed = crate::storage::read_file(&*self.storage, &path)
             .ok()
             .and_then(|bytes| index::decode(&bytes, &self.log_id, first))
             .filter(|index| {
@@ -968,7 +979,7 @@ fn recover_known(
     durable_seq: u64,
 ) -> Option<Recovered> {
     let chain = open_chain_known(storage, dir, known)?;
-    let (tail, torn) = examine_tail(dir, &chain, durable_seq).ok()?;
+    let (tail, torn) = examine_tail(storage, dir, &chain, durable_seq).ok()?;
     if torn.is_some() {
         return None;
     }
@@ -1045,7 +1056,7 @@ fn recover_tail(
     durable_seq: u64,
     report: &mut OpenReport,
 ) -> Result<Tail> {
-    let (mut tail, torn) = examine_tail(dir, chain, durable_seq)?;
+    let (mut tail, torn) = examine_tail(storage, dir, chain, durable_seq)?;
     if let Some(dropped_to) = torn
         && let Some(last) = chain.segments.last()
         && let Some(file) = &last.file
@@ -1077,7 +1088,12 @@ fn recover_tail(
 /// after its vouched prefix (IDX-5), scanned and classified (§7), and, for a torn tail,
 /// the offset up to which it is to be set aside and zeroed. `durable_seq` is a durable
 /// mark given by the caller (a checkpoint's `seq_next`, RCV-14).
-fn examine_tail(dir: &Path, chain: &Chain, durable_seq: u64) -> Result<(Tail, Option<usize>)> {
+fn examine_tail(
+    storage: &dyn Storage,
+    dir: &Path,
+    chain: &Chain,
+    durable_seq: u64,
+) -> Result<(Tail, Option<usize>)> {
     let Some(last) = chain.segments.last() else {
         return Err(corrupt(dir, 0, "no segment"));
     };
@@ -1097,7 +1113,8 @@ fn examine_tail(dir: &Path, chain: &Chain, durable_seq: u64) -> Result<(Tail, Op
     let index_path = dir.join(index_name(first));
     // RCV-13: when the vouched check fails, an index that checks out whole (IDX-2) still
     // marks the records it lists as durable; a damaged one among them is not a torn tail.
-    let (prefix, listed_end) = index::durable_marks(&index_path, bytes, &header.log_id, first);
+    let (prefix, listed_end) =
+        index::durable_marks(storage, &index_path, bytes, &header.log_id, first);
     let (indexed, start, crc) =
         prefix.map_or((0, SEGMENT_HEADER_LEN, 0), |p| (p.count, p.end, p.data_crc));
     // RD-8: past the vouched prefix nothing is known written: scanned with pread.

@@ -286,6 +286,24 @@ impl Storage for BeneathStorage {
         Ok(File::from(self.open(path, rel, flags, Mode::empty())?))
     }
 
+    fn open_read(&self, path: &Path) -> io::Result<File> {
+        let Some(rel) = self.relative(path) else {
+            return FsStorage.open_read(path);
+        };
+        // As `open_regular`: non-blocking while the type is checked (a FIFO would block).
+        let fd = self.open(path, rel, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty())?;
+        let stat = rustix::fs::fstat(&fd)?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                super::NotRegular,
+            ));
+        }
+        let flags = rustix::fs::fcntl_getfl(&fd)?;
+        rustix::fs::fcntl_setfl(&fd, flags - OFlags::NONBLOCK)?;
+        Ok(File::from(fd))
+    }
+
     fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()> {
         FsStorage.write_at(file, offset, bytes)
     }
@@ -385,6 +403,7 @@ mod tests {
         let b = root.join("b");
         for error in [
             fs.open_file(&b.join("f"), true).unwrap_err(),
+            fs.open_read(&b.join("f")).unwrap_err(),
             fs.create_file(&b.join("new"), 0).unwrap_err(),
             fs.create_dir_all(&b.join("d/e")).unwrap_err(),
             fs.list_dir(&b.join("d")).unwrap_err(),
@@ -396,6 +415,27 @@ mod tests {
         }
         let error = fs.open_file(&root.join("a/l"), false).unwrap_err();
         assert_eq!(link_of(&error), Some(root.join("a/l").as_path()), "{error}");
+        let error = fs.open_read(&root.join("a/l")).unwrap_err();
+        assert_eq!(link_of(&error), Some(root.join("a/l").as_path()), "{error}");
+        // open_read takes regular files only, and does not block on a FIFO.
+        assert_eq!(
+            fs.open_read(&root.join("a/f"))
+                .unwrap()
+                .metadata()
+                .unwrap()
+                .len(),
+            3
+        );
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("a/fifo"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .unwrap();
+        let error = fs.open_read(&root.join("a/fifo")).unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput, "{error}");
         let error = fs
             .open_file(&root.join("a/../../out/f"), false)
             .unwrap_err();

@@ -110,6 +110,17 @@ pub trait Storage: Debug + Send + Sync {
     fn is_plain_fs(&self) -> bool {
         false
     }
+
+    /// Opens the existing regular file `path` for reading only, as [`open_regular`] does:
+    /// no symbolic link followed in its last component (`ELOOP`, STORE-1), anything but a
+    /// regular file refused ([`NotRegular`]) without blocking on a FIFO. The engine reads
+    /// its own small files (indexes, limits, checkpoint, headers, `STORE`) this way.
+    ///
+    /// # Errors
+    /// As [`open_regular`].
+    fn open_read(&self, path: &Path) -> io::Result<File> {
+        open_regular(path)
+    }
 }
 
 /// The real filesystem.
@@ -304,6 +315,17 @@ pub fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
     use std::io::Read;
     let mut bytes = Vec::new();
     open_regular(path)?.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The whole of the regular file `path`, opened through `storage` ([`Storage::open_read`]).
+///
+/// # Errors
+/// As [`Storage::open_read`], and the read's error.
+pub fn read_file(storage: &dyn Storage, path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    storage.open_read(path)?.read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 

@@ -40,6 +40,20 @@ use super::{FsStorage, Storage};
 /// The sector size of tearing: a pending write reaches the disk sector by sector.
 pub const SECTOR: u64 = 512;
 
+/// The name of the thread on which a `Staged` log syncs a sealed segment in the
+/// background (`log-format.md` DUR-6). Its `sync_data` calls are not I/O points and draw
+/// nothing from the generator, so that a run does not depend on when that thread runs: the
+/// sync is only recorded, returns `Ok`, and lands (the writes pending when it was asked
+/// for become durable) at the next `sync_dir` of a directory holding the file, which the
+/// writer calls only after joining the thread (at its flush). Until then a crash may drop,
+/// tear or reorder those writes as any others: a real background sync completes at some
+/// moment between the two, and this is the latest one, the one keeping the most pending.
+pub const SEAL_THREAD: &str = "surfacelog-seal";
+
+fn on_seal_thread() -> bool {
+    std::thread::current().name() == Some(SEAL_THREAD)
+}
+
 /// A write or a length change not yet made durable by a sync of its file.
 #[derive(Debug, Clone)]
 enum Pending {
@@ -75,6 +89,10 @@ struct MetaOp {
 #[derive(Debug, Default)]
 struct State {
     rng: u64,
+    /// The generator of the faults of [`Storage::open_read`], apart from `rng`: the
+    /// engine's small-file reads were routed through the disk after seeds had been
+    /// recorded as regression tests, whose other faults stay where they were.
+    read_rng: u64,
     points: u64,
     crash_at: Option<u64>,
     fault_rate: u32,
@@ -88,16 +106,31 @@ struct State {
     dirs: HashMap<u64, BTreeMap<String, u64>>,
     meta: Vec<MetaOp>,
     groups: u64,
+    /// Syncs asked for by a writer's seal thread (DUR-6): the file's node and how many of
+    /// its pending operations the sync covers. They land at the next `sync_dir` of a
+    /// directory holding the file (see [`SEAL_THREAD`]).
+    requested: Vec<(u64, usize)>,
 }
 
 impl State {
     /// splitmix64.
     fn next(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        splitmix(&mut self.rng)
+    }
+
+    /// Whether the seeded generator injects a fault into this `open_read`.
+    fn read_fault(&mut self) -> bool {
+        if self.fault_rate == 0 {
+            return false;
+        }
+        let hit = splitmix(&mut self.read_rng) % 1_000_000 < u64::from(self.fault_rate);
+        if hit {
+            self.faults += 1;
+            if std::env::var_os("SURFACELOG_SIM_TRACE").is_some() {
+                eprintln!("sim: point {} fault in open_read", self.points);
+            }
+        }
+        hit
     }
 
     fn coin(&mut self) -> bool {
@@ -193,6 +226,15 @@ impl State {
     }
 }
 
+/// splitmix64.
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 fn durable_node(mut bytes: Vec<u8>) -> FileNode {
     let len = bytes.len() as u64;
     let kept = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
@@ -227,6 +269,7 @@ impl SimStorage {
             root,
             state: Mutex::new(State {
                 rng: seed,
+                read_rng: seed ^ 0x0BE4_D5EE_D000_0001,
                 ..State::default()
             }),
         };
@@ -246,6 +289,7 @@ impl SimStorage {
         state.dirs.clear();
         state.meta.clear();
         state.ids.clear();
+        state.requested.clear();
         let root = self.root.clone();
         state.root_ino = state.adopt(&root, meta.ino(), true);
         Ok(())
@@ -566,6 +610,22 @@ impl Storage for SimStorage {
         Ok(file)
     }
 
+    fn open_read(&self, path: &Path) -> io::Result<File> {
+        {
+            let mut state = self.state();
+            state.point()?;
+            if state.read_fault() {
+                return Err(errno(rustix::io::Errno::IO));
+            }
+        }
+        let file = super::open_regular(path)?;
+        if self.inside(path) {
+            let ino = ino_of(&file)?;
+            self.state().adopt(path, ino, false);
+        }
+        Ok(file)
+    }
+
     fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()> {
         let ino = ino_of(file)?;
         let (cut, error) = {
@@ -618,6 +678,18 @@ impl Storage for SimStorage {
 
     fn sync_data(&self, file: &File) -> io::Result<()> {
         let ino = ino_of(file)?;
+        if on_seal_thread() {
+            let mut state = self.state();
+            if let Some(id) = state.id(ino)
+                && let Some(pending) = state.files.get(&id).map(|node| node.pending.len())
+            {
+                if std::env::var_os("SURFACELOG_SIM_TRACE").is_some() {
+                    eprintln!("sim: seal thread sync of node {id} ({pending} pending)");
+                }
+                state.requested.push((id, pending));
+            }
+            return Ok(());
+        }
         {
             let mut state = self.state();
             state.point()?;
@@ -712,6 +784,36 @@ impl Storage for SimStorage {
             let name = entry.file_name().to_string_lossy().into_owned();
             let child = state.adopt(&entry.path(), meta.ino(), meta.is_dir());
             entries.insert(name, child);
+        }
+        // The seal threads' syncs of files in this directory land (see [`SEAL_THREAD`]).
+        let requested = std::mem::take(&mut state.requested);
+        for (id, count) in requested {
+            let here = entries.values().any(|&c| c == id);
+            if !here {
+                state.requested.push((id, count));
+                continue;
+            }
+            if std::env::var_os("SURFACELOG_SIM_TRACE").is_some() {
+                eprintln!("sim: point {} seal sync of node {id} lands", state.points);
+            }
+            if let Some(node) = state.files.get(&id) {
+                let count = count.min(node.pending.len());
+                let head = FileNode {
+                    durable: node.durable.clone(),
+                    len: node.len,
+                    pending: node.pending[..count].to_vec(),
+                };
+                let rest = node.pending[count..].to_vec();
+                let (durable, len) = land_all(&head);
+                state.files.insert(
+                    id,
+                    FileNode {
+                        durable,
+                        len,
+                        pending: rest,
+                    },
+                );
+            }
         }
         state.dirs.insert(ino, entries);
         Ok(())

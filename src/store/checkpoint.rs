@@ -389,9 +389,9 @@ impl Checkpoint {
     ///
     /// # Errors
     /// `Missing` when there is no file, `Corrupt` otherwise.
-    pub(crate) fn read(dir: &Path) -> Result<Unverified, Unusable> {
+    pub(crate) fn read(storage: &dyn Storage, dir: &Path) -> Result<Unverified, Unusable> {
         use std::os::unix::fs::FileExt;
-        let Ok(file) = std::fs::File::open(dir.join(CHECKPOINT_FILE)) else {
+        let Ok(file) = storage.open_read(&dir.join(CHECKPOINT_FILE)) else {
             return Err(Unusable::Missing);
         };
         let mut fixed = [0; NODES_AT];
@@ -421,7 +421,8 @@ impl Checkpoint {
     /// place until it first changes (CKP-7). They are checked on their first read (CKP-2);
     /// nodes that fail then are replaced by a fold of the log `origin` names.
     pub fn load(dir: &Path, log: &impl EventSource, origin: LogOrigin) -> Result<Self, Unusable> {
-        Self::read(dir)?.verify(log, origin)
+        let storage = Arc::clone(&origin.storage);
+        Self::read(&*storage, dir)?.verify(log, origin)
     }
 }
 
@@ -557,13 +558,10 @@ pub(crate) fn check_not_ahead(dir: &Path, stored: u64, durable_seq: u64) -> crat
 /// The number of events the checkpoint file at `path` says it covers, from its header
 /// alone (CKP-1): what a fork needs to decide whether to share it. Nothing else is
 /// checked; opening does (CKP-1 to CKP-3).
-pub fn covered_len(path: &Path) -> Option<u64> {
+pub fn covered_len(storage: &dyn Storage, path: &Path) -> Option<u64> {
     use std::io::Read;
     let mut header = [0; 24];
-    std::fs::File::open(path)
-        .ok()?
-        .read_exact(&mut header)
-        .ok()?;
+    storage.open_read(path).ok()?.read_exact(&mut header).ok()?;
     let ours = header.get(..8) == Some(&CHECKPOINT_MAGIC[..])
         && u32_at(&header, 8) == Some(CHECKPOINT_VERSION);
     ours.then(|| u64_at(&header, 16))?
@@ -804,8 +802,8 @@ mod tests {
         let scratch = tempfile::tempdir().unwrap();
         let dir = scratch.path();
         std::fs::write(dir.join(CHECKPOINT_FILE), &later).unwrap();
-        let read = Checkpoint::read(dir).map(|_| ());
-        let covered = covered_len(&dir.join(CHECKPOINT_FILE));
+        let read = Checkpoint::read(&crate::storage::FsStorage, dir).map(|_| ());
+        let covered = covered_len(&crate::storage::FsStorage, &dir.join(CHECKPOINT_FILE));
         assert_eq!(read, Err(Unusable::Corrupt));
         assert_eq!(covered, None);
     }

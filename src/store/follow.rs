@@ -47,11 +47,11 @@ impl Store {
     /// `SESSION_NOT_FOUND`, `CORRUPT`, `IO`.
     pub fn follow(&self, id: &str) -> Result<Follower> {
         let dir = self.session_dir(id);
-        Self::read_header(id, &dir)?;
+        Self::read_header(&*self.options.log.storage, id, &dir)?;
         // RCV-14, as `inspect`: the checkpoint, read before the log, is a durable mark; a
         // log shorter than it lost events (a last segment gone or cut to nothing reads
         // like one whose creation a crash cut short, RCV-7).
-        let durable_seq = Checkpoint::read(&dir)
+        let durable_seq = Checkpoint::read(&*self.options.log.storage, &dir)
             .as_ref()
             .map_or(0, super::checkpoint::Unverified::seq_next);
         let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())?;
@@ -68,8 +68,8 @@ impl Store {
     /// `LOCKED`, `SESSION_NOT_FOUND`, `IO`.
     pub fn check_no_writer(&self, id: &str) -> Result<()> {
         let dir = self.session_dir(id);
-        Self::read_header(id, &dir)?;
-        crate::log::LogWriter::check_lock(&dir.join("log"))
+        Self::read_header(&*self.options.log.storage, id, &dir)?;
+        crate::log::LogWriter::check_lock_with(&*self.options.log.storage, &dir.join("log"))
     }
 
     /// Opens session `id` read-only (no lock, nothing written, STORE-15): the events as
@@ -81,10 +81,10 @@ impl Store {
     /// As [`Store::follow`].
     pub fn inspect(&self, id: &str) -> Result<Session<ReadOnlyLog>> {
         let dir = self.session_dir(id);
-        let header = Self::read_header(id, &dir)?;
+        let header = Self::read_header(&*self.options.log.storage, id, &dir)?;
         // RCV-14: read before the log, so that a live writer's later checkpoint (written
         // once its events are written and durable, CKP-5) cannot seem ahead of this reader.
-        let read = Checkpoint::read(&dir);
+        let read = Checkpoint::read(&*self.options.log.storage, &dir);
         let durable_seq = read
             .as_ref()
             .map_or(0, super::checkpoint::Unverified::seq_next);

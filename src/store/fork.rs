@@ -40,7 +40,7 @@ impl Store {
             .into());
         }
         let source_dir = self.session_dir(source);
-        let header = Self::read_header(source, &source_dir)?;
+        let header = Self::read_header(&*self.options.log.storage, source, &source_dir)?;
         let storage = &self.options.log.storage;
         let reader = LogReader::open_with(&source_dir.join("log"), storage.clone())
             .map_err(|e| e.in_session(source))?;
@@ -277,7 +277,7 @@ fn link_checkpoint(storage: &dyn Storage, source_log: &Path, dir: &Path, len: u6
         return;
     }
     // Read what was linked, not the name, which the source's writer may replace meanwhile.
-    let covers = super::checkpoint::covered_len(&target);
+    let covers = super::checkpoint::covered_len(storage, &target);
     if covers.is_none_or(|covered| covered > len) {
         let _ = storage.remove_file(&target);
     }

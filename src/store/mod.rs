@@ -27,6 +27,7 @@ use crate::event::header::NegativeZero;
 use crate::json::Json;
 use crate::log::{DiskLog, LogOptions, OpenReport};
 use crate::session::{Options, Session};
+use crate::storage::Storage;
 
 /// The store format version this build reads and writes (`store.md` STORE-2).
 pub const STORE_FORMAT_VERSION: u64 = 1;
@@ -227,7 +228,7 @@ impl Store {
         }
         refuse_symlink(&dir.join(TMP_LOCK))?;
         let identity = dir.join("STORE");
-        match crate::storage::read_regular(&identity) {
+        match crate::storage::read_file(&**storage, &identity) {
             Ok(bytes) => {
                 let text = String::from_utf8(bytes).map_err(|_| {
                     Error::from(ErrorKind::Corrupt {
@@ -348,12 +349,23 @@ impl Store {
         chain: Option<crate::log::Chain>,
     ) -> Result<(StoredSession, Opened)> {
         let dir = self.session_dir(id);
-        let header = Self::read_header(id, &dir)?;
+        let header = Self::read_header(&*self.options.log.storage, id, &dir)?;
         self.step(Step::SessionChecked(id));
         let log_dir = dir.join("log");
+        // STORE-21: a session is published with its `log/`; without it, its events are
+        // lost, never a new empty log.
+        if std::fs::symlink_metadata(&log_dir)
+            .is_err_and(|error| error.kind() == std::io::ErrorKind::NotFound)
+        {
+            return Err(Error::from(ErrorKind::Corrupt {
+                location: log_dir.display().to_string(),
+                reason: "the session has no log directory (STORE-21)".to_owned(),
+            })
+            .in_session(id));
+        }
         // CKP-8: the checkpoint is read first, so that the log can be opened over the
         // chain it records for this log directory, without listing it (RCV-11).
-        let read = checkpoint::Checkpoint::read(&dir);
+        let read = checkpoint::Checkpoint::read(&*self.options.log.storage, &dir);
         let known = read
             .as_ref()
             .ok()
@@ -473,7 +485,7 @@ impl Store {
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
                 _ => {}
             }
-            match read_header_file(&dir, &name) {
+            match read_header_file(&*self.options.log.storage, &dir, &name) {
                 Ok(header) => listing.headers.push(header),
                 // Deleted while its header was being read: not damage.
                 Err(_) if gone() => {}
@@ -519,7 +531,7 @@ impl Store {
     /// `trash/`, so that the delete survives a crash. Returns the trashed directory.
     fn trash(&self, id: &str) -> Result<PathBuf> {
         let dir = self.session_dir(id);
-        Self::read_header(id, &dir)?;
+        Self::read_header(&*self.options.log.storage, id, &dir)?;
         let storage = &*self.options.log.storage;
         let lock = crate::log::take_lock(storage, &dir.join("log"))?;
         self.step(Step::DeleteLocked(id));
@@ -554,12 +566,13 @@ impl Store {
     /// `SESSION_NOT_FOUND`, `LOCKED` while a writer has it open, `IO`.
     pub fn salvage(&self, id: &str) -> Result<SalvageReport> {
         let dir = self.session_dir(id);
-        Self::read_header(id, &dir)?;
+        Self::read_header(&*self.options.log.storage, id, &dir)?;
         let storage = &*self.options.log.storage;
         let checkpoint = dir.join(checkpoint::CHECKPOINT_FILE);
         let mut checkpoint_removed = false;
         let log = crate::log::salvage(storage, &dir.join("log"), |kept| {
-            if checkpoint::covered_len(&checkpoint).is_some_and(|len| len > kept.seq_next) {
+            if checkpoint::covered_len(storage, &checkpoint).is_some_and(|len| len > kept.seq_next)
+            {
                 storage
                     .remove_file(&checkpoint)
                     .map_err(|e| Error::io("remove", &checkpoint, &e))?;
@@ -654,6 +667,12 @@ impl Store {
         }
         self.step(Step::BeforePublish(id));
         let storage = &self.options.log.storage;
+        // STORE-21: the build directory's entries (its `log/` above all) are durable
+        // before it is published, whichever earlier sync of it was skipped.
+        if let Err(error) = storage.sync_dir(tmp) {
+            let _ = storage.remove_dir_all(tmp);
+            return Err(Error::io("fsync", tmp, &error));
+        }
         if let Err(error) = storage.rename(tmp, &final_dir) {
             let _ = self.options.log.storage.remove_dir_all(tmp);
             if taken() {
@@ -697,7 +716,7 @@ impl Store {
     /// `INVALID_ID`; `SESSION_NOT_FOUND` when there is no such directory, or when its header
     /// names another id that escapes to the same name (STORE-4); `CORRUPT` with the path of
     /// `header.json` when it is missing or damaged; `FORMAT_VERSION`; `IO`.
-    fn read_header(id: &str, dir: &Path) -> Result<Header> {
+    fn read_header(storage: &dyn Storage, id: &str, dir: &Path) -> Result<Header> {
         check_id(id)?;
         // STORE-1: `sessions/` is checked before the directory is looked up through it.
         if let Some(sessions) = dir.parent() {
@@ -712,7 +731,7 @@ impl Store {
         // The directory's own name: `escape(id)` for every directory the store looks up.
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
         let name = name.unwrap_or_else(|| escape_id(id));
-        let header = read_header_file(dir, &name).map_err(|e| e.in_session(id))?;
+        let header = read_header_file(storage, dir, &name).map_err(|e| e.in_session(id))?;
         if header.id() != id {
             // STORE-4: a shortened name shared by two ids; this one is the other's.
             return Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into());
@@ -781,7 +800,7 @@ impl std::ops::Deref for Listing {
 /// must read as UTF-8, parse as a valid header (contract §6) and name an id that escapes
 /// to `name`: a session directory is created only with its header, so anything else is
 /// damage (`CORRUPT` with the path), never another session.
-fn read_header_file(dir: &Path, name: &str) -> Result<Header> {
+fn read_header_file(storage: &dyn Storage, dir: &Path, name: &str) -> Result<Header> {
     let path = dir.join("header.json");
     refuse_session_links(dir)?;
     let corrupt = |reason: String| {
@@ -790,7 +809,7 @@ fn read_header_file(dir: &Path, name: &str) -> Result<Header> {
             reason,
         })
     };
-    let bytes = match crate::storage::read_regular(&path) {
+    let bytes = match crate::storage::read_file(storage, &path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             return Err(corrupt(
@@ -931,8 +950,11 @@ fn write_identity(options: &StoreOptions, dir: &Path) -> Result<()> {
         let _ = storage.remove_file(&tmp);
         // Another creator's `STORE`, or this call's own whose directory sync failed: it
         // is the store's only once the directory's sync succeeds (STORE-5, STORE-19).
-        return match std::fs::read_to_string(&identity) {
-            Ok(found) if check_identity(&identity, &found).is_ok() => storage
+        let found = crate::storage::read_file(&**storage, &identity)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok());
+        return match found {
+            Some(found) if check_identity(&identity, &found).is_ok() => storage
                 .sync_dir(dir)
                 .map_err(|e| Error::io("fsync", dir, &e)),
             _ => Err(error),
@@ -969,13 +991,18 @@ mod header_tests {
         std::fs::create_dir(&dir).unwrap();
         let text = "{\"version\":0,\"id\":\"a\",\"createdAt\":0}\n";
         std::fs::write(dir.join("header.json"), text).unwrap();
-        let error = Store::read_header("b", &dir).unwrap_err();
+        let error = Store::read_header(&crate::storage::FsStorage, "b", &dir).unwrap_err();
         assert_eq!(error.code(), "SESSION_NOT_FOUND", "{error}");
-        assert_eq!(Store::read_header("a", &dir).unwrap().id(), "a");
+        assert_eq!(
+            Store::read_header(&crate::storage::FsStorage, "a", &dir)
+                .unwrap()
+                .id(),
+            "a"
+        );
         // Under a name its id does not escape to, the same header is damage.
         let other = scratch.path().join("c");
         std::fs::rename(&dir, &other).unwrap();
-        let error = Store::read_header("c", &other).unwrap_err();
+        let error = Store::read_header(&crate::storage::FsStorage, "c", &other).unwrap_err();
         assert_eq!(error.code(), "CORRUPT", "{error}");
     }
 }
