@@ -18,6 +18,36 @@ struct Inner {
     kind: ErrorKind,
     session: Option<String>,
     seq: Option<u64>,
+    /// The operating-system error of an `IO` error, for [`std::error::Error::source`].
+    source: Option<std::io::Error>,
+    /// Set by the writer when a write or sync failed (`log-format.md` DUR-5, DUR-10).
+    fate_unknown: bool,
+}
+
+/// What a failed call did to the log: the guarantee that goes with an [`Error`]
+/// ([`Error::outcome`]; `log-format.md` DUR-10). The stable code says what went wrong;
+/// this says what is on disk afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Refused before anything was written: the log, the surface and the session are as
+    /// they were before the call, and the session stays usable. Every validation refusal
+    /// (`SEQ_NOT_CONTIGUOUS`, `SURFACE_OP_REQUIRED`, ...) is one, and so is an `IO` error
+    /// met before the write (a reader that cannot catch up, an open that fails).
+    NothingWritten,
+    /// A write or sync of the log failed (code `IO`; or `POISONED` for a `Sync` append whose
+    /// records were written and whose sync, run by another appender, failed) while the
+    /// call's events were being written or made durable: some, all or none of their bytes may have reached the
+    /// disk. The writer is poisoned: every later append and flush is refused with
+    /// `POISONED`. Reopening the session recovers from what is on disk: each event of the
+    /// failed call is then there whole or not at all, never in part, and the ones that are
+    /// there come before any event appended after the reopen (RCV-9).
+    FateUnknown,
+    /// `POISONED`: refused, writing nothing, because an earlier write or sync failed
+    /// (reported as [`Outcome::FateUnknown`] to the call it failed in, or, for the
+    /// background flusher of `Batch` durability, to none); the session is unusable until
+    /// it is reopened.
+    Poisoned,
 }
 
 /// What went wrong. Each variant maps to exactly one stable code ([`ErrorKind::code`]).
@@ -371,6 +401,33 @@ impl Error {
         self.0.seq
     }
 
+    /// What the failed call left on disk (`log-format.md` DUR-10): nothing, for a refusal;
+    /// an unknown part of its events, for a write or sync that failed (the session is
+    /// then poisoned until reopened); nothing, for `POISONED`.
+    pub fn outcome(&self) -> Outcome {
+        if self.0.fate_unknown {
+            Outcome::FateUnknown
+        } else if self.0.kind == ErrorKind::Poisoned {
+            Outcome::Poisoned
+        } else {
+            Outcome::NothingWritten
+        }
+    }
+
+    /// Whether the fate of the failed call's events is unknown until the session is
+    /// reopened: `outcome() == Outcome::FateUnknown`.
+    pub fn is_fate_unknown(&self) -> bool {
+        self.0.fate_unknown
+    }
+
+    /// Marks a failure of the writer's write or sync path: the events being written may be
+    /// on disk in part (DUR-5, DUR-10).
+    #[must_use]
+    pub(crate) fn with_fate_unknown(mut self) -> Self {
+        self.0.fate_unknown = true;
+        self
+    }
+
     /// An `IO` error for `op` on `path`; `UNSAFE_PATH` naming `path` for the `ELOOP` of an
     /// open that follows no symbolic link (`store.md` STORE-1), for the `EXDEV` of a path
     /// that would leave the store's directory (`RESOLVE_BENEATH`), and for a file that must
@@ -413,13 +470,15 @@ impl Error {
             .into();
         }
         let kind = error.kind();
-        ErrorKind::Io {
+        let mut io: Self = ErrorKind::Io {
             op,
             path: path.into(),
             kind,
             message: error.to_string(),
         }
-        .into()
+        .into();
+        io.0.source = Some(copy_io(error));
+        io
     }
 
     /// Adds the session id, unless one is already set.
@@ -441,6 +500,16 @@ impl Error {
     }
 }
 
+/// A copy of `error` for [`Error::source`](std::error::Error::source): the same raw OS
+/// error when it has one (so the same kind and text), else the same kind and text.
+/// (`io::Error` is not `Clone`; callers hand it by reference.)
+fn copy_io(error: &std::io::Error) -> std::io::Error {
+    match error.raw_os_error() {
+        Some(code) => std::io::Error::from_raw_os_error(code),
+        None => std::io::Error::new(error.kind(), error.to_string()),
+    }
+}
+
 /// At most 64 characters of an input text, for error context (inputs can be huge).
 pub(crate) fn excerpt(text: &str) -> String {
     const CHARS_MAX: usize = 64;
@@ -456,6 +525,8 @@ impl From<ErrorKind> for Error {
             kind,
             session: None,
             seq: None,
+            source: None,
+            fate_unknown: false,
         }))
     }
 }
@@ -682,4 +753,12 @@ impl fmt::Debug for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    /// The operating-system error of an `IO` error.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0
+            .source
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}

@@ -62,4 +62,4 @@ pub mod store;
 pub mod surface;
 mod sync;
 
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Outcome, Result};

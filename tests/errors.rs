@@ -11,6 +11,7 @@ use surfacelog::log::{DiskLog, Durability, LogOptions};
 use surfacelog::session::Boundary;
 use surfacelog::storage::faulty::{Faults, FaultyStorage};
 use surfacelog::store::Store;
+use surfacelog::{ErrorKind, Outcome};
 
 mod common;
 
@@ -89,6 +90,8 @@ fn dur_8_a_reader_that_stays_behind_refuses_appends_before_writing() {
     let (event, error) = refused;
     assert_eq!(error.code(), "IO", "{error}");
     assert!(error.to_string().contains("op=mmap"), "{error}");
+    // An `IO` refusal met before the write: nothing written (DUR-10).
+    assert_eq!(error.outcome(), Outcome::NothingWritten, "{error}");
     // 16 MiB of text waited for the reader: all of it still reads back, from memory.
     assert!(events.len() >= 250, "{} appended", events.len());
     assert_reads(&log, &events);
@@ -263,4 +266,150 @@ fn flip(bytes: &[u8], at: usize, mask: u8) -> Vec<u8> {
     let mut bytes = bytes.to_vec();
     bytes[at] ^= mask;
     bytes
+}
+
+/// `EIO`, as the fault-injecting storage fails a write or sync.
+const EIO: i32 = 5;
+
+/// The OS error `error` keeps as its `source()`.
+fn os_source(error: &surfacelog::Error) -> &std::io::Error {
+    std::error::Error::source(error)
+        .unwrap_or_else(|| panic!("no source: {error}"))
+        .downcast_ref::<std::io::Error>()
+        .unwrap_or_else(|| panic!("the source is not an io::Error: {error}"))
+}
+
+/// The texts of the events `dir`'s log holds, reopened on the real filesystem.
+fn stored_texts(dir: &Path) -> Vec<String> {
+    let (log, _) = DiskLog::open(dir, log_options(Durability::Sync, 16 << 10)).unwrap();
+    (0..log.seq_next())
+        .map(|seq| log.event(seq).unwrap().unwrap().text.to_string())
+        .collect()
+}
+
+/// After a failed write or sync (`fail`) of a 3-event append, the error is `IO` with the
+/// OS error as its source and an unknown fate; later calls are `POISONED`; and the reopened
+/// log holds the 3 events whole or none of them (DUR-5, DUR-10, RCV-9).
+fn assert_fate_unknown(name: &str, durability: Durability, fail: impl FnOnce(&Faults)) {
+    let (dir, mut log, faults) = faulty_log(name, durability, 16 << 10);
+    let before: Vec<Event> = (0..10).map(|seq| padded_event(seq, 100)).collect();
+    log.append(&before).unwrap();
+    log.flush().unwrap();
+    fail(&faults);
+    let batch: Vec<Event> = (10..13).map(|seq| padded_event(seq, 100)).collect();
+    let error = match log.append(&batch) {
+        Err(error) => error,
+        // Buffered: the write and the sync happen at the flush.
+        Ok(()) => log.flush().unwrap_err(),
+    };
+    assert_eq!(error.code(), "IO", "{name}: {error}");
+    assert_eq!(error.outcome(), Outcome::FateUnknown, "{name}: {error}");
+    assert!(error.is_fate_unknown());
+    let source = os_source(&error);
+    assert_eq!(source.raw_os_error(), Some(EIO), "{name}: {source:?}");
+    let ErrorKind::Io { kind, .. } = error.kind() else {
+        panic!("{error}");
+    };
+    assert_eq!(source.kind(), *kind, "{name}");
+    // Every later call is refused, writing nothing.
+    let next = padded_event(10, 100);
+    let poisoned = log.append_one(next).unwrap_err();
+    assert_eq!(poisoned.code(), "POISONED", "{name}");
+    assert_eq!(poisoned.outcome(), Outcome::Poisoned, "{name}");
+    assert!(std::error::Error::source(&poisoned).is_none());
+    assert_eq!(log.flush().unwrap_err().outcome(), Outcome::Poisoned);
+    drop(log);
+    // Reopen recovers: the batch is there whole, or absent.
+    let texts = stored_texts(&dir);
+    let expected: Vec<String> = before
+        .iter()
+        .chain(&batch)
+        .map(|e| e.text().to_string())
+        .collect();
+    assert!(
+        texts.len() == 10 || texts.len() == 13,
+        "{name}: {} events",
+        texts.len()
+    );
+    assert_eq!(texts, expected[..texts.len()], "{name}");
+}
+
+#[test]
+fn dur_10_a_failed_write_leaves_the_append_fate_unknown() {
+    // A torn write: 40 bytes of the batch reach the file.
+    assert_fate_unknown("fate-write-sync", Durability::Sync, |f| f.fail_write(1, 40));
+    assert_fate_unknown("fate-write-manual", Durability::Manual, |f| {
+        f.fail_write(1, 40);
+    });
+}
+
+#[test]
+fn dur_10_a_failed_sync_leaves_the_append_fate_unknown() {
+    // The records reached the OS; the sync that would make them durable fails.
+    assert_fate_unknown("fate-sync-sync", Durability::Sync, |f| f.fail_sync(1));
+    assert_fate_unknown("fate-sync-manual", Durability::Manual, |f| f.fail_sync(1));
+}
+
+#[test]
+fn dur_10_refusals_write_nothing_and_keep_the_session() {
+    let (dir, mut log, _faults) = faulty_log("refusal-log", Durability::Sync, 16 << 10);
+    log.append_one(padded_event(0, 10)).unwrap();
+    let error = log.append_one(padded_event(5, 10)).unwrap_err();
+    assert_eq!(error.code(), "SEQ_NOT_CONTIGUOUS");
+    assert_eq!(error.outcome(), Outcome::NothingWritten);
+    assert!(!error.is_fate_unknown());
+    assert!(std::error::Error::source(&error).is_none());
+    log.append_one(padded_event(1, 10)).unwrap();
+    log.close().unwrap();
+    assert_eq!(stored_texts(&dir).len(), 2);
+
+    let (_dir, store) = store("refusal-session");
+    let mut session = store.create("s", None, None).unwrap();
+    user_message(&mut session, "one");
+    let error = session
+        .append_dynamic("user/message", &common::user("two"), None)
+        .unwrap_err();
+    assert_eq!(error.code(), "SURFACE_OP_REQUIRED", "{error}");
+    assert_eq!(error.outcome(), Outcome::NothingWritten);
+    user_message(&mut session, "three");
+    assert_eq!(session.messages().unwrap().len(), 2);
+    session.close().unwrap();
+}
+
+#[test]
+fn dur_10_a_stored_session_reports_a_failed_append_as_fate_unknown() {
+    let dir = scratch("errors", "fate-session");
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let mut options = store_options(Durability::Sync, 64 << 10);
+    options.log.storage = Arc::new(storage);
+    let store = Store::at(&dir, options).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    user_message(&mut session, "one");
+    faults.fail_sync(1);
+    let error = session
+        .append::<surfacelog::session::kinds::UserMessage>(
+            &common::user("two"),
+            surfacelog::session::SurfaceIntent::append(),
+        )
+        .unwrap_err();
+    assert_eq!(error.code(), "IO", "{error}");
+    assert_eq!(error.outcome(), Outcome::FateUnknown, "{error}");
+    assert_eq!(os_source(&error).raw_os_error(), Some(EIO));
+    let later = session
+        .append::<surfacelog::session::kinds::UserMessage>(
+            &common::user("three"),
+            surfacelog::session::SurfaceIntent::append(),
+        )
+        .unwrap_err();
+    assert_eq!(later.outcome(), Outcome::Poisoned, "{later}");
+    drop(session);
+    let store = Store::at(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
+    let (session, _) = store.open("s").unwrap();
+    let messages = session.messages().unwrap();
+    assert!(
+        messages.len() == 1 || messages.len() == 2,
+        "{} messages",
+        messages.len()
+    );
 }

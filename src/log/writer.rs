@@ -215,7 +215,10 @@ impl LogWriter {
     ///
     /// # Errors
     /// `SEQ_NOT_CONTIGUOUS` for a gap (nothing written), `POISONED` after an earlier
-    /// failure, `IO` for a failed write or sync, which poisons the writer (DUR-5).
+    /// failure, `IO` for a failed write or sync, which poisons the writer (DUR-5). The
+    /// error's [`Error::outcome`] is `FateUnknown` when the events' bytes may be on disk in
+    /// part (a failed write or sync, or, in `Sync`, a `POISONED` from the failed sync another
+    /// appender ran for them), `NothingWritten` or `Poisoned` otherwise (DUR-10).
     pub fn append(&self, events: &[Event]) -> Result<u64> {
         self.append_built(|_| events)
     }
@@ -240,7 +243,11 @@ impl LogWriter {
             .seq_written
             .fetch_max(seq_next, Ordering::SeqCst);
         if self.shared.options.durability == Durability::Sync {
-            self.shared.wait_durable(seq_next)?;
+            // DUR-10: the records are written; a failed sync, this one's or the one another
+            // appender ran for them (`POISONED`), leaves their fate unknown.
+            self.shared
+                .wait_durable(seq_next)
+                .map_err(Error::with_fate_unknown)?;
         }
         Ok(seq_next)
     }
@@ -261,19 +268,22 @@ impl LogWriter {
             }
             record_fits(event)?;
         }
-        let outcome = self.shared.write(&mut state, events);
-        if outcome.is_err() {
+        if let Err(error) = self.shared.write(&mut state, events) {
+            // DUR-5, DUR-10: bytes of these events may be on disk; none is ever written
+            // after them.
             state.poisoned = true;
             self.shared.commit.poison();
+            return Err(error.with_fate_unknown());
         }
-        outcome?;
         Ok(state.seq_next)
     }
 
     /// Makes every appended event durable (DUR-3).
     ///
     /// # Errors
-    /// `POISONED`, or `IO` for a failed sync (which poisons).
+    /// `POISONED`, or `IO` for a failed write or sync (which poisons; its
+    /// [`Error::outcome`] is `FateUnknown`: the unsynced appends may be on disk in part,
+    /// DUR-10).
     pub fn flush(&self) -> Result<()> {
         let seq_next = self.shared.lock_state().seq_next;
         self.shared.wait_durable(seq_next)
@@ -603,6 +613,7 @@ impl Shared {
     /// Waits until every seq below `target` is durable; one waiter syncs for all (DUR-1).
     fn wait_durable(&self, target: u64) -> Result<()> {
         let mut failed_path = None;
+        let mut failed_write = None;
         let outcome = self.commit.wait(target, || {
             // Appends still writing would each need a sync of their own right after
             // this one; give them a moment to finish so this sync covers them.
@@ -628,7 +639,9 @@ impl Shared {
                 let mut state = self.lock_state();
                 if let Err(error) = self.flush_buffer(&mut state) {
                     state.poisoned = true;
-                    return Err(std::io::Error::other(error.to_string()));
+                    let io = std::io::Error::other(error.to_string());
+                    failed_write = Some(error);
+                    return Err(io);
                 }
                 (
                     Arc::clone(&state.active),
@@ -653,13 +666,14 @@ impl Shared {
         match outcome {
             Ok(()) => Ok(()),
             Err(WaitError::Poisoned) => Err(ErrorKind::Poisoned.into()),
+            // DUR-10: the records being made durable may be on disk in part, or not at all.
             Err(WaitError::Io(error)) => {
                 self.lock_state().poisoned = true;
-                Err(Error::io(
-                    "fsync",
-                    failed_path.unwrap_or_else(|| self.dir.clone()),
-                    &error,
-                ))
+                let error = failed_write.unwrap_or_else(|| {
+                    let path = failed_path.unwrap_or_else(|| self.dir.clone());
+                    Error::io("fsync", path, &error)
+                });
+                Err(error.with_fate_unknown())
             }
         }
     }

@@ -3,7 +3,8 @@
 //!
 //! Fault model: each operation kind has a counter; a plan names the N-th call of a kind
 //! (counting from 1) that fails. A failing write may first write a prefix of its bytes
-//! (a torn write), as a crash or a full disk can. Failpoints are named
+//! (a torn write), as a crash or a full disk can. A failing write or `sync_data` returns
+//! `EIO`, as a disk does; the other failpoints return an error naming them. Failpoints are named
 //! `storage::<op>::fail`: `storage::write::fail`, `storage::sync::fail`,
 //! `storage::sync_dir::fail`, `storage::rename::fail`, `storage::create::fail`,
 //! `storage::open::fail`. One more fault is not an error of the call itself: an
@@ -100,6 +101,11 @@ pub struct FaultyStorage {
     pub faults: Arc<Faults>,
 }
 
+/// The error of a failing `write_at` or `sync_data`: `EIO`, as a disk reports it.
+fn eio() -> io::Error {
+    io::Error::from_raw_os_error(rustix::io::Errno::IO.raw_os_error())
+}
+
 fn injected(what: &str) -> io::Error {
     io::Error::other(format!("injected failure: storage::{what}::fail"))
 }
@@ -141,7 +147,7 @@ impl Storage for FaultyStorage {
             let torn = usize::try_from(self.faults.write_torn_bytes.load(Ordering::SeqCst))
                 .unwrap_or(usize::MAX);
             FsStorage.write_at(file, offset, &bytes[..torn.min(bytes.len())])?;
-            return Err(injected("write"));
+            return Err(eio());
         }
         FsStorage.write_at(file, offset, bytes)
     }
@@ -152,7 +158,7 @@ impl Storage for FaultyStorage {
 
     fn sync_data(&self, file: &File) -> io::Result<()> {
         if self.faults.hit(1, &self.faults.sync) {
-            return Err(injected("sync"));
+            return Err(eio());
         }
         FsStorage.sync_data(file)
     }
