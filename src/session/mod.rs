@@ -557,8 +557,17 @@ impl<L: SessionLog> Session<L> {
             .log
             .closers()
             .map_err(|e| e.in_session(self.header.id()))?;
+        let seq = self.log.seq_next();
         for text in &closers {
             self.ingest(text, Lossless::Closer)?;
+        }
+        if !closers.is_empty() {
+            tracing::warn!(
+                session = self.header.id(),
+                seq,
+                count = closers.len(),
+                "repair closers appended: the last turn was interrupted (contract §8)"
+            );
         }
         Ok(closers.len() as u64)
     }

@@ -130,6 +130,13 @@ impl LogOrigin {
             let same = surface.seq_next() == seq_next
                 && surface.replace_generation() == generation
                 && surface.replacement_keys() == keys.as_slice();
+            if same {
+                tracing::warn!(
+                    log = %self.dir.display(),
+                    seq = seq_next,
+                    "checkpoint nodes failed their check; rebuilt from the log (CKP-2)"
+                );
+            }
             same.then(|| surface.nodes().to_vec())
         })
     }

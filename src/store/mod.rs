@@ -126,6 +126,61 @@ impl Build {
     }
 }
 
+/// The event of a refusal at `op` (open, salvage) of session `id`: `warn` for a session
+/// that is busy or absent, `error` for one that cannot be opened as it is (`CORRUPT`,
+/// `FORMAT_VERSION`, `IO`, ...).
+fn trace_refusal(op: &'static str, id: &str, error: &Error) {
+    let code = error.code();
+    let seq = error.seq();
+    match code {
+        "LOCKED" | "SESSION_NOT_FOUND" | "INVALID_ID" => {
+            tracing::warn!(session = id, seq, code, op, %error, "session refused at open");
+        }
+        _ => tracing::error!(session = id, seq, code, op, %error, "session refused at open"),
+    }
+}
+
+/// The events of what opening session `id`'s log repaired (RCV-7, RCV-9, RCV-12); `seq`
+/// is the log's `seq_next` after recovery, where a torn tail was cut.
+fn trace_log_recovery(id: &str, seq: u64, report: &OpenReport) {
+    if let Some(torn) = &report.torn_tail {
+        tracing::warn!(
+            session = id,
+            seq,
+            code = torn.code(),
+            path = %torn.segment.display(),
+            offset = torn.offset,
+            bytes = torn.bytes,
+            quarantine = %torn.quarantine.display(),
+            "torn tail set aside into a quarantine file (RCV-9, RCV-12)"
+        );
+    }
+    if let Some(path) = &report.removed_segment {
+        tracing::warn!(
+            session = id,
+            seq,
+            path = %path.display(),
+            "unborn last segment removed (RCV-7)"
+        );
+    }
+}
+
+/// The event of whether session `id`'s checkpoint was used (CKP-3): `debug` when used or
+/// absent, `warn` when it was set aside and the surface is rebuilt from the log.
+fn trace_checkpoint(id: &str, used: &Result<u64, checkpoint::Unusable>) {
+    match used {
+        Ok(seq) => tracing::debug!(session = id, seq, "checkpoint used (CKP-3)"),
+        Err(checkpoint::Unusable::Missing) => {
+            tracing::debug!(session = id, "no checkpoint; surface folded from the log");
+        }
+        Err(why) => tracing::warn!(
+            session = id,
+            why = ?why,
+            "checkpoint ignored; surface rebuilt from the log and checkpoint rewritten (CKP-3)"
+        ),
+    }
+}
+
 /// The lock file of `tmp/`, beside it (STORE-17): builds hold it shared, the cleaning
 /// at open exclusive.
 const TMP_LOCK: &str = "tmp.lock";
@@ -171,7 +226,19 @@ impl Store {
     /// `FORMAT_VERSION` for a store of another version, `CORRUPT` for an unreadable
     /// identity file, `UNSAFE_PATH` for a symbolic link (or, for `STORE`, a file that is
     /// not regular) among the store's own paths (STORE-1), `IO`.
-    pub fn at(dir: &Path, mut options: StoreOptions) -> Result<Self> {
+    pub fn at(dir: &Path, options: StoreOptions) -> Result<Self> {
+        Self::at_dir(dir, options).inspect_err(|error| {
+            tracing::error!(
+                store = %dir.display(),
+                code = error.code(),
+                %error,
+                "store refused at open"
+            );
+        })
+    }
+
+    /// [`Store::at`], without the event of its refusal.
+    fn at_dir(dir: &Path, mut options: StoreOptions) -> Result<Self> {
         // The caller's link to the store is resolved once, for the few operations on the
         // directory itself; every path inside is refused when it is a link (STORE-1).
         let root = match std::fs::symlink_metadata(dir) {
@@ -289,7 +356,21 @@ impl Store {
         };
         let mut removed = false;
         for name in &names {
-            removed |= storage.remove_dir_all(&tmp.join(name)).is_ok();
+            let path = tmp.join(name);
+            match storage.remove_dir_all(&path) {
+                Ok(()) => {
+                    removed = true;
+                    tracing::info!(
+                        path = %path.display(),
+                        "stale build removed from tmp/ (STORE-17)"
+                    );
+                }
+                Err(error) => tracing::warn!(
+                    path = %path.display(),
+                    %error,
+                    "stale build in tmp/ not removed; tried again at the next open (STORE-17)"
+                ),
+            }
         }
         if removed {
             let _ = storage.sync_dir(&tmp);
@@ -343,6 +424,17 @@ impl Store {
     /// (contract §5); its log's segments are the ones its source's reader has just opened
     /// and checked, handed over rather than opened again.
     fn open_live_from(
+        &self,
+        id: &str,
+        first_live_seq: Option<u64>,
+        chain: Option<crate::log::Chain>,
+    ) -> Result<(StoredSession, Opened)> {
+        self.open_live_recovering(id, first_live_seq, chain)
+            .inspect_err(|error| trace_refusal("open", id, error))
+    }
+
+    /// [`Store::open_live_from`], without the event of its refusal.
+    fn open_live_recovering(
         &self,
         id: &str,
         first_live_seq: Option<u64>,
@@ -421,6 +513,8 @@ impl Store {
         )
         .map_err(|e| e.in_session(id))?;
         let live = first_live_seq.unwrap_or(stored).min(stored);
+        trace_log_recovery(id, stored, &report);
+        trace_checkpoint(id, &used);
         let mut session =
             Session::over_log_from(header, log, surface, live, self.options.session.clone())?;
         let closers = session.repair()?;
@@ -583,7 +677,24 @@ impl Store {
             }
             Ok(())
         })
-        .map_err(|e| e.in_session(id))?;
+        .map_err(|e| e.in_session(id))
+        .inspect_err(|error| trace_refusal("salvage", id, error))?;
+        if log.set_aside.is_empty() {
+            tracing::info!(
+                session = id,
+                seq = log.seq_next,
+                "salvage: nothing to set aside"
+            );
+        } else {
+            tracing::warn!(
+                session = id,
+                seq = log.seq_next,
+                reason = log.reason.as_deref().unwrap_or(""),
+                set_aside = ?log.set_aside,
+                checkpoint_removed,
+                "session salvaged: events from seq on set aside into quarantine files (SLV-1)"
+            );
+        }
         Ok(SalvageReport {
             log,
             checkpoint_removed,
