@@ -174,4 +174,11 @@ fn a_refusal_at_open_is_traced_with_the_session_and_code() {
     assert_eq!(event.level, Level::ERROR);
     assert_eq!(event.field("session"), Some("s1"));
     assert_eq!(event.field("code"), Some("CORRUPT"));
+    assert_eq!(event.field("op"), Some("open"));
+    // Read-only opens too.
+    let (error, events) = collector.run(|| store.inspect("s1").map(drop).unwrap_err());
+    assert_eq!(error.code(), "CORRUPT");
+    let event = the_event(&events, "session refused at open");
+    assert_eq!(event.field("op"), Some("inspect"));
+    assert_eq!(event.field("session"), Some("s1"));
 }

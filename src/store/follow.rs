@@ -46,6 +46,12 @@ impl Store {
     /// # Errors
     /// `SESSION_NOT_FOUND`, `CORRUPT`, `IO`.
     pub fn follow(&self, id: &str) -> Result<Follower> {
+        self.follow_unlogged(id)
+            .inspect_err(|error| super::trace_refusal("follow", id, error))
+    }
+
+    /// [`Store::follow`], without the event of its refusal (STORE-22).
+    fn follow_unlogged(&self, id: &str) -> Result<Follower> {
         let dir = self.session_dir(id);
         Self::read_header(&*self.options.log.storage, id, &dir)?;
         // RCV-14, as `inspect`: the checkpoint, read before the log, is a durable mark; a
@@ -80,6 +86,12 @@ impl Store {
     /// # Errors
     /// As [`Store::follow`].
     pub fn inspect(&self, id: &str) -> Result<Session<ReadOnlyLog>> {
+        self.inspect_unlogged(id)
+            .inspect_err(|error| super::trace_refusal("inspect", id, error))
+    }
+
+    /// [`Store::inspect`], without the event of its refusal (STORE-22).
+    fn inspect_unlogged(&self, id: &str) -> Result<Session<ReadOnlyLog>> {
         let dir = self.session_dir(id);
         let header = Self::read_header(&*self.options.log.storage, id, &dir)?;
         // RCV-14: read before the log, so that a live writer's later checkpoint (written

@@ -126,7 +126,7 @@ impl Build {
     }
 }
 
-/// The event of a refusal at `op` (open, salvage) of session `id`: `warn` for a session
+/// The event of a refusal at `op` (open, inspect, follow, salvage) of session `id`: `warn` for a session
 /// that is busy or absent, `error` for one that cannot be opened as it is (`CORRUPT`,
 /// `FORMAT_VERSION`, `IO`, ...).
 fn trace_refusal(op: &'static str, id: &str, error: &Error) {
