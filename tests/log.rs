@@ -299,9 +299,11 @@ fn dur_6_a_failed_background_sync_of_a_sealed_segment_fails_the_flush() {
     assert!(segments(&dir).len() > 3, "the appends sealed segments");
     let error = writer.flush().unwrap_err();
     assert_eq!(error.code(), "IO");
+    // The sealed segments' syncs run on threads of their own: whichever reaches the disk
+    // first fails, so the error names one of them (not always the first).
     assert!(
-        error.to_string().contains("00000000000000000000.seg"),
-        "the failure names the sealed segment: {error}"
+        error.to_string().contains(".seg"),
+        "the failure names a sealed segment: {error}"
     );
     assert_eq!(
         writer.append(&events(400..401)).unwrap_err().code(),
