@@ -10,6 +10,8 @@ pub(crate) mod fork;
 mod history;
 mod invariants;
 pub mod repair;
+#[cfg(feature = "serde")]
+mod serialize;
 mod typed;
 
 pub(crate) use admit::end_seed_event;

@@ -15,6 +15,35 @@ pub struct Message<'a> {
     pub json: &'a str,
 }
 
+#[cfg(feature = "serde")]
+impl<'a> Message<'a> {
+    /// Parses the message's exact stored JSON text into `T` with `serde_json` (feature
+    /// `serde`): what a host does to build its next model request from typed messages.
+    /// `T` may borrow from the stored text (`&'a str` fields), or own its data.
+    ///
+    /// ```
+    /// use serde::Deserialize;
+    /// use surfacelog::session::{kinds, Options, Session, SurfaceIntent};
+    ///
+    /// #[derive(Deserialize)]
+    /// struct Msg<'a> { role: &'a str }
+    ///
+    /// let mut session = Session::create("s", None, None, Options::default())?;
+    /// let data = r#"{"id":"u","role":"user","source":{"kind":"user"},"content":[]}"#;
+    /// session.append::<kinds::UserMessage>(data, SurfaceIntent::append())?;
+    /// let messages = session.messages()?;
+    /// assert_eq!(messages[0].parse::<Msg<'_>>().unwrap().role, "user");
+    /// # Ok::<(), surfacelog::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `serde_json`'s error, with its line and column, when the message does not fit `T`.
+    /// The text itself was verified when it was read: this is only the host's type.
+    pub fn parse<T: serde::Deserialize<'a>>(&self) -> std::result::Result<T, serde_json::Error> {
+        serde_json::from_str(self.json)
+    }
+}
+
 /// The messages of the surface, in surface order, skipping nodes that produce none.
 /// Cost: one event lookup per node; no JSON is parsed or copied.
 ///
