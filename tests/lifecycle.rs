@@ -399,3 +399,81 @@ fn a_new_store_syncs_its_parent_directory() {
     let calls = recording.take();
     assert!(!calls.iter().any(|c| c == "sync parent"), "{calls:?}");
 }
+
+/// The environment variable that makes [`concurrent_processes_creating_a_new_store_all_succeed`]
+/// a child: the store directory to open, and the moment (Unix ms) to open it at.
+const CREATOR_CHILD: &str = "SURFACELOG_LIFECYCLE_CREATOR";
+
+/// STORE-2, STORE-19 (issue 12, item 3): several processes creating the same new store at
+/// once all succeed (3 of 6 failed when they shared `STORE.tmp`), and the store is whole.
+#[test]
+fn concurrent_processes_creating_a_new_store_all_succeed() {
+    if let Some(spec) = std::env::var_os(CREATOR_CHILD) {
+        let spec = spec.into_string().unwrap();
+        let (at, dir) = spec.split_once(':').unwrap();
+        let at: u128 = at.parse().unwrap();
+        // Start together: wait for the agreed moment.
+        while std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            < at
+        {
+            std::hint::spin_loop();
+        }
+        match Store::at(Path::new(dir), options()) {
+            Ok(_) => println!("creator: OK"),
+            Err(error) => println!("creator: {}: {error}", error.code()),
+        }
+        return;
+    }
+    let root = scratch("lifecycle", "store-processes");
+    for round in 0..5 {
+        let dir = root.join(format!("store{round}"));
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            + 400;
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                std::process::Command::new(std::env::current_exe().unwrap())
+                    .args([
+                        "--exact",
+                        "concurrent_processes_creating_a_new_store_all_succeed",
+                        "--nocapture",
+                        "--test-threads=1",
+                    ])
+                    .env(CREATOR_CHILD, format!("{at}:{}", dir.display()))
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let outcomes: Vec<String> = children
+            .into_iter()
+            .map(|child| {
+                let output = child.wait_with_output().unwrap();
+                assert!(output.status.success(), "{output:?}");
+                String::from_utf8_lossy(&output.stdout)
+                    .lines()
+                    .find_map(|l| l.split_once("creator: ").map(|(_, o)| o.to_owned()))
+                    .unwrap_or_else(|| "no outcome printed".to_owned())
+            })
+            .collect();
+        assert!(
+            outcomes.iter().all(|o| o == "OK"),
+            "round {round}: {outcomes:?}"
+        );
+        assert_eq!(
+            names(&dir),
+            ["STORE", "sessions", "tmp", "tmp.lock", "trash"]
+        );
+        drop(
+            Store::at(&dir, options())
+                .unwrap()
+                .create("s", None, None)
+                .unwrap(),
+        );
+    }
+}
