@@ -1435,3 +1435,150 @@ fn ckp_8_a_foreign_chain_with_a_matching_identity_is_not_taken_over_a_limited_se
     assert_eq!(state(&g), forked, "g's own events, not s's");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The store directory of [`follow_child`], set only in the child process.
+const FOLLOW_CHILD_DIR: &str = "SURFACELOG_FOLLOW_CHILD_DIR";
+/// How many events [`follow_child`] appends, one every [`FOLLOW_CHILD_GAP`].
+const FOLLOW_CHILD_EVENTS: u64 = 20;
+const FOLLOW_CHILD_GAP: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The child of [`a_follower_in_another_process_wakes_on_each_commit`]: opens session `s`
+/// with Sync durability and appends an event every [`FOLLOW_CHILD_GAP`], printing
+/// `APPEND <seq> <unix nanos when the append began>` after each. Without
+/// [`FOLLOW_CHILD_DIR`] it does nothing: a test only in name.
+#[test]
+fn follow_child() {
+    use std::io::Write;
+    let Ok(dir) = std::env::var(FOLLOW_CHILD_DIR) else {
+        return;
+    };
+    let store = Store::at(
+        std::path::Path::new(&dir),
+        common::store_options(Durability::Sync, 64 << 10),
+    )
+    .unwrap();
+    let (mut session, _) = store.open("s").unwrap();
+    let mut out = std::io::stdout().lock();
+    for i in 0..FOLLOW_CHILD_EVENTS {
+        std::thread::sleep(FOLLOW_CHILD_GAP);
+        let began = unix_nanos();
+        let seq = session
+            .append_dynamic("plugin/x", &format!(r#"{{"i":{i}}}"#), None)
+            .unwrap();
+        writeln!(out, "APPEND {seq} {began}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+fn unix_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// STORE-11: a follower wakes on each commit of a writer in another process, well within
+/// a second (the inotify wait; the poll fallback would pass too, the bench `follow`
+/// compares them). Prints the median wake-up latency.
+#[test]
+fn a_follower_in_another_process_wakes_on_each_commit() {
+    if std::env::var(FOLLOW_CHILD_DIR).is_ok() {
+        return;
+    }
+    let (dir, store) = temp_store("follow-wake");
+    drop(store.create("s", None, None).unwrap());
+    let mut follower = store.follow("s").unwrap();
+    let first = surfacelog::event::EventSource::seq_next(follower.log());
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "follow_child", "--nocapture", "--test-threads=1"])
+        .env(FOLLOW_CHILD_DIR, &*dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut woke = Vec::new();
+    for seq in first..first + FOLLOW_CHILD_EVENTS {
+        // The first wait also covers the child's start.
+        let timeout = if seq == first { 20 } else { 1 };
+        assert!(
+            follower
+                .wait_for(seq, std::time::Duration::from_secs(timeout))
+                .unwrap(),
+            "event {seq} not seen"
+        );
+        woke.push((seq, unix_nanos()));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{:?}", output.status);
+    let began: std::collections::HashMap<u64, u128> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            // The harness's `test follow_child ... ` may precede the first line.
+            let at = line.find("APPEND ")?;
+            let mut words = line[at + "APPEND ".len()..].split(' ');
+            Some((
+                words.next()?.parse().unwrap(),
+                words.next()?.parse().unwrap(),
+            ))
+        })
+        .collect();
+    let mut latencies: Vec<u128> = woke
+        .iter()
+        .map(|(seq, woke)| woke.saturating_sub(began[seq]))
+        .collect();
+    latencies.sort_unstable();
+    for latency in &latencies {
+        assert!(*latency < 1_000_000_000, "a wake-up took {latency} ns");
+    }
+    println!(
+        "follower wake-up after another process's Sync append: median {} µs, max {} µs",
+        latencies[latencies.len() / 2] / 1000,
+        latencies[latencies.len() - 1] / 1000
+    );
+}
+
+#[test]
+fn follower_events_yields_owned_events_and_ends_at_the_timeout() {
+    let (_dir, store) = temp_store("follow-events");
+    let mut session = store.create("s", None, None).unwrap();
+    let first = session.seq_next();
+    let mut follower = store.follow("s").unwrap();
+    let writer = std::thread::spawn(move || {
+        for i in 0..5 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            session
+                .append_dynamic("plugin/x", &format!(r#"{{"i":{i}}}"#), None)
+                .unwrap();
+            session.flush().unwrap();
+        }
+        session
+    });
+    let events: Vec<_> = follower
+        .events(first, std::time::Duration::from_secs(2))
+        .take(5)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let session = writer.join().unwrap();
+    for (i, event) in events.iter().enumerate() {
+        assert_eq!(event.seq(), first + i as u64);
+        assert_eq!(event.as_ref().data(), format!(r#"{{"i":{i}}}"#));
+    }
+    // Nothing more: the iterator ends at the timeout, and stays ended.
+    let mut rest = follower.events(first + 5, std::time::Duration::from_millis(30));
+    assert!(rest.next().is_none());
+    assert!(rest.next().is_none());
+    assert_eq!(rest.next_seq(), first + 5);
+    // The polling strategy sees the same log.
+    assert!(
+        follower
+            .wait_for_polling(first + 4, std::time::Duration::ZERO)
+            .unwrap()
+    );
+    assert!(
+        !follower
+            .wait_for_polling(first + 5, std::time::Duration::from_millis(5))
+            .unwrap()
+    );
+    drop(session);
+}

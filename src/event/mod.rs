@@ -229,6 +229,23 @@ impl<'a> EventRef<'a> {
         }
     }
 
+    /// An owned copy, which outlives the log it was read from.
+    pub fn to_event(&self) -> Event {
+        Event::new(
+            self.text.to_owned(),
+            self.data_span(),
+            self.message_span(),
+            EventFields {
+                event_type: type_name(self.event_type),
+                seq: self.seq,
+                time: self.time,
+                surface_op: self.surface_op,
+                sources: self.sources.map(|s| s.to_vec()),
+                ignorable: self.ignorable,
+            },
+        )
+    }
+
     /// The exact JSON text of `data`.
     pub fn data(&self) -> &'a str {
         &self.text[self.data.0 as usize..self.data.1 as usize]

@@ -12,13 +12,44 @@ use crate::session::repair::RepairState;
 use crate::session::{Session, SessionLog};
 use crate::surface::Surface;
 
-/// The longest pause between two looks at the log while waiting.
+/// The longest pause between two looks at the log while waiting by polling.
 const POLL_INTERVAL_MAX: Duration = Duration::from_millis(10);
 
 /// A read-only view of a stored session that follows its writer.
+///
+/// On Linux a wait sleeps on an inotify watch of the session's `log/` directory, so it
+/// wakes when a writer, in this process or another, writes a record or creates a segment
+/// (STORE-11); elsewhere, or when inotify cannot be had, it polls the log.
 #[derive(Debug)]
 pub struct Follower {
     reader: LogReader,
+    /// How a wait sleeps until the log changes.
+    #[cfg_attr(loom, allow(dead_code))]
+    wake: Wake,
+}
+
+/// How [`Follower::wait_for`] sleeps between two looks at the log.
+#[derive(Debug)]
+enum Wake {
+    /// Not tried yet: the first wait makes the watch.
+    #[cfg(all(any(target_os = "linux", target_os = "android"), not(loom)))]
+    Unset,
+    /// An inotify watch of the log directory.
+    #[cfg(all(any(target_os = "linux", target_os = "android"), not(loom)))]
+    Notify(notify::Watch),
+    /// Pauses growing up to [`POLL_INTERVAL_MAX`]: no inotify here, none could be had,
+    /// or the follower was asked to poll.
+    Poll,
+}
+
+impl Wake {
+    /// The state of a new follower.
+    fn new() -> Self {
+        #[cfg(all(any(target_os = "linux", target_os = "android"), not(loom)))]
+        return Self::Unset;
+        #[cfg(not(all(any(target_os = "linux", target_os = "android"), not(loom))))]
+        Self::Poll
+    }
 }
 
 /// A stored log opened without the writer's lock, with events appended only in memory:
@@ -63,7 +94,10 @@ impl Store {
         let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())?;
         super::checkpoint::check_not_ahead(&dir, reader.seq_next(), durable_seq)
             .map_err(|e| e.in_session(id))?;
-        Ok(Follower { reader })
+        Ok(Follower {
+            reader,
+            wake: Wake::new(),
+        })
     }
 
     /// Refuses with `LOCKED` while a writer holds session `id` (`log-format.md` LOG-1): what
@@ -127,32 +161,243 @@ impl Follower {
     /// beside a writer of its own.
     #[cfg(all(test, loom))]
     pub(crate) fn over(reader: LogReader) -> Self {
-        Self { reader }
+        Self {
+            reader,
+            wake: Wake::new(),
+        }
     }
 
-    /// Waits until event `seq` is committed, at most `timeout`. Returns `true` when it is.
+    /// Waits until event `seq` is committed, at most `timeout` (a timeout too long to
+    /// add to the clock waits without end). Returns `true` when it is.
+    ///
+    /// On Linux it sleeps until the log directory changes (inotify), looking at the log
+    /// at least every 50 ms all the same (what a missed change costs at most); elsewhere, or when
+    /// inotify cannot be had (no watches left, a log on a storage that is not a plain
+    /// directory), it polls with pauses up to 10 ms.
     ///
     /// # Errors
     /// `CORRUPT`, `IO`.
     pub fn wait_for(&mut self, seq: u64, timeout: Duration) -> Result<bool> {
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now().checked_add(timeout);
+        #[cfg(all(any(target_os = "linux", target_os = "android"), not(loom)))]
+        {
+            if matches!(self.wake, Wake::Unset) {
+                self.wake = notify::Watch::new(self.reader.dir()).map_or(Wake::Poll, Wake::Notify);
+            }
+            if let Wake::Notify(watch) = &mut self.wake {
+                // No lost wake-up: the watch exists before this look at the log, so a
+                // write after the look leaves an event that ends the sleep.
+                loop {
+                    if self.reader.refresh()? > seq {
+                        return Ok(true);
+                    }
+                    let now = Instant::now();
+                    let left = match deadline {
+                        Some(deadline) if now >= deadline => return Ok(false),
+                        Some(deadline) => deadline - now,
+                        None => notify::FALLBACK_INTERVAL,
+                    };
+                    if !watch.sleep(left.min(notify::FALLBACK_INTERVAL)) {
+                        // The watch broke (its directory replaced, a poll error): make
+                        // it anew at the next wait; poll for the rest of this one.
+                        self.wake = Wake::Unset;
+                        break;
+                    }
+                }
+            }
+        }
+        self.wait_polling(seq, deadline)
+    }
+
+    /// [`Follower::wait_for`] by polling only: the strategy a follower falls back to,
+    /// kept callable so that the wake-up latency of both can be compared (benches).
+    ///
+    /// # Errors
+    /// `CORRUPT`, `IO`.
+    #[doc(hidden)]
+    pub fn wait_for_polling(&mut self, seq: u64, timeout: Duration) -> Result<bool> {
+        self.wait_polling(seq, Instant::now().checked_add(timeout))
+    }
+
+    /// Polls the log with growing pauses until event `seq` is committed or `deadline`
+    /// (none: no end) passes.
+    fn wait_polling(&mut self, seq: u64, deadline: Option<Instant>) -> Result<bool> {
         let mut pause = Duration::from_micros(100);
         loop {
             if self.reader.refresh()? > seq {
                 return Ok(true);
             }
             let now = Instant::now();
-            if now >= deadline {
-                return Ok(false);
-            }
-            crate::sync::pause(pause.min(deadline - now));
+            let pause_now = match deadline {
+                Some(deadline) if now >= deadline => return Ok(false),
+                Some(deadline) => pause.min(deadline - now),
+                None => pause,
+            };
+            crate::sync::pause(pause_now);
             pause = (pause * 2).min(POLL_INTERVAL_MAX);
+        }
+    }
+
+    /// The committed events from seq `from` on, each waited for at most
+    /// `timeout_per_event` ([`Follower::wait_for`]): an iterator of owned events that
+    /// ends when one is not committed in time, or after the first error.
+    ///
+    /// ```no_run
+    /// # fn main() -> surfacelog::Result<()> {
+    /// # let store: surfacelog::store::Store = unimplemented!();
+    /// let mut follower = store.follow("s")?;
+    /// for event in follower.events(0, std::time::Duration::from_secs(5)) {
+    ///     println!("{}", event?.text());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn events(&mut self, from: u64, timeout_per_event: Duration) -> FollowEvents<'_> {
+        FollowEvents {
+            follower: self,
+            next: from,
+            timeout: timeout_per_event,
+            done: false,
         }
     }
 
     /// The events committed as of the last wait.
     pub fn log(&self) -> &LogReader {
         &self.reader
+    }
+}
+
+/// The iterator of [`Follower::events`]: owned copies of the committed events, in seq
+/// order, each waited for. It ends (returns `None`) when an event is not committed within
+/// the timeout, and after yielding an error.
+#[derive(Debug)]
+pub struct FollowEvents<'a> {
+    follower: &'a mut Follower,
+    next: u64,
+    timeout: Duration,
+    done: bool,
+}
+
+impl FollowEvents<'_> {
+    /// The seq of the next event to yield.
+    pub fn next_seq(&self) -> u64 {
+        self.next
+    }
+}
+
+impl Iterator for FollowEvents<'_> {
+    type Item = Result<Event>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let read = self
+            .follower
+            .wait_for(self.next, self.timeout)
+            .and_then(|committed| {
+                if !committed {
+                    return Ok(None);
+                }
+                let event = self.follower.reader.event_at(self.next)?;
+                Ok(Some(event.to_event()))
+            });
+        match read {
+            Ok(Some(event)) => {
+                self.next += 1;
+                Some(Ok(event))
+            }
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(error) => {
+                self.done = true;
+                Some(Err(error))
+            }
+        }
+    }
+}
+
+impl std::iter::FusedIterator for FollowEvents<'_> {}
+
+/// The inotify wait of a follower (Linux).
+#[cfg(all(any(target_os = "linux", target_os = "android"), not(loom)))]
+mod notify {
+    use std::mem::MaybeUninit;
+    use std::os::fd::{AsFd, OwnedFd};
+    use std::path::Path;
+    use std::time::Duration;
+
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+    use rustix::io::Errno;
+
+    /// The longest a follower sleeps on its watch before it looks at the log anyway: what
+    /// a missed change costs at most.
+    pub(super) const FALLBACK_INTERVAL: Duration = Duration::from_millis(50);
+
+    /// An inotify instance watching one log directory.
+    #[derive(Debug)]
+    pub(super) struct Watch {
+        fd: OwnedFd,
+    }
+
+    impl Watch {
+        /// Watches `dir` for what a writer does: a record written into a segment or a
+        /// segment grown (`IN_MODIFY`, reported on the directory's watch for its files),
+        /// a segment created or renamed into place. `None` when inotify cannot be had.
+        pub(super) fn new(dir: &Path) -> Option<Self> {
+            let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+            inotify::add_watch(
+                &fd,
+                dir,
+                WatchFlags::MODIFY
+                    | WatchFlags::CREATE
+                    | WatchFlags::MOVED_TO
+                    | WatchFlags::CLOSE_WRITE
+                    | WatchFlags::DELETE_SELF
+                    | WatchFlags::MOVE_SELF,
+            )
+            .ok()?;
+            Some(Self { fd })
+        }
+
+        /// Sleeps until the directory changes or `timeout` passes, then drains the events.
+        /// `false` when the watch is no longer good (its directory gone or moved, an
+        /// error): the caller makes a new one.
+        pub(super) fn sleep(&mut self, timeout: Duration) -> bool {
+            let timespec = Timespec {
+                tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+                tv_nsec: i64::from(timeout.subsec_nanos()),
+            };
+            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            match rustix::event::poll(&mut fds, Some(&timespec)) {
+                Ok(_) | Err(Errno::INTR) => {}
+                Err(_) => return false,
+            }
+            self.drain()
+        }
+
+        /// Reads the pending events; `false` when one says the watch ended.
+        fn drain(&mut self) -> bool {
+            let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+            let mut reader = inotify::Reader::new(self.fd.as_fd(), &mut buf);
+            loop {
+                match reader.next() {
+                    Ok(event) => {
+                        if event.events().intersects(
+                            ReadFlags::IGNORED | ReadFlags::DELETE_SELF | ReadFlags::MOVE_SELF,
+                        ) {
+                            return false;
+                        }
+                    }
+                    Err(Errno::INTR) => {}
+                    Err(Errno::AGAIN) => return true,
+                    Err(_) => return false,
+                }
+            }
+        }
     }
 }
 

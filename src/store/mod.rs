@@ -14,7 +14,7 @@ mod stored_log;
 mod verify;
 
 pub use escape::escape_id;
-pub use follow::{Follower, ReadOnlyLog};
+pub use follow::{FollowEvents, Follower, ReadOnlyLog};
 pub use import::{Import, Imported};
 pub use stored_log::StoredLog;
 pub use verify::{Problem, SessionReport, Severity, VerifyReport, verify};
