@@ -423,3 +423,82 @@ impl SessionLog for ReadOnlyLog {
         state.closers(&self.log)
     }
 }
+
+/// How long the thread behind a [`FollowStream`] waits for the next event before it looks
+/// whether the stream was dropped.
+#[cfg(feature = "tokio")]
+const STREAM_WAIT: Duration = Duration::from_millis(50);
+
+/// Committed events as an async [`futures_core::Stream`] (feature `tokio`): what
+/// [`Follower::into_stream`] returns. Each item is the next event in seq order, an owned
+/// copy, yielded as soon as the writer commits it (the follower's wake-up, STORE-11); a
+/// damaged record is an `Err` item, after which the stream ends. Dropping the stream stops
+/// the thread that follows the log within 50 ms.
+#[cfg(feature = "tokio")]
+#[derive(Debug)]
+pub struct FollowStream {
+    events: tokio::sync::mpsc::Receiver<Result<Event>>,
+}
+
+#[cfg(feature = "tokio")]
+impl futures_core::Stream for FollowStream {
+    type Item = Result<Event>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.events.poll_recv(cx)
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Follower {
+    /// The events from `from` on as an async stream, for hosts on tokio (or any executor:
+    /// the stream needs no runtime). The follower moves to a thread of its own, which
+    /// waits for each event as [`Follower::wait_for`] does (woken by the writer's commit,
+    /// across processes) and hands it over through a bounded channel, so a slow consumer
+    /// holds the follower back instead of growing memory. The stream never ends by itself
+    /// while the session exists; it ends after an error.
+    ///
+    /// # Errors
+    /// `IO` when the thread cannot be started.
+    pub fn into_stream(self, from: u64) -> Result<FollowStream> {
+        let (sender, events) = tokio::sync::mpsc::channel(64);
+        std::thread::Builder::new()
+            .name("surfacelog-follow".into())
+            .spawn(move || follow_into(self, from, &sender))
+            .map_err(|e| crate::Error::io("spawn", std::path::Path::new("follow"), &e))?;
+        Ok(FollowStream { events })
+    }
+}
+
+/// The thread behind [`Follower::into_stream`]: sends each committed event from `next` on
+/// until the receiver is dropped or an error has been sent.
+#[cfg(feature = "tokio")]
+fn follow_into(
+    mut follower: Follower,
+    mut next: u64,
+    sender: &tokio::sync::mpsc::Sender<Result<Event>>,
+) {
+    while !sender.is_closed() {
+        let read = follower.wait_for(next, STREAM_WAIT).and_then(|committed| {
+            committed
+                .then(|| follower.reader.event_at(next).map(|e| e.to_event()))
+                .transpose()
+        });
+        match read {
+            Ok(None) => {}
+            Ok(Some(event)) => {
+                next += 1;
+                if sender.blocking_send(Ok(event)).is_err() {
+                    return;
+                }
+            }
+            Err(error) => {
+                let _ = sender.blocking_send(Err(error));
+                return;
+            }
+        }
+    }
+}

@@ -14,6 +14,8 @@ mod stored_log;
 mod verify;
 
 pub use escape::escape_id;
+#[cfg(feature = "tokio")]
+pub use follow::FollowStream;
 pub use follow::{FollowEvents, Follower, ReadOnlyLog};
 pub use import::{Import, Imported};
 pub use stored_log::StoredLog;

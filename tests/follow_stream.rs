@@ -1,0 +1,83 @@
+//! Issue 14, item 5: a follower as an async stream (feature `tokio`). A writer in another
+//! thread appends with `Sync` durability while a tokio task consumes the stream: every
+//! committed event arrives once, in seq order, byte for byte; dropping the stream stops its
+//! thread and leaves the session usable.
+#![cfg(feature = "tokio")]
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures_core::Stream;
+use surfacelog::log::Durability;
+use surfacelog::store::Store;
+
+mod common;
+
+use common::{closed_turn, scratch, store_options};
+
+/// The next item of `stream`, or `None` after 10 s (the test fails then, never hangs).
+async fn next<S: Stream + Unpin>(stream: &mut S) -> Option<S::Item> {
+    let item = std::future::poll_fn(|cx| Pin::new(&mut *stream).poll_next(cx));
+    tokio::time::timeout(Duration::from_secs(10), item)
+        .await
+        .ok()
+        .flatten()
+}
+
+#[test]
+fn a_stream_yields_each_committed_event_once_in_order() {
+    let dir = scratch("follow_stream", "order");
+    let store = Store::at(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    closed_turn(&mut session, 1, "before the stream", "out 1");
+    let from = session.seq_next();
+    let stream = store.follow("s").unwrap().into_stream(from).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let mut stream = stream;
+    let mut received = Vec::new();
+    let session = std::thread::scope(|scope| {
+        let writer = scope.spawn(move || {
+            for turn in 2..=6 {
+                std::thread::sleep(Duration::from_millis(5));
+                closed_turn(&mut session, turn, &format!("turn {turn}"), "out");
+            }
+            session
+        });
+        // While the writer appends: the first event of its first turn arrives.
+        let first = runtime
+            .block_on(next(&mut stream))
+            .expect("an event within 10 s");
+        received.push(first.unwrap());
+        writer.join().unwrap()
+    });
+    let total = usize::try_from(session.seq_next() - from).unwrap();
+    runtime.block_on(async {
+        while received.len() < total {
+            let event = next(&mut stream).await.expect("an event within 10 s");
+            received.push(event.unwrap());
+        }
+    });
+    for (i, event) in received.iter().enumerate() {
+        let seq = from + i as u64;
+        let stored = session.event(seq).unwrap().unwrap();
+        assert_eq!(event.text(), stored.text, "seq {seq}");
+    }
+    session.close().unwrap();
+}
+
+#[test]
+fn a_dropped_stream_stops_and_the_session_goes_on() {
+    let dir = scratch("follow_stream", "drop");
+    let store = Store::at(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    let stream = store.follow("s").unwrap().into_stream(0).unwrap();
+    drop(stream);
+    // The thread notices within its wait; the writer is never held back by it.
+    std::thread::sleep(Duration::from_millis(120));
+    closed_turn(&mut session, 1, "after the drop", "out");
+    session.close().unwrap();
+    assert!(store.open("s").is_ok());
+}
