@@ -803,7 +803,7 @@ impl Segment {
                 return Err(truncated(&path, len, mapped.map.len()));
             }
             if !super::segment::is_grown_len(len, mapped.header.capacity) {
-                let reason = super::writer::cut_short(len, mapped.header.capacity);
+                let reason = super::segment::cut_short(len, mapped.header.capacity);
                 return Err(corrupt(&path, mapped.map.len(), &reason));
             }
             if len > mapped.map.len() as u64 {

@@ -49,6 +49,16 @@ pub fn is_grown_len(len: u64, capacity: u64) -> bool {
     len == capacity || (len < capacity && len.is_multiple_of(SEGMENT_GROW_BYTES))
 }
 
+/// SEG-6, SEG-8: why a segment file of `len` bytes, a length its writer never gives it, is
+/// damage.
+pub(crate) fn cut_short(len: u64, capacity: u64) -> String {
+    format!(
+        "the segment file is {len} bytes long, neither its capacity ({capacity}) nor a \
+         multiple of the 64 KiB steps it grows in (SEG-6): truncated by another process \
+         (SEG-8)"
+    )
+}
+
 /// Bytes every version of a file kind keeps in place (VER-2): its magic (0..8) and its
 /// version (8..12). A reader checks them first, before any checksum, so that a later
 /// version may change everything after them, the checksum's coverage included.

@@ -801,16 +801,6 @@ fn write_segment_file(storage: &dyn Storage, dir: &Path, header: &SegmentHeader)
     Ok(file)
 }
 
-/// SEG-6, SEG-8: why a segment file of `len` bytes, a length its writer never gives it, is
-/// damage.
-pub(crate) fn cut_short(len: u64, capacity: u64) -> String {
-    format!(
-        "the segment file is {len} bytes long, neither its capacity ({capacity}) nor a \
-         multiple of the 64 KiB steps it grows in (SEG-6): truncated by another process \
-         (SEG-8)"
-    )
-}
-
 /// SEG-6: the length a new segment file is created with: its header and the first step of
 /// room after it.
 fn initial_len(header: &SegmentHeader) -> u64 {
@@ -1116,7 +1106,7 @@ fn examine_tail(
     // keeps one of them. Any other length was cut by another process: damage, never a
     // torn tail.
     if !is_grown_len(bytes.len() as u64, header.capacity) {
-        let reason = cut_short(bytes.len() as u64, header.capacity);
+        let reason = super::segment::cut_short(bytes.len() as u64, header.capacity);
         return Err(corrupt(path, bytes.len(), &reason));
     }
     let file = last
