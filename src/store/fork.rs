@@ -145,7 +145,8 @@ fn write_fork(
     };
     create_own_segment(storage, &log_dir, own, child.marker, &mut syncs)?;
     link_checkpoint(storage, source_log, dir, child.len);
-    syncs.dirs = vec![log_dir, dir.to_owned()];
+    // The build directory itself is synced by its publish (STORE-21), not twice.
+    syncs.dirs = vec![log_dir];
     syncs.run(storage)?;
     Ok(limit)
 }
