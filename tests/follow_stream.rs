@@ -1,7 +1,7 @@
 //! Issue 14, item 5: a follower as an async stream (feature `tokio`). A writer in another
 //! thread appends with `Sync` durability while a tokio task consumes the stream: every
-//! committed event arrives once, in seq order, byte for byte; dropping the stream stops its
-//! thread and leaves the session usable.
+//! committed event arrives once, in seq order, byte for byte; a dropped stream holds nothing
+//! of the session (its thread's exit within 50 ms is not observed here).
 #![cfg(feature = "tokio")]
 
 use std::pin::Pin;
@@ -69,13 +69,13 @@ fn a_stream_yields_each_committed_event_once_in_order() {
 }
 
 #[test]
-fn a_dropped_stream_stops_and_the_session_goes_on() {
+fn a_dropped_stream_holds_nothing_of_the_session() {
     let dir = scratch("follow_stream", "drop");
     let store = Store::at(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     let stream = store.follow("s").unwrap().into_stream(0).unwrap();
     drop(stream);
-    // The thread notices within its wait; the writer is never held back by it.
+    // Whether or not its thread has noticed yet, the writer is never held back by it.
     std::thread::sleep(Duration::from_millis(120));
     closed_turn(&mut session, 1, "after the drop", "out");
     session.close().unwrap();
