@@ -25,17 +25,16 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use surfacelog::log::Durability;
-use surfacelog::store::{Follower, Store, StoreOptions};
+use surfacelog::internals::log::Durability;
+use surfacelog::internals::store::{Follower, Store, StoreOptions};
 
 fn bench_strategy(c: &mut Criterion, name: &str, polling: bool) {
     let dir = std::env::temp_dir().join(format!(
         "surfacelog-bench-follow-{name}-{}",
         std::process::id()
     ));
-    let mut options = StoreOptions::default();
-    options.log.durability = Durability::Sync;
-    let store = Store::at(&dir, options).unwrap();
+    let options = StoreOptions::new().durability(Durability::Sync);
+    let store = Store::open_or_create(&dir, options).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     let mut follower: Follower = store.follow("s").unwrap();
     let (ask, asked) = mpsc::channel::<Duration>();
@@ -55,7 +54,7 @@ fn bench_strategy(c: &mut Criterion, name: &str, polling: bool) {
     let mut latencies = Vec::new();
     let mut round = 0u64;
     let mut measure = |latencies: &mut Vec<Duration>| {
-        let seq = surfacelog::event::EventSource::seq_next(follower.log());
+        let seq = surfacelog::internals::event::EventSource::seq_next(follower.log());
         ask.send(Duration::from_micros(1000 + (round * 1_237) % 6_000))
             .unwrap();
         round += 1;

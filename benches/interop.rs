@@ -34,11 +34,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
-use surfacelog::adapters::jsonl::{self, Compression};
-use surfacelog::adapters::rows;
-use surfacelog::adapters::sqlite;
-use surfacelog::adapters::sqlite_import::import_sqlite;
-use surfacelog::store::{Store, StoreOptions};
+use surfacelog::internals::adapters::jsonl::{self, Compression};
+use surfacelog::internals::adapters::rows;
+use surfacelog::internals::adapters::sqlite;
+use surfacelog::internals::adapters::sqlite_import::import_sqlite;
+use surfacelog::internals::store::{Store, StoreOptions};
 
 const EVENTS_PER_TURN: u64 = 31;
 
@@ -155,7 +155,7 @@ fn write_workload_turns(dir: &Path, turns: u64) -> (PathBuf, u64, u64) {
 fn fresh_store(dir: &Path) -> Store {
     let _ = std::fs::remove_dir_all(dir);
     rustix::fs::sync();
-    Store::at(dir, StoreOptions::default()).unwrap()
+    Store::open_or_create(dir, StoreOptions::default()).unwrap()
 }
 
 fn bench(c: &mut Criterion) {
@@ -281,7 +281,7 @@ fn resident_memory(root: &Path, turns: u64) {
 /// The child of [`resident_memory`].
 fn rss_child(spec: &str) {
     let (file, store) = spec.split_once('\n').unwrap();
-    let store = Store::at(Path::new(store), StoreOptions::default()).unwrap();
+    let store = Store::open_or_create(Path::new(store), StoreOptions::default()).unwrap();
     jsonl::import_jsonl(
         &store,
         Path::new(file),

@@ -54,11 +54,13 @@ use criterion::{
     BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group,
     criterion_main, measurement::WallTime,
 };
-use surfacelog::event::{Event, EventFields};
-use surfacelog::log::segment::segment_name;
-use surfacelog::log::{Durability, LogOptions, LogReader, LogWriter, SEGMENT_BYTES_DEFAULT};
-use surfacelog::record::{body_len, encode_event, frame_len};
-use surfacelog::storage::{FsStorage, Storage};
+use surfacelog::internals::event::{Event, EventFields};
+use surfacelog::internals::log::segment::segment_name;
+use surfacelog::internals::log::{
+    Durability, LogOptions, LogReader, LogWriter, SEGMENT_BYTES_DEFAULT,
+};
+use surfacelog::internals::record::{body_len, encode_event, frame_len};
+use surfacelog::internals::storage::{FsStorage, Storage};
 
 /// Criterion samples per benchmark (its minimum).
 const SAMPLE_SIZE: usize = 10;

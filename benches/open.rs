@@ -15,37 +15,37 @@
 //!
 //! Measured, with the targets of the issue (medians; ratios from the same run):
 //!
-//! 1. `open_checkpointed`: [`Store::open`] of the 1M-event session with a fresh checkpoint,
+//! 1. `open_checkpointed`: [`Store::open_session`] of the 1M-event session with a fresh checkpoint,
 //!    beside the 10k-event one. Only the open is timed (`iter_custom`); the session is
 //!    dropped outside the timed region. Target: 1M ≤ 5 ms and ≤ 1.5× the 10k open.
 //!    The open reads none of the surface's nodes (CKP-7); their first read checks them
 //!    (CKP-2). `open_then_read_nodes` times the open and that first read
 //!    (`session.surface().nodes()`), to show where that cost went (no target).
-//! 2. `open_rebuild`: [`Store::open`] of the 1M-event session whose `checkpoint` file is
+//! 2. `open_rebuild`: [`Store::open_session`] of the 1M-event session whose `checkpoint` file is
 //!    deleted (untimed) before each open, so the whole log is folded and the repair scan
 //!    runs over it; the open then writes a new checkpoint (CKP-5), which is in the time.
 //!    Throughput: the record bytes in the `.seg` files (frames up to each segment's end
 //!    marker; segment headers and the zeroed tail excluded). Target: ≥ 300 MB/s.
 //! 3. `resident_memory` (printed, not timed): a child process (this executable again, so
 //!    nothing of the build is resident) reads `VmRSS` (and `RssAnon`, `RssFile`, `VmHWM`)
-//!    from `/proc/self/status` before and after [`Store::open`] of the 5M-event session,
+//!    from `/proc/self/status` before and after [`Store::open_session`] of the 5M-event session,
 //!    with its checkpoint and, second, without it. Target: ≤ 64 MB plus the surface index
 //!    (nodes × 8 bytes).
 //! 4. `fork`: [`Store::fork`] of the 5M-event session at [`Boundary::Last`]; the child is
 //!    deleted and purged (untimed) after each fork. Beside it, `fork_child_open`: what fork
 //!    does after publishing the child, which already holds its end-seed marker (STORE-13):
-//!    [`Store::open`] of the child with the checkpoint it shares with its source (CKP-7),
+//!    [`Store::open_session`] of the child with the checkpoint it shares with its source (CKP-7),
 //!    folding the one event after it, timed on a child forked just before (untimed), so
 //!    each pair gives the share of the fork spent opening the child (an upper bound: fork
 //!    hands the child the segments its reader has opened and checked, and this open lists
 //!    the directory and opens its last and its limited segment again).
 //!    Target: fork ≤ 20 ms.
 //!
-//! Also printed: the phases of [`Store::open`] replayed with the public pieces it is made
+//! Also printed: the phases of [`Store::open_session`] replayed with the public pieces it is made
 //! of (header, [`DiskLog::open`] and its [`LogReader::open`] half, [`Checkpoint::load`], the
 //! repair scan, the fold, the checkpoint write), and a summary with each target, the median
 //! of the timed iterations (warm-up included) and pass/fail. The replayed `DiskLog::open`
-//! lists the log directory; [`Store::open`] with a checkpoint does not, since it takes the
+//! lists the log directory; [`Store::open_session`] with a checkpoint does not, since it takes the
 //! segment chain the checkpoint records (`checkpoint.md` CKP-8, `log-format.md` RCV-11), so
 //! with a checkpoint the phases add up to more than the open.
 //!
@@ -60,16 +60,16 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
-use surfacelog::event::header::NegativeZero;
-use surfacelog::event::{EventSource, Header, Vocabulary};
-use surfacelog::log::segment::{SEGMENT_HEADER_LEN, parse_segment_name};
-use surfacelog::log::{DiskLog, Durability, LogOptions, LogReader};
-use surfacelog::record::decode;
-use surfacelog::session::repair::RepairState;
-use surfacelog::session::{Boundary, SurfaceIntent};
-use surfacelog::store::checkpoint::{CHECKPOINT_FILE, Checkpoint, LogOrigin, Unusable};
-use surfacelog::store::{Store, StoreOptions, escape_id};
-use surfacelog::surface::{NodeState, Surface};
+use surfacelog::internals::event::header::NegativeZero;
+use surfacelog::internals::event::{EventSource, Header, Vocabulary};
+use surfacelog::internals::log::segment::{SEGMENT_HEADER_LEN, parse_segment_name};
+use surfacelog::internals::log::{DiskLog, Durability, LogReader};
+use surfacelog::internals::record::decode;
+use surfacelog::internals::session::repair::RepairState;
+use surfacelog::internals::session::{Boundary, SurfaceIntent};
+use surfacelog::internals::store::checkpoint::{CHECKPOINT_FILE, Checkpoint, LogOrigin, Unusable};
+use surfacelog::internals::store::{Store, StoreOptions, escape_id};
+use surfacelog::internals::surface::{NodeState, Surface};
 
 /// Criterion samples per benchmark (its minimum).
 const SAMPLE_SIZE: usize = 10;
@@ -304,17 +304,11 @@ fn benches(c: &mut Criterion, full: bool) {
     let dir =
         TempDir(std::env::temp_dir().join(format!("surfacelog-open-bench-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir.0);
-    let building = StoreOptions {
-        log: LogOptions {
-            durability: Durability::Manual,
-            ..StoreOptions::default().log
-        },
-        ..Default::default()
-    };
-    let builder = Store::at(&dir.0, building).expect("creates the store");
+    let building = StoreOptions::new().durability(Durability::Manual);
+    let builder = Store::open_or_create(&dir.0, building).expect("creates the store");
     let [small, large, huge] = workloads(full).map(|w| build(&builder, w));
     drop(builder);
-    let store = Store::at(&dir.0, StoreOptions::default()).expect("opens the store");
+    let store = Store::open_or_create(&dir.0, StoreOptions::default()).expect("opens the store");
     let mut times = Times::default();
 
     open_checkpointed(c, &store, &[&small, &large], false, &mut times);
@@ -356,7 +350,7 @@ fn open_checkpointed(
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let start = Instant::now();
-                    let (session, opened) = store.open(black_box(&id)).expect("opens");
+                    let (session, opened) = store.open_session(black_box(&id)).expect("opens");
                     if read_nodes {
                         black_box(session.surface().nodes());
                     }
@@ -399,7 +393,7 @@ fn open_rebuild(c: &mut Criterion, store: &Store, built: &Built, times: &mut Tim
             for _ in 0..iters {
                 std::fs::remove_file(&checkpoint).expect("the last open wrote a checkpoint");
                 let start = Instant::now();
-                let (session, opened) = store.open(black_box(&id)).expect("opens");
+                let (session, opened) = store.open_session(black_box(&id)).expect("opens");
                 let elapsed = start.elapsed();
                 total += elapsed;
                 slot.push(elapsed);
@@ -412,7 +406,7 @@ fn open_rebuild(c: &mut Criterion, store: &Store, built: &Built, times: &mut Tim
     group.finish();
 }
 
-/// The median time of each phase of [`Store::open`], replayed from its public pieces.
+/// The median time of each phase of [`Store::open_session`], replayed from its public pieces.
 #[derive(Debug, Default)]
 struct Phases {
     header: Vec<Duration>,
@@ -426,7 +420,7 @@ struct Phases {
 
 impl Phases {
     /// One open of session `id`: without its checkpoint when `rebuild`, and then, as
-    /// `Store::open` does, a checkpoint written (the log's flush has nothing to sync: no
+    /// `Store::open_session` does, a checkpoint written (the log's flush has nothing to sync: no
     /// closer was appended).
     fn run(&mut self, store: &Store, id: &str, rebuild: bool) {
         let dir = session_dir(store, id);
@@ -441,7 +435,8 @@ impl Phases {
         self.header.push(start.elapsed());
 
         let start = Instant::now();
-        let (log, _) = DiskLog::open(&log_dir, StoreOptions::default().log).expect("opens the log");
+        let (log, _) = DiskLog::open(&log_dir, StoreOptions::default().get_log_options().clone())
+            .expect("opens the log");
         self.disk_log.push(start.elapsed());
 
         let start = Instant::now();
@@ -452,8 +447,11 @@ impl Phases {
         let start = Instant::now();
         let origin = LogOrigin {
             dir: log_dir.clone(),
-            storage: StoreOptions::default().log.storage,
-            vocabulary: StoreOptions::default().session.vocabulary,
+            storage: StoreOptions::default().get_log_options().storage.clone(),
+            vocabulary: StoreOptions::default()
+                .get_session_options()
+                .vocabulary
+                .clone(),
         };
         let loaded = Checkpoint::load(&dir, &log, origin);
         self.checkpoint.push(start.elapsed());
@@ -629,9 +627,10 @@ fn resident_memory(store: &Store, built: &Built, checkpointed: bool) -> Memory {
 /// memory before and after.
 fn rss_child(spec: &str) {
     let (dir, id) = spec.split_once('\n').expect("dir and id");
-    let store = Store::at(Path::new(dir), StoreOptions::default()).expect("opens the store");
+    let store =
+        Store::open_or_create(Path::new(dir), StoreOptions::default()).expect("opens the store");
     let before = proc_status();
-    let (session, opened) = store.open(id).expect("opens the session");
+    let (session, opened) = store.open_session(id).expect("opens the session");
     let after = proc_status();
     let get = |status: &[(String, u64)], key: &str| {
         status
@@ -718,7 +717,7 @@ fn fork(
             for _ in 0..iters {
                 let forked = fork_child();
                 let start = Instant::now();
-                let (child, opened) = store.open(black_box(CHILD_ID)).expect("opens");
+                let (child, opened) = store.open_session(black_box(CHILD_ID)).expect("opens");
                 let elapsed = start.elapsed();
                 total += elapsed;
                 slot.push(elapsed);

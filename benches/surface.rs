@@ -35,8 +35,8 @@ use std::time::Duration;
 use criterion::{
     BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
-use surfacelog::event::{Event, EventFields, MemLog, SurfaceOp, Vocabulary};
-use surfacelog::surface::{self, Surface};
+use surfacelog::internals::event::{Event, EventFields, MemLog, SurfaceOp, Vocabulary};
+use surfacelog::internals::surface::{self, Surface};
 
 /// One benchmark run: the size and mix of the generated log. `Display` labels the run.
 #[derive(Debug, Clone, Copy)]
@@ -376,7 +376,7 @@ impl Generator {
         text.push('}');
         let message = surface_op.is_some().then_some(message_span);
         let fields = EventFields {
-            event_type: surfacelog::event::type_name(event_type),
+            event_type: surfacelog::internals::event::type_name(event_type),
             seq,
             time,
             surface_op,

@@ -12,8 +12,9 @@
 
 use std::path::Path;
 
-use surfacelog::session::{Boundary, Compaction, NoSurface, Options, SurfaceIntent, kinds};
-use surfacelog::store::{Store, StoreOptions, StoredSession};
+use surfacelog::{
+    Boundary, Compaction, NoSurface, Store, StoreOptions, StoredSession, SurfaceIntent, kinds,
+};
 
 type Result<T, E = surfacelog::Error> = std::result::Result<T, E>;
 
@@ -35,14 +36,8 @@ fn run(dir: &Path) -> Result<()> {
     // Invariants on: every event is checked against contract §9 (turns, steps, tool
     // pairing) before it is committed. The default durability, `Sync`, makes each append
     // durable before it returns.
-    let options = StoreOptions {
-        session: Options {
-            invariants: true,
-            ..Options::default()
-        },
-        ..StoreOptions::default()
-    };
-    let store = Store::at(dir, options)?;
+    let options = StoreOptions::new().invariants(true);
+    let store = Store::open_or_create(dir, options)?;
     for id in ["main", "main-sub"] {
         match store.remove(id) {
             Err(e) if e.code() != "SESSION_NOT_FOUND" => return Err(e),
@@ -65,7 +60,7 @@ fn run(dir: &Path) -> Result<()> {
     // Resume: `open` recovers the log and appends, durably and once, the closers of the
     // interrupted turn (contract §8): a tool result for the open call, the step's and the
     // turn's ends.
-    let (mut session, opened) = store.open("main")?;
+    let (mut session, opened) = store.open_session("main")?;
     println!(
         "reopened: torn tail {:?}, {} closers:",
         opened.log.torn_tail, opened.closers

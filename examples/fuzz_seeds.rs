@@ -7,25 +7,19 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use surfacelog::clock::ManualClock;
+use surfacelog::internals::clock::ManualClock;
 
-use surfacelog::log::segment::SEGMENT_HEADER_LEN;
-use surfacelog::session::{Compaction, NoSurface, Options, Prune, SurfaceIntent, kinds};
-use surfacelog::store::{Store, StoreOptions};
+use surfacelog::internals::log::segment::SEGMENT_HEADER_LEN;
+use surfacelog::internals::session::{Compaction, NoSurface, Prune, SurfaceIntent, kinds};
+use surfacelog::internals::store::{Store, StoreOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = Path::new("fuzz/corpus");
     let scratch = tempfile::tempdir()?;
     // A fixed clock: the events' times, so the seeds, are the same at each run (but for
     // the log's random identity).
-    let options = StoreOptions {
-        session: Options {
-            clock: Arc::new(ManualClock::new(1_000)),
-            ..Options::default()
-        },
-        ..StoreOptions::default()
-    };
-    let store = Store::at(scratch.path(), options)?;
+    let options = StoreOptions::new().clock(Arc::new(ManualClock::new(1_000)));
+    let store = Store::open_or_create(scratch.path(), options)?;
     let mut session = store.create("seed", None, None)?;
     for turn in 1..=3u64 {
         turn_of(&mut session, turn)?;
@@ -60,9 +54,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let checkpoint = std::fs::read(&session_dir)?;
     let log_dir = find(scratch.path(), "log")?;
     let segment = records_of(&std::fs::read(
-        log_dir.join(surfacelog::log::segment::segment_name(0)),
+        log_dir.join(surfacelog::internals::log::segment::segment_name(0)),
     )?);
-    let index = std::fs::read(log_dir.join(surfacelog::log::segment::index_name(0))).ok();
+    let index =
+        std::fs::read(log_dir.join(surfacelog::internals::log::segment::index_name(0))).ok();
 
     // recovery: a flags byte, then the segment after its header (or whole, flag 1).
     for flags in [0u8, 2, 8, 0x32, 0x54] {
@@ -129,7 +124,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Appends a closed turn with a user message, an assistant message calling a tool, and
 /// its result.
-fn turn_of(session: &mut surfacelog::store::StoredSession, turn: u64) -> surfacelog::Result<()> {
+fn turn_of(
+    session: &mut surfacelog::internals::store::StoredSession,
+    turn: u64,
+) -> surfacelog::Result<()> {
     let step = format!(r#"{{"turn":{turn},"step":1}}"#);
     session.append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)?;
     session.append::<kinds::UserMessage>(
@@ -162,7 +160,7 @@ fn turn_of(session: &mut surfacelog::store::StoredSession, turn: u64) -> surface
 /// A segment's header and records, without the zeros after them.
 fn records_of(segment: &[u8]) -> Vec<u8> {
     let mut at = SEGMENT_HEADER_LEN;
-    while let Some(Ok((_, len))) = segment.get(at..).map(surfacelog::record::decode) {
+    while let Some(Ok((_, len))) = segment.get(at..).map(surfacelog::internals::record::decode) {
         at += len;
     }
     segment[..at.min(segment.len())].to_vec()

@@ -9,9 +9,28 @@ use std::fmt;
 use std::path::PathBuf;
 
 /// Convenience alias used throughout the crate.
+///
+/// ```
+/// fn first_message(store: &surfacelog::Store, id: &str) -> surfacelog::Result<Option<String>> {
+///     let (session, _) = store.open_session(id)?;
+///     Ok(session.messages()?.first().map(|m| m.json.to_owned()))
+/// }
+/// # let _ = first_message;
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A refusal: what went wrong and where. Boxed, so `Result<T>` stays small.
+///
+/// ```
+/// use surfacelog::{NoSurface, Outcome, Session, StoreOptions, kinds};
+///
+/// let mut session = Session::in_memory("s", &StoreOptions::new())?;
+/// let error = session.append::<kinds::TurnStart>("{not json", NoSurface).unwrap_err();
+/// assert_eq!(error.code(), "DATA_INVALID_JSON");
+/// assert_eq!(error.outcome(), Outcome::NothingWritten); // the session is unchanged
+/// assert_eq!(session.seq_next(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Error(Box<Inner>);
 
 struct Inner {
@@ -27,6 +46,14 @@ struct Inner {
 /// What a failed call did to the log: the guarantee that goes with an [`Error`]
 /// ([`Error::outcome`]; `log-format.md` DUR-10). The stable code says what went wrong;
 /// this says what is on disk afterwards.
+///
+/// ```
+/// # use surfacelog::{NoSurface, Outcome, Session, StoreOptions, kinds};
+/// # let mut session = Session::in_memory("s", &StoreOptions::new())?;
+/// let error = session.append::<kinds::TurnStart>("{", NoSurface).unwrap_err();
+/// assert_eq!(error.outcome(), Outcome::NothingWritten);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Outcome {
@@ -51,6 +78,19 @@ pub enum Outcome {
 }
 
 /// What went wrong. Each variant maps to exactly one stable code ([`ErrorKind::code`]).
+///
+/// ```
+/// use surfacelog::{ErrorKind, Store, StoreOptions};
+///
+/// # let dir = tempfile::tempdir()?;
+/// let store = Store::open_or_create(dir.path(), StoreOptions::new())?;
+/// store.create("s", None, None)?.close()?;
+/// match store.create("s", None, None) {
+///     Err(e) if matches!(e.kind(), ErrorKind::SessionExists { .. }) => {}
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -268,6 +308,13 @@ pub enum ErrorKind {
         /// Which rule it breaks.
         reason: &'static str,
     },
+    /// `STORE_NOT_FOUND`: [`Store::open`](crate::Store::open), which never creates, found
+    /// no store at this path: no directory, or one without the `STORE` identity file
+    /// (`store.md` STORE-23). surfacelog's own code.
+    StoreNotFound {
+        /// The directory asked for.
+        path: PathBuf,
+    },
     /// `UNKNOWN_EVENT_TYPE`: a strict import met a type outside DSH's vocabulary that is not
     /// `ignorable` (contract §11, `dsh-formats.md` LOAD-10).
     UnknownEventType {
@@ -335,6 +382,13 @@ impl Invariant {
 
 impl ErrorKind {
     /// The stable code of contract §11 (or of the section that defines it).
+    ///
+    /// ```
+    /// use surfacelog::ErrorKind;
+    ///
+    /// let kind = ErrorKind::SessionNotFound { id: "s".to_owned() };
+    /// assert_eq!(kind.code(), "SESSION_NOT_FOUND");
+    /// ```
     pub fn code(&self) -> &'static str {
         match self {
             Self::EnvelopeInvalid { .. } => "ENVELOPE_INVALID",
@@ -375,6 +429,7 @@ impl ErrorKind {
             Self::Io { .. } => "IO",
             Self::OpenTurn { .. } => "OPEN_TURN",
             Self::UnsafePath { .. } => "UNSAFE_PATH",
+            Self::StoreNotFound { .. } => "STORE_NOT_FOUND",
             Self::UnknownEventType { .. } => "UNKNOWN_EVENT_TYPE",
         }
     }
@@ -382,21 +437,55 @@ impl ErrorKind {
 
 impl Error {
     /// The stable code (contract §11).
+    ///
+    /// ```
+    /// # use surfacelog::{NoSurface, Session, StoreOptions, kinds};
+    /// # let mut session = Session::in_memory("s", &StoreOptions::new())?;
+    /// let error = session.append::<kinds::TurnStart>(r#"{"turn":1,"turn":2}"#, NoSurface).unwrap_err();
+    /// assert_eq!(error.code(), "DATA_DUPLICATE_KEY"); // match on codes, never on messages
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn code(&self) -> &'static str {
         self.0.kind.code()
     }
 
     /// What went wrong, with its fields.
+    ///
+    /// ```
+    /// use surfacelog::{ErrorKind, Store, StoreOptions};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = Store::open_or_create(dir.path(), StoreOptions::new())?;
+    /// let error = store.open_session("nobody").unwrap_err();
+    /// assert!(matches!(error.kind(), ErrorKind::SessionNotFound { id } if id == "nobody"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn kind(&self) -> &ErrorKind {
         &self.0.kind
     }
 
     /// The session the refusal concerns, when known.
+    ///
+    /// ```
+    /// # use surfacelog::{NoSurface, Session, StoreOptions, kinds};
+    /// let mut session = Session::in_memory("s1", &StoreOptions::new())?;
+    /// let error = session.append::<kinds::TurnStart>("{", NoSurface).unwrap_err();
+    /// assert_eq!(error.session(), Some("s1"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn session(&self) -> Option<&str> {
         self.0.session.as_deref()
     }
 
     /// The seq of the refused event, when the refusal concerns one.
+    ///
+    /// ```
+    /// # use surfacelog::{NoSurface, Session, StoreOptions, kinds};
+    /// let mut session = Session::in_memory("s1", &StoreOptions::new())?;
+    /// session.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)?;
+    /// let error = session.append::<kinds::TurnStart>("{", NoSurface).unwrap_err();
+    /// assert_eq!(error.seq(), Some(1)); // the seq the refused event would have taken
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn seq(&self) -> Option<u64> {
         self.0.seq
     }
@@ -404,6 +493,19 @@ impl Error {
     /// What the failed call left on disk (`log-format.md` DUR-10): nothing, for a refusal;
     /// an unknown part of its events, for a write or sync that failed (the session is
     /// then poisoned until reopened); nothing, for `POISONED`.
+    ///
+    /// ```
+    /// use surfacelog::{Error, Outcome};
+    ///
+    /// fn after_failed_append(error: &Error) -> &'static str {
+    ///     match error.outcome() {
+    ///         Outcome::NothingWritten => "retry or fix the input; the session is as it was",
+    ///         Outcome::FateUnknown | Outcome::Poisoned => "reopen the session, then look at its tail",
+    ///         _ => "unknown outcome",
+    ///     }
+    /// }
+    /// # let _ = after_failed_append;
+    /// ```
     pub fn outcome(&self) -> Outcome {
         if self.0.fate_unknown {
             Outcome::FateUnknown
@@ -416,6 +518,14 @@ impl Error {
 
     /// Whether the fate of the failed call's events is unknown until the session is
     /// reopened: `outcome() == Outcome::FateUnknown`.
+    ///
+    /// ```
+    /// # use surfacelog::{NoSurface, Session, StoreOptions, kinds};
+    /// # let mut session = Session::in_memory("s", &StoreOptions::new())?;
+    /// let error = session.append::<kinds::TurnStart>("{", NoSurface).unwrap_err();
+    /// assert!(!error.is_fate_unknown()); // a validation refusal wrote nothing
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_fate_unknown(&self) -> bool {
         self.0.fate_unknown
     }
@@ -432,6 +542,7 @@ impl Error {
     /// open that follows no symbolic link (`store.md` STORE-1), for the `EXDEV` of a path
     /// that would leave the store's directory (`RESOLVE_BENEATH`), and for a file that must
     /// be regular and is not ([`crate::storage::NotRegular`]).
+    #[doc(hidden)]
     pub fn io(op: &'static str, path: impl Into<PathBuf>, error: &std::io::Error) -> Self {
         if error.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
             return ErrorKind::UnsafePath {
@@ -482,6 +593,7 @@ impl Error {
     }
 
     /// Adds the session id, unless one is already set.
+    #[doc(hidden)]
     #[must_use]
     pub fn in_session(mut self, session: &str) -> Self {
         if self.0.session.is_none() {
@@ -491,6 +603,7 @@ impl Error {
     }
 
     /// Adds the seq, unless one is already set.
+    #[doc(hidden)]
     #[must_use]
     pub fn at_seq(mut self, seq: u64) -> Self {
         if self.0.seq.is_none() {
@@ -723,6 +836,9 @@ impl fmt::Display for ErrorKind {
             ),
             Self::UnsafePath { path, reason } => {
                 write!(f, "unsafe path: {reason} path={}", path.display())
+            }
+            Self::StoreNotFound { path } => {
+                write!(f, "no store here (STORE-23) path={}", path.display())
             }
             Self::UnknownEventType { event_type } => {
                 write!(

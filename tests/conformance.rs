@@ -11,12 +11,12 @@
 use std::sync::Arc;
 
 #[cfg(feature = "dsh")]
-use surfacelog::adapters::rows;
-use surfacelog::clock::ManualClock;
-use surfacelog::event::{EventSource, SurfaceOp, Vocabulary};
-use surfacelog::json::{Json, Kind, Value, equal};
-use surfacelog::session::{Boundary, MemStore, Options, Session};
-use surfacelog::surface::Surface;
+use surfacelog::internals::adapters::rows;
+use surfacelog::internals::clock::ManualClock;
+use surfacelog::internals::event::{EventSource, SurfaceOp, Vocabulary};
+use surfacelog::internals::json::{Json, Kind, Value, equal};
+use surfacelog::internals::session::{Boundary, MemStore, Options, Session};
+use surfacelog::internals::surface::Surface;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/conformance");
 
@@ -484,7 +484,7 @@ fn repair_family() {
         // stored (folded as is: no end-seed marker shifts its seqs).
         let (_, stored) = Surface::fold_json(&events, &Vocabulary::dsh_v0())
             .map_err(|e| format!("fold refused: {e:?}"))?;
-        let pure = surfacelog::session::repair::closers(&stored).unwrap();
+        let pure = surfacelog::internals::session::repair::closers(&stored).unwrap();
         if pure.iter().map(String::as_str).eq(wanted.iter().copied()) {
             Ok(())
         } else {

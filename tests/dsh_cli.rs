@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use surfacelog::json::{Json, Kind, equal};
+use surfacelog::internals::json::{Json, Kind, equal};
 
 mod common;
 

@@ -7,9 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use surfacelog::adapters::jsonl::{self, Compression};
-use surfacelog::json::{Json, Kind, Value, equal};
-use surfacelog::store::{Store, StoreOptions};
+use surfacelog::internals::adapters::jsonl::{self, Compression};
+use surfacelog::internals::json::{Json, Kind, Value, equal};
+use surfacelog::internals::store::{Store, StoreOptions};
 
 fn data(dir: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -51,7 +51,7 @@ fn check_fixture(corpus: &str, file: &Path, scratch_dir: &Path) -> Option<String
     let original = std::fs::read(file).unwrap();
 
     let store_dir = scratch_dir.join(&stem);
-    let store = Store::at(&store_dir, StoreOptions::default()).unwrap();
+    let store = Store::open_or_create(&store_dir, StoreOptions::default()).unwrap();
     let outcome = jsonl::import_jsonl(&store, file, Compression::None, None, &mut |_| {});
     assert_eq!(
         std::fs::read(file).unwrap(),
@@ -176,8 +176,8 @@ fn check_export(
     expected: Value<'_, '_>,
     original: &[u8],
     want_torn: Option<u64>,
-    imported: &surfacelog::store::Imported,
-    session: &surfacelog::session::Session<surfacelog::store::ReadOnlyLog>,
+    imported: &surfacelog::internals::store::Imported,
+    session: &surfacelog::internals::session::Session<surfacelog::internals::store::ReadOnlyLog>,
     scratch_dir: &Path,
     problems: &mut Vec<String>,
 ) {
@@ -200,8 +200,8 @@ fn check_export(
         problems.push("export differs from the repaired file".to_owned());
     } else {
         // A second import of the repaired file is clean.
-        let again = Store::at(
-            &scratch_dir.join(format!("{stem}-again")),
+        let again = Store::open_or_create(
+            scratch_dir.join(format!("{stem}-again")),
             StoreOptions::default(),
         )
         .unwrap();

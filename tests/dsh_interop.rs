@@ -8,8 +8,8 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use surfacelog::adapters::jsonl::{self, Compression, Scan};
-use surfacelog::store::{Imported, Store, StoreOptions};
+use surfacelog::internals::adapters::jsonl::{self, Compression, Scan};
+use surfacelog::internals::store::{Imported, Store, StoreOptions};
 
 const FIXTURE: &str = "acp-agent--parallel-tool-calls--session.jsonl";
 
@@ -34,7 +34,8 @@ fn import_bytes(
 ) -> (Store, surfacelog::Result<(Imported, Scan)>) {
     let file = dir.join(name);
     std::fs::write(&file, bytes).unwrap();
-    let store = Store::at(&dir.join(format!("{name}.store")), StoreOptions::default()).unwrap();
+    let store =
+        Store::open_or_create(dir.join(format!("{name}.store")), StoreOptions::default()).unwrap();
     let outcome = jsonl::import_jsonl(&store, &file, compression, None, &mut |_| {});
     assert_eq!(
         std::fs::read(&file).unwrap(),
@@ -305,7 +306,7 @@ fn duplicate_sessions_and_mismatched_ids_are_refused() {
     let raw = fixture(FIXTURE);
     let file = dir.join("s.jsonl");
     std::fs::write(&file, &raw).unwrap();
-    let store = Store::at(&dir.join("store"), StoreOptions::default()).unwrap();
+    let store = Store::open_or_create(dir.join("store"), StoreOptions::default()).unwrap();
     let (first, _) =
         jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {}).unwrap();
     let again = jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {});
@@ -362,7 +363,7 @@ fn export_targets_are_safe_and_published_atomically() {
     assert_eq!(std::fs::read_dir(&open_dir).unwrap().count(), 0);
     // A failing writer leaves no file, not even the temporary one.
     let failed = jsonl::publish_file(&dir.join("failed.jsonl"), |_| -> surfacelog::Result<()> {
-        Err(surfacelog::error::ErrorKind::Poisoned.into())
+        Err(surfacelog::internals::error::ErrorKind::Poisoned.into())
     });
     assert_eq!(failed.unwrap_err().code(), "POISONED");
     let names: Vec<_> = std::fs::read_dir(&dir)
@@ -473,18 +474,14 @@ fn a_strict_import_refuses_types_the_reference_does_not_know() {
         file("unknown.jsonl", unknown),
         file("ignorable.jsonl", ignorable),
     );
-    let strict = {
-        let mut options = StoreOptions::default();
-        options.session.strict_vocabulary = true;
-        options
-    };
+    let strict = { StoreOptions::new().strict_vocabulary(true) };
     // By default every type is kept (contract §11).
-    let lenient = Store::at(&dir.join("lenient"), StoreOptions::default()).unwrap();
+    let lenient = Store::open_or_create(dir.join("lenient"), StoreOptions::default()).unwrap();
     let (imported, _) =
         jsonl::import_jsonl(&lenient, &unknown, Compression::None, None, &mut |_| {}).unwrap();
     assert_eq!(imported.events, 2);
     // Strict: LOAD-10, and nothing is stored.
-    let store = Store::at(&dir.join("strict"), strict.clone()).unwrap();
+    let store = Store::open_or_create(dir.join("strict"), strict.clone()).unwrap();
     let refused = jsonl::import_jsonl(&store, &unknown, Compression::None, None, &mut |_| {});
     let error = refused.unwrap_err();
     assert_eq!((error.code(), error.seq()), ("UNKNOWN_EVENT_TYPE", Some(1)));

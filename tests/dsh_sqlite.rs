@@ -14,12 +14,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rusqlite::Connection;
-use surfacelog::adapters::rows;
-use surfacelog::adapters::sqlite::{DshDatabase, ExportReport, RowsEnd, export_session};
-use surfacelog::clock::ManualClock;
-use surfacelog::event::{EventRef, EventSource};
-use surfacelog::json::{Json, equal};
-use surfacelog::session::{Options, Prune, Session};
+use surfacelog::internals::adapters::rows;
+use surfacelog::internals::adapters::sqlite::{DshDatabase, ExportReport, RowsEnd, export_session};
+use surfacelog::internals::clock::ManualClock;
+use surfacelog::internals::event::{EventRef, EventSource};
+use surfacelog::internals::json::{Json, equal};
+use surfacelog::internals::session::{Options, Prune, Session};
 use surfacelog::{Error, ErrorKind};
 
 mod common;
@@ -65,7 +65,7 @@ fn big_session() -> Session {
     }
     let call = |name: &str, args: &str| {
         let mut args_json = String::new();
-        surfacelog::json::push_js_string(&mut args_json, args.as_bytes());
+        surfacelog::internals::json::push_js_string(&mut args_json, args.as_bytes());
         format!(
             r#"{{"type":"tool-call-delta","index":1,"id":"call_1",{name}"argumentsDelta":{args_json}}}"#
         )

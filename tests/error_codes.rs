@@ -3,7 +3,7 @@
 //! message is a lowercase sentence with no final period.
 
 use surfacelog::Error;
-use surfacelog::error::{ErrorKind, Invariant};
+use surfacelog::internals::error::{ErrorKind, Invariant};
 
 #[expect(clippy::too_many_lines, reason = "the pinned table, one row per code")]
 fn table() -> Vec<(ErrorKind, &'static str)> {

@@ -6,11 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use surfacelog::event::{Event, EventSource};
-use surfacelog::log::{DiskLog, Durability, LogOptions};
-use surfacelog::session::Boundary;
-use surfacelog::storage::faulty::{Faults, FaultyStorage};
-use surfacelog::store::Store;
+use surfacelog::internals::event::{Event, EventSource};
+use surfacelog::internals::log::{DiskLog, Durability, LogOptions};
+use surfacelog::internals::session::Boundary;
+use surfacelog::internals::storage::faulty::{Faults, FaultyStorage};
+use surfacelog::internals::store::Store;
 use surfacelog::{ErrorKind, Outcome};
 
 mod common;
@@ -137,7 +137,7 @@ fn log_1_a_lock_that_cannot_be_opened_reports_why() {
 /// A store in a fresh scratch directory.
 fn store(name: &str) -> (Scratch, Store) {
     let dir = scratch("errors", name);
-    let store = Store::at(&dir, store_options(Durability::Manual, 64 << 10)).unwrap();
+    let store = Store::open_or_create(&dir, store_options(Durability::Manual, 64 << 10)).unwrap();
     (dir, store)
 }
 
@@ -167,7 +167,7 @@ fn store_3_the_empty_id_is_refused_as_invalid() {
     let before = tree(&dir);
     let codes = [
         ("create", store.create("", None, None).map(drop)),
-        ("open", store.open("").map(drop)),
+        ("open", store.open_session("").map(drop)),
         ("resume", store.resume("").map(drop)),
         (
             "import",
@@ -237,7 +237,7 @@ fn store_4_a_damaged_or_missing_header_is_corrupt_with_its_path() {
             Some(bytes) => std::fs::write(&header, bytes).unwrap(),
             None => std::fs::remove_file(&header).unwrap(),
         }
-        assert_corrupt_header(&store.open("s1").unwrap_err(), &header, what);
+        assert_corrupt_header(&store.open_session("s1").unwrap_err(), &header, what);
         assert_corrupt_header(&store.inspect("s1").unwrap_err(), &header, what);
         assert_corrupt_header(&store.delete("s1").unwrap_err(), &header, what);
         // Creating over it is refused too: the session is there, damaged.
@@ -247,7 +247,10 @@ fn store_4_a_damaged_or_missing_header_is_corrupt_with_its_path() {
         );
         // The listing goes on past it, and reports it.
         let listing = store.list().unwrap();
-        let ids: Vec<&str> = listing.iter().map(surfacelog::event::Header::id).collect();
+        let ids: Vec<&str> = listing
+            .iter()
+            .map(surfacelog::internals::event::Header::id)
+            .collect();
         assert_eq!(ids, ["ok"], "{what}");
         assert_eq!(listing.damaged.len(), 1, "{what}");
         assert_corrupt_header(&listing.damaged[0], &header, what);
@@ -255,10 +258,13 @@ fn store_4_a_damaged_or_missing_header_is_corrupt_with_its_path() {
         let report = store.verify(None).unwrap();
         assert!(!report.ok(), "{what}");
         std::fs::write(&header, &pristine).unwrap();
-        store.open("s1").unwrap();
+        store.open_session("s1").unwrap();
     }
     // An id the store does not hold is still not found.
-    assert_eq!(store.open("s2").unwrap_err().code(), "SESSION_NOT_FOUND");
+    assert_eq!(
+        store.open_session("s2").unwrap_err().code(),
+        "SESSION_NOT_FOUND"
+    );
     assert_eq!(store.list().unwrap().len(), 2);
 }
 
@@ -381,31 +387,30 @@ fn dur_10_a_stored_session_reports_a_failed_append_as_fate_unknown() {
     let dir = scratch("errors", "fate-session");
     let storage = FaultyStorage::default();
     let faults = Arc::clone(&storage.faults);
-    let mut options = store_options(Durability::Sync, 64 << 10);
-    options.log.storage = Arc::new(storage);
-    let store = Store::at(&dir, options).unwrap();
+    let options = store_options(Durability::Sync, 64 << 10).storage(Arc::new(storage));
+    let store = Store::open_or_create(&dir, options).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     user_message(&mut session, "one");
     faults.fail_sync(1);
     let error = session
-        .append::<surfacelog::session::kinds::UserMessage>(
+        .append::<surfacelog::internals::session::kinds::UserMessage>(
             &common::user("two"),
-            surfacelog::session::SurfaceIntent::append(),
+            surfacelog::internals::session::SurfaceIntent::append(),
         )
         .unwrap_err();
     assert_eq!(error.code(), "IO", "{error}");
     assert_eq!(error.outcome(), Outcome::FateUnknown, "{error}");
     assert_eq!(os_source(&error).raw_os_error(), Some(EIO));
     let later = session
-        .append::<surfacelog::session::kinds::UserMessage>(
+        .append::<surfacelog::internals::session::kinds::UserMessage>(
             &common::user("three"),
-            surfacelog::session::SurfaceIntent::append(),
+            surfacelog::internals::session::SurfaceIntent::append(),
         )
         .unwrap_err();
     assert_eq!(later.outcome(), Outcome::Poisoned, "{later}");
     drop(session);
-    let store = Store::at(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
-    let (session, _) = store.open("s").unwrap();
+    let store = Store::open_or_create(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
+    let (session, _) = store.open_session("s").unwrap();
     let messages = session.messages().unwrap();
     assert!(
         messages.len() == 1 || messages.len() == 2,

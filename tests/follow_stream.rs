@@ -8,8 +8,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use futures_core::Stream;
-use surfacelog::log::Durability;
-use surfacelog::store::Store;
+use surfacelog::internals::log::Durability;
+use surfacelog::internals::store::Store;
 
 mod common;
 
@@ -27,7 +27,7 @@ async fn next<S: Stream + Unpin>(stream: &mut S) -> Option<S::Item> {
 #[test]
 fn a_stream_yields_each_committed_event_once_in_order() {
     let dir = scratch("follow_stream", "order");
-    let store = Store::at(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
+    let store = Store::open_or_create(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     closed_turn(&mut session, 1, "before the stream", "out 1");
     let from = session.seq_next();
@@ -71,7 +71,7 @@ fn a_stream_yields_each_committed_event_once_in_order() {
 #[test]
 fn a_dropped_stream_holds_nothing_of_the_session() {
     let dir = scratch("follow_stream", "drop");
-    let store = Store::at(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
+    let store = Store::open_or_create(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     let stream = store.follow("s").unwrap().into_stream(0).unwrap();
     drop(stream);
@@ -79,5 +79,5 @@ fn a_dropped_stream_holds_nothing_of_the_session() {
     std::thread::sleep(Duration::from_millis(120));
     closed_turn(&mut session, 1, "after the drop", "out");
     session.close().unwrap();
-    assert!(store.open("s").is_ok());
+    assert!(store.open_session("s").is_ok());
 }

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 #[cfg(feature = "cli")]
 use std::process::Output;
 
-use surfacelog::event::EventSource;
-use surfacelog::log::{Durability, LogReader};
-use surfacelog::session::{Prune, Session, SessionLog};
-use surfacelog::store::{Store, StoreOptions};
+use surfacelog::internals::event::EventSource;
+use surfacelog::internals::log::{Durability, LogReader};
+use surfacelog::internals::session::{Prune, Session, SessionLog};
+use surfacelog::internals::store::{Store, StoreOptions};
 
 mod common;
 
@@ -34,7 +34,7 @@ fn turn<L: SessionLog>(session: &mut Session<L>, turn: u64, text: &str) -> u64 {
 /// a prune (a replace) of the first turn's tool result. Returns the store's directory.
 fn closed_session() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::at(dir.path(), store_options()).unwrap();
+    let store = Store::open_or_create(dir.path(), store_options()).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     let first_result = turn(&mut session, 1, "first question");
     turn(&mut session, 2, "Add a test for json.rs");
@@ -112,7 +112,7 @@ fn assert_corrupt(error: &surfacelog::Error, file: &Path) {
 #[test]
 fn issue_11_a_damaged_surface_message_is_an_error_never_a_shorter_list() {
     let (dir, store) = closed_session();
-    let (session, _) = store.open("s").unwrap();
+    let (session, _) = store.open_session("s").unwrap();
     let before: Vec<(u64, String)> = session
         .messages()
         .unwrap()
@@ -126,7 +126,7 @@ fn issue_11_a_damaged_surface_message_is_an_error_never_a_shorter_list() {
 
     // A writer's open (the index and the checkpoint vouch for the record, so it is read
     // lazily), and a read-only inspection: every view over the record is an error.
-    let (mut session, _) = store.open("s").unwrap();
+    let (mut session, _) = store.open_session("s").unwrap();
     assert_corrupt(&session.messages().unwrap_err(), &segment);
     assert_corrupt(&session.transcript().unwrap_err(), &segment);
     let last = session.seq_next() - 1;
@@ -231,7 +231,7 @@ fn issue_11_mid_log_damage_is_corrupt_for_every_reader_not_the_end() {
     // damage is past the last point known durable: the tail is moved into quarantine,
     // byte for byte, never deleted (log-format.md RCV-4, RCV-12).
     let damaged = std::fs::read(&segment).unwrap();
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     let torn = opened
         .log
         .torn_tail
@@ -265,7 +265,7 @@ fn flip_inside_bytes(bytes: &mut [u8], needle: &[u8]) -> usize {
 #[test]
 fn issue_11_export_writes_exactly_the_stored_events_and_refuses_a_live_writer() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::at(dir.path(), store_options()).unwrap();
+    let store = Store::open_or_create(dir.path(), store_options()).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     turn(&mut session, 1, "closed turn");
     turn_start(&mut session, 2);
@@ -322,7 +322,7 @@ fn issue_11_export_writes_exactly_the_stored_events_and_refuses_a_live_writer() 
     assert_eq!(reread.seq_next(), stored, "nothing was written");
     drop(reread);
     // Only a writer holding the lock repairs.
-    let (_, opened) = store.open("s").unwrap();
+    let (_, opened) = store.open_session("s").unwrap();
     assert_eq!(opened.closers, 1);
 }
 
@@ -354,7 +354,7 @@ fn issue_13_a_last_segment_cut_to_nothing_is_corrupt_for_a_follower_too() {
     let dir = tempfile::tempdir().unwrap();
     // Small segments: the session spans several, and its last one holds a few events.
     let options = common::store_options(Durability::Sync, 1 << 10);
-    let store = Store::at(dir.path(), options.clone()).unwrap();
+    let store = Store::open_or_create(dir.path(), options.clone()).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     for n in 1..=4 {
         turn(&mut session, n, &format!("question {n}"));
@@ -375,7 +375,7 @@ fn issue_13_a_last_segment_cut_to_nothing_is_corrupt_for_a_follower_too() {
     for (what, outcome) in [
         ("follow", store.follow("s").map(drop)),
         ("inspect", store.inspect("s").map(drop)),
-        ("open", store.open("s").map(drop)),
+        ("open", store.open_session("s").map(drop)),
     ] {
         let error = outcome.expect_err(what);
         assert_eq!(error.code(), "CORRUPT", "{what}: {error}");

@@ -19,9 +19,9 @@ use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use surfacelog::log::Durability;
-use surfacelog::session::SurfaceIntent;
-use surfacelog::store::{Store, StoreOptions};
+use surfacelog::internals::log::Durability;
+use surfacelog::internals::session::SurfaceIntent;
+use surfacelog::internals::store::{Store, StoreOptions};
 
 mod common;
 
@@ -91,8 +91,8 @@ fn kill_child() {
     };
     let mode = std::env::var(CHILD_MODE).unwrap();
     let first_turn: u64 = std::env::var(CHILD_TURN).unwrap().parse().unwrap();
-    let store = Store::at(Path::new(&dir), options(&mode)).unwrap();
-    let mut session = match store.open(SESSION) {
+    let store = Store::open_or_create(Path::new(&dir), options(&mode)).unwrap();
+    let mut session = match store.open_session(SESSION) {
         Ok((session, opened)) => {
             assert_eq!(opened.closers, 0, "the parent repaired the session");
             session
@@ -268,7 +268,7 @@ fn check_after_kill(
 ) -> u64 {
     let start = printed.ready.unwrap();
     assert_eq!(start, known.len() as u64, "the child continued the session");
-    let (session, opened) = store.open(SESSION).unwrap();
+    let (session, opened) = store.open_session(SESSION).unwrap();
     let end = session.seq_next();
     let closers = opened.closers;
     let written = end - closers;
@@ -346,7 +346,7 @@ fn check_after_kill(
         .count() as u64;
     session.close().unwrap();
     // Exactly once: a second open appends nothing.
-    let (again, opened) = store.open(SESSION).unwrap();
+    let (again, opened) = store.open_session(SESSION).unwrap();
     assert_eq!(opened.closers, 0, "repair appended closers twice");
     assert_eq!(again.seq_next(), end);
     again.close().unwrap();
@@ -392,7 +392,7 @@ fn campaign(mode: &str, iterations: u64) {
 fn run_campaign(mode: &str, iterations: u64, seed: u64) -> Totals {
     let mut rng = Rng(seed);
     let dir = common::scratch("kill", mode);
-    let store = Store::at(&dir, options(mode)).unwrap();
+    let store = Store::open_or_create(&dir, options(mode)).unwrap();
     let mut known = Vec::new();
     let mut totals = Totals::default();
     let mut turn = 1;

@@ -14,9 +14,9 @@ use std::sync::{Arc, Barrier, Mutex};
 #[cfg(feature = "cli")]
 use common::surfacelog;
 use common::{scratch, store_options, user_message};
-use surfacelog::log::Durability;
-use surfacelog::storage::{FsStorage, Storage};
-use surfacelog::store::{Step, Store, StoreOptions};
+use surfacelog::internals::log::Durability;
+use surfacelog::internals::storage::{FsStorage, Storage};
+use surfacelog::internals::store::{Step, Store, StoreOptions};
 
 fn options() -> StoreOptions {
     store_options(Durability::Sync, 1 << 20)
@@ -40,7 +40,7 @@ fn builds(store: &Path) -> Vec<String> {
 #[test]
 fn delete_holds_the_lock_until_the_session_is_in_the_trash() {
     let dir = scratch("lifecycle", "delete-race");
-    let store = Store::at(&dir, options()).unwrap();
+    let store = Store::open_or_create(&dir, options()).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     user_message(&mut session, "before");
     let before = session.seq_next();
@@ -48,12 +48,12 @@ fn delete_holds_the_lock_until_the_session_is_in_the_trash() {
 
     // In the window between the steps of delete, another writer tries to open the session
     // and, if it can, appends durably (Sync) and closes it.
-    let other = Store::at(&dir, options()).unwrap();
+    let other = Store::open_or_create(&dir, options()).unwrap();
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen_in_hook = Arc::clone(&seen);
     let store = store.with_hook(move |step| {
         if let Step::DeleteLocked(id) = step {
-            let outcome = match other.open(id) {
+            let outcome = match other.open_session(id) {
                 Ok((mut session, _)) => {
                     user_message(&mut session, "acknowledged");
                     "OPENED AND APPENDED".to_owned()
@@ -65,15 +65,23 @@ fn delete_holds_the_lock_until_the_session_is_in_the_trash() {
     });
     store.delete("s").unwrap();
     assert_eq!(*seen.lock().unwrap(), ["LOCKED"]);
-    assert_eq!(store.open("s").unwrap_err().code(), "SESSION_NOT_FOUND");
+    assert_eq!(
+        store.open_session("s").unwrap_err().code(),
+        "SESSION_NOT_FOUND"
+    );
 
     // The trash holds exactly the events stored before the delete: nothing acknowledged
     // after it landed there.
     let trashed = names(&dir.join("trash"));
     assert_eq!(trashed.len(), 1, "{trashed:?}");
-    let reader =
-        surfacelog::log::LogReader::open(&dir.join("trash").join(&trashed[0]).join("log")).unwrap();
-    assert_eq!(surfacelog::event::EventSource::seq_next(&reader), before);
+    let reader = surfacelog::internals::log::LogReader::open(
+        &dir.join("trash").join(&trashed[0]).join("log"),
+    )
+    .unwrap();
+    assert_eq!(
+        surfacelog::internals::event::EventSource::seq_next(&reader),
+        before
+    );
 }
 
 /// A storage that records its renames and directory syncs, in order.
@@ -148,9 +156,8 @@ fn parent(path: &Path) -> PathBuf {
 fn delete_and_purge_sync_the_directories_they_change() {
     let dir = scratch("lifecycle", "dir-sync");
     let recording = Arc::new(Recording::default());
-    let mut options = options();
-    options.log.storage = Arc::clone(&recording) as Arc<dyn Storage>;
-    let store = Store::at(&dir, options).unwrap();
+    let options = options().storage(Arc::clone(&recording) as Arc<dyn Storage>);
+    let store = Store::open_or_create(&dir, options).unwrap();
     drop(store.create("s", None, None).unwrap());
     recording.take();
 
@@ -172,28 +179,30 @@ fn delete_and_purge_sync_the_directories_they_change() {
 #[test]
 fn the_loser_of_a_create_race_gets_session_exists_and_leaves_no_build() {
     let dir = scratch("lifecycle", "create-race");
-    let other = Store::at(&dir, options()).unwrap();
+    let other = Store::open_or_create(&dir, options()).unwrap();
     // The other creator publishes the same id between this one's check and its rename.
-    let store = Store::at(&dir, options()).unwrap().with_hook(move |step| {
-        if step == Step::BeforePublish("s") {
-            drop(
-                other
-                    .create("s", None, None)
-                    .expect("the other creator publishes"),
-            );
-        }
-    });
+    let store = Store::open_or_create(&dir, options())
+        .unwrap()
+        .with_hook(move |step| {
+            if step == Step::BeforePublish("s") {
+                drop(
+                    other
+                        .create("s", None, None)
+                        .expect("the other creator publishes"),
+                );
+            }
+        });
     let error = store.create("s", None, None).unwrap_err();
     assert_eq!(error.code(), "SESSION_EXISTS", "{error}");
     assert!(builds(&dir).is_empty(), "{:?}", builds(&dir));
     // The winner's session is whole.
-    drop(store.open("s").unwrap());
+    drop(store.open_session("s").unwrap());
 }
 
 #[test]
 fn concurrent_creators_of_one_session_one_wins_the_others_get_session_exists() {
     let dir = scratch("lifecycle", "create-threads");
-    Store::at(&dir, options()).unwrap();
+    Store::open_or_create(&dir, options()).unwrap();
     for round in 0..5 {
         let id = format!("s{round}");
         let barrier = Arc::new(Barrier::new(4));
@@ -202,7 +211,7 @@ fn concurrent_creators_of_one_session_one_wins_the_others_get_session_exists() {
                 .map(|_| {
                     let (barrier, dir, id) = (Arc::clone(&barrier), &dir, &id);
                     scope.spawn(move || {
-                        let store = Store::at(dir, options()).unwrap();
+                        let store = Store::open_or_create(dir, options()).unwrap();
                         barrier.wait();
                         match store.create(id, None, None) {
                             Ok(_) => "OK".to_owned(),
@@ -235,7 +244,7 @@ fn concurrent_creators_of_a_new_store_all_succeed() {
                     let (barrier, dir) = (Arc::clone(&barrier), &dir);
                     scope.spawn(move || {
                         barrier.wait();
-                        match Store::at(dir, options()) {
+                        match Store::open_or_create(dir, options()) {
                             Ok(_) => "OK".to_owned(),
                             Err(e) => format!("{}: {e}", e.code()),
                         }
@@ -255,7 +264,7 @@ fn concurrent_creators_of_a_new_store_all_succeed() {
 #[test]
 fn stale_builds_are_cleaned_at_open_but_not_a_live_one() {
     let dir = scratch("lifecycle", "tmp-clean");
-    let store = Store::at(&dir, options()).unwrap();
+    let store = Store::open_or_create(&dir, options()).unwrap();
     // The leftover of an interrupted import: a build directory of a dead process.
     let stale = dir.join("tmp").join("gone-4194305-0");
     std::fs::create_dir_all(stale.join("log")).unwrap();
@@ -272,29 +281,29 @@ fn stale_builds_are_cleaned_at_open_but_not_a_live_one() {
     assert_eq!(live.len(), 2, "{live:?}");
 
     // While the import is live, an open cleans nothing: the live build must survive.
-    drop(Store::at(&dir, options()).unwrap());
+    drop(Store::open_or_create(&dir, options()).unwrap());
     assert_eq!(builds(&dir), live);
     drop(import);
     assert_eq!(builds(&dir), ["gone-4194305-0"]);
 
     // With no build in progress, the next open removes the leftover.
-    drop(Store::at(&dir, options()).unwrap());
+    drop(Store::open_or_create(&dir, options()).unwrap());
     assert!(builds(&dir).is_empty(), "{:?}", builds(&dir));
 }
 
 #[test]
 fn an_open_does_not_remove_a_build_that_is_finished_meanwhile() {
     let dir = scratch("lifecycle", "tmp-finish");
-    let store = Store::at(&dir, options()).unwrap();
+    let store = Store::open_or_create(&dir, options()).unwrap();
     let import = store
         .import(
             "live",
             r#"{"version":0,"id":"live","createdAt":5,"cwd":"/w"}"#,
         )
         .unwrap();
-    drop(Store::at(&dir, options()).unwrap());
+    drop(Store::open_or_create(&dir, options()).unwrap());
     import.finish().unwrap();
-    drop(store.open("live").unwrap());
+    drop(store.open_session("live").unwrap());
     assert!(builds(&dir).is_empty(), "{:?}", builds(&dir));
 }
 
@@ -302,7 +311,7 @@ fn an_open_does_not_remove_a_build_that_is_finished_meanwhile() {
 #[test]
 fn the_demo_touches_only_its_own_sessions() {
     let dir = scratch("lifecycle", "demo");
-    let store = Store::at(&dir, options()).unwrap();
+    let store = Store::open_or_create(&dir, options()).unwrap();
     drop(store.create("mine", None, None).unwrap());
     drop(store.create("trashed", None, None).unwrap());
     store.delete("trashed").unwrap();
@@ -334,7 +343,7 @@ fn the_demo_touches_only_its_own_sessions() {
 #[test]
 fn a_closed_session_reopens_at_once_while_another_thread_spawns_children() {
     let dir = scratch("lifecycle", "fork-lock");
-    let store = Store::at(&dir, options()).unwrap();
+    let store = Store::open_or_create(&dir, options()).unwrap();
     drop(store.create("s", None, None).unwrap());
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
@@ -349,7 +358,7 @@ fn a_closed_session_reopens_at_once_while_another_thread_spawns_children() {
         });
         let mut refused = 0;
         for _ in 0..400 {
-            match store.open("s") {
+            match store.open_session("s") {
                 Ok((session, _)) => session.close().unwrap(),
                 Err(error) if error.code() == "LOCKED" => refused += 1,
                 Err(error) => panic!("{error}"),
@@ -374,9 +383,8 @@ fn a_session_deleted_during_a_listing_is_not_damage() {
         ghost: Some("deleted-meanwhile".to_owned()),
         ..Recording::default()
     });
-    let mut options = options();
-    options.log.storage = Arc::clone(&recording) as Arc<dyn Storage>;
-    let store = Store::at(&dir, options).unwrap();
+    let options = options().storage(Arc::clone(&recording) as Arc<dyn Storage>);
+    let store = Store::open_or_create(&dir, options).unwrap();
     drop(store.create("kept", None, None).unwrap());
     let listing = store.list().unwrap();
     let ids: Vec<_> = listing.headers.iter().map(|h| h.id().to_owned()).collect();
@@ -389,13 +397,12 @@ fn a_session_deleted_during_a_listing_is_not_damage() {
 fn a_new_store_syncs_its_parent_directory() {
     let dir = scratch("lifecycle", "new-store");
     let recording = Arc::new(Recording::default());
-    let mut options = options();
-    options.log.storage = Arc::clone(&recording) as Arc<dyn Storage>;
-    Store::at(&dir.join("parent").join("store"), options.clone()).unwrap();
+    let options = options().storage(Arc::clone(&recording) as Arc<dyn Storage>);
+    Store::open_or_create(dir.join("parent").join("store"), options.clone()).unwrap();
     let calls = recording.take();
     assert!(calls.iter().any(|c| c == "sync parent"), "{calls:?}");
     // Opening it again creates nothing and syncs no parent.
-    Store::at(&dir.join("parent").join("store"), options).unwrap();
+    Store::open_or_create(dir.join("parent").join("store"), options).unwrap();
     let calls = recording.take();
     assert!(!calls.iter().any(|c| c == "sync parent"), "{calls:?}");
 }
@@ -421,7 +428,7 @@ fn concurrent_processes_creating_a_new_store_all_succeed() {
         {
             std::hint::spin_loop();
         }
-        match Store::at(Path::new(dir), options()) {
+        match Store::open_or_create(Path::new(dir), options()) {
             Ok(_) => println!("creator: OK"),
             Err(error) => println!("creator: {}: {error}", error.code()),
         }
@@ -470,7 +477,7 @@ fn concurrent_processes_creating_a_new_store_all_succeed() {
             ["STORE", "sessions", "tmp", "tmp.lock", "trash"]
         );
         drop(
-            Store::at(&dir, options())
+            Store::open_or_create(&dir, options())
                 .unwrap()
                 .create("s", None, None)
                 .unwrap(),

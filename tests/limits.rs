@@ -4,11 +4,13 @@
 
 use std::path::Path;
 
-use surfacelog::event::EventSource;
-use surfacelog::log::segment::{SEGMENT_HEADER_LEN, SegmentHeader, segment_name};
-use surfacelog::log::{Durability, LogReader, LogWriter, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
-use surfacelog::session::kinds;
-use surfacelog::store::Store;
+use surfacelog::internals::event::EventSource;
+use surfacelog::internals::log::segment::{SEGMENT_HEADER_LEN, SegmentHeader, segment_name};
+use surfacelog::internals::log::{
+    Durability, LogReader, LogWriter, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
+};
+use surfacelog::internals::session::kinds;
+use surfacelog::internals::store::Store;
 
 mod common;
 
@@ -105,12 +107,12 @@ fn an_oversized_first_record_after_reopen_of_an_empty_log_is_stored() {
 #[test]
 fn a_stored_session_takes_a_first_event_larger_than_its_segments() {
     let dir = scratch("limits", "store");
-    let store = Store::at(&dir, store_options(Durability::Sync, SEGMENT)).unwrap();
+    let store = Store::open_or_create(&dir, store_options(Durability::Sync, SEGMENT)).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     let text = "t".repeat(BIG);
     let data = format!(r#"{{"turn":1,"pad":"{text}"}}"#);
     session
-        .append::<kinds::TurnStart>(&data, surfacelog::session::NoSurface)
+        .append::<kinds::TurnStart>(&data, surfacelog::internals::session::NoSurface)
         .unwrap();
     session.flush().unwrap();
     assert_eq!(session.log().seq_next(), 1);
@@ -124,7 +126,7 @@ fn a_stored_session_takes_a_first_event_larger_than_its_segments() {
             .contains(&text)
     );
     session.close().unwrap();
-    let (reopened, opened) = store.open("s").unwrap();
+    let (reopened, opened) = store.open_session("s").unwrap();
     assert_eq!(opened.log.torn_tail, None);
     assert!(
         reopened
@@ -182,8 +184,8 @@ fn import_of_a_first_event_line_larger_than_a_segment_succeeds() {
         String::from_utf8_lossy(&verify.stdout)
     );
     // And the store opens it for writing again.
-    let store = Store::at(&store, store_options(Durability::Sync, SEGMENT)).unwrap();
-    let (session, _) = store.open("big").unwrap();
+    let store = Store::open_or_create(&store, store_options(Durability::Sync, SEGMENT)).unwrap();
+    let (session, _) = store.open_session("big").unwrap();
     // Both events, and what import added to close the open turn (contract §8).
     assert!(session.log().seq_next() >= 2);
     assert!(
@@ -325,13 +327,14 @@ fn a_closed_session_is_at_most_one_mib_larger_than_its_data() {
     let scratch = scratch("limits", "apparent");
     for (segment_bytes, turns) in [(64 << 20, 30), (3 << 19, 2_000)] {
         let root = scratch.join(format!("store-{segment_bytes}"));
-        let store = Store::at(&root, store_options(Durability::Sync, segment_bytes)).unwrap();
+        let store =
+            Store::open_or_create(&root, store_options(Durability::Sync, segment_bytes)).unwrap();
         let mut session = store.create("s", None, None).unwrap();
         for turn in 1..=turns / 2 {
             common::closed_turn(&mut session, turn, &format!("u{turn}"), &"x".repeat(600));
         }
         session.close().unwrap();
-        let mut session = store.open("s").unwrap().0;
+        let mut session = store.open_session("s").unwrap().0;
         for turn in turns / 2 + 1..=turns {
             common::closed_turn(&mut session, turn, &format!("u{turn}"), &"x".repeat(600));
         }

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use surfacelog::event::{Event, EventFields, EventSource, SurfaceOp};
-use surfacelog::log::{DiskLog, Durability, LogOptions, LogReader, LogWriter, TornTail};
+use surfacelog::internals::event::{Event, EventFields, EventSource, SurfaceOp};
+use surfacelog::internals::log::{DiskLog, Durability, LogOptions, LogReader, LogWriter, TornTail};
 
 mod common;
 
@@ -725,7 +725,7 @@ fn seg_7_a_sealed_segment_filled_to_its_last_byte_reopens() {
         common::log_only_event("t", seq, text, data)
     };
     let mut one = Vec::new();
-    surfacelog::record::encode_event(&fixed(0), &mut one);
+    surfacelog::internals::record::encode_event(&fixed(0), &mut one);
     let capacity = 64 + 4 * one.len() as u64;
     let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, capacity)).unwrap();
     let all: Vec<Event> = (0..10).map(fixed).collect();
@@ -975,7 +975,8 @@ fn rss_child() {
     let bound = log_bytes / 4;
     let before = rss_file_bytes();
     let (mut log, _) =
-        surfacelog::log::DiskLog::open(&dir, options(Durability::Manual, 4 << 20)).unwrap();
+        surfacelog::internals::log::DiskLog::open(&dir, options(Durability::Manual, 4 << 20))
+            .unwrap();
     for start in (0..count).step_by(256) {
         let batch: Vec<Event> = (start..(start + 256).min(count)).map(large_event).collect();
         log.append_owned(batch).unwrap();

@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use surfacelog::event::{Event, EventFields, EventSource, SurfaceOp};
-use surfacelog::log::segment::{SEGMENT_HEADER_LEN, SegmentHeader, segment_name};
-use surfacelog::log::{DiskLog, LogOptions, LogReader};
-use surfacelog::record::{decode, encode_event, frame_len, u32_at};
+use surfacelog::internals::event::{Event, EventFields, EventSource, SurfaceOp};
+use surfacelog::internals::log::segment::{SEGMENT_HEADER_LEN, SegmentHeader, segment_name};
+use surfacelog::internals::log::{DiskLog, LogOptions, LogReader};
+use surfacelog::internals::record::{decode, encode_event, frame_len, u32_at};
 
 const VECTOR: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

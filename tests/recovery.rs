@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use surfacelog::event::{Event, EventSource};
-use surfacelog::log::{Durability, LogOptions, LogReader, LogWriter};
-use surfacelog::store::{Store, StoreOptions};
+use surfacelog::internals::event::{Event, EventSource};
+use surfacelog::internals::log::{Durability, LogOptions, LogReader, LogWriter};
+use surfacelog::internals::store::{Store, StoreOptions};
 
 mod common;
 
@@ -246,9 +246,8 @@ proptest! {
 
 /// A store with one closed session `s` of `n` events (small segments, so several).
 fn store_with_session(tmp: &Path, n: u64) -> Store {
-    let mut options = StoreOptions::default();
-    options.log.segment_bytes = 4096;
-    let store = Store::at(tmp, options).unwrap();
+    let options = StoreOptions::new().segment_bytes(4096);
+    let store = Store::open_or_create(tmp, options).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     for i in 0..n {
         session
@@ -274,7 +273,7 @@ fn rcv_14_a_missing_last_segment_is_corrupt_not_a_stale_checkpoint() {
     let last = segments(&log).pop().unwrap();
     assert!(segments(&log).len() > 2);
     std::fs::remove_file(&last).unwrap();
-    let err = store.open("s").unwrap_err();
+    let err = store.open_session("s").unwrap_err();
     assert_eq!(err.code(), "CORRUPT");
     assert!(
         err.to_string()
@@ -288,7 +287,7 @@ fn rcv_14_a_missing_last_segment_is_corrupt_not_a_stale_checkpoint() {
     let report = store.salvage("s").unwrap();
     assert!(report.checkpoint_removed);
     assert!(report.log.set_aside.is_empty());
-    let (session, _) = store.open("s").unwrap();
+    let (session, _) = store.open_session("s").unwrap();
     assert_eq!(session.seq_next(), report.log.seq_next);
 }
 
@@ -315,7 +314,7 @@ fn salvage_keeps_the_longest_valid_prefix_and_sets_the_rest_aside() {
     bytes[damaged] ^= 0x01;
     std::fs::write(sealed, &bytes).unwrap();
     // Found on read, not at open (RCV-6): the checkpoint covers the whole log.
-    let (writer, _) = store.open("s").unwrap();
+    let (writer, _) = store.open_session("s").unwrap();
     assert_eq!(
         store.salvage("s").unwrap_err().code(),
         "LOCKED",
@@ -347,7 +346,7 @@ fn salvage_keeps_the_longest_valid_prefix_and_sets_the_rest_aside() {
             "{later:?} kept in quarantine"
         );
     }
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     assert!(session.seq_next() >= lost);
     assert_eq!(opened.log.torn_tail, None);
     drop(session);
@@ -365,8 +364,8 @@ fn salvage_keeps_the_longest_valid_prefix_and_sets_the_rest_aside() {
 fn demo_a_flipped_byte_in_the_last_record_is_corrupt_and_salvage_sets_it_aside() {
     let (_tmp, store_dir) = demo_store("demo-last");
     let store_arg = store_dir.to_str().unwrap();
-    let store = Store::at(&store_dir, StoreOptions::default()).unwrap();
-    let (session, _) = store.open("demo").unwrap();
+    let store = Store::open_or_create(&store_dir, StoreOptions::default()).unwrap();
+    let (session, _) = store.open_session("demo").unwrap();
     let n = session.seq_next();
     let last_text = session.event(n - 1).unwrap().unwrap().text.to_owned();
     assert_eq!(
@@ -379,7 +378,7 @@ fn demo_a_flipped_byte_in_the_last_record_is_corrupt_and_salvage_sets_it_aside()
     let at = offset_of_text(&bytes, &last_text) + 4;
     bytes[at] ^= 0x02;
     std::fs::write(&segment, &bytes).unwrap();
-    let err = store.open("demo").unwrap_err();
+    let err = store.open_session("demo").unwrap_err();
     assert_eq!(err.code(), "CORRUPT", "{err}");
     assert_eq!(std::fs::read(&segment).unwrap(), bytes, "nothing changed");
     let output = surfacelog(&["salvage", "demo", "--store", store_arg, "--json"]);
@@ -395,18 +394,18 @@ fn demo_a_flipped_byte_in_the_last_record_is_corrupt_and_salvage_sets_it_aside()
     );
     assert!(stdout.contains(&format!("\"kept\":{}", n - 1)), "{stdout}");
     assert!(stdout.contains(".quarantine\""), "{stdout}");
-    let (session, opened) = store.open("demo").unwrap();
+    let (session, opened) = store.open_session("demo").unwrap();
     // The prefix is kept; the session is open again (the crash repair closes its turn).
     assert_eq!(opened.log.torn_tail, None);
     assert!(session.seq_next() >= n - 1);
     drop(session);
     // The fork shares the segment by a hard link: salvage replaced the demo's copy, so the
     // fork still opens (its limit lies before the damage).
-    assert!(store.open("demo-fork").is_ok());
+    assert!(store.open_session("demo-fork").is_ok());
 }
 
 /// The demo store: "delete the fork's last segment". Before, `show demo-fork` exited 0
-/// with 12 events of 13 and `Store::open` reported only a stale checkpoint.
+/// with 12 events of 13 and `Store::open_session` reported only a stale checkpoint.
 #[cfg(feature = "cli")]
 #[test]
 fn demo_a_deleted_last_segment_of_the_fork_is_corrupt_through_the_cli() {
@@ -420,8 +419,8 @@ fn demo_a_deleted_last_segment_of_the_fork_is_corrupt_through_the_cli() {
     assert_eq!(output.status.code(), Some(3));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("error[CORRUPT]"), "{stderr}");
-    let store = Store::at(&store_dir, StoreOptions::default()).unwrap();
-    let err = store.open("demo-fork").unwrap_err();
+    let store = Store::open_or_create(&store_dir, StoreOptions::default()).unwrap();
+    let err = store.open_session("demo-fork").unwrap_err();
     assert_eq!(err.code(), "CORRUPT");
     assert!(
         err.to_string().contains("00000000000000000012.seg"),
@@ -435,6 +434,6 @@ fn demo_a_deleted_last_segment_of_the_fork_is_corrupt_through_the_cli() {
     );
     let stdout = String::from_utf8(output.stdout).unwrap();
     assert!(stdout.contains("checkpoint removed"), "{stdout}");
-    let (session, _) = store.open("demo-fork").unwrap();
+    let (session, _) = store.open_session("demo-fork").unwrap();
     assert!(session.seq_next() >= 12);
 }

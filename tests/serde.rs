@@ -9,9 +9,9 @@ mod common;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use surfacelog::log::Durability;
-use surfacelog::session::{NoSurface, SurfaceIntent, kinds};
-use surfacelog::store::{Store, StoredSession};
+use surfacelog::internals::log::Durability;
+use surfacelog::internals::session::{NoSurface, SurfaceIntent, kinds};
+use surfacelog::internals::store::{Store, StoredSession};
 
 use common::{scratch, store_options};
 
@@ -102,7 +102,7 @@ fn new_session(store: &Store) -> StoredSession {
 #[test]
 fn typed_messages_round_trip_through_the_store() {
     let dir = scratch("serde", "round-trip");
-    let store = Store::at(&dir, store_options(Durability::Manual, 1 << 16)).unwrap();
+    let store = Store::open_or_create(&dir, store_options(Durability::Manual, 1 << 16)).unwrap();
     let mut session = new_session(&store);
     let question = user("list the files, \"quoted\" \u{e9}\u{1f600}");
     let answer = Msg {
@@ -142,7 +142,7 @@ fn typed_messages_round_trip_through_the_store() {
 
     // Read back after a reopen: the messages are the stored texts, parsed into `Msg`. The
     // turn was left open, so the reopen closed it: a third message answers the tool call.
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     let messages = session.messages().unwrap();
     assert!(opened.closers > 0);
     let seqs: Vec<u64> = messages.iter().map(|m| m.seq).collect();
@@ -173,7 +173,7 @@ fn refused_like_text<T: Serialize>(session: &mut StoredSession, value: &T, code:
 #[test]
 fn a_serialized_value_the_engine_refuses_leaves_no_trace() {
     let dir = scratch("serde", "refused");
-    let store = Store::at(&dir, store_options(Durability::Manual, 1 << 16)).unwrap();
+    let store = Store::open_or_create(&dir, store_options(Durability::Manual, 1 << 16)).unwrap();
     let mut session = new_session(&store);
 
     // The message shape (contract §3).
@@ -221,7 +221,7 @@ fn a_serialized_value_the_engine_refuses_leaves_no_trace() {
         .unwrap();
     assert_eq!(seq, before);
     session.close().unwrap();
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     // Stored: the events before, the accepted one, and the closers of the open turn.
     assert_eq!(session.seq_next() - opened.closers, before + 1);
     assert_eq!(

@@ -10,10 +10,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use surfacelog::event::EventSource;
-use surfacelog::log::segment::segment_name;
-use surfacelog::log::{Durability, LogReader, LogWriter};
-use surfacelog::store::Store;
+use surfacelog::internals::event::EventSource;
+use surfacelog::internals::log::segment::segment_name;
+use surfacelog::internals::log::{Durability, LogReader, LogWriter};
+use surfacelog::internals::store::Store;
 
 mod common;
 
@@ -186,7 +186,8 @@ fn a_torn_session_tail_on_a_full_filesystem_never_raises_sigbus() {
         return;
     };
     let store_dir = mount_dir.join("store");
-    let store = Store::at(&store_dir, store_options(Durability::Sync, SEGMENT)).unwrap();
+    let store =
+        Store::open_or_create(&store_dir, store_options(Durability::Sync, SEGMENT)).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     for turn in 1..=8 {
         numbered_turn(&mut session, turn);
@@ -210,8 +211,8 @@ fn child_opens_a_stored_session_many_times() {
         return;
     };
     for _ in 0..20 {
-        let opened = Store::at(&dir, store_options(Durability::Sync, SEGMENT))
-            .and_then(|store| store.open("s").map(|_| ()));
+        let opened = Store::open_or_create(&dir, store_options(Durability::Sync, SEGMENT))
+            .and_then(|store| store.open_session("s").map(|_| ()));
         if let Err(e) = opened {
             assert!(matches!(e.code(), "IO" | "CORRUPT"), "{e}");
         }

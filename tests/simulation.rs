@@ -27,15 +27,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{assistant, session_options, tool_call, tool_result, user};
-use surfacelog::adapters::jsonl;
-use surfacelog::event::EventSource;
-use surfacelog::log::{Durability, LogOptions};
-use surfacelog::session::{Boundary, Compaction, NoSurface, Prune, SurfaceIntent, kinds};
-use surfacelog::storage::Storage;
-use surfacelog::storage::sim::SimStorage;
-use surfacelog::store::Severity;
-use surfacelog::store::{Store, StoreOptions, StoredSession};
-use surfacelog::surface::Surface;
+use surfacelog::internals::adapters::jsonl;
+use surfacelog::internals::event::EventSource;
+use surfacelog::internals::log::{Durability, LogOptions};
+use surfacelog::internals::session::{
+    Boundary, Compaction, NoSurface, Prune, SurfaceIntent, kinds,
+};
+use surfacelog::internals::storage::Storage;
+use surfacelog::internals::storage::sim::SimStorage;
+use surfacelog::internals::store::Severity;
+use surfacelog::internals::store::{Store, StoreOptions, StoredSession};
+use surfacelog::internals::surface::Surface;
 
 /// How many times a handle was probed after an `fsync` error (DUR-5).
 static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -114,9 +116,12 @@ fn imported_reference(name: &'static str) -> Reference {
         return found.clone();
     }
     let scratch = memory_scratch(u64::MAX);
-    let store = Store::at(
-        &scratch.path().join("store"),
-        options(Arc::new(surfacelog::storage::FsStorage), Durability::Sync),
+    let store = Store::open_or_create(
+        scratch.path().join("store"),
+        options(
+            Arc::new(surfacelog::internals::storage::FsStorage),
+            Durability::Sync,
+        ),
     )
     .expect("a reference store");
     let (imported, _) = jsonl::import_jsonl(
@@ -171,15 +176,14 @@ fn durability_of(seed: u64) -> Durability {
 }
 
 fn options(storage: Arc<dyn Storage>, durability: Durability) -> StoreOptions {
-    StoreOptions {
-        session: session_options(),
-        log: LogOptions {
+    StoreOptions::new()
+        .session_options(session_options())
+        .log_options(LogOptions {
             segment_bytes: 1024,
             durability,
             storage,
-        },
-        checkpoint_every: 9,
-    }
+        })
+        .checkpoint_every(9)
 }
 
 /// The run's state: the store, the open session `s` and what is expected.
@@ -226,7 +230,11 @@ impl Run<'_> {
         }
     }
 
-    fn append<K: surfacelog::session::EventKind>(&mut self, data: &str, intent: K::Intent) -> Step {
+    fn append<K: surfacelog::internals::session::EventKind>(
+        &mut self,
+        data: &str,
+        intent: K::Intent,
+    ) -> Step {
         let session = self.session.as_mut().expect("an open session");
         let syncs = self.sim.sync_faults();
         let result = session.append::<K>(data, intent);
@@ -290,7 +298,7 @@ impl Run<'_> {
         // An open that fails may have appended repair closers already (contract §8).
         let s = self.s();
         s.maybe_more = s.maybe_more.max(4);
-        let (session, _) = self.store.open("s").inspect_err(|_| {
+        let (session, _) = self.store.open_session("s").inspect_err(|_| {
             // The closers it may have appended replace the events not acknowledged.
             let s = self.s();
             let unacknowledged = (s.events.len() - s.acked) as u64;
@@ -634,13 +642,13 @@ fn run_setup(
     let started = std::time::Instant::now();
     let expect = {
         let storage: Arc<dyn Storage> = sim.clone();
-        let store = match Store::at(&dir, options(storage, durability)) {
+        let store = match Store::open_or_create(&dir, options(storage, durability)) {
             Ok(store) => Some(store),
             Err(error) if sim.crashed() || fault_rate > 0 => {
                 let _ = error;
                 None
             }
-            Err(error) => return Err(format!("Store::at: {error}")),
+            Err(error) => return Err(format!("Store::open_or_create: {error}")),
         };
         let mut expect = BTreeMap::new();
         if let Some(store) = &store {
@@ -726,21 +734,21 @@ fn check(
     // time in fsyncs.
     let fresh = SimStorage::new(dir.parent().unwrap_or(dir), 0).map_err(|e| e.to_string())?;
     let plain = options(Arc::new(fresh), durability);
-    let vocabulary = Arc::clone(&plain.session.vocabulary);
-    let store = Store::at(dir, plain).map_err(|e| format!("reopen the store: {e}"))?;
+    let vocabulary = Arc::clone(&plain.get_session_options().vocabulary);
+    let store = Store::open_or_create(dir, plain).map_err(|e| format!("reopen the store: {e}"))?;
     let listing = store.list().map_err(|e| format!("list: {e}"))?;
     if let Some(error) = listing.damaged.first() {
         return Err(format!("a damaged session: {error}"));
     }
     for (id, e) in expect {
         if e.deleted {
-            match store.open(id) {
+            match store.open_session(id) {
                 Err(error) if error.code() == "SESSION_NOT_FOUND" => continue,
                 Err(error) => return Err(format!("{id}: deleted, opens with {error}")),
                 Ok(_) => return Err(format!("{id}: an acknowledged delete is undone")),
             }
         }
-        let opened = match store.open(id) {
+        let opened = match store.open_session(id) {
             Ok(opened) => opened,
             Err(error) if error.code() == "SESSION_NOT_FOUND" && (!e.created || e.delete_tried) => {
                 continue;
@@ -798,7 +806,7 @@ fn check(
     for header in listing.iter() {
         if !expect.contains_key(header.id()) {
             store
-                .open(header.id())
+                .open_session(header.id())
                 .map_err(|error| format!("{}: open: {error}", header.id()))?;
         }
     }
@@ -860,9 +868,9 @@ fn check_damaged(
         }
     };
     let fresh = SimStorage::new(dir.parent().unwrap_or(dir), 0).map_err(|e| e.to_string())?;
-    let store =
-        Store::at(dir, options(Arc::new(fresh), durability)).map_err(|e| format!("reopen: {e}"))?;
-    let (session, report) = match store.open("s") {
+    let store = Store::open_or_create(dir, options(Arc::new(fresh), durability))
+        .map_err(|e| format!("reopen: {e}"))?;
+    let (session, report) = match store.open_session("s") {
         Ok(opened) => opened,
         Err(error) => return named(&error, "open"),
     };
@@ -1044,16 +1052,19 @@ fn media_damage_is_corrupt_never_other_data() {
 #[test]
 fn fork_after_repair_closers_in_manual_mode() {
     let scratch = common::scratch("simulation", "fork-closers");
-    let store = Store::at(
-        &scratch.join("store"),
-        options(Arc::new(surfacelog::storage::FsStorage), Durability::Manual),
+    let store = Store::open_or_create(
+        scratch.join("store"),
+        options(
+            Arc::new(surfacelog::internals::storage::FsStorage),
+            Durability::Manual,
+        ),
     )
     .unwrap();
     let mut session = store.create("s", None, None).unwrap();
     common::turn_start(&mut session, 1);
     common::user_message(&mut session, "u1");
     session.close().unwrap();
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     assert!(opened.closers > 0);
     drop(session);
     store.fork("s", Boundary::Last, "f").unwrap();
@@ -1062,9 +1073,12 @@ fn fork_after_repair_closers_in_manual_mode() {
 #[test]
 fn a_fork_passes_verify() {
     let scratch = common::scratch("simulation", "fork-verify");
-    let store = Store::at(
-        &scratch.join("store"),
-        options(Arc::new(surfacelog::storage::FsStorage), Durability::Sync),
+    let store = Store::open_or_create(
+        scratch.join("store"),
+        options(
+            Arc::new(surfacelog::internals::storage::FsStorage),
+            Durability::Sync,
+        ),
     )
     .unwrap();
     let mut session = store.create("s", None, None).unwrap();
@@ -1173,7 +1187,7 @@ fn a_seal_thread_sync_lands_at_the_next_directory_sync() {
         let points = sim.points();
         let (seal_sim, seal_file) = (Arc::clone(&sim), Arc::clone(&file));
         std::thread::Builder::new()
-            .name(surfacelog::storage::sim::SEAL_THREAD.into())
+            .name(surfacelog::internals::storage::sim::SEAL_THREAD.into())
             .spawn(move || seal_sim.sync_data(&seal_file))
             .unwrap()
             .join()

@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use surfacelog::log::{Durability, LogOptions};
-use surfacelog::session::{NoSurface, Prune, Session, SessionLog, SurfaceIntent, kinds};
-use surfacelog::store::{Store, StoreOptions};
+use surfacelog::internals::log::{Durability, LogOptions};
+use surfacelog::internals::session::{NoSurface, Prune, Session, SessionLog, SurfaceIntent, kinds};
+use surfacelog::internals::store::{Store, StoreOptions};
 
 mod common;
 
@@ -19,7 +19,7 @@ use common::{
 /// the test fails).
 fn temp_store(name: &str) -> (common::ScratchPath, Store) {
     let dir = common::scratch_path("store", name);
-    let store = Store::at(&dir, store_options()).unwrap();
+    let store = Store::open_or_create(&dir, store_options()).unwrap();
     (dir, store)
 }
 
@@ -83,7 +83,7 @@ fn a_stored_session_reopens_equal_to_the_same_session_in_memory() {
     workload(&mut memory, 23);
     assert_eq!(state(&stored), state(&memory));
     drop(stored);
-    let (reopened, opened) = store.open("s1").unwrap();
+    let (reopened, opened) = store.open_session("s1").unwrap();
     assert_eq!(opened.closers, 0);
     assert_eq!(opened.log.torn_tail, None);
     assert_eq!(state(&reopened), state(&memory));
@@ -106,14 +106,14 @@ fn an_interrupted_turn_is_repaired_durably_exactly_once() {
         .unwrap();
     session.flush().unwrap();
     drop(session); // the process "dies" inside the turn
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     assert_eq!(opened.closers, 3, "tool/result, step/end, turn/end");
     let types: Vec<&str> = (3..6)
         .map(|s| session.event(s).unwrap().unwrap().event_type)
         .collect();
     assert_eq!(types, ["tool/result", "step/end", "turn/end"]);
     drop(session);
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     assert_eq!(opened.closers, 0, "the closers were persisted");
     assert_eq!(session.seq_next(), 6);
     drop(session);
@@ -141,13 +141,13 @@ fn a_torn_tail_is_dropped_and_reported_and_damage_is_refused() {
     // The flush's checkpoint covers the torn record, which a crash during its write never
     // allows (CKP-5: a checkpoint follows the sync of what it covers; RCV-14).
     std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     assert_eq!(
         opened
             .log
             .torn_tail
             .as_ref()
-            .map(surfacelog::log::TornTail::code),
+            .map(surfacelog::internals::log::TornTail::code),
         Some("TORN_TAIL")
     );
     assert_eq!(session.seq_next(), 9);
@@ -158,18 +158,18 @@ fn a_torn_tail_is_dropped_and_reported_and_damage_is_refused() {
     // Close indexed the segment, so the damage lies under the vouched prefix, which open
     // takes without reading it (log-format.md IDX-5), and under the checkpoint: open
     // succeeds, and the damaged record is never returned (RCV-6).
-    let (session, _) = store.open("s").unwrap();
+    let (session, _) = store.open_session("s").unwrap();
     assert_eq!(session.seq_next(), 9);
     let log = session.log();
     let damaged = (0..9)
-        .filter(|&seq| surfacelog::event::EventSource::event(log, seq).is_err())
+        .filter(|&seq| surfacelog::internals::event::EventSource::event(log, seq).is_err())
         .count();
     assert_eq!(damaged, 1, "the damaged record is not returned");
     drop(session);
     assert_eq!(std::fs::read(&segment).unwrap(), bytes, "nothing changed");
     // A fold over the whole log reads it, and refuses the session.
     std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
-    let err = store.open("s").unwrap_err();
+    let err = store.open_session("s").unwrap_err();
     assert_eq!(err.code(), "CORRUPT");
     assert_eq!(err.session(), Some("s"));
     assert_eq!(std::fs::read(&segment).unwrap(), bytes, "nothing changed");
@@ -217,9 +217,12 @@ fn create_open_delete_refusals() {
         store.create("s", None, None).unwrap_err().code(),
         "SESSION_EXISTS"
     );
-    assert_eq!(store.open("s").unwrap_err().code(), "LOCKED");
+    assert_eq!(store.open_session("s").unwrap_err().code(), "LOCKED");
     assert_eq!(store.delete("s").unwrap_err().code(), "LOCKED");
-    assert_eq!(store.open("nope").unwrap_err().code(), "SESSION_NOT_FOUND");
+    assert_eq!(
+        store.open_session("nope").unwrap_err().code(),
+        "SESSION_NOT_FOUND"
+    );
     drop(session);
     // A refused create leaves nothing behind.
     let bad_seed = [r#"{"type":"turn/start","seq":1,"time":0,"data":{}}"#];
@@ -228,9 +231,15 @@ fn create_open_delete_refusals() {
         "SEQ_NOT_CONTIGUOUS"
     );
     assert_eq!(std::fs::read_dir(dir.join("tmp")).unwrap().count(), 0);
-    assert_eq!(store.open("t").unwrap_err().code(), "SESSION_NOT_FOUND");
+    assert_eq!(
+        store.open_session("t").unwrap_err().code(),
+        "SESSION_NOT_FOUND"
+    );
     store.delete("s").unwrap();
-    assert_eq!(store.open("s").unwrap_err().code(), "SESSION_NOT_FOUND");
+    assert_eq!(
+        store.open_session("s").unwrap_err().code(),
+        "SESSION_NOT_FOUND"
+    );
     assert_eq!(std::fs::read_dir(dir.join("trash")).unwrap().count(), 1);
     store.purge().unwrap();
     assert_eq!(std::fs::read_dir(dir.join("trash")).unwrap().count(), 0);
@@ -241,7 +250,9 @@ fn create_open_delete_refusals() {
     )
     .unwrap();
     assert_eq!(
-        Store::at(&dir, StoreOptions::default()).unwrap_err().code(),
+        Store::open_or_create(&dir, StoreOptions::default())
+            .unwrap_err()
+            .code(),
         "FORMAT_VERSION"
     );
     std::fs::remove_dir_all(&dir).unwrap();
@@ -263,7 +274,7 @@ fn store_files_are_private() {
     let elsewhere = dir.join("elsewhere");
     std::fs::rename(dir.join("sessions/s/log"), &elsewhere).unwrap();
     std::os::unix::fs::symlink(&elsewhere, dir.join("sessions/s/log")).unwrap();
-    assert_eq!(store.open("s").unwrap_err().code(), "UNSAFE_PATH");
+    assert_eq!(store.open_session("s").unwrap_err().code(), "UNSAFE_PATH");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -281,7 +292,7 @@ fn segment_files(log: &std::path::Path) -> Vec<PathBuf> {
 #[test]
 fn store_10_fork_links_every_segment_and_limits_the_boundary_one() {
     use std::os::unix::fs::MetadataExt;
-    use surfacelog::session::Boundary;
+    use surfacelog::internals::session::Boundary;
     let (dir, store) = temp_store("fork");
     let mut source = store
         .create(
@@ -364,7 +375,7 @@ fn store_10_fork_links_every_segment_and_limits_the_boundary_one() {
 fn neither_log_sees_or_writes_the_other(
     dir: &std::path::Path,
     store: &Store,
-    mut source: surfacelog::store::StoredSession,
+    mut source: surfacelog::internals::store::StoredSession,
     child_texts: &[String],
     segments: &[PathBuf],
 ) {
@@ -375,12 +386,12 @@ fn neither_log_sees_or_writes_the_other(
     source.flush().unwrap();
     let source_texts = state(&source).0;
     drop(source);
-    let (reopened, _) = store.open("c").unwrap();
+    let (reopened, _) = store.open_session("c").unwrap();
     assert_eq!(state(&reopened).0, child_texts);
     drop(reopened);
     assert_eq!(
-        surfacelog::event::EventSource::seq_next(
-            &surfacelog::log::LogReader::open(&child_log).unwrap()
+        surfacelog::internals::event::EventSource::seq_next(
+            &surfacelog::internals::log::LogReader::open(&child_log).unwrap()
         ),
         child_texts.len() as u64,
         "a follower of the child stops at the limit too"
@@ -392,7 +403,7 @@ fn neither_log_sees_or_writes_the_other(
         .iter()
         .map(|p| std::fs::read(p).unwrap())
         .collect();
-    let (mut child, _) = store.open("c").unwrap();
+    let (mut child, _) = store.open_session("c").unwrap();
     workload(&mut child, 30);
     child.close().unwrap();
     let after: Vec<Vec<u8>> = segment_files(&source_log)
@@ -406,16 +417,16 @@ fn neither_log_sees_or_writes_the_other(
     for shared in segments {
         assert_eq!(std::fs::metadata(shared).unwrap().nlink(), 2);
     }
-    let (source, _) = store.open("src").unwrap();
+    let (source, _) = store.open_session("src").unwrap();
     assert_eq!(state(&source).0, source_texts);
-    let (child, _) = store.open("c").unwrap();
+    let (child, _) = store.open_session("c").unwrap();
     assert_eq!(state(&child).0[..child_texts.len()], child_texts[..]);
     drop((source, child));
 }
 
 #[test]
 fn lim_3_a_damaged_limit_is_refused_never_ignored() {
-    use surfacelog::session::Boundary;
+    use surfacelog::internals::session::Boundary;
     let (dir, store) = temp_store("fork-limit");
     let mut source = store.create("src", None, None).unwrap();
     workload(&mut source, 40);
@@ -437,10 +448,10 @@ fn lim_3_a_damaged_limit_is_refused_never_ignored() {
         let mut bytes = pristine.clone();
         bytes[at] ^= 0x04;
         std::fs::write(&limit, &bytes).unwrap();
-        let err = store.open("c").unwrap_err();
+        let err = store.open_session("c").unwrap_err();
         assert_eq!(err.code(), "CORRUPT", "byte {at}: {err}");
         assert_eq!(
-            surfacelog::log::LogReader::open(&dir.join("sessions/c/log"))
+            surfacelog::internals::log::LogReader::open(&dir.join("sessions/c/log"))
                 .unwrap_err()
                 .code(),
             "CORRUPT"
@@ -453,9 +464,9 @@ fn lim_3_a_damaged_limit_is_refused_never_ignored() {
     let crc = crc32c::crc32c(&bytes[..60]);
     bytes[60..64].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&limit, &bytes).unwrap();
-    assert_eq!(store.open("c").unwrap_err().code(), "CORRUPT");
+    assert_eq!(store.open_session("c").unwrap_err().code(), "CORRUPT");
     std::fs::write(&limit, &pristine).unwrap();
-    let (child, _) = store.open("c").unwrap();
+    let (child, _) = store.open_session("c").unwrap();
     assert_eq!(child.seq_next(), boundary + 2);
     drop(child);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -463,26 +474,23 @@ fn lim_3_a_damaged_limit_is_refused_never_ignored() {
 
 #[test]
 fn store_13_a_fork_cut_short_leaves_no_half_made_child() {
-    use surfacelog::session::Boundary;
-    use surfacelog::storage::faulty::FaultyStorage;
+    use surfacelog::internals::session::Boundary;
+    use surfacelog::internals::storage::faulty::FaultyStorage;
     let (dir, plain) = temp_store("fork-crash");
     let mut source = plain.create("src", None, None).unwrap();
     workload(&mut source, 30);
     source.close().unwrap();
     let expected = {
-        let (source, _) = plain.open("src").unwrap();
+        let (source, _) = plain.open_session("src").unwrap();
         state(&source).0
     };
     let storage = FaultyStorage::default();
     let faults = Arc::clone(&storage.faults);
-    let options = StoreOptions {
-        log: LogOptions {
-            storage: Arc::new(storage),
-            ..plain_options()
-        },
-        ..StoreOptions::default()
-    };
-    let store = Store::at(&dir, options).unwrap();
+    let options = StoreOptions::new().log_options(LogOptions {
+        storage: Arc::new(storage),
+        ..plain_options()
+    });
+    let store = Store::open_or_create(&dir, options).unwrap();
     // The child is published with its end-seed marker already durable: three files are
     // synced (header, limit, the child's own segment holding the marker), none after the
     // publish, so no crash leaves a published child without its marker.
@@ -492,8 +500,9 @@ fn store_13_a_fork_cut_short_leaves_no_half_made_child() {
     assert_eq!(child.seq_next(), expected.len() as u64 + 1);
     assert_eq!(child.first_live_seq(), expected.len() as u64);
     drop(child);
-    let (child, _) = plain.open("d").unwrap();
-    let last = surfacelog::event::EventSource::event(child.log(), child.seq_next() - 1).unwrap();
+    let (child, _) = plain.open_session("d").unwrap();
+    let last = surfacelog::internals::event::EventSource::event(child.log(), child.seq_next() - 1)
+        .unwrap();
     assert_eq!(
         last.unwrap().event_type,
         "session/end-seed",
@@ -516,7 +525,7 @@ fn store_13_a_fork_cut_short_leaves_no_half_made_child() {
                 // Either no child, or a whole one (the publish renamed it before its
                 // last sync failed): never a part of one.
                 if dir.join("sessions/c").exists() {
-                    let (child, _) = plain.open("c").unwrap();
+                    let (child, _) = plain.open_session("c").unwrap();
                     assert_eq!(state(&child).0[..expected.len()], expected[..]);
                     drop(child);
                     plain.delete("c").unwrap();
@@ -530,7 +539,7 @@ fn store_13_a_fork_cut_short_leaves_no_half_made_child() {
     // Header, limit, the child's own segment holding the end-seed: the boundary segment
     // is durable (its source was closed), and nothing is synced after the publish.
     assert!(failed >= 3, "every sync of the fork was tried: {failed}");
-    let (source, _) = plain.open("src").unwrap();
+    let (source, _) = plain.open_session("src").unwrap();
     assert_eq!(state(&source).0, expected, "the source is unchanged");
     drop(source);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -572,7 +581,7 @@ fn followers_see_appends_and_inspect_never_repairs() {
             .unwrap()
     );
     assert_eq!(
-        surfacelog::event::EventSource::event(follower.log(), 50)
+        surfacelog::internals::event::EventSource::event(follower.log(), 50)
             .unwrap()
             .unwrap()
             .event_type,
@@ -589,7 +598,7 @@ fn followers_see_appends_and_inspect_never_repairs() {
     assert!(inspected.event(51).unwrap().is_none());
     drop(inspected);
     drop(session);
-    let (reopened, opened) = store.open("s").unwrap();
+    let (reopened, opened) = store.open_session("s").unwrap();
     assert_eq!(opened.closers, 1, "inspect wrote nothing; open repairs");
     assert_eq!(reopened.seq_next(), 52);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -597,7 +606,7 @@ fn followers_see_appends_and_inspect_never_repairs() {
 
 #[test]
 fn ckp_3_opening_uses_a_matching_checkpoint_and_rebuilds_any_other() {
-    use surfacelog::store::checkpoint::Unusable;
+    use surfacelog::internals::store::checkpoint::Unusable;
     let (dir, store) = temp_store("checkpoint");
     let mut session = store.create("s", None, None).unwrap();
     workload(&mut session, 40);
@@ -617,7 +626,7 @@ fn ckp_3_opening_uses_a_matching_checkpoint_and_rebuilds_any_other() {
     drop(session);
     let checkpoint = dir.join("sessions/s/checkpoint");
     let saved = std::fs::read(&checkpoint).unwrap();
-    let (from_checkpoint, opened) = store.open("s").unwrap();
+    let (from_checkpoint, opened) = store.open_session("s").unwrap();
     assert!(
         matches!(opened.checkpoint, Ok(seq) if seq >= flushed_at),
         "{:?}",
@@ -644,7 +653,7 @@ fn ckp_3_opening_uses_a_matching_checkpoint_and_rebuilds_any_other() {
             Some(bytes) => std::fs::write(&checkpoint, bytes).unwrap(),
             None => std::fs::remove_file(&checkpoint).unwrap(),
         }
-        let (session, opened) = store.open("s").unwrap();
+        let (session, opened) = store.open_session("s").unwrap();
         assert_eq!(opened.checkpoint, Err(why), "{what}");
         assert_eq!(opened.closers, 0, "{what}: repaired once already");
         assert_eq!(state(&session), expected, "{what}");
@@ -657,7 +666,7 @@ fn ckp_3_opening_uses_a_matching_checkpoint_and_rebuilds_any_other() {
     other.flush().unwrap();
     drop(other);
     std::fs::copy(dir.join("sessions/t/checkpoint"), &checkpoint).unwrap();
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     assert_eq!(
         opened.checkpoint,
         Err(Unusable::Stale),
@@ -808,7 +817,7 @@ mod reopen_equivalence {
                     if !keep_checkpoint {
                         let _ = std::fs::remove_file(dir.join("sessions/s/checkpoint"));
                     }
-                    let (reopened, opened) = store.open("s").unwrap();
+                    let (reopened, opened) = store.open_session("s").unwrap();
                     prop_assert_eq!(opened.closers, 0);
                     stored = reopened;
                 }
@@ -833,7 +842,7 @@ fn a_record_damaged_under_a_checkpoint_is_reported_not_skipped() {
     bytes[300] ^= 0x01;
     std::fs::write(&segments[0], &bytes).unwrap();
     std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
-    let err = store.open("s").unwrap_err();
+    let err = store.open_session("s").unwrap_err();
     assert_eq!(err.code(), "CORRUPT", "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -844,8 +853,8 @@ fn a_record_damaged_under_a_checkpoint_is_reported_not_skipped() {
 /// and by a fork, which checks every segment it links.
 #[test]
 fn a_sealed_segment_with_a_bad_header_is_corrupt_on_first_access() {
-    use surfacelog::event::EventSource;
-    use surfacelog::session::Boundary;
+    use surfacelog::internals::event::EventSource;
+    use surfacelog::internals::session::Boundary;
     let (dir, store) = temp_store("bad-sealed-header");
     let mut session = store.create("s", None, None).unwrap();
     workload(&mut session, 200);
@@ -862,7 +871,7 @@ fn a_sealed_segment_with_a_bad_header_is_corrupt_on_first_access() {
         assert!(error.to_string().contains(bad.to_str().unwrap()), "{error}");
     };
     // With the checkpoint, open reads nothing of it.
-    let (session, _) = store.open("s").unwrap();
+    let (session, _) = store.open_session("s").unwrap();
     names_bad(&session.log().event(first).unwrap_err());
     assert!(session.log().event(first - 1).unwrap().is_some());
     drop(session);
@@ -870,7 +879,7 @@ fn a_sealed_segment_with_a_bad_header_is_corrupt_on_first_access() {
     assert!(!dir.join("sessions/c").exists(), "nothing is published");
     // A fold reads it.
     std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
-    let error = store.open("s").unwrap_err();
+    let error = store.open_session("s").unwrap_err();
     names_bad(&error);
     assert_eq!((error.session(), error.seq()), (Some("s"), Some(first)));
     assert_eq!(std::fs::read(bad).unwrap(), bytes, "nothing changed");
@@ -882,13 +891,13 @@ fn a_sealed_segment_with_a_bad_header_is_corrupt_on_first_access() {
 /// (segment 0 of the child), and the child appends after it and reopens the same.
 #[test]
 fn store_10_a_fork_end_seeds_its_child_once_even_from_an_empty_prefix() {
-    use surfacelog::session::Boundary;
+    use surfacelog::internals::session::Boundary;
     let (dir, store) = temp_store("fork-seed");
     drop(store.create("empty", None, None).unwrap());
     let mut child = store.fork("empty", Boundary::Last, "c0").unwrap();
     assert_eq!((child.seq_next(), child.first_live_seq()), (1, 0));
-    let marker = |session: &surfacelog::store::StoredSession, seq| {
-        surfacelog::event::EventSource::event(session.log(), seq)
+    let marker = |session: &surfacelog::internals::store::StoredSession, seq| {
+        surfacelog::internals::event::EventSource::event(session.log(), seq)
             .unwrap()
             .unwrap()
             .event_type
@@ -899,7 +908,7 @@ fn store_10_a_fork_end_seeds_its_child_once_even_from_an_empty_prefix() {
         .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
         .unwrap();
     child.close().unwrap();
-    let (child, opened) = store.open("c0").unwrap();
+    let (child, opened) = store.open_session("c0").unwrap();
     assert_eq!(
         (child.seq_next(), opened.closers),
         (3, 1),
@@ -908,7 +917,7 @@ fn store_10_a_fork_end_seeds_its_child_once_even_from_an_empty_prefix() {
     drop(child);
     // A fork of a fork at its marker: the prefix ends with one, so no second marker.
     drop(store.fork("c0", Boundary::Seq(0), "c1").unwrap());
-    let (grandchild, _) = store.open("c1").unwrap();
+    let (grandchild, _) = store.open_session("c1").unwrap();
     assert_eq!(grandchild.seq_next(), 1);
     assert_eq!(marker(&grandchild, 0), "session/end-seed");
     drop(grandchild);
@@ -933,10 +942,10 @@ fn ckp_7_an_opened_surface_borrows_its_nodes_until_it_changes() {
     }
     session.close().unwrap();
     let expected = {
-        let (session, _) = store.open("s").unwrap();
+        let (session, _) = store.open_session("s").unwrap();
         state(&session)
     };
-    let (mut session, opened) = store.open("s").unwrap();
+    let (mut session, opened) = store.open_session("s").unwrap();
     assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
     let nodes_bytes = session.surface().nodes().len() * 8;
     assert!(nodes_bytes > 0);
@@ -958,7 +967,7 @@ fn ckp_7_an_opened_surface_borrows_its_nodes_until_it_changes() {
     );
     assert_eq!(session.surface().nodes().len(), expected.1.len() + 1);
     drop(session);
-    let (reopened, _) = store.open("s").unwrap();
+    let (reopened, _) = store.open_session("s").unwrap();
     assert_eq!(reopened.surface().nodes().len(), expected.1.len() + 1);
     drop(reopened);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -991,7 +1000,7 @@ fn with_nodes(bytes: &[u8], change: impl FnOnce(&mut Vec<u64>)) -> Vec<u8> {
 /// as empty and says so, without a panic.
 #[test]
 fn ckp_2_nodes_are_checked_on_first_read_and_refolded_when_they_fail() {
-    use surfacelog::surface::NodeState;
+    use surfacelog::internals::surface::NodeState;
     let (dir, store) = temp_store("ckp-deferred");
     let mut session = store.create("s", None, None).unwrap();
     workload(&mut session, 12);
@@ -999,7 +1008,7 @@ fn ckp_2_nodes_are_checked_on_first_read_and_refolded_when_they_fail() {
     let checkpoint = dir.join("sessions/s/checkpoint");
     let saved = std::fs::read(&checkpoint).unwrap();
     let expected = {
-        let (session, opened) = store.open("s").unwrap();
+        let (session, opened) = store.open_session("s").unwrap();
         assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
         assert_eq!(session.surface().node_state(), NodeState::Unchecked);
         let keys_bytes = session.surface().replacement_keys().len() * 16;
@@ -1049,7 +1058,7 @@ fn ckp_2_nodes_are_checked_on_first_read_and_refolded_when_they_fail() {
     for (what, bytes) in cases {
         assert_ne!(bytes, saved, "{what}");
         std::fs::write(&checkpoint, &bytes).unwrap();
-        let (session, opened) = store.open("s").unwrap();
+        let (session, opened) = store.open_session("s").unwrap();
         assert!(
             opened.checkpoint.is_ok(),
             "{what}: the header and keys are sound"
@@ -1067,7 +1076,7 @@ fn ckp_2_nodes_are_checked_on_first_read_and_refolded_when_they_fail() {
         );
         // The next checkpoint written is sound again.
         session.close().unwrap();
-        let (session, _) = store.open("s").unwrap();
+        let (session, _) = store.open_session("s").unwrap();
         assert_eq!(state(&session), expected, "{what}: rewritten");
         assert_eq!(session.surface().node_state(), NodeState::Checked, "{what}");
     }
@@ -1079,7 +1088,7 @@ fn ckp_2_nodes_are_checked_on_first_read_and_refolded_when_they_fail() {
 /// nothing panics, and reads of the damaged record still report it.
 #[test]
 fn ckp_2_damaged_nodes_over_a_damaged_log_read_as_lost() {
-    use surfacelog::surface::NodeState;
+    use surfacelog::internals::surface::NodeState;
     let (dir, store) = temp_store("ckp-lost");
     let mut session = store.create("s", None, None).unwrap();
     workload(&mut session, 200);
@@ -1093,7 +1102,7 @@ fn ckp_2_damaged_nodes_over_a_damaged_log_read_as_lost() {
     let mut ckp = std::fs::read(&checkpoint).unwrap();
     ckp[48] ^= 0x01;
     std::fs::write(&checkpoint, &ckp).unwrap();
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
     assert!(session.surface().nodes().is_empty());
     assert!(session.messages().unwrap().is_empty());
@@ -1147,37 +1156,37 @@ impl CountingStorage {
     }
 }
 
-impl surfacelog::storage::Storage for CountingStorage {
+impl surfacelog::internals::storage::Storage for CountingStorage {
     fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::storage::FsStorage.create_dir_all(dir)
+        surfacelog::internals::storage::FsStorage.create_dir_all(dir)
     }
     fn list_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
         self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        surfacelog::storage::FsStorage.list_dir(dir)
+        surfacelog::internals::storage::FsStorage.list_dir(dir)
     }
     fn create_file(&self, path: &std::path::Path, len: u64) -> std::io::Result<std::fs::File> {
-        surfacelog::storage::FsStorage.create_file(path, len)
+        surfacelog::internals::storage::FsStorage.create_file(path, len)
     }
     fn open_file(&self, path: &std::path::Path, write: bool) -> std::io::Result<std::fs::File> {
-        surfacelog::storage::FsStorage.open_file(path, write)
+        surfacelog::internals::storage::FsStorage.open_file(path, write)
     }
     fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
-        surfacelog::storage::FsStorage.write_at(file, offset, bytes)
+        surfacelog::internals::storage::FsStorage.write_at(file, offset, bytes)
     }
     fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
-        surfacelog::storage::FsStorage.set_len(file, len)
+        surfacelog::internals::storage::FsStorage.set_len(file, len)
     }
     fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
-        surfacelog::storage::FsStorage.sync_data(file)
+        surfacelog::internals::storage::FsStorage.sync_data(file)
     }
     fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::storage::FsStorage.sync_dir(dir)
+        surfacelog::internals::storage::FsStorage.sync_dir(dir)
     }
     fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::storage::FsStorage.rename(from, to)
+        surfacelog::internals::storage::FsStorage.rename(from, to)
     }
     fn remove_file(&self, path: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::storage::FsStorage.remove_file(path)
+        surfacelog::internals::storage::FsStorage.remove_file(path)
     }
 }
 
@@ -1185,9 +1194,8 @@ impl surfacelog::storage::Storage for CountingStorage {
 fn counting_store(name: &str) -> (common::ScratchPath, Store, Arc<CountingStorage>) {
     let (dir, _) = temp_store(name);
     let counting = Arc::new(CountingStorage::default());
-    let mut options = store_options();
-    options.log.storage = counting.clone();
-    let store = Store::at(&dir, options).unwrap();
+    let options = store_options().storage(counting.clone());
+    let store = Store::open_or_create(&dir, options).unwrap();
     (dir, store, counting)
 }
 
@@ -1195,7 +1203,7 @@ fn counting_store(name: &str) -> (common::ScratchPath, Store, Arc<CountingStorag
 /// removed (the open writes a new one).
 fn folded_state(dir: &std::path::Path, store: &Store, id: &str) -> State {
     let _ = std::fs::remove_file(dir.join(format!("sessions/{id}/checkpoint")));
-    let (session, opened) = store.open(id).unwrap();
+    let (session, opened) = store.open_session(id).unwrap();
     assert!(opened.checkpoint.is_err());
     assert!(!opened.log.from_known_chain);
     state(&session)
@@ -1213,7 +1221,7 @@ fn ckp_8_a_checkpointed_open_takes_the_chain_from_the_checkpoint_and_lists_nothi
     assert!(segments_of_s(&dir).len() >= 3, "several segments");
     for _ in 0..2 {
         let before = counting.lists();
-        let (session, opened) = store.open("s").unwrap();
+        let (session, opened) = store.open_session("s").unwrap();
         assert!(opened.log.from_known_chain);
         assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
         assert_eq!(counting.lists(), before, "the log directory is not listed");
@@ -1232,7 +1240,7 @@ fn ckp_8_a_checkpointed_open_takes_the_chain_from_the_checkpoint_and_lists_nothi
 /// it as §7 says.
 #[test]
 fn rcv_11_a_chain_the_log_has_outgrown_or_a_torn_tail_falls_back_to_a_listing() {
-    use surfacelog::event::EventSource;
+    use surfacelog::internals::event::EventSource;
     let (dir, store, counting) = counting_store("outgrown-chain");
     let mut session = store.create("s", None, None).unwrap();
     workload(&mut session, 20);
@@ -1246,7 +1254,7 @@ fn rcv_11_a_chain_the_log_has_outgrown_or_a_torn_tail_falls_back_to_a_listing() 
     std::fs::write(&checkpoint, &older).unwrap();
     assert!(segments_of_s(&dir).len() > segments_at_checkpoint + 1);
     let before = counting.lists();
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     assert!(!opened.log.from_known_chain);
     assert!(counting.lists() > before, "the directory is listed");
     assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
@@ -1254,23 +1262,23 @@ fn rcv_11_a_chain_the_log_has_outgrown_or_a_torn_tail_falls_back_to_a_listing() 
     let reopened = state(&session);
     session.close().unwrap();
     // Close wrote a checkpoint with the whole chain: the next open takes it.
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     assert!(opened.log.from_known_chain);
     assert_eq!(state(&session), reopened);
     drop(session);
     assert_eq!(reopened, folded_state(&dir, &store, "s"));
     // A torn last record after the checkpoint (which still matches the log, CKP-3) under
     // a recorded chain: listed, repaired and reported.
-    let (session, _) = store.open("s").unwrap();
+    let (session, _) = store.open_session("s").unwrap();
     session.close().unwrap();
     let covering = std::fs::read(&checkpoint).unwrap();
-    let (mut session, _) = store.open("s").unwrap();
+    let (mut session, _) = store.open_session("s").unwrap();
     session.append_dynamic("plugin/x", "{}", None).unwrap();
     session.close().unwrap();
     std::fs::write(&checkpoint, &covering).unwrap();
     let written = written + 1;
     tear_last_record(&segments_of_s(&dir).pop().unwrap());
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
     assert!(!opened.log.from_known_chain);
     assert!(opened.log.torn_tail.is_some());
@@ -1287,8 +1295,8 @@ fn rcv_11_a_chain_the_log_has_outgrown_or_a_torn_tail_falls_back_to_a_listing() 
 /// (CKP-3) after an open over its chain has the log opened again from a listing.
 #[test]
 fn ckp_8_a_chain_is_taken_only_in_its_own_directory_and_never_from_a_stale_checkpoint() {
-    use surfacelog::session::Boundary;
-    use surfacelog::store::checkpoint::Unusable;
+    use surfacelog::internals::session::Boundary;
+    use surfacelog::internals::store::checkpoint::Unusable;
     let (dir, store, _) = counting_store("chain-identity");
     let mut source = store.create("src", None, None).unwrap();
     workload(&mut source, 120);
@@ -1298,7 +1306,7 @@ fn ckp_8_a_chain_is_taken_only_in_its_own_directory_and_never_from_a_stale_check
     // is the one covering the boundary, so the child shares it (CKP-7).
     let path = dir.join("sessions/src/checkpoint");
     let covering = std::fs::read(&path).unwrap();
-    let (mut source, _) = store.open("src").unwrap();
+    let (mut source, _) = store.open_session("src").unwrap();
     for i in 0..5 {
         source
             .append_dynamic("plugin/x", &format!(r#"{{"i":{i}}}"#), None)
@@ -1315,7 +1323,7 @@ fn ckp_8_a_chain_is_taken_only_in_its_own_directory_and_never_from_a_stale_check
     );
     let forked = state(&child);
     drop(child);
-    let (child, opened) = store.open("c").unwrap();
+    let (child, opened) = store.open_session("c").unwrap();
     assert!(opened.checkpoint.is_ok(), "the source's, shared (CKP-7)");
     assert!(
         !opened.log.from_known_chain,
@@ -1323,7 +1331,7 @@ fn ckp_8_a_chain_is_taken_only_in_its_own_directory_and_never_from_a_stale_check
     );
     assert_eq!(state(&child), forked);
     child.close().unwrap();
-    let (child, opened) = store.open("c").unwrap();
+    let (child, opened) = store.open_session("c").unwrap();
     assert!(
         opened.log.from_known_chain,
         "its own checkpoint, limit included"
@@ -1335,7 +1343,7 @@ fn ckp_8_a_chain_is_taken_only_in_its_own_directory_and_never_from_a_stale_check
     bytes[12] ^= 1;
     redo_checkpoint_crc(&mut bytes);
     std::fs::write(&path, &bytes).unwrap();
-    let (source, opened) = store.open("src").unwrap();
+    let (source, opened) = store.open_session("src").unwrap();
     assert_eq!(opened.checkpoint, Err(Unusable::Stale));
     assert!(!opened.log.from_known_chain, "opened again from a listing");
     let reopened = state(&source);
@@ -1349,7 +1357,7 @@ fn ckp_8_a_chain_is_taken_only_in_its_own_directory_and_never_from_a_stale_check
 /// an open that lists refuses the log.
 #[test]
 fn log_2_a_missing_segment_is_corrupt_on_first_access_under_a_recorded_chain() {
-    use surfacelog::event::EventSource;
+    use surfacelog::internals::event::EventSource;
     let (dir, store) = temp_store("missing-segment");
     let mut session = store.create("s", None, None).unwrap();
     workload(&mut session, 200);
@@ -1359,7 +1367,7 @@ fn log_2_a_missing_segment_is_corrupt_on_first_access_under_a_recorded_chain() {
     let gone = &segments[1];
     let first: u64 = gone.file_stem().unwrap().to_str().unwrap().parse().unwrap();
     std::fs::remove_file(gone).unwrap();
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     assert!(opened.log.from_known_chain);
     let error = session.log().event(first).unwrap_err();
     assert_eq!(error.code(), "CORRUPT", "{error}");
@@ -1370,7 +1378,7 @@ fn log_2_a_missing_segment_is_corrupt_on_first_access_under_a_recorded_chain() {
     assert!(session.log().event(first - 1).unwrap().is_some());
     drop(session);
     std::fs::remove_file(dir.join("sessions/s/checkpoint")).unwrap();
-    assert_eq!(store.open("s").unwrap_err().code(), "CORRUPT");
+    assert_eq!(store.open_session("s").unwrap_err().code(), "CORRUPT");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -1382,9 +1390,9 @@ fn log_2_a_missing_segment_is_corrupt_on_first_access_under_a_recorded_chain() {
 /// grandparent's records as this log's and append into the shared file.
 #[test]
 fn ckp_8_a_foreign_chain_with_a_matching_identity_is_not_taken_over_a_limited_segment() {
-    use surfacelog::event::EventSource;
-    use surfacelog::session::Boundary;
-    use surfacelog::store::checkpoint::dir_identity;
+    use surfacelog::internals::event::EventSource;
+    use surfacelog::internals::session::Boundary;
+    use surfacelog::internals::store::checkpoint::dir_identity;
     let (dir, store) = temp_store("foreign-chain");
     let mut s = store.create("s", None, None).unwrap();
     workload(&mut s, 120);
@@ -1392,7 +1400,7 @@ fn ckp_8_a_foreign_chain_with_a_matching_identity_is_not_taken_over_a_limited_se
     let c = store.fork("s", Boundary::Last, "c").unwrap();
     let c_len = c.seq_next();
     drop(c);
-    let (mut s, _) = store.open("s").unwrap();
+    let (mut s, _) = store.open_session("s").unwrap();
     for i in 0..5 {
         s.append_dynamic("plugin/x", &format!(r#"{{"i":{i}}}"#), None)
             .unwrap();
@@ -1402,7 +1410,7 @@ fn ckp_8_a_foreign_chain_with_a_matching_identity_is_not_taken_over_a_limited_se
     let forked = state(&g);
     drop(g);
     assert_eq!(forked.0[usize::try_from(c_len).unwrap() - 1], {
-        let (c, _) = store.open("c").unwrap();
+        let (c, _) = store.open_session("c").unwrap();
         c.log().event(c_len - 1).unwrap().unwrap().text.to_owned()
     });
     // g's checkpoint is still the one recorded for s's log: give it g's identity.
@@ -1430,7 +1438,7 @@ fn ckp_8_a_foreign_chain_with_a_matching_identity_is_not_taken_over_a_limited_se
     redo_checkpoint_crc(&mut bytes);
     std::fs::remove_file(&path).unwrap();
     std::fs::write(&path, &bytes).unwrap();
-    let (g, opened) = store.open("g").unwrap();
+    let (g, opened) = store.open_session("g").unwrap();
     assert!(!opened.log.from_known_chain);
     assert_eq!(state(&g), forked, "g's own events, not s's");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -1452,12 +1460,12 @@ fn follow_child() {
     let Ok(dir) = std::env::var(FOLLOW_CHILD_DIR) else {
         return;
     };
-    let store = Store::at(
+    let store = Store::open_or_create(
         std::path::Path::new(&dir),
         common::store_options(Durability::Sync, 64 << 10),
     )
     .unwrap();
-    let (mut session, _) = store.open("s").unwrap();
+    let (mut session, _) = store.open_session("s").unwrap();
     let mut out = std::io::stdout().lock();
     for i in 0..FOLLOW_CHILD_EVENTS {
         std::thread::sleep(FOLLOW_CHILD_GAP);
@@ -1488,7 +1496,7 @@ fn a_follower_in_another_process_wakes_on_each_commit() {
     let (dir, store) = temp_store("follow-wake");
     drop(store.create("s", None, None).unwrap());
     let mut follower = store.follow("s").unwrap();
-    let first = surfacelog::event::EventSource::seq_next(follower.log());
+    let first = surfacelog::internals::event::EventSource::seq_next(follower.log());
     let child = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "follow_child", "--nocapture", "--test-threads=1"])
         .env(FOLLOW_CHILD_DIR, &*dir)

@@ -25,10 +25,10 @@ use std::sync::{Arc, Mutex};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use surfacelog::clock::ManualClock;
-use surfacelog::event::{EventRef, EventSource, MemLog, SurfaceOp, Vocabulary};
-use surfacelog::session::{Options, Session, SurfaceIntent};
-use surfacelog::surface::{self, Message, Surface};
+use surfacelog::internals::clock::ManualClock;
+use surfacelog::internals::event::{EventRef, EventSource, MemLog, SurfaceOp, Vocabulary};
+use surfacelog::internals::session::{Options, Session, SurfaceIntent};
+use surfacelog::internals::surface::{self, Message, Surface};
 
 /// 2^53 − 1, the largest safe integer (contract §2).
 const SAFE_MAX: i64 = 9_007_199_254_740_991;

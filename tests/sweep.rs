@@ -15,10 +15,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use surfacelog::event::EventSource;
-use surfacelog::log::Durability;
-use surfacelog::session::{Boundary, Session, SessionLog};
-use surfacelog::store::{Store, StoreOptions};
+use surfacelog::internals::event::EventSource;
+use surfacelog::internals::log::Durability;
+use surfacelog::internals::session::{Boundary, Session, SessionLog};
+use surfacelog::internals::store::{Store, StoreOptions};
 
 mod common;
 
@@ -256,7 +256,7 @@ struct Tally {
 fn every_flipped_bit_and_cut_reads_back_as_the_original_or_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let store_dir = dir.path().join("store");
-    let store = Store::at(&store_dir, store_options()).unwrap();
+    let store = Store::open_or_create(&store_dir, store_options()).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     workload(&mut session, 6);
     session.close().unwrap();
@@ -373,9 +373,9 @@ fn writer_open_on_a_copy(
     tally.writer_opens += 1;
     let copy = scratch.join("copy");
     copy_dir(store_dir, &copy);
-    let copied = Store::at(&copy, store_options()).unwrap();
+    let copied = Store::open_or_create(&copy, store_options()).unwrap();
     for &id in ids {
-        match copied.open(id) {
+        match copied.open_session(id) {
             Ok((session, _)) => tally.refused += check(&session, &expected[id], what),
             Err(error) => {
                 assert_error(&error, what);
@@ -395,7 +395,7 @@ fn writer_open_on_a_copy(
 fn a_damaged_store_identity_or_header_is_refused_or_harmless() {
     let dir = tempfile::tempdir().unwrap();
     let store_dir = dir.path().join("store");
-    let store = Store::at(&store_dir, store_options()).unwrap();
+    let store = Store::open_or_create(&store_dir, store_options()).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     workload(&mut session, 2);
     session.close().unwrap();
@@ -413,7 +413,7 @@ fn a_damaged_store_identity_or_header_is_refused_or_harmless() {
             std::fs::write(&file, damage.apply(&pristine)).unwrap();
             damages_done += 1;
             let what = format!("{} {damage:?}", file.display());
-            let outcome = Store::at(&store_dir, store_options()).and_then(|store| {
+            let outcome = Store::open_or_create(&store_dir, store_options()).and_then(|store| {
                 let inspected = store.inspect("s")?;
                 assert_eq!(
                     contents(&inspected),
@@ -421,7 +421,7 @@ fn a_damaged_store_identity_or_header_is_refused_or_harmless() {
                     "{what}: the log reads the same"
                 );
                 drop(inspected);
-                let (opened, _) = store.open("s")?;
+                let (opened, _) = store.open_session("s")?;
                 assert_eq!(opened.seq_next(), expected.events.len() as u64, "{what}");
                 Ok(())
             });

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use surfacelog::Result;
-use surfacelog::log::Durability;
-use surfacelog::session::{NoSurface, kinds};
-use surfacelog::store::{Store, StoreOptions};
+use surfacelog::internals::log::Durability;
+use surfacelog::internals::session::{NoSurface, kinds};
+use surfacelog::internals::store::{Store, StoreOptions};
 
 mod common;
 
@@ -46,7 +46,7 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
 /// A store in `dir` holding session `s`: one closed turn, flushed and closed, so it has
 /// a header, a log with its `LOCK`, a segment and a checkpoint.
 fn store_with_session(dir: &Path) -> Store {
-    let store = Store::at(dir, options()).unwrap();
+    let store = Store::open_or_create(dir, options()).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     common::numbered_turn(&mut session, 1);
     session.flush().unwrap();
@@ -90,7 +90,7 @@ fn run(op: &str, store: &Store, dir: &Path) -> Result<()> {
             store.import("u", header)?.finish().map(|_| ())
         }
         "open" => {
-            let (mut session, _) = store.open("s")?;
+            let (mut session, _) = store.open_session("s")?;
             session.append::<kinds::TurnStart>(r#"{"turn":2}"#, NoSurface)?;
             session.flush()?;
             session.close()
@@ -102,7 +102,7 @@ fn run(op: &str, store: &Store, dir: &Path) -> Result<()> {
         },
         "delete" => store.delete("s"),
         "purge" => store.purge(),
-        "at" => Store::at(dir, options()).map(|_| ()),
+        "at" => Store::open_or_create(dir, options()).map(|_| ()),
         _ => unreachable!("{op}"),
     }
 }
@@ -136,8 +136,8 @@ fn check(name: &str, rel: impl Into<PathBuf>, refused: &[&str]) {
         );
     }
     // Verify is read-only: it may read through nothing it changes.
-    let vocabulary = options().session.vocabulary;
-    let _ = surfacelog::store::verify(&dir, &vocabulary, None);
+    let vocabulary = options().get_session_options().vocabulary.clone();
+    let _ = surfacelog::internals::store::verify(&dir, &vocabulary, None);
     assert_eq!(snapshot(&outside), before, "{name}: verify");
     // The link is still the store's path: nothing replaced or removed it by following it.
     assert!(
@@ -235,7 +235,7 @@ fn store_1_a_checkpoint_tmp_planted_under_a_writer_is_not_followed() {
     let outside = common::scratch("symlinks", "ckp-tmp-live-outside");
     let dir = scratch.join("store");
     let store = store_with_session(&dir);
-    let (mut session, _) = store.open("s").unwrap();
+    let (mut session, _) = store.open_session("s").unwrap();
     let link = plant(&dir, Path::new("sessions/s/checkpoint.tmp"), &outside);
     let before = snapshot(&outside);
     common::numbered_turn(&mut session, 2);
@@ -248,7 +248,7 @@ fn store_1_a_checkpoint_tmp_planted_under_a_writer_is_not_followed() {
     );
     let checkpoint = dir.join("sessions/s/checkpoint");
     assert!(std::fs::symlink_metadata(&checkpoint).unwrap().is_file());
-    let (session, opened) = store.open("s").unwrap();
+    let (session, opened) = store.open_session("s").unwrap();
     assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
     drop(session);
 }
@@ -261,7 +261,7 @@ fn store_1_the_store_directory_itself_may_be_a_link() {
     std::fs::create_dir(&real).unwrap();
     let link = scratch.join("link");
     std::os::unix::fs::symlink(&real, &link).unwrap();
-    let store = Store::at(&link, options()).unwrap();
+    let store = Store::open_or_create(&link, options()).unwrap();
     drop(store.create("s", None, None).unwrap());
     assert!(real.join("STORE").is_file());
     assert!(real.join("sessions/s/header.json").is_file());
@@ -322,7 +322,7 @@ fn import_refuses_a_fifo_at_once() {
         assert_unsafe(&import_promptly(format, &fifo, &store), &fifo);
     }
     assert!(
-        Store::at(&store, options())
+        Store::open_or_create(&store, options())
             .unwrap()
             .list()
             .unwrap()
@@ -353,15 +353,26 @@ fn import_refuses_a_linked_file() {
     std::fs::write(&file, header).unwrap();
     let link = scratch.join("link.jsonl");
     std::os::unix::fs::symlink(&file, &link).unwrap();
-    let store = Store::at(&scratch.join("store"), options()).unwrap();
-    let compression = surfacelog::adapters::jsonl::Compression::None;
-    let error =
-        surfacelog::adapters::jsonl::import_jsonl(&store, &link, compression, None, &mut |_| {})
-            .unwrap_err();
+    let store = Store::open_or_create(scratch.join("store"), options()).unwrap();
+    let compression = surfacelog::internals::adapters::jsonl::Compression::None;
+    let error = surfacelog::internals::adapters::jsonl::import_jsonl(
+        &store,
+        &link,
+        compression,
+        None,
+        &mut |_| {},
+    )
+    .unwrap_err();
     assert_eq!(error.code(), "UNSAFE_PATH", "{error}");
     // The file itself imports.
-    surfacelog::adapters::jsonl::import_jsonl(&store, &file, compression, None, &mut |_| {})
-        .unwrap();
+    surfacelog::internals::adapters::jsonl::import_jsonl(
+        &store,
+        &file,
+        compression,
+        None,
+        &mut |_| {},
+    )
+    .unwrap();
 }
 
 /// STORE-1, the race: `rel` (a directory of session `s`) is swapped for a link to an
@@ -370,7 +381,7 @@ fn import_refuses_a_linked_file() {
 /// the outside copy stay byte for byte as it was: every path is resolved from the store's
 /// handle without following a link, not checked first and opened later.
 fn swapped_after_the_check(name: &str, rel: &str) {
-    use surfacelog::store::Step;
+    use surfacelog::internals::store::Step;
     let scratch = common::scratch("symlinks", name);
     let outside = common::scratch("symlinks", &format!("{name}-outside"));
     let dir = scratch.join("store");
@@ -381,7 +392,7 @@ fn swapped_after_the_check(name: &str, rel: &str) {
     let store = {
         let (dir, outside, planted) = (dir.clone(), outside.to_path_buf(), planted.clone());
         let rel = PathBuf::from(rel);
-        Store::at(&dir.clone(), options())
+        Store::open_or_create(dir.clone(), options())
             .unwrap()
             .with_hook(move |step| {
                 let mut planted = planted.lock().unwrap();
@@ -391,7 +402,7 @@ fn swapped_after_the_check(name: &str, rel: &str) {
                 }
             })
     };
-    let outcome = store.open("s").and_then(|(mut session, _)| {
+    let outcome = store.open_session("s").and_then(|(mut session, _)| {
         common::numbered_turn(&mut session, 2);
         session.flush()?;
         session.close()

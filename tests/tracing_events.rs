@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use surfacelog::log::Durability;
-use surfacelog::session::{NoSurface, kinds};
-use surfacelog::storage::faulty::FaultyStorage;
-use surfacelog::store::Store;
+use surfacelog::internals::log::Durability;
+use surfacelog::internals::session::{NoSurface, kinds};
+use surfacelog::internals::storage::faulty::FaultyStorage;
+use surfacelog::internals::store::Store;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
@@ -97,9 +97,8 @@ fn a_torn_tail_and_repair_closers_are_traced_with_the_session_and_seq() {
     let dir = scratch("tracing_events", "torn-closers");
     let storage = FaultyStorage::default();
     let faults = Arc::clone(&storage.faults);
-    let mut options = store_options(Durability::Sync, 64 << 10);
-    options.log.storage = Arc::new(storage);
-    let store = Store::at(&dir, options).unwrap();
+    let options = store_options(Durability::Sync, 64 << 10).storage(Arc::new(storage));
+    let store = Store::open_or_create(&dir, options).unwrap();
     let mut session = store.create("s1", None, None).unwrap();
     session
         .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
@@ -115,8 +114,8 @@ fn a_torn_tail_and_repair_closers_are_traced_with_the_session_and_seq() {
     let stored = 2;
 
     let collector = Collector::default();
-    let store = Store::at(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
-    let ((session, opened), events) = collector.run(|| store.open("s1").unwrap());
+    let store = Store::open_or_create(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
+    let ((session, opened), events) = collector.run(|| store.open_session("s1").unwrap());
     let torn = opened.log.torn_tail.expect("a torn tail");
     assert!(opened.closers > 0);
 
@@ -146,18 +145,18 @@ fn a_torn_tail_and_repair_closers_are_traced_with_the_session_and_seq() {
     session.close().unwrap();
 
     // A clean reopen repairs nothing: no recovery event.
-    let (_, events) = collector.run(|| store.open("s1").unwrap());
+    let (_, events) = collector.run(|| store.open_session("s1").unwrap());
     assert!(events.iter().all(|e| e.level > Level::INFO), "{events:#?}");
 }
 
 #[test]
 fn a_refusal_at_open_is_traced_with_the_session_and_code() {
     let dir = scratch("tracing_events", "refusals");
-    let store = Store::at(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
+    let store = Store::open_or_create(&dir, store_options(Durability::Sync, 64 << 10)).unwrap();
     let mut session = store.create("s1", None, None).unwrap();
     user_message(&mut session, "hello");
     let collector = Collector::default();
-    let (error, events) = collector.run(|| store.open("s1").unwrap_err());
+    let (error, events) = collector.run(|| store.open_session("s1").unwrap_err());
     assert_eq!(error.code(), "LOCKED");
     let event = the_event(&events, "session refused at open");
     assert_eq!(event.level, Level::WARN);
@@ -168,7 +167,7 @@ fn a_refusal_at_open_is_traced_with_the_session_and_code() {
     // A damaged header: `CORRUPT`, an error event.
     let header = dir.join("sessions").join("s1").join("header.json");
     std::fs::write(&header, b"{").unwrap();
-    let (error, events) = collector.run(|| store.open("s1").unwrap_err());
+    let (error, events) = collector.run(|| store.open_session("s1").unwrap_err());
     assert_eq!(error.code(), "CORRUPT");
     let event = the_event(&events, "session refused at open");
     assert_eq!(event.level, Level::ERROR);

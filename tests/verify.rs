@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use surfacelog::log::Durability;
-use surfacelog::session::{Boundary, Session, SessionLog};
-use surfacelog::store::{Severity, Store, VerifyReport};
+use surfacelog::internals::log::Durability;
+use surfacelog::internals::session::{Boundary, Session, SessionLog};
+use surfacelog::internals::store::{Severity, Store, VerifyReport};
 
 mod common;
 
@@ -37,7 +37,8 @@ fn workload<L: SessionLog>(session: &mut Session<L>, turns: u64) {
 /// with `small`, session `c`: two turns.
 fn fixture(name: &str, turns: u64, small: bool) -> Fixture {
     let dir = common::scratch_path("verify", name);
-    let store = Store::at(&dir, common::store_options(Durability::Manual, 2 << 10)).unwrap();
+    let store =
+        Store::open_or_create(&dir, common::store_options(Durability::Manual, 2 << 10)).unwrap();
     let mut a = store.create("a", None, None).unwrap();
     workload(&mut a, turns);
     a.close().unwrap();

@@ -7,9 +7,9 @@
 mod ops;
 
 use libfuzzer_sys::fuzz_target;
-use surfacelog::session::repair::RepairState;
-use surfacelog::session::{Options, Session};
-use surfacelog::store::checkpoint::Checkpoint;
+use surfacelog::internals::session::repair::RepairState;
+use surfacelog::internals::session::{Options, Session};
+use surfacelog::internals::store::checkpoint::Checkpoint;
 
 fuzz_target!(|bytes: &[u8]| {
     // The first byte splits the input: operations building a session, then the rest.

@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use surfacelog::adapters::jsonl::{Compression, JsonlReader};
-use surfacelog::session::{Options, Session};
+use surfacelog::internals::adapters::jsonl::{Compression, JsonlReader};
+use surfacelog::internals::session::{Options, Session};
 
 fuzz_target!(|bytes: &[u8]| {
     for compression in [Compression::None, Compression::Zstd] {

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use surfacelog::log::{Index, decode_index, encode_index};
+use surfacelog::internals::log::{Index, decode_index, encode_index};
 
 fuzz_target!(|bytes: &[u8]| {
     // As an index file, read for the identity it names (so the header checks get past the

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use surfacelog::json::{Json, Kind, Value, equal, write_js};
+use surfacelog::internals::json::{Json, Kind, Value, equal, write_js};
 
 fuzz_target!(|bytes: &[u8]| {
     let text = String::from_utf8_lossy(bytes);

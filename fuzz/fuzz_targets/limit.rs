@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use surfacelog::log::limit::{LIMIT_LEN, Limit};
-use surfacelog::log::segment::SegmentHeader;
+use surfacelog::internals::log::limit::{LIMIT_LEN, Limit};
+use surfacelog::internals::log::segment::SegmentHeader;
 
 /// The specification's vector segment: three records, from offset 64.
 const SEGMENT: &[u8] = include_bytes!("../../format-spec/vectors/segment-v1.seg");
@@ -14,7 +14,7 @@ const SEGMENT: &[u8] = include_bytes!("../../format-spec/vectors/segment-v1.seg"
 fn records() -> Vec<(u32, u32)> {
     let mut out = Vec::new();
     let mut at = 64;
-    while let Ok((_, len)) = surfacelog::record::decode(&SEGMENT[at..]) {
+    while let Ok((_, len)) = surfacelog::internals::record::decode(&SEGMENT[at..]) {
         out.push((at as u32, (at + len) as u32));
         at += len;
     }

@@ -7,8 +7,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use surfacelog::log::segment::SegmentHeader;
-use surfacelog::record::{decode, encode};
+use surfacelog::internals::log::segment::SegmentHeader;
+use surfacelog::internals::record::{decode, encode};
 
 fuzz_target!(|bytes: &[u8]| {
     let _ = SegmentHeader::decode(bytes);

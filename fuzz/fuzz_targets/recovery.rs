@@ -11,10 +11,12 @@
 mod scratch;
 
 use libfuzzer_sys::fuzz_target;
-use surfacelog::event::EventSource;
-use surfacelog::log::limit::{Limit, limit_name};
-use surfacelog::log::segment::{SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name};
-use surfacelog::log::{Durability, LogOptions, LogReader, LogWriter, encode_index};
+use surfacelog::internals::event::EventSource;
+use surfacelog::internals::log::limit::{Limit, limit_name};
+use surfacelog::internals::log::segment::{
+    SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name,
+};
+use surfacelog::internals::log::{Durability, LogOptions, LogReader, LogWriter, encode_index};
 
 /// The log's identity in a made header.
 const LOG_ID: [u8; 16] = *b"fuzz-recovery-id";
@@ -49,7 +51,7 @@ fuzz_target!(|bytes: &[u8]| {
     let mut records: Vec<(u32, u32, String)> = Vec::new();
     if let Ok(found) = SegmentHeader::decode(&file) {
         let mut at = SEGMENT_HEADER_LEN;
-        while let Ok((event, len)) = surfacelog::record::decode(&file[at..]) {
+        while let Ok((event, len)) = surfacelog::internals::record::decode(&file[at..]) {
             if event.seq != found.first_seq + records.len() as u64 {
                 break;
             }

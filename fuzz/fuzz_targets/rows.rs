@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use surfacelog::adapters::rows::{pack, unpack};
-use surfacelog::json::{Json, equal};
+use surfacelog::internals::adapters::rows::{pack, unpack};
+use surfacelog::internals::json::{Json, equal};
 
 fuzz_target!(|bytes: &[u8]| {
     let text = String::from_utf8_lossy(bytes);

@@ -4,9 +4,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use surfacelog::event::{EventSource, Vocabulary};
-use surfacelog::session::{Options, Session};
-use surfacelog::surface::Surface;
+use surfacelog::internals::event::{EventSource, Vocabulary};
+use surfacelog::internals::session::{Options, Session};
+use surfacelog::internals::surface::Surface;
 
 const HEADER: &str = r#"{"version":0,"id":"f","createdAt":0}"#;
 

@@ -11,14 +11,14 @@ mod ops;
 mod scratch;
 
 use libfuzzer_sys::fuzz_target;
-use surfacelog::log::{Durability, LogOptions};
-use surfacelog::session::Boundary;
-use surfacelog::store::{Store, StoreOptions};
+use surfacelog::internals::log::Durability;
+use surfacelog::internals::session::Boundary;
+use surfacelog::internals::store::{Store, StoreOptions};
 
 /// Crash repair at open (contract §8) appends the closers of an interrupted turn: the
 /// messages among them (interrupted tool results) join the model's surface.
-fn repaired<L: surfacelog::session::SessionLog>(
-    session: &surfacelog::session::Session<L>,
+fn repaired<L: surfacelog::internals::session::SessionLog>(
+    session: &surfacelog::internals::session::Session<L>,
     model: &mut ops::Model,
     before: u64,
 ) {
@@ -37,17 +37,12 @@ fn repaired<L: surfacelog::session::SessionLog>(
 fuzz_target!(|bytes: &[u8]| {
     let dir = scratch::base("session").join("store");
     let _ = std::fs::remove_dir_all(&dir);
-    let options = StoreOptions {
-        log: LogOptions {
-            segment_bytes: 16 << 10,
-            durability: Durability::Manual,
-            ..LogOptions::default()
-        },
+    let options = StoreOptions::new()
+        .segment_bytes(16 << 10)
+        .durability(Durability::Manual)
         // Small, so that appends write checkpoints too.
-        checkpoint_every: 7,
-        ..StoreOptions::default()
-    };
-    let store = Store::at(&dir, options).unwrap();
+        .checkpoint_every(7);
+    let store = Store::open_or_create(&dir, options).unwrap();
     let mut id = String::from("s0");
     let mut session = store.create(&id, None, None).unwrap();
     let mut model = ops::Model::default();
@@ -58,7 +53,7 @@ fuzz_target!(|bytes: &[u8]| {
             ops::Op::Checkpoint => session.flush().expect("a flush"),
             ops::Op::Reopen => {
                 session.close().expect("a close");
-                session = store.open(&id).expect("a reopen").0;
+                session = store.open_session(&id).expect("a reopen").0;
                 repaired(&session, &mut model, before);
             }
             ops::Op::Fork => {
@@ -70,7 +65,7 @@ fuzz_target!(|bytes: &[u8]| {
                         // The source is unchanged; the child holds its surface.
                         ops::check(&forked, &model, "a fork");
                         session.close().expect("a close");
-                        let (source, _) = store.open(&id).expect("the source reopens");
+                        let (source, _) = store.open_session(&id).expect("the source reopens");
                         ops::check(&source, &model, "a fork (source)");
                         drop(source);
                         session = forked;
@@ -90,7 +85,7 @@ fuzz_target!(|bytes: &[u8]| {
     }
     let seq_next = session.seq_next();
     session.close().expect("a close");
-    let (again, _) = store.open(&id).expect("a final reopen");
+    let (again, _) = store.open_session(&id).expect("a final reopen");
     repaired(&again, &mut model, seq_next);
     ops::check(&again, &model, "the final reopen");
 });

@@ -5,6 +5,20 @@ use crate::json::{Json, Kind, Value, push_js_number, push_js_string};
 
 /// A validated session header. The JSON text is kept as given, so unknown keys survive
 /// export unchanged; the known fields are parsed out.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let (session, _) = store.open_session("s")?;
+/// let header: &surfacelog::Header = session.header();
+/// assert_eq!(header.id(), "s");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
     text: String,
@@ -26,11 +40,13 @@ pub enum NegativeZero {
 
 impl Header {
     /// The header of a session created without one: `{version: 0, id, createdAt}`.
+    #[doc(hidden)]
     pub fn new(id: &str, created_at: u64) -> Self {
         Self::build(id, created_at, None, None, None)
     }
 
     /// The header of a fork child (contract §7): `cwd` only when the source has one.
+    #[doc(hidden)]
     pub fn for_fork(
         id: &str,
         created_at: u64,
@@ -47,6 +63,7 @@ impl Header {
     /// `DATA_INVALID_JSON`/`DATA_DUPLICATE_KEY` for bad JSON, `DATA_NOT_LOSSLESS` for a
     /// refused `-0`, `FORMAT_VERSION` for a version other than 0, `HEADER_INVALID` for
     /// every other rule.
+    #[doc(hidden)]
     pub fn parse(text: &str, id: &str, negative_zero: NegativeZero) -> Result<Self> {
         let json = Json::parse(text)?;
         if let (NegativeZero::Refuse, Some(offset)) = (negative_zero, json.negative_zero()) {
@@ -59,6 +76,7 @@ impl Header {
     ///
     /// # Errors
     /// As [`Header::parse`], less the JSON rules.
+    #[doc(hidden)]
     pub fn from_value(root: Value<'_, '_>, id: &str) -> Result<Self> {
         if root.kind() != Kind::Object {
             return Err(invalid("header is not an object"));
@@ -107,27 +125,60 @@ impl Header {
     }
 
     /// The header's JSON text.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// let s = store.create("s", Some(r#"{"version":0,"id":"s","createdAt":1700000000000,"cwd":"/src"}"#), None)?;
+    /// assert_eq!(s.header().text(), r#"{"version":0,"id":"s","createdAt":1700000000000,"cwd":"/src"}"#);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn text(&self) -> &str {
         &self.text
     }
 
     /// The session id.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// let s = store.create("chat-7", None, None)?;
+    /// assert_eq!(s.header().id(), "chat-7");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn id(&self) -> &str {
         &self.id
     }
 
     /// `createdAt`, Unix epoch milliseconds.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// let s = store.create("s", Some(r#"{"version":0,"id":"s","createdAt":1700000000000}"#), None)?;
+    /// assert_eq!(s.header().created_at(), 1_700_000_000_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn created_at(&self) -> u64 {
         self.created_at
     }
 
     /// `cwd`, when present, decoded as WTF-8 (a lone surrogate is kept as its 3-byte
     /// form; everything else is UTF-8).
+    #[doc(hidden)]
     pub fn cwd(&self) -> Option<&[u8]> {
         self.cwd.as_deref()
     }
 
     /// `seedLength`, when present.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// let s = store.create("s", None, Some(&[]))?; // an empty seed: only the end-seed marker
+    /// assert_eq!(s.header().seed_length(), None); // set by fork (contract §7)
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn seed_length(&self) -> Option<u64> {
         self.seed_length
     }

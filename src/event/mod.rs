@@ -22,6 +22,21 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 /// How a surface event entered the surface (contract §2, §4).
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// use surfacelog::SurfaceOp;
+/// # let (session, _) = store.open_session("s")?;
+/// assert_eq!(session.event(1)?.unwrap().surface_op, Some(SurfaceOp::Append));
+/// assert_eq!(session.event(0)?.unwrap().surface_op, None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SurfaceOp {
     /// Appended at the tail.
@@ -39,6 +54,21 @@ pub enum SurfaceOp {
 ///
 /// Invariant: `text` is a valid JSON object whose `data` member is exactly
 /// `text[data]`, and `message`, when set, lies inside `data`.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// # let mut follower = store.follow("s")?;
+/// let event = follower.events(0, std::time::Duration::ZERO).next().unwrap()?;
+/// assert_eq!(event.seq(), 0);
+/// assert_eq!(event.as_ref().event_type, "turn/start");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     text: Box<str>,
@@ -72,6 +102,21 @@ pub struct EventFields {
 }
 
 /// A borrowed view of one event, from any [`EventSource`].
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let (session, _) = store.open_session("s")?;
+/// let event = session.event(1)?.expect("seq 1 exists");
+/// assert_eq!(event.event_type, "user/message");
+/// assert!(session.event(99)?.is_none()); // past the end: None; damage would be an Err
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventRef<'a> {
     /// The event's exact JSON text.
@@ -147,6 +192,7 @@ impl Event {
     /// # Panics
     /// If a span lies outside the text or the message outside the data: the callers
     /// compute spans from a parse of this very text.
+    #[doc(hidden)]
     pub fn new(
         text: String,
         data: Range<usize>,
@@ -175,6 +221,21 @@ impl Event {
     }
 
     /// A borrowed view.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// # let mut follower = store.follow("s")?;
+    /// # let event = follower.events(0, std::time::Duration::ZERO).next().unwrap()?;
+    /// assert_eq!(event.as_ref().data(), r#"{"turn":1}"#);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[doc(hidden)]
     pub fn as_ref(&self) -> EventRef<'_> {
         EventRef {
             text: &self.text,
@@ -190,11 +251,40 @@ impl Event {
     }
 
     /// The seq.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// # let mut follower = store.follow("s")?;
+    /// # let event = follower.events(0, std::time::Duration::ZERO).next().unwrap()?;
+    /// assert_eq!(event.seq(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn seq(&self) -> u64 {
         self.seq
     }
 
     /// The event's exact JSON text.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// # let mut follower = store.follow("s")?;
+    /// # let event = follower.events(0, std::time::Duration::ZERO).next().unwrap()?;
+    /// assert!(event.text().starts_with('{')); // the stored JSON text, exactly
+    /// assert!(event.text().contains(r#""type":"turn/start""#));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn text(&self) -> &str {
         &self.text
     }
@@ -206,6 +296,7 @@ impl<'a> EventRef<'a> {
     ///
     /// # Panics
     /// If a span lies outside the text: the log validates spans before building views.
+    #[doc(hidden)]
     pub fn from_parts(
         text: &'a str,
         event_type: &'a str,
@@ -230,6 +321,22 @@ impl<'a> EventRef<'a> {
     }
 
     /// An owned copy, which outlives the log it was read from.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let (session, _) = store.open_session("s")?;
+    /// let owned = session.event(0)?.unwrap().to_event(); // outlives the session
+    /// drop(session);
+    /// assert_eq!(owned.seq(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[doc(hidden)]
     pub fn to_event(&self) -> Event {
         Event::new(
             self.text.to_owned(),
@@ -247,22 +354,53 @@ impl<'a> EventRef<'a> {
     }
 
     /// The exact JSON text of `data`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// # let (session, _) = store.open_session("s")?;
+    /// let event = session.event(0)?.unwrap();
+    /// assert_eq!(event.data(), r#"{"turn":1}"#);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn data(&self) -> &'a str {
         &self.text[self.data.0 as usize..self.data.1 as usize]
     }
 
     /// The exact JSON text of the message this event projects to, if any.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// # let (session, _) = store.open_session("s")?;
+    /// let user = session.event(1)?.unwrap();
+    /// assert!(user.message().unwrap().contains(r#""role":"user""#));
+    /// assert_eq!(session.event(0)?.unwrap().message(), None); // turn/start is no message
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn message(&self) -> Option<&'a str> {
         self.message
             .map(|(start, end)| &self.text[start as usize..end as usize])
     }
 
     /// The byte span of `data` within [`EventRef::text`].
+    #[doc(hidden)]
     pub fn data_span(&self) -> Range<usize> {
         self.data.0 as usize..self.data.1 as usize
     }
 
     /// The byte span of the message within [`EventRef::text`].
+    #[doc(hidden)]
     pub fn message_span(&self) -> Option<Range<usize>> {
         self.message
             .map(|(start, end)| start as usize..end as usize)

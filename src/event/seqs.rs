@@ -6,6 +6,22 @@ use std::fmt;
 /// A borrowed list of seqs (`sourceEventSeqs`). In memory it is a `&[u64]`; read from a
 /// log record it is the record's little-endian bytes, decoded on access, so reading an
 /// event never copies.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// use surfacelog::{NoSurface, SurfaceIntent, kinds};
+/// let mut s = store.create("s", None, None)?;
+/// let chunk = s.append::<kinds::AssistantChunk>(r#"{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"hi"}}"#, NoSurface)?;
+/// let message = s.append::<kinds::AssistantMessage>(
+///     r#"{"turn":1,"step":1,"message":{"id":"a1","role":"assistant","source":{"kind":"model","provider":"p","model":"m"},"content":[{"type":"text","text":"hi"}]}}"#,
+///     SurfaceIntent::append_citing(vec![chunk]),
+/// )?;
+/// let event = s.event(message)?.unwrap();
+/// let sources = event.sources.expect("the message cites its chunk");
+/// assert_eq!(sources.to_vec(), vec![chunk]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy)]
 pub struct Seqs<'a>(Repr<'a>);
 
@@ -21,6 +37,7 @@ impl<'a> Seqs<'a> {
     ///
     /// # Panics
     /// If the length is not a multiple of 8: the record decoder checks it first.
+    #[doc(hidden)]
     pub fn from_le_bytes(bytes: &'a [u8]) -> Self {
         assert!(
             bytes.len().is_multiple_of(8),
@@ -31,6 +48,22 @@ impl<'a> Seqs<'a> {
     }
 
     /// The number of seqs.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// use surfacelog::{NoSurface, SurfaceIntent, kinds};
+    /// let mut s = store.create("s", None, None)?;
+    /// let chunk = s.append::<kinds::AssistantChunk>(r#"{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"hi"}}"#, NoSurface)?;
+    /// let message = s.append::<kinds::AssistantMessage>(
+    ///     r#"{"turn":1,"step":1,"message":{"id":"a1","role":"assistant","source":{"kind":"model","provider":"p","model":"m"},"content":[{"type":"text","text":"hi"}]}}"#,
+    ///     SurfaceIntent::append_citing(vec![chunk]),
+    /// )?;
+    /// let event = s.event(message)?.unwrap();
+    /// let sources = event.sources.expect("the message cites its chunk");
+    /// assert_eq!(sources.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn len(&self) -> usize {
         match self.0 {
             Repr::Native(seqs) => seqs.len(),
@@ -39,11 +72,43 @@ impl<'a> Seqs<'a> {
     }
 
     /// `true` when there are none.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// use surfacelog::{NoSurface, SurfaceIntent, kinds};
+    /// let mut s = store.create("s", None, None)?;
+    /// let chunk = s.append::<kinds::AssistantChunk>(r#"{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"hi"}}"#, NoSurface)?;
+    /// let message = s.append::<kinds::AssistantMessage>(
+    ///     r#"{"turn":1,"step":1,"message":{"id":"a1","role":"assistant","source":{"kind":"model","provider":"p","model":"m"},"content":[{"type":"text","text":"hi"}]}}"#,
+    ///     SurfaceIntent::append_citing(vec![chunk]),
+    /// )?;
+    /// let event = s.event(message)?.unwrap();
+    /// let sources = event.sources.expect("the message cites its chunk");
+    /// assert!(!sources.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The seqs in order.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// use surfacelog::{NoSurface, SurfaceIntent, kinds};
+    /// let mut s = store.create("s", None, None)?;
+    /// let chunk = s.append::<kinds::AssistantChunk>(r#"{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"hi"}}"#, NoSurface)?;
+    /// let message = s.append::<kinds::AssistantMessage>(
+    ///     r#"{"turn":1,"step":1,"message":{"id":"a1","role":"assistant","source":{"kind":"model","provider":"p","model":"m"},"content":[{"type":"text","text":"hi"}]}}"#,
+    ///     SurfaceIntent::append_citing(vec![chunk]),
+    /// )?;
+    /// let event = s.event(message)?.unwrap();
+    /// let sources = event.sources.expect("the message cites its chunk");
+    /// assert_eq!(sources.iter().collect::<Vec<u64>>(), [chunk]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn iter(&self) -> SeqsIter<'a> {
         SeqsIter(match self.0 {
             Repr::Native(seqs) => IterRepr::Native(seqs.iter()),
@@ -52,6 +117,7 @@ impl<'a> Seqs<'a> {
     }
 
     /// The seqs as a slice, copying only when they are stored little-endian.
+    #[doc(hidden)]
     pub fn to_cow(&self) -> Cow<'a, [u64]> {
         match self.0 {
             Repr::Native(seqs) => Cow::Borrowed(seqs),
@@ -60,6 +126,23 @@ impl<'a> Seqs<'a> {
     }
 
     /// The seqs as a vector.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// use surfacelog::{NoSurface, SurfaceIntent, kinds};
+    /// let mut s = store.create("s", None, None)?;
+    /// let chunk = s.append::<kinds::AssistantChunk>(r#"{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"hi"}}"#, NoSurface)?;
+    /// let message = s.append::<kinds::AssistantMessage>(
+    ///     r#"{"turn":1,"step":1,"message":{"id":"a1","role":"assistant","source":{"kind":"model","provider":"p","model":"m"},"content":[{"type":"text","text":"hi"}]}}"#,
+    ///     SurfaceIntent::append_citing(vec![chunk]),
+    /// )?;
+    /// let event = s.event(message)?.unwrap();
+    /// let sources = event.sources.expect("the message cites its chunk");
+    /// let owned: Vec<u64> = sources.to_vec();
+    /// assert_eq!(owned, [chunk]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn to_vec(&self) -> Vec<u64> {
         self.to_cow().into_owned()
     }

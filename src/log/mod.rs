@@ -240,6 +240,17 @@ use std::time::Duration;
 use crate::storage::{FsStorage, Storage};
 
 /// When appended events become durable (`log-format.md` §8).
+///
+/// ```
+/// use std::time::Duration;
+/// use surfacelog::{Durability, StoreOptions};
+///
+/// // Each append durable before it returns (the default)...
+/// let safe = StoreOptions::new().durability(Durability::Sync);
+/// // ...or written to the OS at once and synced in the background within 10 ms.
+/// let fast = StoreOptions::new().durability(Durability::Batch { max_delay: Duration::from_millis(10) });
+/// # let _ = (safe, fast);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
     /// `append` returns once its events are durable; concurrent appends share one
@@ -312,6 +323,20 @@ impl LogOptions {
 }
 
 /// What opening a log for writing found and did (§7).
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let (_, opened) = store.open_session("s")?;
+/// let report: &surfacelog::OpenReport = &opened.log;
+/// assert!(report.torn_tail.is_none()); // closed cleanly: nothing to set aside
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OpenReport {
     /// `TORN_TAIL`: bytes past the last durable mark that were not valid records continuing
@@ -328,6 +353,21 @@ pub struct OpenReport {
 }
 
 /// A dropped torn tail (RCV-9), kept in a quarantine file (RCV-12).
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let (_, opened) = store.open_session("s")?;
+/// if let Some(torn) = &opened.log.torn_tail {
+///     eprintln!("{}: {} bytes at {} kept in {}", torn.code(), torn.bytes, torn.offset, torn.quarantine.display());
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TornTail {
     /// The segment file.
@@ -343,6 +383,19 @@ pub struct TornTail {
 
 impl TornTail {
     /// The stable code of this report, `TORN_TAIL` (contract §11).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// # let (_, opened) = store.open_session("s")?;
+    /// assert!(opened.log.torn_tail.as_ref().is_none_or(|t| t.code() == "TORN_TAIL"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn code(&self) -> &'static str {
         "TORN_TAIL"
     }

@@ -8,6 +8,21 @@ use crate::event::{EventSource, Header};
 use crate::json::Json;
 
 /// Where a fork cuts the source log: an inclusive seq, or its last event.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// use surfacelog::Boundary;
+/// let child = store.fork("s", Boundary::Seq(2), "s-child")?; // events 0..=2, turn 1
+/// assert_eq!(store.fork("s", Boundary::Seq(1), "x").unwrap_err().code(), "OPEN_TURN");
+/// assert_eq!(child.header().id(), "s-child");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Boundary {
     /// The source's last event (an empty seed when the source has none).
@@ -19,6 +34,14 @@ pub enum Boundary {
 impl Boundary {
     /// Reads a boundary given as JSON (contract §7 step 3): a non-negative safe integer.
     /// `null` is a given boundary, and invalid, never "no boundary".
+    ///
+    /// ```
+    /// use surfacelog::Boundary;
+    ///
+    /// assert_eq!(Boundary::from_json("7")?, Boundary::Seq(7));
+    /// assert_eq!(Boundary::from_json("null").unwrap_err().code(), "INVALID_BOUNDARY");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `INVALID_BOUNDARY` for anything else.
@@ -41,6 +64,7 @@ impl Session {
     ///
     /// # Errors
     /// `INVALID_BOUNDARY`, `OPEN_TURN`, or a seed refusal of the child.
+    #[doc(hidden)]
     pub fn fork(&self, boundary: Boundary, child_id: &str) -> Result<Session> {
         let len = fork_len(boundary, self.seq_next())?;
         if let Some(turn_start) = open_turn_at(&self.log, len)? {

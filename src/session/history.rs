@@ -12,6 +12,28 @@ use crate::json::{Json, Kind, Value, push_js_string};
 use crate::surface::pruned_output;
 
 /// A compaction of the surface range `start..=end` into one summary message.
+///
+/// ```
+/// use surfacelog::{Compaction, Session, StoreOptions, SurfaceIntent, kinds};
+///
+/// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+/// let user = |id: &str| format!(r#"{{"id":"{id}","role":"user","source":{{"kind":"user"}},"content":[]}}"#);
+/// let first = s.append::<kinds::UserMessage>(&user("a"), SurfaceIntent::append())?;
+/// let last = s.append::<kinds::UserMessage>(&user("b"), SurfaceIntent::append())?;
+/// let summary = r#"[{"type":"text","text":"a and b"}]"#;
+/// let message = format!(r#"{{"id":"sum","role":"user","source":{{"kind":"plugin","plugin":"compaction"}},"content":{summary}}}"#);
+/// let done = s.compact(&Compaction {
+///     compaction_id: "c1",
+///     turn: None,
+///     start: first,
+///     end: last,
+///     summary,
+///     summary_extra: None,
+///     message: &message,
+/// })?;
+/// assert_eq!(s.surface().nodes(), [done.message]); // the summary replaced both
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Compaction<'a> {
     /// `compactionId`, shared by the bracket events.
@@ -32,6 +54,28 @@ pub struct Compaction<'a> {
 }
 
 /// The seqs a compaction appended.
+///
+/// ```
+/// use surfacelog::{Compaction, Session, StoreOptions, SurfaceIntent, kinds};
+///
+/// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+/// let user = |id: &str| format!(r#"{{"id":"{id}","role":"user","source":{{"kind":"user"}},"content":[]}}"#);
+/// let first = s.append::<kinds::UserMessage>(&user("a"), SurfaceIntent::append())?;
+/// let last = s.append::<kinds::UserMessage>(&user("b"), SurfaceIntent::append())?;
+/// let summary = r#"[{"type":"text","text":"a and b"}]"#;
+/// let message = format!(r#"{{"id":"sum","role":"user","source":{{"kind":"plugin","plugin":"compaction"}},"content":{summary}}}"#);
+/// let done = s.compact(&Compaction {
+///     compaction_id: "c1",
+///     turn: None,
+///     start: first,
+///     end: last,
+///     summary,
+///     summary_extra: None,
+///     message: &message,
+/// })?;
+/// assert!(done.start < done.summary && done.summary < done.message && done.message < done.end);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Compacted {
     /// `compaction/start`.
@@ -46,6 +90,27 @@ pub struct Compacted {
 
 /// A prune of one tool output: the `tool/result` at `seq` keeps everything but
 /// `message.content[0].content`, which becomes `content`.
+///
+/// ```
+/// use surfacelog::{NoSurface, Prune, Session, StoreOptions, SurfaceIntent, kinds};
+///
+/// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+/// s.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)?;
+/// s.append::<kinds::StepStart>(r#"{"turn":1,"step":1}"#, NoSurface)?;
+/// s.append::<kinds::ToolCall>(r#"{"turn":1,"step":1,"callId":"c1","name":"cat"}"#, NoSurface)?;
+/// let result = s.append::<kinds::ToolResult>(
+///     r#"{"turn":1,"step":1,"message":{"id":"r1","role":"user","source":{"kind":"tool","callId":"c1"},"content":[{"type":"tool-result","toolCallId":"c1","isError":false,"content":[{"type":"text","text":"a very long file"}]}]}}"#,
+///     SurfaceIntent::append(),
+/// )?;
+/// let pruned = s.prune(&Prune {
+///     seq: result,
+///     content: r#"[{"type":"text","text":"[output pruned]"}]"#,
+///     shadowed_token_count: 1_200,
+/// })?;
+/// assert!(s.messages()?[0].json.contains("[output pruned]"));
+/// # let _ = pruned;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Prune<'a> {
     /// The `tool/result` surface node to rewrite.
@@ -60,6 +125,29 @@ impl<L: SessionLog> Session<L> {
     /// Compacts the surface range `start..=end` (contract §10): `compaction/start`,
     /// `compaction/summary`, the replacing `user/message` citing the start, the summary
     /// and every shadowed seq, then `compaction/end`, appended as one unit.
+    ///
+    /// ```
+    /// use surfacelog::{Compaction, Session, StoreOptions, SurfaceIntent, kinds};
+    ///
+    /// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+    /// let user = |id: &str| format!(r#"{{"id":"{id}","role":"user","source":{{"kind":"user"}},"content":[]}}"#);
+    /// let first = s.append::<kinds::UserMessage>(&user("a"), SurfaceIntent::append())?;
+    /// let last = s.append::<kinds::UserMessage>(&user("b"), SurfaceIntent::append())?;
+    /// let summary = r#"[{"type":"text","text":"a and b"}]"#;
+    /// let message = format!(r#"{{"id":"sum","role":"user","source":{{"kind":"plugin","plugin":"compaction"}},"content":{summary}}}"#);
+    /// let done = s.compact(&Compaction {
+    ///     compaction_id: "c1",
+    ///     turn: None,
+    ///     start: first,
+    ///     end: last,
+    ///     summary,
+    ///     summary_extra: None,
+    ///     message: &message,
+    /// })?;
+    /// // Nothing is deleted: the log keeps both messages, and `as_of` shows them.
+    /// assert_eq!(s.as_of(last)?.messages.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `REPLACE_*` for a range that is not on the surface, `COMPACTION_UNBALANCED` when a
@@ -98,6 +186,26 @@ impl<L: SessionLog> Session<L> {
     /// then a `tool/result` replacing `seq` alone, identical except for
     /// `message.content[0].content`, citing `[seq]`, appended as one unit. Returns the
     /// replacement's seq.
+    ///
+    /// ```
+    /// use surfacelog::{NoSurface, Prune, Session, StoreOptions, SurfaceIntent, kinds};
+    ///
+    /// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+    /// s.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)?;
+    /// s.append::<kinds::StepStart>(r#"{"turn":1,"step":1}"#, NoSurface)?;
+    /// s.append::<kinds::ToolCall>(r#"{"turn":1,"step":1,"callId":"c1","name":"cat"}"#, NoSurface)?;
+    /// let result = s.append::<kinds::ToolResult>(
+    ///     r#"{"turn":1,"step":1,"message":{"id":"r1","role":"user","source":{"kind":"tool","callId":"c1"},"content":[{"type":"tool-result","toolCallId":"c1","isError":false,"content":[{"type":"text","text":"a very long file"}]}]}}"#,
+    ///     SurfaceIntent::append(),
+    /// )?;
+    /// let replacing = s.prune(&Prune {
+    ///     seq: result,
+    ///     content: r#"[{"type":"text","text":"[output pruned]"}]"#,
+    ///     shadowed_token_count: 1_200,
+    /// })?;
+    /// assert_eq!(s.surface().nodes(), [replacing]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `REPLACE_START_NOT_ON_SURFACE`, `TOOL_REWRITE_TARGET`, `TOOL_REWRITE_CHANGED` when

@@ -16,7 +16,7 @@ mod typed;
 
 pub(crate) use admit::end_seed_event;
 pub use fork::{Boundary, MemStore};
-pub use history::{Compaction, Prune};
+pub use history::{Compacted, Compaction, Prune};
 pub use invariants::InvariantState;
 pub use typed::{EventKind, NoSurface, SurfaceIntent, kinds};
 
@@ -140,6 +140,17 @@ impl SessionLog for crate::log::DiskLog {
 }
 
 /// One session: a log (in memory by default), its header and its surface.
+///
+/// ```
+/// use surfacelog::{NoSurface, Session, StoreOptions, SurfaceIntent, kinds};
+///
+/// // In memory (tests, tools): the same API as a stored session.
+/// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+/// s.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)?;
+/// s.append::<kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, SurfaceIntent::append())?;
+/// assert_eq!(s.messages()?.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Session<L = MemLog> {
     header: Header,
@@ -152,6 +163,21 @@ pub struct Session<L = MemLog> {
 }
 
 /// The state of a session after event N (contract §4, "as of seq N").
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let (session, _) = store.open_session("s")?;
+/// let before = session.as_of(0)?; // after turn/start only
+/// assert!(before.messages.is_empty());
+/// assert_eq!(session.as_of(1)?.messages.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Snapshot<'a> {
     /// The surface after event N.
@@ -172,6 +198,24 @@ pub struct Reopened {
 }
 
 impl Session<MemLog> {
+    /// A new, empty session `id` whose log is in memory, with the session options of
+    /// `options` (invariants, event size limit): the same API as a stored session, for
+    /// tests and tools. Its header is `{version: 0, id, createdAt: now}`.
+    ///
+    /// ```
+    /// use surfacelog::{Session, StoreOptions};
+    ///
+    /// let s = Session::in_memory("scratch", &StoreOptions::new().invariants(true))?;
+    /// assert_eq!((s.id(), s.seq_next()), ("scratch", 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `HEADER_INVALID` for an id no header can hold (the empty id).
+    pub fn in_memory(id: &str, options: &crate::store::StoreOptions) -> Result<Self> {
+        Self::create(id, None, None, options.session.clone())
+    }
+
     /// Creates session `id` (contract §5). Without `header`, the header is
     /// `{version: 0, id, createdAt: now}`. With `seed` (even empty), every seed event goes
     /// through the seed path and the end-seed marker follows unless the seed already ends
@@ -179,6 +223,7 @@ impl Session<MemLog> {
     ///
     /// # Errors
     /// The first refused seed event or header rule; nothing is created.
+    #[doc(hidden)]
     pub fn create(
         id: &str,
         header: Option<&str>,
@@ -210,6 +255,7 @@ impl Session<MemLog> {
     ///
     /// # Errors
     /// The header's or the first refused event's code; nothing is kept.
+    #[doc(hidden)]
     pub fn reopen(
         id: &str,
         header: &str,
@@ -233,6 +279,7 @@ impl Session<MemLog> {
     ///
     /// # Errors
     /// As [`Session::reopen`].
+    #[doc(hidden)]
     pub fn resume(
         id: &str,
         header: &str,
@@ -256,6 +303,7 @@ impl<L: SessionLog> Session<L> {
     ///
     /// # Errors
     /// A fold refusal (the log does not hold a valid surface).
+    #[doc(hidden)]
     pub fn over_log(header: Header, log: L, first_live_seq: u64, options: Options) -> Result<Self> {
         Self::over_log_from(header, log, Surface::new(), first_live_seq, options)
     }
@@ -265,6 +313,7 @@ impl<L: SessionLog> Session<L> {
     ///
     /// # Errors
     /// A fold refusal.
+    #[doc(hidden)]
     pub fn over_log_from(
         header: Header,
         log: L,
@@ -308,6 +357,18 @@ impl<L: SessionLog> Session<L> {
     /// [`SurfaceIntent`] exactly for surface types (contract §5, "Type-level API").
     /// `data` is JSON text, stored as given. Returns the new seq.
     ///
+    /// ```
+    /// use surfacelog::{NoSurface, Session, StoreOptions, SurfaceIntent, kinds};
+    ///
+    /// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+    /// s.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)?;
+    /// let seq = s.append::<kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, SurfaceIntent::append())?;
+    /// assert_eq!(s.event(seq)?.unwrap().data(), r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#); // exactly as given
+    /// // A surface type without an intent does not compile:
+    /// // s.append::<kinds::UserMessage>(data, NoSurface);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// The first failed check of contract §5; nothing is appended.
     pub fn append<K: EventKind>(&mut self, data: &str, intent: K::Intent) -> Result<u64> {
@@ -316,6 +377,18 @@ impl<L: SessionLog> Session<L> {
 
     /// Appends an event whose type is a runtime string. `intent` must be `Some` exactly
     /// for surface-eligible types (`SURFACE_OP_REQUIRED`, `SURFACE_OP_FORBIDDEN`).
+    ///
+    /// ```
+    /// use surfacelog::{Session, StoreOptions, SurfaceIntent};
+    ///
+    /// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+    /// // A type known only at run time (read from a host's own queue, say).
+    /// s.append_dynamic("user/message", r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, Some(SurfaceIntent::append()))?;
+    /// s.append_dynamic("host/heartbeat", "{}", None)?; // any type; log-only
+    /// let refused = s.append_dynamic("user/message", r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, None).unwrap_err();
+    /// assert_eq!(refused.code(), "SURFACE_OP_REQUIRED");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// The first failed check of contract §5; nothing is appended.
@@ -334,6 +407,22 @@ impl<L: SessionLog> Session<L> {
     /// Appends several events as one unit: either all are committed, in order, or none
     /// (the first refusal is returned and the session is unchanged). Each event is checked
     /// against the state the ones before it leave. Returns their seqs.
+    ///
+    /// ```
+    /// use surfacelog::{Session, StoreOptions, SurfaceIntent};
+    ///
+    /// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+    /// let seqs = s.append_all(&[
+    ///     ("turn/start", r#"{"turn":1}"#, None),
+    ///     ("user/message", r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, Some(SurfaceIntent::append())),
+    /// ])?;
+    /// assert_eq!(seqs, [0, 1]);
+    /// // All or nothing: the second event is refused, so the first is not appended either.
+    /// let refused = s.append_all(&[("turn/end", r#"{"turn":1}"#, None), ("user/message", "{", None)]);
+    /// assert!(refused.is_err());
+    /// assert_eq!(s.seq_next(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// The first failed check of contract §5; nothing is appended.
@@ -377,6 +466,17 @@ impl<L: SessionLog> Session<L> {
     /// Appends an event whose surface fields arrive as JSON texts, as a JSON entry point
     /// receives them: `None` is a missing key, `Some("null")` a present, invalid one.
     ///
+    /// ```
+    /// use surfacelog::{Session, StoreOptions};
+    ///
+    /// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+    /// // The envelope's surface fields as a JSON entry point receives them.
+    /// s.append_json("user/message", r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, Some(r#""append""#), None)?;
+    /// let bad = s.append_json("user/message", r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, Some("null"), None).unwrap_err();
+    /// assert_eq!(bad.code(), "SURFACE_OP_INVALID");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// The first failed check of contract §5; nothing is appended.
     pub fn append_json(
@@ -393,26 +493,79 @@ impl<L: SessionLog> Session<L> {
     }
 
     /// The header.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// let s = store.create("s", None, None)?;
+    /// assert_eq!(s.header().id(), "s");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn header(&self) -> &Header {
         &self.header
     }
 
     /// The session id.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// let s = store.create("s", None, None)?;
+    /// assert_eq!(s.id(), "s");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn id(&self) -> &str {
         self.header.id()
     }
 
     /// The next seq, equal to the number of events.
+    ///
+    /// ```
+    /// use surfacelog::{NoSurface, Session, StoreOptions, kinds};
+    ///
+    /// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+    /// assert_eq!(s.seq_next(), 0);
+    /// let seq = s.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)?;
+    /// assert_eq!((seq, s.seq_next()), (0, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn seq_next(&self) -> u64 {
         self.log.seq_next()
     }
 
     /// The number of seed or stored events the session started from (contract §5).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let (s, _) = store.resume("s")?; // reopened: the stored events are not live
+    /// assert_eq!(s.first_live_seq(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn first_live_seq(&self) -> u64 {
         self.first_live_seq
     }
 
     /// The event at `seq`: `Ok(None)` past the end.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let (s, _) = store.open_session("s")?;
+    /// assert_eq!(s.event(0)?.map(|e| e.event_type), Some("turn/start"));
+    /// assert!(s.event(100)?.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `CORRUPT` (with the file and offset), `FORMAT_VERSION` or `IO` when its record
@@ -422,21 +575,52 @@ impl<L: SessionLog> Session<L> {
     }
 
     /// The log.
+    #[doc(hidden)]
     pub fn log(&self) -> &L {
         &self.log
     }
 
     /// The surface.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let (s, _) = store.open_session("s")?;
+    /// assert_eq!(s.surface().nodes(), [1]); // the user message
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn surface(&self) -> &Surface {
         &self.surface
     }
 
     /// The options.
+    #[doc(hidden)]
     pub fn options(&self) -> &Options {
         &self.options
     }
 
     /// The messages: the projections of the surface nodes, each tagged with its seq.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let (s, _) = store.open_session("s")?;
+    /// let messages = s.messages()?;
+    /// // Verbatim slices of the stored text: join them into the next model request.
+    /// let request = format!(r#"{{"messages":[{}]}}"#, messages.iter().map(|m| m.json).collect::<Vec<_>>().join(","));
+    /// assert!(request.contains(r#""role":"user""#));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `CORRUPT` (with the file and offset) when a node's record cannot be read back: a
@@ -446,6 +630,19 @@ impl<L: SessionLog> Session<L> {
     }
 
     /// The transcript: seqs of events appended with `surfaceOp: "append"`, in log order.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let (s, _) = store.open_session("s")?;
+    /// assert_eq!(s.transcript()?, [1]); // every appended message, compacted or not
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `CORRUPT` (with the file and offset) when an event cannot be read back: the
@@ -461,6 +658,30 @@ impl<L: SessionLog> Session<L> {
     /// keep this history (it grows with every replace); this refolds the log recording it.
     /// Cost: a fold of the whole log.
     ///
+    /// ```
+    /// use surfacelog::{Compaction, Session, StoreOptions, SurfaceIntent, kinds};
+    ///
+    /// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+    /// let user = |id: &str| format!(r#"{{"id":"{id}","role":"user","source":{{"kind":"user"}},"content":[]}}"#);
+    /// let first = s.append::<kinds::UserMessage>(&user("a"), SurfaceIntent::append())?;
+    /// let last = s.append::<kinds::UserMessage>(&user("b"), SurfaceIntent::append())?;
+    /// let summary = r#"[{"type":"text","text":"a and b"}]"#;
+    /// let message = format!(r#"{{"id":"sum","role":"user","source":{{"kind":"plugin","plugin":"compaction"}},"content":{summary}}}"#);
+    /// let _done = s.compact(&Compaction {
+    ///     compaction_id: "c1",
+    ///     turn: None,
+    ///     start: first,
+    ///     end: last,
+    ///     summary,
+    ///     summary_extra: None,
+    ///     message: &message,
+    /// })?;
+    /// let history = s.replacements()?;
+    /// let replace = history.replacements().next().expect("one replace");
+    /// assert_eq!(replace.shadowed, [first, last]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// None for a log this session accepted; a fold refusal otherwise.
     pub fn replacements(&self) -> Result<Surface> {
@@ -471,6 +692,21 @@ impl<L: SessionLog> Session<L> {
 
     /// The surface, messages and transcript exactly as they were after event `seq`
     /// (time travel). Cost: a fold of events `0..=seq`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let (s, _) = store.open_session("s")?;
+    /// let then = s.as_of(1)?;
+    /// assert_eq!(then.transcript, [1]);
+    /// assert_eq!(then.messages[0].seq, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `INVALID_BOUNDARY` when `seq` is not in the log; `CORRUPT` when an event up to it
@@ -529,6 +765,7 @@ impl<L: SessionLog> Session<L> {
     ///
     /// # Errors
     /// The first failed check; nothing is appended.
+    #[doc(hidden)]
     pub fn import_event(&mut self, text: &str) -> Result<u64> {
         self.ingest(text, Lossless::Lenient)
     }
@@ -538,6 +775,7 @@ impl<L: SessionLog> Session<L> {
     ///
     /// # Errors
     /// The first failed check; nothing is appended.
+    #[doc(hidden)]
     pub fn import_parsed(&mut self, event: &crate::json::Json<'_>) -> Result<u64> {
         let admitted = self.admit_parsed(&self.ctx(), event, Lossless::Lenient);
         self.commit(admitted)
@@ -545,6 +783,7 @@ impl<L: SessionLog> Session<L> {
 
     /// Marks every event appended so far as stored history: the first live seq becomes the
     /// number of events (what [`Session::reopen`] does after loading a log).
+    #[doc(hidden)]
     pub fn mark_stored(&mut self) {
         self.first_live_seq = self.log.seq_next();
     }
@@ -554,6 +793,7 @@ impl<L: SessionLog> Session<L> {
     ///
     /// # Errors
     /// A refusal of a closer (the log's I/O, or a log that does not hold a valid surface).
+    #[doc(hidden)]
     pub fn repair(&mut self) -> Result<u64> {
         let closers = self
             .log
@@ -576,6 +816,17 @@ impl<L: SessionLog> Session<L> {
 
     /// Makes every appended event durable; a stored session also writes its checkpoint.
     ///
+    /// ```
+    /// use surfacelog::{Durability, NoSurface, Store, StoreOptions, kinds};
+    ///
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open_or_create(dir.path(), StoreOptions::new().durability(Durability::Manual))?;
+    /// let mut s = store.create("s", None, None)?;
+    /// s.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)?; // written, not durable yet
+    /// s.flush()?; // durable now
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// The log's I/O refusal.
     pub fn flush(&mut self) -> Result<()> {
@@ -586,6 +837,15 @@ impl<L: SessionLog> Session<L> {
 
     /// Flushes and closes the session.
     ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// let s = store.create("s", None, None)?;
+    /// s.close()?; // durable, checkpointed, and the lock released
+    /// assert!(store.open_session("s").is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`Session::flush`].
     pub fn close(mut self) -> Result<()> {
@@ -594,6 +854,19 @@ impl<L: SessionLog> Session<L> {
 
     /// Appends the end-seed marker unless the last event already is one (contract §5):
     /// what `resume` does after reopening.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # use surfacelog::{NoSurface, kinds};
+    /// let mut s = store.create("s", None, None)?;
+    /// s.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)?;
+    /// s.end_seed()?;
+    /// s.end_seed()?; // once only
+    /// assert_eq!(s.event(1)?.unwrap().event_type, "session/end-seed");
+    /// assert_eq!(s.seq_next(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// The log's refusal to append, or the error reading its last event.

@@ -21,12 +21,12 @@ impl<L: SessionLog> Session<L> {
     ///
     /// ```
     /// use serde::{Deserialize, Serialize};
-    /// use surfacelog::session::{kinds, NoSurface, Options, Session};
+    /// use surfacelog::{kinds, NoSurface, Session, StoreOptions};
     ///
     /// #[derive(Serialize, Deserialize)]
     /// struct TurnStart { turn: u64 }
     ///
-    /// let mut session = Session::create("s", None, None, Options::default())?;
+    /// let mut session = Session::in_memory("s", &StoreOptions::new())?;
     /// let seq = session.append_serialize::<kinds::TurnStart, _>(&TurnStart { turn: 1 }, NoSurface)?;
     /// assert_eq!(session.event(seq)?.unwrap().data(), r#"{"turn":1}"#);
     /// # Ok::<(), surfacelog::Error>(())

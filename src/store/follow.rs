@@ -20,6 +20,21 @@ const POLL_INTERVAL_MAX: Duration = Duration::from_millis(10);
 /// On Linux a wait sleeps on an inotify watch of the session's `log/` directory, so it
 /// wakes when a writer, in this process or another, writes a record or creates a segment
 /// (STORE-11); elsewhere, or when inotify cannot be had, it polls the log.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// use std::time::Duration;
+/// let mut follower = store.follow("s")?;
+/// assert!(follower.wait_for(2, Duration::from_secs(1))?); // seq 2 is committed
+/// assert!(!follower.wait_for(3, Duration::from_millis(1))?); // seq 3 is not, yet
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Follower {
     reader: LogReader,
@@ -74,6 +89,25 @@ impl ReadOnlyLog {
 impl Store {
     /// A follower of session `id`. Takes no lock.
     ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// use std::time::Duration;
+    /// // Another thread (or process) writes; this one follows, woken by each commit.
+    /// let mut follower = store.follow("s")?;
+    /// let texts: Vec<String> = follower
+    ///     .events(0, Duration::from_millis(10))
+    ///     .map(|e| e.map(|e| e.text().to_owned()))
+    ///     .collect::<surfacelog::Result<_>>()?;
+    /// assert_eq!(texts.len(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// `SESSION_NOT_FOUND`, `CORRUPT`, `IO`.
     pub fn follow(&self, id: &str) -> Result<Follower> {
@@ -106,6 +140,7 @@ impl Store {
     ///
     /// # Errors
     /// `LOCKED`, `SESSION_NOT_FOUND`, `IO`.
+    #[doc(hidden)]
     pub fn check_no_writer(&self, id: &str) -> Result<()> {
         let dir = self.session_dir(id);
         Self::read_header(&*self.options.log.storage, id, &dir)?;
@@ -114,8 +149,22 @@ impl Store {
 
     /// Opens session `id` read-only (no lock, nothing written, STORE-15): the events as
     /// stored. A read-only path never repairs: the closers of an interrupted turn are
-    /// appended only by a writer holding the lock (`Store::open`); an explicit
+    /// appended only by a writer holding the lock (`Store::open_session`); an explicit
     /// [`Session::repair`] on this session appends them in memory only (contract §8).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let (_writer, _) = store.open_session("s")?; // a writer has it open...
+    /// let reader = store.inspect("s")?;              // ...and a reader looks, changing nothing
+    /// assert_eq!(reader.messages()?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Store::follow`].
@@ -174,6 +223,25 @@ impl Follower {
     /// at least every 50 ms all the same (what a missed change costs at most); elsewhere, or when
     /// inotify cannot be had (no watches left, a log on a storage that is not a plain
     /// directory), it polls with pauses up to 10 ms.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// use std::time::Duration;
+    /// let mut follower = store.follow("s")?;
+    /// let (mut writer, _) = store.open_session("s")?;
+    /// let t = std::thread::spawn(move || {
+    ///     writer.append::<surfacelog::kinds::TurnStart>(r#"{"turn":2}"#, surfacelog::NoSurface)
+    /// });
+    /// assert!(follower.wait_for(3, Duration::from_secs(10))?);
+    /// t.join().unwrap()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `CORRUPT`, `IO`.
@@ -242,15 +310,19 @@ impl Follower {
     /// `timeout_per_event` ([`Follower::wait_for`]): an iterator of owned events that
     /// ends when one is not committed in time, or after the first error.
     ///
-    /// ```no_run
-    /// # fn main() -> surfacelog::Result<()> {
-    /// # let store: surfacelog::store::Store = unimplemented!();
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
     /// let mut follower = store.follow("s")?;
-    /// for event in follower.events(0, std::time::Duration::from_secs(5)) {
+    /// for event in follower.events(0, std::time::Duration::from_millis(10)) {
     ///     println!("{}", event?.text());
     /// }
-    /// # Ok(())
-    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn events(&mut self, from: u64, timeout_per_event: Duration) -> FollowEvents<'_> {
         FollowEvents {
@@ -262,6 +334,7 @@ impl Follower {
     }
 
     /// The events committed as of the last wait.
+    #[doc(hidden)]
     pub fn log(&self) -> &LogReader {
         &self.reader
     }
@@ -270,6 +343,20 @@ impl Follower {
 /// The iterator of [`Follower::events`]: owned copies of the committed events, in seq
 /// order, each waited for. It ends (returns `None`) when an event is not committed within
 /// the timeout, and after yielding an error.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let mut follower = store.follow("s")?;
+/// let mut events = follower.events(1, std::time::Duration::from_millis(10));
+/// assert_eq!(events.next().unwrap()?.seq(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct FollowEvents<'a> {
     follower: &'a mut Follower,
@@ -280,6 +367,21 @@ pub struct FollowEvents<'a> {
 
 impl FollowEvents<'_> {
     /// The seq of the next event to yield.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let mut follower = store.follow("s")?;
+    /// let mut events = follower.events(0, std::time::Duration::from_millis(10));
+    /// events.next();
+    /// assert_eq!(events.next_seq(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn next_seq(&self) -> u64 {
         self.next
     }
@@ -434,6 +536,25 @@ const STREAM_WAIT: Duration = Duration::from_millis(50);
 /// copy, yielded as soon as the writer commits it (the follower's wake-up, STORE-11); a
 /// damaged record is an `Err` item, after which the stream ends. Dropping the stream stops
 /// the thread that follows the log within 50 ms.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// use std::future::poll_fn;
+/// use std::pin::Pin;
+/// use futures_core::Stream;
+///
+/// let mut stream = store.follow("s")?.into_stream(0)?;
+/// let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+/// let first = runtime.block_on(poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)));
+/// assert_eq!(first.unwrap()?.seq(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[cfg(feature = "tokio")]
 #[derive(Debug)]
 pub struct FollowStream {
@@ -460,6 +581,25 @@ impl Follower {
     /// across processes) and hands it over through a bounded channel, so a slow consumer
     /// holds the follower back instead of growing memory. The stream never ends by itself
     /// while the session exists; it ends after an error.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// use std::future::poll_fn;
+    /// use std::pin::Pin;
+    /// use futures_core::Stream;
+    ///
+    /// let mut stream = store.follow("s")?.into_stream(0)?;
+    /// let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+    /// let first = runtime.block_on(poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)));
+    /// assert_eq!(first.unwrap()?.seq(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `IO` when the thread cannot be started.

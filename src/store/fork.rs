@@ -28,6 +28,21 @@ impl Store {
     /// no more than the prefix. Cost: a link per segment and a few syncs, whatever the
     /// prefix length.
     ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// use surfacelog::Boundary;
+    /// let mut child = store.fork("s", Boundary::Last, "s-sub")?; // shares the log by hard links
+    /// child.append::<surfacelog::kinds::TurnStart>(r#"{"turn":2}"#, surfacelog::NoSurface)?;
+    /// assert_eq!(child.messages()?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// The first failed check, or `IO`; nothing is created then.
     pub fn fork(&self, source: &str, boundary: Boundary, child: &str) -> Result<StoredSession> {

@@ -52,6 +52,7 @@ impl Store {
     /// # Errors
     /// `INVALID_ID`, `SESSION_EXISTS`, a header refusal, `UNSAFE_PATH` when `sessions/` or
     /// `tmp/` is a symbolic link (STORE-1), `IO`.
+    #[doc(hidden)]
     pub fn import(&self, id: &str, header: &str) -> Result<Import<'_>> {
         super::check_id(id)?;
         // STORE-1: `sessions/` and `tmp/` lead nowhere outside the store.
@@ -79,6 +80,7 @@ impl Store {
     ///
     /// # Errors
     /// `INVALID_ID`, `SESSION_EXISTS`, `UNSAFE_PATH` (STORE-1).
+    #[doc(hidden)]
     pub fn refuse_existing(&self, id: &str) -> Result<()> {
         super::check_id(id)?;
         // STORE-1: `sessions/` and `tmp/` lead nowhere outside the store.
@@ -213,7 +215,8 @@ mod tests {
     #[test]
     fn discard_refuses_a_session_a_writer_has_open() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::at(dir.path(), super::super::StoreOptions::default()).unwrap();
+        let store =
+            Store::open_or_create(dir.path(), super::super::StoreOptions::default()).unwrap();
         let writer = store.create("s", None, None).unwrap();
         let error = store.discard("s").unwrap_err();
         assert_eq!(error.code(), "LOCKED", "{error}");
@@ -221,6 +224,9 @@ mod tests {
         drop(writer);
         store.discard("s").unwrap();
         assert!(!store.session_dir("s").exists());
-        assert_eq!(store.open("s").unwrap_err().code(), "SESSION_NOT_FOUND");
+        assert_eq!(
+            store.open_session("s").unwrap_err().code(),
+            "SESSION_NOT_FOUND"
+        );
     }
 }

@@ -35,19 +35,49 @@ use crate::storage::Storage;
 pub const STORE_FORMAT_VERSION: u64 = 1;
 
 /// A session whose log is on disk.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// use surfacelog::StoredSession;
+/// fn user_turns(session: &StoredSession) -> surfacelog::Result<usize> {
+///     Ok(session.messages()?.len())
+/// }
+/// let (s, _) = store.open_session("s")?;
+/// assert_eq!(user_turns(&s)?, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub type StoredSession = Session<StoredLog>;
 
-/// How a store opens its sessions.
+/// How a store opens its sessions: built from [`StoreOptions::new`] with the builder
+/// methods, so that a default added in a later release is never reset by accident.
+///
+/// ```
+/// use std::time::Duration;
+/// use surfacelog::{Durability, StoreOptions};
+///
+/// let options = StoreOptions::new()
+///     .durability(Durability::Batch { max_delay: Duration::from_millis(5) })
+///     .invariants(true)
+///     .checkpoint_every(50_000);
+/// # let dir = tempfile::tempdir()?;
+/// let store = surfacelog::Store::open_or_create(dir.path(), options)?;
+/// # let _ = store;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
     /// The sessions' options (vocabulary, limits, invariants, clock).
-    pub session: Options,
+    pub(crate) session: Options,
     /// The logs' options (segment size, durability, storage).
-    pub log: LogOptions,
-    /// Events between two checkpoints of a session's surface (they are also written on
-    /// flush and close). Fewer means faster opens after a crash, more means less writing.
-    /// Default: 10,000.
-    pub checkpoint_every: u64,
+    pub(crate) log: LogOptions,
+    /// Events between two checkpoints of a session's surface.
+    pub(crate) checkpoint_every: u64,
 }
 
 impl Default for StoreOptions {
@@ -64,6 +94,164 @@ impl Default for StoreOptions {
     }
 }
 
+impl StoreOptions {
+    /// The defaults: [`Durability::Sync`](crate::Durability::Sync), 8 MiB segments,
+    /// a checkpoint every 10,000 events, invariants off, events up to 64 MiB.
+    ///
+    /// ```
+    /// use surfacelog::{Store, StoreOptions};
+    ///
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open_or_create(dir.path(), StoreOptions::new())?;
+    /// # let _ = store;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// When appended events become durable (`log-format.md` §8). Default: `Sync`, each
+    /// append durable before it returns; concurrent appends share one `fdatasync`.
+    ///
+    /// ```
+    /// use surfacelog::{Durability, StoreOptions};
+    ///
+    /// // Durable at `flush()` and `close()`: a host that batches its own commits.
+    /// let options = StoreOptions::new().durability(Durability::Manual);
+    /// # let _ = options;
+    /// ```
+    #[must_use]
+    pub fn durability(mut self, durability: crate::log::Durability) -> Self {
+        self.log.durability = durability;
+        self
+    }
+
+    /// The capacity of a new log segment, in bytes (SEG-7), clamped to 136 ..= 2^32 − 1.
+    /// Smaller segments make opening (which scans the last one) and forking (which copies
+    /// one) cheaper; larger ones mean fewer files. Default: 8 MiB.
+    ///
+    /// ```
+    /// use surfacelog::StoreOptions;
+    ///
+    /// let options = StoreOptions::new().segment_bytes(1 << 20);
+    /// # let _ = options;
+    /// ```
+    #[must_use]
+    pub fn segment_bytes(mut self, bytes: u64) -> Self {
+        self.log.segment_bytes = bytes;
+        self
+    }
+
+    /// Events between two checkpoints of a session's surface (they are also written on
+    /// flush and close): fewer means faster opens after a crash, more means less writing.
+    /// Default: 10,000.
+    ///
+    /// ```
+    /// use surfacelog::StoreOptions;
+    ///
+    /// let options = StoreOptions::new().checkpoint_every(1_000);
+    /// # let _ = options;
+    /// ```
+    #[must_use]
+    pub fn checkpoint_every(mut self, events: u64) -> Self {
+        self.checkpoint_every = events;
+        self
+    }
+
+    /// Check the invariants of contract §9 (turns, steps, tool pairing) before every
+    /// commit; an event that breaks one is refused with its `INV_*` code. Costs a few
+    /// lookups per event. Default: off.
+    ///
+    /// ```
+    /// use surfacelog::{Store, StoreOptions, NoSurface, kinds};
+    ///
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open_or_create(dir.path(), StoreOptions::new().invariants(true))?;
+    /// let mut session = store.create("s", None, None)?;
+    /// let error = session.append::<kinds::StepStart>(r#"{"turn":1,"step":1}"#, NoSurface);
+    /// assert_eq!(error.unwrap_err().code(), "INV_STEP_TURN"); // no turn is open
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn invariants(mut self, on: bool) -> Self {
+        self.session.invariants = on;
+        self
+    }
+
+    /// The largest accepted event, in bytes of JSON text; a larger one is refused with
+    /// `EVENT_TOO_LARGE`. Default: 64 MiB; values above 4 GiB − 1 are clamped.
+    ///
+    /// ```
+    /// use surfacelog::{Store, StoreOptions, NoSurface, kinds};
+    ///
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open_or_create(dir.path(), StoreOptions::new().max_event_bytes(64))?;
+    /// let mut session = store.create("s", None, None)?;
+    /// let big = format!(r#"{{"turn":1,"pad":"{}"}}"#, "x".repeat(100));
+    /// let error = session.append::<kinds::TurnStart>(&big, NoSurface).unwrap_err();
+    /// assert_eq!(error.code(), "EVENT_TOO_LARGE");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn max_event_bytes(mut self, bytes: usize) -> Self {
+        self.session.max_event_bytes = bytes;
+        self
+    }
+
+    /// Internals: refuse, on the import path only, a type DSH's loader does not know
+    /// (`UNKNOWN_EVENT_TYPE`). Unstable.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn strict_vocabulary(mut self, on: bool) -> Self {
+        self.session.strict_vocabulary = on;
+        self
+    }
+
+    /// Internals: replaces the sessions' options. Unstable.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn session_options(mut self, options: Options) -> Self {
+        self.session = options;
+        self
+    }
+
+    /// Internals: replaces the logs' options. Unstable.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn log_options(mut self, options: LogOptions) -> Self {
+        self.log = options;
+        self
+    }
+
+    /// Internals: the file operations (tests inject failures here). Unstable.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn storage(mut self, storage: std::sync::Arc<dyn Storage>) -> Self {
+        self.log.storage = storage;
+        self
+    }
+
+    /// Internals: the sessions' clock. Unstable.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn clock(mut self, clock: std::sync::Arc<dyn crate::clock::Clock>) -> Self {
+        self.session.clock = clock;
+        self
+    }
+
+    /// Internals: the sessions' options. Unstable.
+    #[doc(hidden)]
+    pub fn get_session_options(&self) -> &Options {
+        &self.session
+    }
+
+    /// Internals: the logs' options. Unstable.
+    #[doc(hidden)]
+    pub fn get_log_options(&self) -> &LogOptions {
+        &self.log
+    }
+}
+
 /// The segment capacity of a stored session's log: 8 MiB, smaller than the log's own
 /// default, because opening a session scans its last segment (log-format.md §7) and a fork
 /// copies one (STORE-10). Sessions rarely reach gigabytes; this bounds both costs.
@@ -73,6 +261,20 @@ pub const SESSION_SEGMENT_BYTES_DEFAULT: u64 = 8 << 20;
 pub const CHECKPOINT_EVERY_DEFAULT: u64 = 10_000;
 
 /// A directory of sessions.
+///
+/// ```
+/// use surfacelog::{NoSurface, Store, StoreOptions, kinds};
+///
+/// # let dir = tempfile::tempdir()?;
+/// let store = Store::open_or_create(dir.path(), StoreOptions::new())?;
+/// let mut s = store.create("s", None, None)?;
+/// s.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)?;
+/// drop(s); // a crash: turn 1 never ended
+/// let (s, opened) = store.open_session("s")?;
+/// assert_eq!(opened.closers, 1); // a `turn/end` closes it, once
+/// assert_eq!(s.seq_next(), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Store {
     dir: PathBuf,
@@ -188,6 +390,21 @@ fn trace_checkpoint(id: &str, used: &Result<u64, checkpoint::Unusable>) {
 const TMP_LOCK: &str = "tmp.lock";
 
 /// What opening a stored session found and did.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let (_, opened) = store.open_session("s")?;
+/// assert_eq!(opened.closers, 0);
+/// assert!(opened.log.torn_tail.is_none());
+/// assert!(opened.checkpoint.is_ok()); // closed: its checkpoint was used
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Opened {
     /// The log's recovery report (`TORN_TAIL` and friends).
@@ -218,18 +435,64 @@ impl Default for Opened {
 }
 
 impl Store {
-    /// Opens the store in `dir`, creating it (mode 0700, with its `STORE` identity file)
-    /// when it does not exist.
+    /// Opens the existing store in `dir`; never creates anything there (`store.md`
+    /// STORE-23). What a tool that only reads, or a host that must not start a second,
+    /// empty store at a mistyped path, calls.
     ///
     /// `dir` itself may be a symbolic link (it is the caller's path); no path inside it
     /// may be (STORE-1).
+    ///
+    /// ```
+    /// use surfacelog::{Store, StoreOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let missing = dir.path().join("no-store");
+    /// let error = Store::open(&missing, StoreOptions::new()).unwrap_err();
+    /// assert_eq!(error.code(), "STORE_NOT_FOUND");
+    /// assert!(!missing.exists()); // nothing was created
+    ///
+    /// Store::open_or_create(dir.path(), StoreOptions::new())?;
+    /// let store = Store::open(dir.path(), StoreOptions::new())?;
+    /// assert_eq!(store.dir(), dir.path());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `STORE_NOT_FOUND` naming `dir` when it does not exist or holds no `STORE` identity
+    /// file, `FORMAT_VERSION` for a store of another version, `CORRUPT` for an unreadable
+    /// identity file or a store directory without its `sessions/`, `trash/` or `tmp/`,
+    /// `UNSAFE_PATH` for a symbolic link among the store's own paths (STORE-1), `IO`.
+    pub fn open(dir: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
+        Self::open_dir(dir.as_ref(), options, false)
+    }
+
+    /// Opens the store in `dir`, creating it (mode 0700, with its `STORE` identity file)
+    /// when it does not exist (`store.md` STORE-19).
+    ///
+    /// `dir` itself may be a symbolic link (it is the caller's path); no path inside it
+    /// may be (STORE-1).
+    ///
+    /// ```
+    /// use surfacelog::{Store, StoreOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Store::open_or_create(dir.path().join("sessions"), StoreOptions::new())?;
+    /// assert!(store.list()?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `FORMAT_VERSION` for a store of another version, `CORRUPT` for an unreadable
     /// identity file, `UNSAFE_PATH` for a symbolic link (or, for `STORE`, a file that is
     /// not regular) among the store's own paths (STORE-1), `IO`.
-    pub fn at(dir: &Path, options: StoreOptions) -> Result<Self> {
-        Self::at_dir(dir, options).inspect_err(|error| {
+    pub fn open_or_create(dir: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
+        Self::open_dir(dir.as_ref(), options, true)
+    }
+
+    /// [`Store::open`] (`create` false) or [`Store::open_or_create`], with the event of
+    /// a refusal.
+    fn open_dir(dir: &Path, options: StoreOptions, create: bool) -> Result<Self> {
+        Self::at_dir(dir, options, create).inspect_err(|error| {
             tracing::error!(
                 store = %dir.display(),
                 code = error.code(),
@@ -239,8 +502,16 @@ impl Store {
         })
     }
 
-    /// [`Store::at`], without the event of its refusal.
-    fn at_dir(dir: &Path, mut options: StoreOptions) -> Result<Self> {
+    /// [`Store::open_dir`], without the event of its refusal.
+    fn at_dir(dir: &Path, mut options: StoreOptions, create: bool) -> Result<Self> {
+        // STORE-23: without `create`, a directory without the identity file is no store,
+        // and nothing is made.
+        if !create && std::fs::symlink_metadata(dir.join("STORE")).is_err() {
+            return Err(ErrorKind::StoreNotFound {
+                path: dir.to_owned(),
+            }
+            .into());
+        }
         // The caller's link to the store is resolved once, for the few operations on the
         // directory itself; every path inside is refused when it is a link (STORE-1).
         let root = match std::fs::symlink_metadata(dir) {
@@ -257,11 +528,13 @@ impl Store {
             })
             .map(Path::to_path_buf)
             .collect();
-        options
-            .log
-            .storage
-            .create_dir_all(&root)
-            .map_err(|e| Error::io("create_dir", &root, &e))?;
+        if create {
+            options
+                .log
+                .storage
+                .create_dir_all(&root)
+                .map_err(|e| Error::io("create_dir", &root, &e))?;
+        }
         // STORE-1: every path inside is resolved from the root's handle from here on,
         // following no link (`storage::beneath`). Only the plain filesystem is replaced: a
         // fault-injecting or simulated storage of a test is used as given.
@@ -275,6 +548,13 @@ impl Store {
             let path = dir.join(sub);
             refuse_symlink(&path)?;
             if std::fs::symlink_metadata(&path).is_err() {
+                if !create {
+                    return Err(ErrorKind::Corrupt {
+                        location: path.display().to_string(),
+                        reason: format!("the store has no {sub}/ (STORE-23)"),
+                    }
+                    .into());
+                }
                 // Synced through the resolved root: `dir` may be the caller's link.
                 made.push(root.join(sub));
             }
@@ -307,8 +587,14 @@ impl Store {
                 })?;
                 check_identity(&identity, &text)?;
             }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound && create => {
                 write_identity(&options, &root)?;
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ErrorKind::StoreNotFound {
+                    path: dir.to_owned(),
+                }
+                .into());
             }
             Err(error) => return Err(Error::io("read", &identity, &error)),
         }
@@ -380,6 +666,14 @@ impl Store {
     }
 
     /// The store's directory.
+    ///
+    /// ```
+    /// use surfacelog::{Store, StoreOptions};
+    /// # let tmp = tempfile::tempdir()?;
+    /// let store = Store::open_or_create(tmp.path(), StoreOptions::new())?;
+    /// assert_eq!(store.dir(), tmp.path());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -387,6 +681,22 @@ impl Store {
     /// Creates session `id` (contract §5): header and seed are checked as
     /// [`Session::create`] does, then written to a temporary directory that is renamed into
     /// place, so a failed create leaves nothing behind.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// let s = store.create("s1", None, None)?;
+    /// assert_eq!(s.seq_next(), 0);
+    /// assert_eq!(store.create("s1", None, None).unwrap_err().code(), "SESSION_EXISTS");
+    /// // With a header of the host's own and a seed (a conversation started elsewhere).
+    /// let seeded = store.create(
+    ///     "s2",
+    ///     Some(r#"{"version":0,"id":"s2","createdAt":1700000000000}"#),
+    ///     Some(&[r#"{"type":"host/note","seq":0,"time":1,"data":{}}"#]),
+    /// )?;
+    /// assert_eq!(seeded.seq_next(), 2); // the seed event and the end-seed marker
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `INVALID_ID` for the empty id (STORE-3), `SESSION_EXISTS`, any refusal of
@@ -405,7 +715,7 @@ impl Store {
         }
         let memory = Session::create(id, header, seed, self.options.session.clone())?;
         self.publish(id, |tmp| self.write_session(tmp, &memory))?;
-        let (session, _) = self.open(id)?;
+        let (session, _) = self.open_session(id)?;
         Ok(session)
     }
 
@@ -413,15 +723,29 @@ impl Store {
     /// appends the repair closers of an interrupted turn (contract §8). Its first live seq
     /// is the number of stored events.
     ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let (s, opened) = store.open_session("s")?;
+    /// assert_eq!((s.seq_next(), opened.closers), (3, 0));
+    /// assert_eq!(store.open_session("s").unwrap_err().code(), "LOCKED"); // one writer
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// `INVALID_ID` for the empty id (STORE-3), `SESSION_NOT_FOUND`, `LOCKED` when another
     /// writer has it open, `CORRUPT` (also for a damaged or missing `header.json`, STORE-4),
     /// `FORMAT_VERSION`, `HEADER_INVALID`, `IO`.
-    pub fn open(&self, id: &str) -> Result<(StoredSession, Opened)> {
+    pub fn open_session(&self, id: &str) -> Result<(StoredSession, Opened)> {
         self.open_live_from(id, None, None)
     }
 
-    /// [`Store::open`] for a fork's child, when `first_live_seq` and `chain` are given: its
+    /// [`Store::open_session`] for a fork's child, when `first_live_seq` and `chain` are given: its
     /// end-seed marker is stored before it is first opened, and it is live from that marker
     /// (contract §5); its log's segments are the ones its source's reader has just opened
     /// and checked, handed over rather than opened again.
@@ -533,13 +857,26 @@ impl Store {
         ))
     }
 
-    /// Opens session `id` to continue the conversation: [`Store::open`], then the end-seed
+    /// Opens session `id` to continue the conversation: [`Store::open_session`], then the end-seed
     /// marker (contract §5).
     ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let (s, _) = store.resume("s")?;
+    /// assert_eq!(s.event(3)?.unwrap().event_type, "session/end-seed");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
-    /// As [`Store::open`].
+    /// As [`Store::open_session`].
     pub fn resume(&self, id: &str) -> Result<(StoredSession, Opened)> {
-        let (mut session, opened) = self.open(id)?;
+        let (mut session, opened) = self.open_session(id)?;
         session.end_seed()?;
         Ok((session, opened))
     }
@@ -551,6 +888,20 @@ impl Store {
     /// (STORE-4). A name in `sessions/` that is not a directory is no session (verify warns
     /// of it, STORE-16) and is not listed; a symbolic link there is reported in
     /// [`Listing::damaged`] as `UNSAFE_PATH` (STORE-1).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let listing = store.list()?;
+    /// assert_eq!(listing.iter().map(|h| h.id()).collect::<Vec<_>>(), ["s"]);
+    /// assert!(listing.damaged.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `IO` for the `sessions/` directory.
@@ -594,6 +945,20 @@ impl Store {
 
     /// Moves session `id` to the trash; [`Store::purge`] removes it for good.
     ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// store.delete("s")?;
+    /// assert_eq!(store.open_session("s").unwrap_err().code(), "SESSION_NOT_FOUND");
+    /// store.purge()?; // gone for good
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// `SESSION_NOT_FOUND`, `LOCKED` while a writer has it open, `IO`.
     pub fn delete(&self, id: &str) -> Result<()> {
@@ -602,6 +967,19 @@ impl Store {
 
     /// Deletes session `id` and removes it for good at once: [`Store::delete`], then the
     /// removal of that session only from the trash (the rest of the trash is kept).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// store.remove("s")?;
+    /// assert!(store.list()?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Store::delete`]; `IO` when the trashed directory cannot be removed (it is
@@ -660,6 +1038,7 @@ impl Store {
     ///
     /// # Errors
     /// `SESSION_NOT_FOUND`, `LOCKED` while a writer has it open, `IO`.
+    #[doc(hidden)]
     pub fn salvage(&self, id: &str) -> Result<SalvageReport> {
         let dir = self.session_dir(id);
         Self::read_header(&*self.options.log.storage, id, &dir)?;
@@ -704,6 +1083,19 @@ impl Store {
     }
 
     /// Removes everything in the trash (STORE-9), then syncs `trash/`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// store.delete("s")?; // into the trash
+    /// store.purge()?;     // the trash emptied
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// `IO`.
@@ -890,6 +1282,24 @@ pub(crate) fn check_id(id: &str) -> Result<()> {
 
 /// What [`Store::list`] found: the headers that read, sorted by id, and the sessions whose
 /// header is missing or damaged. It reads as the slice of headers.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let listing = store.list()?;
+/// for header in listing.iter() {
+///     println!("{} created {}", header.id(), header.created_at());
+/// }
+/// for damaged in &listing.damaged {
+///     eprintln!("error[{}]: {damaged}", damaged.code());
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct Listing {
     /// The headers of the sessions whose `header.json` reads, sorted by id.

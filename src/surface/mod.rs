@@ -37,6 +37,20 @@ const SOURCES_PAIRWISE_MAX: usize = 16;
 /// Memory: 8 bytes per node, plus 16 per replacement node currently on the surface. The
 /// replace history grows with every replace, not with the surface, so it is recorded only
 /// by a surface made with [`Surface::recording`] (the pure fold does).
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let (s, _) = store.open_session("s")?;
+/// let surface: &surfacelog::Surface = s.surface();
+/// assert_eq!(surface.nodes(), [1]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct Surface {
     /// Invariant: node keys strictly increase (see the type's doc).
@@ -138,6 +152,30 @@ struct History {
 }
 
 /// One replace in the fold result: `{seq, start, end, shadowedSeqs}` (contract §4).
+///
+/// ```
+/// use surfacelog::{Compaction, Session, StoreOptions, SurfaceIntent, kinds};
+///
+/// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+/// let user = |id: &str| format!(r#"{{"id":"{id}","role":"user","source":{{"kind":"user"}},"content":[]}}"#);
+/// let first = s.append::<kinds::UserMessage>(&user("a"), SurfaceIntent::append())?;
+/// let last = s.append::<kinds::UserMessage>(&user("b"), SurfaceIntent::append())?;
+/// let summary = r#"[{"type":"text","text":"a and b"}]"#;
+/// let message = format!(r#"{{"id":"sum","role":"user","source":{{"kind":"plugin","plugin":"compaction"}},"content":{summary}}}"#);
+/// let done = s.compact(&Compaction {
+///     compaction_id: "c1",
+///     turn: None,
+///     start: first,
+///     end: last,
+///     summary,
+///     summary_extra: None,
+///     message: &message,
+/// })?;
+/// let history = s.replacements()?;
+/// let r = history.replacements().next().unwrap();
+/// assert_eq!((r.seq, r.start, r.end), (done.message, first, last));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Replacement<'s> {
     /// The replacing event.
@@ -189,12 +227,14 @@ struct ReplaceEntry {
 
 impl Surface {
     /// An empty surface expecting seq 0, without replace history.
+    #[doc(hidden)]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// An empty surface expecting seq 0 that records the replace history
     /// ([`Surface::replacements`]).
+    #[doc(hidden)]
     pub fn recording() -> Self {
         Self {
             history: Some(History::default()),
@@ -203,6 +243,7 @@ impl Surface {
     }
 
     /// `true` when this surface records the replace history.
+    #[doc(hidden)]
     pub fn records_history(&self) -> bool {
         self.history.is_some()
     }
@@ -211,6 +252,7 @@ impl Surface {
     ///
     /// # Errors
     /// The first refused event's code, with its seq.
+    #[doc(hidden)]
     pub fn fold(source: &impl EventSource, vocabulary: &Vocabulary) -> Result<Self> {
         let mut surface = Self::new();
         surface.catch_up(source, vocabulary)?;
@@ -224,6 +266,7 @@ impl Surface {
     /// # Errors
     /// A text that is not JSON, an event that is not an object, or the first refused
     /// event's code.
+    #[doc(hidden)]
     pub fn fold_json(events: &[&str], vocabulary: &Vocabulary) -> Result<(Self, MemLog)> {
         let mut surface = Self::recording();
         let mut log = MemLog::new();
@@ -271,6 +314,7 @@ impl Surface {
     /// # Errors
     /// The first refused event's code, or the error reading it (`CORRUPT` with the file
     /// and offset); the events before it stay applied.
+    #[doc(hidden)]
     pub fn catch_up(&mut self, source: &impl EventSource, vocabulary: &Vocabulary) -> Result<()> {
         loop {
             let seq = self.seq_next;
@@ -299,6 +343,7 @@ impl Surface {
     ///
     /// # Errors
     /// The first failing rule's code, with the seq when it is known.
+    #[doc(hidden)]
     pub fn check(
         &self,
         event: &Candidate<'_>,
@@ -318,6 +363,7 @@ impl Surface {
     ///
     /// # Panics
     /// If the step was not checked against the current state (a bug, not bad input).
+    #[doc(hidden)]
     pub fn apply(&mut self, step: Step) {
         match step {
             Step::LogOnly { seq } | Step::Append { seq } => {
@@ -379,22 +425,73 @@ impl Surface {
     /// For a surface loaded from a checkpoint, the first read checks the nodes (CRC and
     /// invariants, `checkpoint.md` CKP-2): O(n) once, then free. See
     /// [`Surface::node_state`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let (s, _) = store.open_session("s")?;
+    /// assert_eq!(s.surface().nodes(), [1]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn nodes(&self) -> &[u64] {
         &self.nodes
     }
 
     /// The number of replaces applied.
+    #[doc(hidden)]
     pub fn replace_generation(&self) -> u64 {
         self.replace_generation
     }
 
     /// The next seq the fold expects.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let (s, _) = store.open_session("s")?;
+    /// assert_eq!(s.surface().seq_next(), s.seq_next()); // it has seen every event
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn seq_next(&self) -> u64 {
         self.seq_next
     }
 
     /// Every replace applied, in log order, with what it shadowed. Empty unless the
     /// surface records history ([`Surface::recording`]); see [`Surface::records_history`].
+    ///
+    /// ```
+    /// use surfacelog::{Compaction, Session, StoreOptions, SurfaceIntent, kinds};
+    ///
+    /// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+    /// let user = |id: &str| format!(r#"{{"id":"{id}","role":"user","source":{{"kind":"user"}},"content":[]}}"#);
+    /// let first = s.append::<kinds::UserMessage>(&user("a"), SurfaceIntent::append())?;
+    /// let last = s.append::<kinds::UserMessage>(&user("b"), SurfaceIntent::append())?;
+    /// let summary = r#"[{"type":"text","text":"a and b"}]"#;
+    /// let message = format!(r#"{{"id":"sum","role":"user","source":{{"kind":"plugin","plugin":"compaction"}},"content":{summary}}}"#);
+    /// let done = s.compact(&Compaction {
+    ///     compaction_id: "c1",
+    ///     turn: None,
+    ///     start: first,
+    ///     end: last,
+    ///     summary,
+    ///     summary_extra: None,
+    ///     message: &message,
+    /// })?;
+    /// let history = s.replacements()?; // refolded, recording every replace
+    /// assert_eq!(history.replacements().len(), 1);
+    /// assert_eq!(s.surface().nodes(), [done.message]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn replacements(&self) -> impl ExactSizeIterator<Item = Replacement<'_>> + '_ {
         let (entries, shadowed) = match &self.history {
             Some(history) => (history.entries.as_slice(), history.shadowed.as_slice()),
@@ -417,6 +514,20 @@ impl Surface {
 
     /// The position of `seq` on the surface, or `None` when it is not a node.
     /// Cost: O(log n · log r) for n nodes and r replaces.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let (s, _) = store.open_session("s")?;
+    /// assert_eq!(s.surface().position(1), Some(0));
+    /// assert_eq!(s.surface().position(0), None); // turn/start is no node
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn position(&self, seq: u64) -> Option<usize> {
         let key = self.key_of(seq);
         let at = self
@@ -428,6 +539,7 @@ impl Surface {
 
     /// The keys of the replacement nodes on the surface, `(seq, key)` sorted by seq: with
     /// [`Surface::nodes`], the whole state a checkpoint needs.
+    #[doc(hidden)]
     pub fn replacement_keys(&self) -> &[(u64, u64)] {
         &self.replacement_keys
     }
@@ -435,6 +547,7 @@ impl Surface {
     /// A surface from checkpointed parts, without history. Returns `None` unless the
     /// parts satisfy the type's invariants (keys sorted and unique, node keys strictly
     /// increasing, every seq below `seq_next`): bytes from a file are input, not trusted.
+    #[doc(hidden)]
     pub fn from_parts(
         nodes: Vec<u64>,
         replacement_keys: Vec<(u64, u64)>,
@@ -479,11 +592,13 @@ impl Surface {
 
     /// Whether the nodes were lost ([`NodeState::Lost`]): reads them first, so that
     /// deferred nodes are checked (CKP-2).
+    #[doc(hidden)]
     pub fn nodes_lost(&self) -> bool {
         self.nodes.is_empty() && self.node_state() == NodeState::Lost
     }
 
     /// Where the nodes are and whether they have been checked: see [`NodeState`].
+    #[doc(hidden)]
     pub fn node_state(&self) -> NodeState {
         match &self.nodes {
             Nodes::Owned(_) => NodeState::Owned,
@@ -512,6 +627,7 @@ impl Surface {
     ///
     /// # Errors
     /// `REPLACE_START_NOT_ON_SURFACE`, `REPLACE_END_NOT_ON_SURFACE`, `REPLACE_REVERSED`.
+    #[doc(hidden)]
     pub fn range(&self, start: u64, end: u64) -> Result<(usize, usize)> {
         let first = self
             .position(start)
@@ -526,6 +642,7 @@ impl Surface {
     }
 
     /// Bytes of heap memory held: nodes, replacement keys, and the history when recorded.
+    #[doc(hidden)]
     pub fn heap_bytes(&self) -> usize {
         let history = self.history.as_ref().map_or(0, |h| {
             h.entries.capacity() * size_of::<ReplaceEntry>()

@@ -7,6 +7,21 @@ use crate::Result;
 use crate::event::{EventSource, SurfaceOp};
 
 /// One derived message: the JSON text of the message object, tagged with its seq.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let (s, _) = store.open_session("s")?;
+/// let message = s.messages()?[0];
+/// assert_eq!(message.seq, 1);
+/// assert!(message.json.starts_with(r#"{"id":"u1","role":"user""#));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Message<'a> {
     /// The surface node the message comes from.
@@ -23,12 +38,12 @@ impl<'a> Message<'a> {
     ///
     /// ```
     /// use serde::Deserialize;
-    /// use surfacelog::session::{kinds, Options, Session, SurfaceIntent};
+    /// use surfacelog::{kinds, Session, SurfaceIntent, StoreOptions};
     ///
     /// #[derive(Deserialize)]
     /// struct Msg<'a> { role: &'a str }
     ///
-    /// let mut session = Session::create("s", None, None, Options::default())?;
+    /// let mut session = Session::in_memory("s", &StoreOptions::new())?;
     /// let data = r#"{"id":"u","role":"user","source":{"kind":"user"},"content":[]}"#;
     /// session.append::<kinds::UserMessage>(data, SurfaceIntent::append())?;
     /// let messages = session.messages()?;

@@ -17,14 +17,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use surfacelog::clock::ManualClock;
-use surfacelog::event::{Event, EventFields};
-use surfacelog::log::{Durability, LogOptions, LogWriter};
-use surfacelog::session::{
+use surfacelog::internals::clock::ManualClock;
+use surfacelog::internals::event::{Event, EventFields};
+use surfacelog::internals::log::{Durability, LogOptions, LogWriter};
+use surfacelog::internals::session::{
     Compaction, NoSurface, Options, Prune, Session, SessionLog, SurfaceIntent, kinds,
 };
-use surfacelog::storage::faulty::{Faults, FaultyStorage};
-use surfacelog::store::StoreOptions;
+use surfacelog::internals::storage::faulty::{Faults, FaultyStorage};
+use surfacelog::internals::store::StoreOptions;
 
 /// A fresh private directory (mode 0700) under the system's temporary directory, removed
 /// with everything in it when dropped, so a test run leaves nothing behind (even when
@@ -77,11 +77,10 @@ pub fn session_options() -> Options {
 /// Store options for deterministic sessions: [`session_options`], [`log_options`] with
 /// `durability` and `segment_bytes`, and a checkpoint every 100 events.
 pub fn store_options(durability: Durability, segment_bytes: u64) -> StoreOptions {
-    StoreOptions {
-        session: session_options(),
-        log: log_options(durability, segment_bytes),
-        checkpoint_every: 100,
-    }
+    StoreOptions::new()
+        .session_options(session_options())
+        .log_options(log_options(durability, segment_bytes))
+        .checkpoint_every(100)
 }
 
 /// The data of a `user/message` whose id and only text block are both `text`.

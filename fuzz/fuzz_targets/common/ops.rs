@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use surfacelog::session::{Compaction, Prune, Session, SessionLog, SurfaceIntent};
+use surfacelog::internals::session::{Compaction, Prune, Session, SessionLog, SurfaceIntent};
 
 /// One operation, decoded from one or two input bytes.
 #[derive(Debug, Clone, Copy)]

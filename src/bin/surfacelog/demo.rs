@@ -5,15 +5,15 @@ use std::io::Write;
 use std::sync::Arc;
 
 use surfacelog::Error;
-use surfacelog::clock::ManualClock;
-use surfacelog::event::SurfaceOp;
-use surfacelog::json::Json;
-use surfacelog::log::{Durability, LogOptions};
-use surfacelog::session::{
-    Boundary, Compaction, NoSurface, Options, Prune, Session, SessionLog, SurfaceIntent, kinds,
+use surfacelog::internals::clock::ManualClock;
+use surfacelog::internals::event::SurfaceOp;
+use surfacelog::internals::json::Json;
+use surfacelog::internals::log::Durability;
+use surfacelog::internals::session::{
+    Boundary, Compaction, NoSurface, Prune, Session, SessionLog, SurfaceIntent, kinds,
 };
-use surfacelog::store::{Store, StoreOptions};
-use surfacelog::surface::Message;
+use surfacelog::internals::store::{Store, StoreOptions};
+use surfacelog::internals::surface::Message;
 
 /// The width a message's JSON is cut to when printed.
 const MESSAGE_COLUMNS: usize = 96;
@@ -24,18 +24,10 @@ const MESSAGE_COLUMNS: usize = 96;
 )]
 pub fn run(store_dir: &std::path::Path, out: &mut impl Write) -> Result<(), Error> {
     let clock = Arc::new(ManualClock::new(1_760_000_000_000));
-    let options = StoreOptions {
-        session: Options {
-            clock: clock.clone(),
-            ..Options::default()
-        },
-        log: LogOptions {
-            durability: Durability::Manual,
-            ..LogOptions::default()
-        },
-        ..StoreOptions::default()
-    };
-    let store = Store::at(store_dir, options)?;
+    let options = StoreOptions::new()
+        .clock(clock.clone())
+        .durability(Durability::Manual);
+    let store = Store::open_or_create(store_dir, options)?;
     // The demo's own sessions of an earlier run are removed; nothing else of the store
     // (its other sessions, its trash) is touched.
     for id in ["demo", "demo-fork", "demo-crash"] {
@@ -168,7 +160,7 @@ fn stored_stages(
         "\n== 9. Reopened from disk: the same surface, folded from the log =="
     )
     .map_err(io_error)?;
-    let (session, opened) = store.open("demo")?;
+    let (session, opened) = store.open_session("demo")?;
     writeln!(
         out,
         "{} events, surface {:?}, torn tail: {}, repair closers: {}",
@@ -217,12 +209,12 @@ fn stored_stages(
     )?;
     crashed.flush()?;
     drop(crashed); // the process dies here
-    let (repaired, opened) = store.open("demo-crash")?;
+    let (repaired, opened) = store.open_session("demo-crash")?;
     writeln!(out, "reopen appended {} closers:", opened.closers).map_err(io_error)?;
     print_events(&repaired, repaired.seq_next() - opened.closers, out)?;
     let (_, again) = {
         drop(repaired);
-        store.open("demo-crash")?
+        store.open_session("demo-crash")?
     };
     writeln!(
         out,
@@ -306,7 +298,7 @@ fn conversation_turn<L: SessionLog>(
 }
 
 fn clock_now(clock: &ManualClock) -> i64 {
-    use surfacelog::clock::Clock;
+    use surfacelog::internals::clock::Clock;
     clock.now_ms()
 }
 

@@ -7,10 +7,10 @@ use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use surfacelog::Result;
-use surfacelog::adapters::jsonl::{self, Compression};
-use surfacelog::event::EventSource;
-use surfacelog::json::push_js_string;
-use surfacelog::store::{Imported, Store, StoreOptions};
+use surfacelog::internals::adapters::jsonl::{self, Compression};
+use surfacelog::internals::event::EventSource;
+use surfacelog::internals::json::push_js_string;
+use surfacelog::internals::store::{Imported, Store, StoreOptions};
 
 /// The interchange formats the command line reads and writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -72,9 +72,8 @@ pub fn import(
     id: Option<&str>,
     strict: bool,
 ) -> Result<()> {
-    let mut options = StoreOptions::default();
-    options.session.strict_vocabulary = strict;
-    let store = Store::at(store, options)?;
+    let options = StoreOptions::new().strict_vocabulary(strict);
+    let store = Store::open_or_create(store, options)?;
     let stdout = &mut std::io::stdout().lock();
     match format {
         Format::DshJsonl | Format::DshJsonlZstd => {
@@ -109,7 +108,7 @@ pub fn export(
     out: &Path,
     committed_prefix: bool,
 ) -> Result<()> {
-    let store = Store::at(store, StoreOptions::default())?;
+    let store = Store::open_or_create(store, StoreOptions::default())?;
     if !committed_prefix {
         store.check_no_writer(id)?;
     }
@@ -135,7 +134,7 @@ pub fn export(
 
 /// `surfacelog show`: the session as one JSON document, or a short listing.
 pub fn show(store: &Path, id: &str, json: bool) -> Result<()> {
-    let store = Store::at(store, StoreOptions::default())?;
+    let store = Store::open_or_create(store, StoreOptions::default())?;
     let session = store.inspect(id)?;
     let header = jsonl::logical_header(session.header());
     let stdout = &mut std::io::stdout().lock();
@@ -198,7 +197,7 @@ fn push_seqs(out: &mut String, seqs: &[u64]) {
 
 /// `SQLite` import through the adapter: each session with whether rows were dropped.
 fn sqlite_import(store: &Store, file: &Path, id: Option<&str>) -> Result<Vec<(Imported, bool)>> {
-    let imported = surfacelog::adapters::sqlite_import::import_sqlite(store, file, id)?;
+    let imported = surfacelog::internals::adapters::sqlite_import::import_sqlite(store, file, id)?;
     Ok(imported
         .into_iter()
         .map(|(session, torn)| (session, torn.is_some()))
@@ -208,11 +207,15 @@ fn sqlite_import(store: &Store, file: &Path, id: Option<&str>) -> Result<Vec<(Im
 /// `SQLite` export through the adapter: the summary fields of the printed line.
 fn sqlite_export(
     out: &Path,
-    session: &surfacelog::session::Session<surfacelog::store::ReadOnlyLog>,
+    session: &surfacelog::internals::session::Session<surfacelog::internals::store::ReadOnlyLog>,
     pack: bool,
 ) -> Result<String> {
-    let report =
-        surfacelog::adapters::sqlite::export_session(out, session.header(), session.log(), pack)?;
+    let report = surfacelog::internals::adapters::sqlite::export_session(
+        out,
+        session.header(),
+        session.log(),
+        pack,
+    )?;
     Ok(format!(
         "\"rows\":{},\"packedRows\":{}",
         report.rows, report.packed_rows

@@ -142,13 +142,13 @@ enum Command {
 
 /// `surfacelog log DIR`: the committed length of a log, read without a lock.
 fn log_info(dir: &std::path::Path, check_writer: bool) -> Result<(), surfacelog::Error> {
-    use surfacelog::event::EventSource;
+    use surfacelog::internals::event::EventSource;
     if check_writer {
-        surfacelog::log::LogWriter::check_lock(dir)?;
+        surfacelog::internals::log::LogWriter::check_lock(dir)?;
     }
-    let reader = surfacelog::log::LogReader::open(dir)?;
+    let reader = surfacelog::internals::log::LogReader::open(dir)?;
     let mut path = String::new();
-    surfacelog::json::push_js_string(&mut path, dir.to_string_lossy().as_bytes());
+    surfacelog::internals::json::push_js_string(&mut path, dir.to_string_lossy().as_bytes());
     println!("{{\"dir\":{path},\"events\":{}}}", reader.seq_next());
     Ok(())
 }
@@ -157,11 +157,15 @@ fn log_info(dir: &std::path::Path, check_writer: bool) -> Result<(), surfacelog:
 /// 4 for I/O.
 fn verify(store: &std::path::Path, ids: &[String], json: bool) -> ExitCode {
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let vocabulary = surfacelog::store::StoreOptions::default()
-        .session
-        .vocabulary;
-    let report =
-        surfacelog::store::verify(store, &vocabulary, (!ids.is_empty()).then_some(&ids[..]));
+    let vocabulary = surfacelog::internals::store::StoreOptions::default()
+        .get_session_options()
+        .vocabulary
+        .clone();
+    let report = surfacelog::internals::store::verify(
+        store,
+        &vocabulary,
+        (!ids.is_empty()).then_some(&ids[..]),
+    );
     match report {
         Ok(report) => {
             if json {
@@ -184,11 +188,14 @@ fn verify(store: &std::path::Path, ids: &[String], json: bool) -> ExitCode {
     }
 }
 
-/// `surfacelog salvage ID`: what [`surfacelog::store::Store::salvage`] kept and set aside.
+/// `surfacelog salvage ID`: what [`surfacelog::internals::store::Store::salvage`] kept and set aside.
 fn salvage(store: &std::path::Path, id: &str, json: bool) -> Result<(), surfacelog::Error> {
     use std::fmt::Write as _;
-    use surfacelog::json::push_js_string;
-    let store = surfacelog::store::Store::at(store, surfacelog::store::StoreOptions::default())?;
+    use surfacelog::internals::json::push_js_string;
+    let store = surfacelog::internals::store::Store::open_or_create(
+        store,
+        surfacelog::internals::store::StoreOptions::default(),
+    )?;
     let report = store.salvage(id)?;
     let log = &report.log;
     let path = |p: &std::path::Path| {
@@ -286,12 +293,14 @@ fn main() -> ExitCode {
             store,
             timeout_ms,
         } => {
-            let waited =
-                surfacelog::store::Store::at(&store, surfacelog::store::StoreOptions::default())
-                    .and_then(|store| store.follow(&id))
-                    .and_then(|mut follower| {
-                        follower.wait_for(seq, std::time::Duration::from_millis(timeout_ms))
-                    });
+            let waited = surfacelog::internals::store::Store::open_or_create(
+                &store,
+                surfacelog::internals::store::StoreOptions::default(),
+            )
+            .and_then(|store| store.follow(&id))
+            .and_then(|mut follower| {
+                follower.wait_for(seq, std::time::Duration::from_millis(timeout_ms))
+            });
             match waited {
                 Ok(true) => Ok(()),
                 Ok(false) => {

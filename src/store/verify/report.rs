@@ -4,6 +4,20 @@
 use std::path::{Path, PathBuf};
 
 /// How serious a [`Problem`] is.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// use surfacelog::Severity;
+/// let report = store.verify(None)?;
+/// assert!(report.problems().all(|(_, p)| p.severity != Severity::Error));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Severity {
     /// Damage, loss or a file that breaks its format: the session is not ok.
@@ -14,6 +28,20 @@ pub enum Severity {
 }
 
 /// One thing found wrong.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// for (session, problem) in store.verify(None)?.problems() {
+///     eprintln!("{session:?} {} at {:?}: {} ({})", problem.file.display(), problem.offset, problem.message, problem.rule);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     /// The file (or directory) it is in.
@@ -29,6 +57,20 @@ pub struct Problem {
 }
 
 /// What the check of one session found.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let report = store.verify(Some(&["s"]))?;
+/// assert_eq!(report.sessions[0].id, "s");
+/// assert!(report.sessions[0].ok());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionReport {
     /// The session's id: the one asked for, or else the one its `header.json` names, or
@@ -40,6 +82,18 @@ pub struct SessionReport {
 
 impl SessionReport {
     /// Whether no problem of [`Severity::Error`] was found.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// assert!(store.verify(None)?.sessions.iter().all(|s| s.ok()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn ok(&self) -> bool {
         self.problems
             .iter()
@@ -48,6 +102,20 @@ impl SessionReport {
 }
 
 /// What [`verify`](super::verify) found.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let report = store.verify(None)?;
+/// assert!(report.ok());
+/// assert_eq!(report.sessions.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifyReport {
     /// The store's directory; files are shown relative to it.
@@ -60,12 +128,36 @@ pub struct VerifyReport {
 
 impl VerifyReport {
     /// Whether no problem of [`Severity::Error`] was found anywhere.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// assert!(store.verify(None)?.ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn ok(&self) -> bool {
         self.store.iter().all(|p| p.severity == Severity::Warning)
             && self.sessions.iter().all(SessionReport::ok)
     }
 
     /// Every problem, as `(session id, problem)`; store problems have no id.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.append::<surfacelog::kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// assert_eq!(store.verify(None)?.problems().count(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn problems(&self) -> impl Iterator<Item = (Option<&str>, &Problem)> {
         self.store.iter().map(|p| (None, p)).chain(
             self.sessions
@@ -75,6 +167,7 @@ impl VerifyReport {
     }
 
     /// `file` relative to the store's directory, for display.
+    #[doc(hidden)]
     pub fn relative<'a>(&self, file: &'a Path) -> &'a Path {
         file.strip_prefix(&self.dir).unwrap_or(file)
     }
@@ -82,6 +175,7 @@ impl VerifyReport {
     /// The report as human-readable lines: `<id>: <file> offset=<n> [RULE] message` per
     /// problem (`warning: ` before the message of a warning; `store` for the store's own
     /// problems), and `<id>: ok` for a session without errors.
+    #[doc(hidden)]
     pub fn lines(&self) -> Vec<String> {
         let line = |who: &str, p: &Problem| {
             let offset = p.offset.map(|o| format!(" offset={o}")).unwrap_or_default();
@@ -110,6 +204,7 @@ impl VerifyReport {
     /// The report as one JSON document: `{"store":[problem…],"sessions":[{"id","ok",
     /// "problems":[problem…]}],"ok"}`, each problem `{"file","offset","rule","severity",
     /// "message"}` (`offset` null when not meaningful, `file` relative to the store).
+    #[doc(hidden)]
     pub fn to_json(&self) -> String {
         let mut out = String::from("{\"store\":");
         self.push_problems(&mut out, &self.store);
