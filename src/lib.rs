@@ -93,7 +93,7 @@ pub use internals::session::{
 pub use internals::store::FollowStream;
 pub use internals::store::checkpoint::Unusable as CheckpointUnusable;
 pub use internals::store::{
-    FollowEvents, Follower, Listing, Opened, Problem, SessionReport, Severity, Store, StoreOptions,
-    StoredSession, VerifyReport,
+    FollowEvents, Follower, Listing, Opened, Problem, SessionReport, Severity, SharedSession,
+    Store, StoreOptions, StoredSession, VerifyReport,
 };
 pub use internals::surface::{Message, Replacement, Surface};

@@ -25,6 +25,7 @@ pub(crate) use map::FileWords;
 pub use quarantine::{LogSalvage, QUARANTINE_SUFFIX, SetAside, salvage};
 pub(crate) use reader::BoundarySegment;
 pub use reader::LogReader;
+pub(crate) use writer::DurableWait;
 pub use writer::LogWriter;
 pub(crate) use writer::{FileLock, take_lock};
 
@@ -46,6 +47,8 @@ pub struct DiskLog {
     /// after a failed one, that much more than there were then (a failing catch-up is not
     /// retried at every append).
     catch_up_at: usize,
+    /// Appends return once written, even in `Sync` ([`DiskLog::set_defer_sync`]).
+    defer_sync: bool,
 }
 
 /// How much appended text [`DiskLog`] lets accumulate before it refreshes its reader:
@@ -92,6 +95,7 @@ impl DiskLog {
                 unwritten: Vec::new(),
                 unwritten_bytes: 0,
                 catch_up_at: CATCH_UP_BYTES,
+                defer_sync: false,
             },
             report,
         ))
@@ -120,7 +124,7 @@ impl DiskLog {
     /// As [`DiskLog::append`].
     pub fn append_owned(&mut self, events: Vec<crate::event::Event>) -> crate::Result<()> {
         self.make_room()?;
-        self.writer.append(&events)?;
+        self.write(&events)?;
         self.unwritten_bytes += events.iter().map(|e| e.text().len()).sum::<usize>();
         self.unwritten.extend(events);
         self.appended();
@@ -133,11 +137,33 @@ impl DiskLog {
     /// As [`DiskLog::append`].
     pub fn append_one(&mut self, event: crate::event::Event) -> crate::Result<()> {
         self.make_room()?;
-        self.writer.append(std::slice::from_ref(&event))?;
+        self.write(std::slice::from_ref(&event))?;
         self.unwritten_bytes += event.text().len();
         self.unwritten.push(event);
         self.appended();
         Ok(())
+    }
+
+    /// Hands `events` to the writer: appended and, unless deferred (DUR-11), durable in
+    /// `Sync`.
+    fn write(&self, events: &[crate::event::Event]) -> crate::Result<u64> {
+        if self.defer_sync {
+            self.writer.append_deferred(events)
+        } else {
+            self.writer.append(events)
+        }
+    }
+
+    /// Whether appends return once written, without waiting for their sync in `Sync`
+    /// durability (DUR-11): the caller then waits with [`DiskLog::durable_wait`] after
+    /// releasing its own lock, so that appenders it serializes share one sync.
+    pub(crate) fn set_defer_sync(&mut self, defer: bool) {
+        self.defer_sync = defer;
+    }
+
+    /// The wait for deferred appends (DUR-11).
+    pub(crate) fn durable_wait(&self) -> DurableWait {
+        self.writer.durable_wait()
     }
 
     /// Before an append (DUR-8): refuses it, with nothing written, when the reader is

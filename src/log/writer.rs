@@ -44,6 +44,29 @@ pub struct LogWriter {
     flusher: Option<Flusher>,
 }
 
+/// Waits until a log's events are durable in `Sync` durability (DUR-11): what a deferred
+/// append ([`LogWriter::append_deferred`]) does after its caller released its own lock.
+#[derive(Debug, Clone)]
+pub(crate) struct DurableWait(Arc<Shared>);
+
+impl DurableWait {
+    /// Waits until events `0..seq_next` are durable, sharing the sync with every appender
+    /// waiting meanwhile (DUR-1). Returns at once unless the log's durability is `Sync`:
+    /// the other modes make no append wait.
+    ///
+    /// # Errors
+    /// `IO` or `POISONED` for a failed sync, with [`Error::outcome`] `FateUnknown`
+    /// (DUR-10).
+    pub(crate) fn wait(&self, seq_next: u64) -> Result<()> {
+        if self.0.options.durability != Durability::Sync {
+            return Ok(());
+        }
+        self.0
+            .wait_durable(seq_next)
+            .map_err(Error::with_fate_unknown)
+    }
+}
+
 #[derive(Debug)]
 struct Shared {
     dir: PathBuf,
@@ -232,6 +255,30 @@ impl LogWriter {
     /// As [`LogWriter::append`].
     pub fn append_with(&self, build: impl FnOnce(u64) -> Vec<Event>) -> Result<u64> {
         self.append_built(build)
+    }
+
+    /// [`LogWriter::append`] that returns once the events are written to the OS, even in
+    /// `Sync` durability: for a caller that holds a lock of its own around the append and
+    /// waits with [`DurableWait::wait`] after releasing it, so that appenders serialized
+    /// by that lock still share one `fdatasync` (DUR-1, DUR-11).
+    ///
+    /// # Errors
+    /// As [`LogWriter::append`], without the sync's.
+    pub(crate) fn append_deferred(&self, events: &[Event]) -> Result<u64> {
+        self.shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        let written = self.write_built(|_| events);
+        self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let seq_next = written?;
+        self.shared
+            .seq_written
+            .fetch_max(seq_next, Ordering::SeqCst);
+        Ok(seq_next)
+    }
+
+    /// The wait of a deferred `Sync` append (DUR-11); it outlives any lock around the
+    /// writer.
+    pub(crate) fn durable_wait(&self) -> DurableWait {
+        DurableWait(Arc::clone(&self.shared))
     }
 
     fn append_built<E: AsRef<[Event]>>(&self, build: impl FnOnce(u64) -> E) -> Result<u64> {

@@ -580,6 +580,11 @@ impl<L: SessionLog> Session<L> {
         &self.log
     }
 
+    /// The log, to change how it appends (DUR-11).
+    pub(crate) fn log_mut(&mut self) -> &mut L {
+        &mut self.log
+    }
+
     /// The surface.
     ///
     /// ```

@@ -10,6 +10,7 @@ mod escape;
 mod follow;
 mod fork;
 mod import;
+mod shared;
 mod stored_log;
 mod verify;
 
@@ -18,6 +19,7 @@ pub use escape::escape_id;
 pub use follow::FollowStream;
 pub use follow::{FollowEvents, Follower, ReadOnlyLog};
 pub use import::{Import, Imported};
+pub use shared::SharedSession;
 pub use stored_log::StoredLog;
 pub use verify::{Problem, SessionReport, Severity, VerifyReport, verify};
 

@@ -34,6 +34,16 @@ pub struct StoredLog {
 }
 
 impl StoredLog {
+    /// Whether appends return once written, their `Sync` wait deferred (DUR-11).
+    pub(crate) fn set_defer_sync(&mut self, defer: bool) {
+        self.log.set_defer_sync(defer);
+    }
+
+    /// The wait for deferred appends (DUR-11).
+    pub(crate) fn durable_wait(&self) -> crate::log::DurableWait {
+        self.log.durable_wait()
+    }
+
     /// Wraps `log`, whose first `from` events `repair` has observed; its checkpoint is
     /// written to `checkpoint_path` through `storage`.
     ///

@@ -1,0 +1,127 @@
+//! A stored session shared by threads (`SharedSession`, `log-format.md` DUR-11): durable
+//! appends from many threads share syncs (group commit), every acknowledged event is on
+//! disk, and a failed sync reaches every append that waited for it.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+
+use surfacelog::internals::storage::faulty::FaultyStorage;
+use surfacelog::{Durability, NoSurface, Outcome, SharedSession, Store, StoreOptions, kinds};
+
+const THREADS: usize = 8;
+const PER_THREAD: usize = 40;
+
+fn chunk(thread: usize, i: usize) -> String {
+    format!(
+        r#"{{"turn":1,"step":1,"chunk":{{"type":"text-delta","index":{i},"text":"t{thread}"}}}}"#
+    )
+}
+
+/// Appends `PER_THREAD` chunks from each of `THREADS` threads at once; returns every
+/// acknowledged (seq, data).
+fn append_from_threads(shared: &SharedSession) -> Vec<(u64, String)> {
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let shared = shared.clone();
+            let barrier = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                barrier.wait();
+                (0..PER_THREAD)
+                    .map(|i| {
+                        let data = chunk(t, i);
+                        let seq = shared
+                            .append::<kinds::AssistantChunk>(&data, NoSurface)
+                            .expect("a durable append");
+                        (seq, data)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    threads
+        .into_iter()
+        .flat_map(|t| t.join().expect("an appending thread"))
+        .collect()
+}
+
+#[test]
+fn durable_appends_from_many_threads_share_syncs_and_all_survive() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let options = StoreOptions::new()
+        .durability(Durability::Sync)
+        .storage(Arc::new(storage));
+    let store = Store::open_or_create(dir.path(), options.clone()).unwrap();
+    let shared = SharedSession::new(store.create("s", None, None).unwrap());
+    let before = faults.syncs();
+    let acknowledged = append_from_threads(&shared);
+    let syncs = faults.syncs() - before;
+    let appends = (THREADS * PER_THREAD) as u64;
+    // Without the deferred wait each append would sync under the session's lock: one
+    // sync per append. Shared, a sync covers the appends queued behind it.
+    assert!(
+        syncs < appends * 3 / 4,
+        "{syncs} syncs for {appends} concurrent Sync appends: no group commit"
+    );
+    eprintln!("{appends} durable appends from {THREADS} threads: {syncs} syncs");
+    let mut seqs: Vec<u64> = acknowledged.iter().map(|(seq, _)| *seq).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..appends).collect::<Vec<_>>(), "every seq once");
+
+    // Every acknowledged event is on disk, byte for byte, after a crash (the session
+    // dropped without close: nothing flushed it since).
+    drop(shared);
+    drop(store);
+    let store = Store::open(dir.path(), options).unwrap();
+    let reader = store.inspect("s").unwrap();
+    for (seq, data) in &acknowledged {
+        assert_eq!(reader.event(*seq).unwrap().unwrap().data(), data);
+    }
+}
+
+#[test]
+fn a_failed_shared_sync_reaches_its_waiters_and_poisons_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let options = StoreOptions::new()
+        .durability(Durability::Sync)
+        .storage(Arc::new(storage));
+    let store = Store::open_or_create(dir.path(), options).unwrap();
+    let shared = SharedSession::new(store.create("s", None, None).unwrap());
+    shared
+        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+        .unwrap();
+    faults.fail_sync(1);
+    let error = shared
+        .append::<kinds::AssistantChunk>(&chunk(0, 0), NoSurface)
+        .unwrap_err();
+    assert_eq!(error.outcome(), Outcome::FateUnknown, "{error}");
+    let after = shared
+        .append::<kinds::AssistantChunk>(&chunk(0, 1), NoSurface)
+        .unwrap_err();
+    assert_eq!(after.code(), "POISONED");
+    assert_eq!(after.outcome(), Outcome::Poisoned);
+}
+
+#[test]
+fn in_other_modes_a_shared_append_waits_for_no_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let options = StoreOptions::new()
+        .durability(Durability::Manual)
+        .storage(Arc::new(storage));
+    let store = Store::open_or_create(dir.path(), options).unwrap();
+    let shared = SharedSession::new(store.create("s", None, None).unwrap());
+    let before = faults.syncs();
+    append_from_threads(&shared);
+    assert_eq!(faults.syncs(), before, "Manual: durable at flush only");
+    let session = shared.into_inner().expect("the last handle");
+    assert_eq!(session.seq_next(), (THREADS * PER_THREAD) as u64);
+    session.close().unwrap();
+    assert!(faults.syncs() > before);
+}
