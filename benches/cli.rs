@@ -124,7 +124,7 @@ fn bench_tail_follow(c: &mut Criterion, dir: &Path) {
     print_percentiles(&mut latencies);
     let idle = follow.idle_cpu(Duration::from_secs(2));
     eprintln!("tail-f/idle: the follower used {idle:?} of CPU over 2 s with no appends");
-    follow.stop();
+    drop(follow);
     assert!(
         idle < IDLE_CPU_MAX,
         "tail -f used {idle:?} of CPU over 2 s idle (at most {IDLE_CPU_MAX:?}): it polls"
@@ -258,10 +258,15 @@ impl Follow {
         );
         after.saturating_sub(before)
     }
+}
 
-    fn stop(&mut self) {
-        self.child.kill().expect("ends the tail -f child");
-        self.child.wait().expect("reaps the tail -f child");
+impl Drop for Follow {
+    /// Ends the child (also when a check panics), before the session and store go.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
