@@ -28,6 +28,8 @@
 //! a failing command cannot pass for a fast one. The scratch stores live under `/dev/shm`
 //! when it exists (building 10,000 sessions syncs at each create), else under the
 //! temporary directory; the location is printed, and everything is removed at the end.
+//! On `/dev/shm` (tmpfs) every read is from memory and a sync costs next to nothing, so
+//! the figures are the CLI's own work with a warm cache, not a disk's latency.
 //!
 //! `cargo bench --bench cli` (about 2–3 minutes, most of it building the stores).
 
