@@ -65,12 +65,17 @@ fn import_id(file: &Path, store: &Path) -> String {
         .into_owned()
 }
 
-/// Runs a command that must be refused with `code` (exit 3, nothing on stdout); returns
-/// its stderr.
+/// Runs a command that must be refused with `code` (exit 5 for a session or store not
+/// found, 4 for I/O, else 3; nothing on stdout); returns its stderr.
 fn refused(args: &[&str], code: &str) -> String {
     let out = run(args);
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{args:?}: {stderr}");
+    let status = match code {
+        "SESSION_NOT_FOUND" | "STORE_NOT_FOUND" => 5,
+        "IO" => 4,
+        _ => 3,
+    };
+    assert_eq!(out.status.code(), Some(status), "{args:?}: {stderr}");
     assert!(stderr.starts_with(&format!("error[{code}]: ")), "{stderr}");
     assert!(out.stdout.is_empty());
     stderr

@@ -389,7 +389,7 @@ fn demo_a_flipped_byte_in_the_last_record_is_corrupt_and_salvage_sets_it_aside()
     );
     let stdout = String::from_utf8(output.stdout).unwrap();
     assert!(
-        stdout.contains(&format!("\"first_lost_seq\":{}", n - 1)),
+        stdout.contains(&format!("\"firstLostSeq\":{}", n - 1)),
         "{stdout}"
     );
     assert!(stdout.contains(&format!("\"kept\":{}", n - 1)), "{stdout}");

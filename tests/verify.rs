@@ -172,11 +172,12 @@ fn a_clean_store_checks_out_and_nothing_is_changed() {
 fn refused_input_and_a_missing_store() {
     let fixture = fixture("refused", 3, false);
     let output = surfacelog(&["verify", "--store", fixture.dir.to_str().unwrap(), "nope"]);
-    assert_eq!(output.status.code(), Some(3));
+    assert_eq!(output.status.code(), Some(5), "not found");
     assert!(String::from_utf8_lossy(&output.stderr).contains("SESSION_NOT_FOUND"));
     let missing = fixture.dir.join("no-such-store");
     let output = surfacelog(&["verify", "--store", missing.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(4));
+    assert_eq!(output.status.code(), Some(5), "not found");
+    assert!(String::from_utf8_lossy(&output.stderr).starts_with("error[STORE_NOT_FOUND]: "));
     assert!(!missing.exists(), "verify never creates a store");
 }
 

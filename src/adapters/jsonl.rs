@@ -1008,38 +1008,80 @@ pub fn export_file(
     pack: bool,
     compression: Compression,
 ) -> Result<Exported> {
-    publish_file(path, |file| {
+    export_file_to(path, Publish::New, header, events, pack, compression)
+}
+
+/// [`export_file`], replacing an existing file when `publish` is [`Publish::Replace`].
+///
+/// # Errors
+/// As [`publish_with`] and [`write_jsonl`].
+pub fn export_file_to(
+    path: &Path,
+    publish: Publish,
+    header: &Header,
+    events: &dyn EventSource,
+    pack: bool,
+    compression: Compression,
+) -> Result<Exported> {
+    publish_with(path, publish, |file| {
         write_jsonl(header, events, pack, compression, file, path)
     })
 }
 
-/// Writes a new file at `path` through a temporary file in the same directory that is
-/// synced and renamed into place, then syncs the directory: readers see the whole file or
-/// nothing. Refuses (`UNSAFE_PATH`) a target that exists, and a directory that other users
-/// may write to; creates the file with mode 0600.
+/// Whether a published file may take the place of an existing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publish {
+    /// Never: an existing target is refused (`UNSAFE_PATH`), also one that appears
+    /// while the file is written (the rename does not replace).
+    New,
+    /// Atomically: readers see the old file or the new one, never a mix.
+    Replace,
+}
+
+/// [`publish_with`] of a new file ([`Publish::New`]).
 ///
 /// # Errors
-/// `UNSAFE_PATH`, `IO`, or `write`'s own error; no file is left behind on any of them.
+/// As [`publish_with`].
 pub fn publish_file<T>(path: &Path, write: impl FnOnce(&mut File) -> Result<T>) -> Result<T> {
+    publish_with(path, Publish::New, write)
+}
+
+/// Writes a file at `path` through a temporary file in the same directory that is synced
+/// and renamed into place, then syncs the directory: readers see the whole file or
+/// nothing. A directory that other users may write to is accepted only with the sticky
+/// bit (as `/tmp`), where no other user can rename or remove this process's files.
+/// Creates the file with mode 0600.
+///
+/// # Errors
+/// `UNSAFE_PATH` for a target that exists (with [`Publish::New`]) or a directory other
+/// users may write to without the sticky bit, `IO`, or `write`'s own error; no file is
+/// left behind on any of them.
+pub fn publish_with<T>(
+    path: &Path,
+    publish: Publish,
+    write: impl FnOnce(&mut File) -> Result<T>,
+) -> Result<T> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
         _ => PathBuf::from("."),
     };
     let dir_meta = std::fs::metadata(&dir).map_err(|e| Error::io("stat", &dir, &e))?;
-    if dir_meta.mode() & 0o022 != 0 {
+    if dir_meta.mode() & 0o022 != 0 && dir_meta.mode() & 0o1000 == 0 {
         return Err(ErrorKind::UnsafePath {
             path: dir,
-            reason: "the target directory is writable by other users",
+            reason: "the target directory is writable by other users and not sticky",
         }
         .into());
     }
-    if std::fs::symlink_metadata(path).is_ok() {
-        return Err(ErrorKind::UnsafePath {
+    let exists = || {
+        Error::from(ErrorKind::UnsafePath {
             path: path.to_owned(),
-            reason: "the target already exists (exports never overwrite)",
-        }
-        .into());
+            reason: "the target already exists (exports never overwrite without --force)",
+        })
+    };
+    if publish == Publish::New && std::fs::symlink_metadata(path).is_ok() {
+        return Err(exists());
     }
     let name = path
         .file_name()
@@ -1048,19 +1090,23 @@ pub fn publish_file<T>(path: &Path, write: impl FnOnce(&mut File) -> Result<T>) 
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .custom_flags(i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0))
         .mode(0o600)
         .open(&tmp)
         .map_err(|e| Error::io("create", &tmp, &e))?;
     let done = write(&mut file).and_then(|value| {
         file.sync_all().map_err(|e| Error::io("fsync", &tmp, &e))?;
-        if std::fs::symlink_metadata(path).is_ok() {
-            return Err(ErrorKind::UnsafePath {
-                path: path.to_owned(),
-                reason: "the target already exists (exports never overwrite)",
+        let flags = match publish {
+            Publish::New => rustix::fs::RenameFlags::NOREPLACE,
+            Publish::Replace => rustix::fs::RenameFlags::empty(),
+        };
+        match rustix::fs::renameat_with(rustix::fs::CWD, &tmp, rustix::fs::CWD, path, flags) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::EXIST) => return Err(exists()),
+            Err(errno) => {
+                return Err(Error::io("rename", path, &std::io::Error::from(errno)));
             }
-            .into());
         }
-        std::fs::rename(&tmp, path).map_err(|e| Error::io("rename", path, &e))?;
         File::open(&dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| Error::io("fsync", &dir, &e))?;

@@ -263,6 +263,11 @@ impl Unverified {
         self.parts.seq_next
     }
 
+    /// The number of surface nodes, which its `crc` vouches for.
+    pub(crate) fn node_count(&self) -> u64 {
+        self.parts.node_count as u64
+    }
+
     /// The segment chain recorded for the log directory `log_dir`, when it is that
     /// directory's (CKP-8: the same device and inode numbers and birth time).
     pub(crate) fn chain_of(&self, log_dir: &Path) -> Option<&[KnownSegment]> {

@@ -1120,6 +1120,160 @@ impl Store {
         Ok(())
     }
 
+    /// Internals (for `surfacelog ls`): session `id`'s checkpoint header (its CRC
+    /// checked, no node and no log read) and its size on disk. Unstable.
+    ///
+    /// # Errors
+    /// `SESSION_NOT_FOUND`, `CORRUPT` for its header, `IO` walking its directory.
+    #[doc(hidden)]
+    pub fn summarize(&self, id: &str) -> Result<Summary> {
+        use std::os::unix::fs::MetadataExt;
+        let dir = self.session_dir(id);
+        let storage = &*self.options.log.storage;
+        Self::read_header(storage, id, &dir)?;
+        let (events, surface) = match checkpoint::Checkpoint::read(storage, &dir) {
+            Ok(cp) => (Some(cp.seq_next()), Some(cp.node_count())),
+            Err(_) => (None, None),
+        };
+        let (mut bytes, mut apparent_bytes, mut segments) = (0, 0, 0);
+        let mut stack = vec![dir];
+        while let Some(path) = stack.pop() {
+            let entries = std::fs::read_dir(&path).map_err(|e| Error::io("list", &path, &e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| Error::io("list", &path, &e))?;
+                // Not followed (STORE-1): a link is counted as itself.
+                let meta = entry
+                    .metadata()
+                    .map_err(|e| Error::io("stat", entry.path(), &e))?;
+                bytes += meta.blocks() * 512;
+                if meta.is_dir() {
+                    stack.push(entry.path());
+                } else {
+                    apparent_bytes += meta.len();
+                    let name = entry.file_name();
+                    if crate::log::segment::parse_segment_name(&name.to_string_lossy()).is_some() {
+                        segments += 1;
+                    }
+                }
+            }
+        }
+        Ok(Summary {
+            events,
+            surface,
+            bytes,
+            apparent_bytes,
+            segments,
+        })
+    }
+
+    /// Removes the sessions trashed more than `age` ago (by the time in their trash name,
+    /// STORE-9), then syncs `trash/`. Returns how many were removed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// store.create("s", None, None)?.close()?;
+    /// store.delete("s")?;
+    /// assert_eq!(store.purge_older_than(Duration::from_secs(3600))?, 0); // trashed just now
+    /// assert_eq!(store.purge_older_than(Duration::ZERO)?, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `IO`.
+    pub fn purge_older_than(&self, age: std::time::Duration) -> Result<u64> {
+        let trash = self.dir.join("trash");
+        refuse_symlink(&trash)?;
+        let storage = &self.options.log.storage;
+        let names = storage
+            .list_dir(&trash)
+            .map_err(|e| Error::io("list", &trash, &e))?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let mut removed = 0;
+        for name in &names {
+            let Some((_, trashed_at)) = trash_name_parts(name) else {
+                continue;
+            };
+            if now.saturating_sub(trashed_at) < age.as_nanos() {
+                continue;
+            }
+            let path = trash.join(name);
+            storage
+                .remove_dir_all(&path)
+                .map_err(|e| Error::io("remove", &path, &e))?;
+            removed += 1;
+        }
+        if removed > 0 {
+            storage
+                .sync_dir(&trash)
+                .map_err(|e| Error::io("fsync", &trash, &e))?;
+        }
+        Ok(removed)
+    }
+
+    /// Moves the most recently trashed copy of session `id` back from the trash
+    /// (`store.md` STORE-24), then syncs `trash/` and `sessions/`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// store.create("s", None, None)?.close()?;
+    /// store.delete("s")?;
+    /// store.restore("s")?;
+    /// assert!(store.open_session("s").is_ok());
+    /// assert_eq!(store.restore("s").unwrap_err().code(), "SESSION_EXISTS");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `INVALID_ID` for the empty id, `SESSION_NOT_FOUND` when the trash holds no copy of
+    /// it, `SESSION_EXISTS` when a session `id` exists, `IO`.
+    pub fn restore(&self, id: &str) -> Result<()> {
+        check_id(id)?;
+        self.refuse_store_links()?;
+        let storage = &*self.options.log.storage;
+        let to = self.session_dir(id);
+        let taken = || std::fs::symlink_metadata(&to).is_ok();
+        if taken() {
+            return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
+        }
+        let trash = self.dir.join("trash");
+        let name = escape_id(id);
+        let names = storage
+            .list_dir(&trash)
+            .map_err(|e| Error::io("list", &trash, &e))?;
+        let mut copies: Vec<(u128, &String)> = names
+            .iter()
+            .filter_map(|n| match trash_name_parts(n) {
+                Some((escaped, at)) if escaped == name => Some((at, n)),
+                _ => None,
+            })
+            .collect();
+        copies.sort_unstable_by(|a, b| b.cmp(a));
+        // STORE-4: a shortened name may be another id's; the header tells.
+        let Some(from) = copies.iter().map(|(_, n)| trash.join(n)).find(|dir| {
+            read_header_file(storage, dir, &name).is_ok_and(|header| header.id() == id)
+        }) else {
+            return Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into());
+        };
+        if let Err(error) = storage.rename(&from, &to) {
+            if taken() {
+                return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
+            }
+            return Err(Error::io("rename", &from, &error));
+        }
+        let sessions = self.dir.join("sessions");
+        for dir in [&sessions, &trash] {
+            storage
+                .sync_dir(dir)
+                .map_err(|e| Error::io("fsync", dir, &e))?;
+        }
+        Ok(())
+    }
+
     /// STORE-6: `write` fills a directory under `tmp/`, which is then renamed to the
     /// session's directory; on any failure nothing is left behind.
     fn publish(&self, id: &str, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
@@ -1269,6 +1423,34 @@ impl Store {
 
 /// STORE-3: refuses an id no directory can hold (`INVALID_ID`): the empty id, whose
 /// escape is the empty name, `sessions/` itself.
+/// What [`Store::summarize`] reads of a session without reading its log (for `ls`).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    /// The events its checkpoint covers (CKP-1, its CRC checked): exact for a closed
+    /// session, behind a live writer by at most `checkpoint_every`; `None` without a
+    /// usable checkpoint.
+    pub events: Option<u64>,
+    /// The surface's node count as of that checkpoint.
+    pub surface: Option<u64>,
+    /// The blocks on disk of every file of the session directory, in bytes.
+    pub bytes: u64,
+    /// The sum of those files' lengths.
+    pub apparent_bytes: u64,
+    /// The segment files of its log (LOG-1 names).
+    pub segments: u64,
+}
+
+/// A trash entry's name, `escape(id)-<nanoseconds since the Unix epoch>` (STORE-9): the
+/// escaped id and the time it was trashed.
+fn trash_name_parts(name: &str) -> Option<(&str, u128)> {
+    let (escaped, at) = name.rsplit_once('-')?;
+    if at.is_empty() || !at.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((escaped, at.parse().ok()?))
+}
+
 pub(crate) fn check_id(id: &str) -> Result<()> {
     if id.is_empty() {
         return Err(ErrorKind::InvalidId {

@@ -276,6 +276,7 @@ pub fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
 pub fn surfacelog(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_surfacelog"))
         .args(args)
+        .env_remove("SURFACELOG_STORE")
         .output()
         .expect("the binary runs")
 }

@@ -1,16 +1,18 @@
-//! `surfacelog import`, `export` and `show`: moving sessions between the store and the
-//! DSH interchange formats (`dsh-formats.md`), and looking at one.
+//! `surfacelog import` and `export`: moving sessions between the store and the DSH
+//! interchange formats (`dsh-formats.md`).
 
-use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use surfacelog::Result;
+use serde::Serialize;
 use surfacelog::internals::adapters::jsonl::{self, Compression};
 use surfacelog::internals::event::EventSource;
-use surfacelog::internals::json::push_js_string;
-use surfacelog::internals::store::{Imported, Store, StoreOptions};
+use surfacelog::internals::store::Imported;
+use surfacelog::{ErrorKind, Result, Store, StoreOptions};
+
+use crate::Ctx;
+use crate::out;
 
 /// The interchange formats the command line reads and writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -52,29 +54,75 @@ fn progress_bar(total: u64, what: &str) -> ProgressBar {
     bar
 }
 
-fn print_imported(out: &mut impl Write, imported: &Imported, torn: bool) {
-    let mut id = String::new();
-    push_js_string(&mut id, imported.id.as_bytes());
+/// `import --format`: a format, or `auto` to detect it from the file's first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FormatArg {
+    /// Zstandard's frame magic (`28 B5 2F FD`) is `dsh-jsonl-zstd`, `SQLite format 3\0`
+    /// is `dsh-sqlite`, anything else `dsh-jsonl`.
+    Auto,
+    /// Raw DSH JSONL.
+    DshJsonl,
+    /// DSH JSONL in Zstandard frames.
+    DshJsonlZstd,
+    /// A DSH `SQLite` database, schema 17.
+    DshSqlite,
+}
+
+impl FormatArg {
+    /// The format of `file`: as given, or detected from its first 16 bytes.
+    fn resolve(self, file: &Path) -> Result<Format> {
+        use std::io::Read;
+        Ok(match self {
+            FormatArg::DshJsonl => Format::DshJsonl,
+            FormatArg::DshJsonlZstd => Format::DshJsonlZstd,
+            FormatArg::DshSqlite => Format::DshSqlite,
+            FormatArg::Auto => {
+                let mut head = Vec::with_capacity(16);
+                std::fs::File::open(file)
+                    .and_then(|f| f.take(16).read_to_end(&mut head))
+                    .map_err(|e| surfacelog::Error::io("read", file, &e))?;
+                if head.starts_with(&[0x28, 0xB5, 0x2F, 0xFD]) {
+                    Format::DshJsonlZstd
+                } else if head.starts_with(b"SQLite format 3\0") {
+                    Format::DshSqlite
+                } else {
+                    Format::DshJsonl
+                }
+            }
+        })
+    }
+}
+
+/// One line of `import`'s output.
+#[derive(Serialize)]
+struct ImportedLine<'a> {
+    id: &'a str,
+    events: u64,
+    repaired: bool,
+    closers: usize,
+}
+
+fn print_imported(imported: &Imported, torn: bool) -> Result<()> {
     let closers = imported.closers.len();
-    let repaired = torn || closers > 0;
-    let _ = writeln!(
-        out,
-        "{{\"id\":{id},\"events\":{},\"repaired\":{repaired},\"closers\":{closers}}}",
-        imported.events
-    );
+    out::json(&ImportedLine {
+        id: &imported.id,
+        events: imported.events,
+        repaired: torn || closers > 0,
+        closers,
+    })
 }
 
 /// `surfacelog import`: one JSON line per imported session.
 pub fn import(
-    store: &Path,
-    format: Format,
+    ctx: &Ctx,
+    format: FormatArg,
     file: &Path,
     id: Option<&str>,
     strict: bool,
 ) -> Result<()> {
+    let format = format.resolve(file)?;
     let options = StoreOptions::new().strict_vocabulary(strict);
-    let store = Store::open_or_create(store, options)?;
-    let stdout = &mut std::io::stdout().lock();
+    let store = Store::open_or_create(&ctx.store, options)?;
     match format {
         Format::DshJsonl | Format::DshJsonlZstd => {
             let compression = format.compression();
@@ -85,114 +133,124 @@ pub fn import(
             });
             bar.finish_and_clear();
             let (imported, scan) = outcome?;
-            print_imported(stdout, &imported, scan.torn.is_some());
+            print_imported(&imported, scan.torn.is_some())?;
         }
         Format::DshSqlite => {
             for (imported, torn) in sqlite_import(&store, file, id)? {
-                print_imported(stdout, &imported, torn);
+                print_imported(&imported, torn)?;
             }
         }
     }
     Ok(())
 }
 
-/// `surfacelog export`: writes session `id` to `out`, published atomically: exactly the
-/// stored events (no closers are invented for an interrupted turn: the reference's
-/// loader repairs on load). A session whose writer is live is refused with `LOCKED`
-/// unless `committed_prefix`.
-pub fn export(
-    store: &Path,
-    id: &str,
-    format: Format,
-    pack: bool,
-    out: &Path,
-    committed_prefix: bool,
-) -> Result<()> {
-    let store = Store::open_or_create(store, StoreOptions::default())?;
-    if !committed_prefix {
+/// `export`'s options.
+pub struct ExportOptions<'a> {
+    /// Pack delta runs into rows.
+    pub pack: bool,
+    /// The target, `-` for stdout.
+    pub out: &'a Path,
+    /// Replace an existing file.
+    pub force: bool,
+    /// Export a live session's committed prefix.
+    pub committed_prefix: bool,
+}
+
+/// `export`'s summary: `{"id","events",...}` with the format's own counts.
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ExportedLine<'a> {
+    id: &'a str,
+    events: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    records: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rows: Option<u64>,
+    packed_rows: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text_bytes: Option<u64>,
+}
+
+/// `surfacelog export`: writes session `id` to a file published atomically, or to
+/// stdout: exactly the stored events (no closers are invented for an interrupted turn:
+/// the reference's loader repairs on load). A session whose writer is live is refused
+/// with `LOCKED` unless `committed_prefix`.
+pub fn export(ctx: &Ctx, id: &str, format: Format, options: &ExportOptions<'_>) -> Result<()> {
+    let store = ctx.open()?;
+    if !options.committed_prefix {
         store.check_no_writer(id)?;
     }
     let session = store.inspect(id)?;
     let events = session.log().seq_next();
-    let summary = match format {
+    let to_stdout = options.out == Path::new("-");
+    let mut line = ExportedLine {
+        id,
+        events,
+        ..ExportedLine::default()
+    };
+    match format {
         Format::DshJsonl | Format::DshJsonlZstd => {
             let compression = format.compression();
-            let exported =
-                jsonl::export_file(out, session.header(), session.log(), pack, compression)?;
-            format!(
-                "\"records\":{},\"packedRows\":{},\"textBytes\":{}",
-                exported.records, exported.packed_rows, exported.text_bytes
-            )
+            let exported = if to_stdout {
+                let mut stdout = std::io::stdout().lock();
+                let exported = jsonl::write_jsonl(
+                    session.header(),
+                    session.log(),
+                    options.pack,
+                    compression,
+                    &mut stdout,
+                    Path::new("-"),
+                )?;
+                stdout
+                    .flush()
+                    .map_err(|e| surfacelog::Error::io("write", "stdout", &e))?;
+                exported
+            } else {
+                let publish = if options.force {
+                    jsonl::Publish::Replace
+                } else {
+                    jsonl::Publish::New
+                };
+                jsonl::export_file_to(
+                    options.out,
+                    publish,
+                    session.header(),
+                    session.log(),
+                    options.pack,
+                    compression,
+                )?
+            };
+            line.records = Some(exported.records);
+            line.packed_rows = exported.packed_rows;
+            line.text_bytes = Some(exported.text_bytes);
         }
-        Format::DshSqlite => sqlite_export(out, &session, pack)?,
-    };
-    let mut quoted = String::new();
-    push_js_string(&mut quoted, id.as_bytes());
-    println!("{{\"id\":{quoted},\"events\":{events},{summary}}}");
+        Format::DshSqlite => {
+            if to_stdout {
+                return Err(ErrorKind::UnsafePath {
+                    path: options.out.to_owned(),
+                    reason: "a SQLite database cannot be written to stdout",
+                }
+                .into());
+            }
+            let report = surfacelog::internals::adapters::sqlite::export_session(
+                options.out,
+                session.header(),
+                session.log(),
+                options.pack,
+            )?;
+            line.rows = Some(report.rows);
+            line.packed_rows = report.packed_rows;
+        }
+    }
+    let text = serde_json::to_string(&line)
+        .map_err(|e| surfacelog::Error::io("write", "stdout", &std::io::Error::from(e)))?;
+    // With the data on stdout, the summary goes to stderr.
+    if to_stdout {
+        eprintln!("{text}");
+    } else {
+        println!("{text}");
+    }
     Ok(())
-}
-
-/// `surfacelog show`: the session as one JSON document, or a short listing.
-pub fn show(store: &Path, id: &str, json: bool) -> Result<()> {
-    let store = Store::open_or_create(store, StoreOptions::default())?;
-    let session = store.inspect(id)?;
-    let header = jsonl::logical_header(session.header());
-    let stdout = &mut std::io::stdout().lock();
-    if !json {
-        let _ = writeln!(stdout, "header   {header}");
-        let _ = writeln!(stdout, "events   {}", session.log().seq_next());
-        let _ = writeln!(stdout, "surface  {:?}", session.surface().nodes());
-        for message in session.messages()? {
-            let text: String = message.json.chars().take(100).collect();
-            let _ = writeln!(stdout, "  {:>6}  {text}", message.seq);
-        }
-        return Ok(());
-    }
-    let mut out = String::with_capacity(1 << 16);
-    out.push_str("{\"header\":");
-    out.push_str(&header);
-    let _ = write!(out, ",\"events\":{}", session.log().seq_next());
-    out.push_str(",\"surface\":");
-    push_seqs(&mut out, session.surface().nodes());
-    out.push_str(",\"messages\":[");
-    for (i, message) in session.messages()?.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(
-            out,
-            "{{\"seq\":{},\"message\":{}}}",
-            message.seq, message.json
-        );
-    }
-    out.push_str("],\"replacements\":[");
-    let history = session.replacements()?;
-    for (i, r) in history.replacements().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(
-            out,
-            "{{\"seq\":{},\"start\":{},\"end\":{},\"shadowed\":",
-            r.seq, r.start, r.end
-        );
-        push_seqs(&mut out, r.shadowed);
-        out.push('}');
-    }
-    out.push_str("]}");
-    let _ = writeln!(stdout, "{out}");
-    Ok(())
-}
-
-fn push_seqs(out: &mut String, seqs: &[u64]) {
-    out.push('[');
-    for (i, seq) in seqs.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&seq.to_string());
-    }
-    out.push(']');
 }
 
 /// `SQLite` import through the adapter: each session with whether rows were dropped.
@@ -202,22 +260,4 @@ fn sqlite_import(store: &Store, file: &Path, id: Option<&str>) -> Result<Vec<(Im
         .into_iter()
         .map(|(session, torn)| (session, torn.is_some()))
         .collect())
-}
-
-/// `SQLite` export through the adapter: the summary fields of the printed line.
-fn sqlite_export(
-    out: &Path,
-    session: &surfacelog::internals::session::Session<surfacelog::internals::store::ReadOnlyLog>,
-    pack: bool,
-) -> Result<String> {
-    let report = surfacelog::internals::adapters::sqlite::export_session(
-        out,
-        session.header(),
-        session.log(),
-        pack,
-    )?;
-    Ok(format!(
-        "\"rows\":{},\"packedRows\":{}",
-        report.rows, report.packed_rows
-    ))
 }

@@ -1,57 +1,161 @@
-//! The `surfacelog` command line. It uses only the crate's public API.
+//! The `surfacelog` command line, for people and scripts.
 //!
-//! Errors print as `error[CODE]: message` on stderr and exit with status 3.
+//! Conventions (README "Command line"): `--store DIR` is global (else `SURFACELOG_STORE`,
+//! else `./surfacelog-data`); commands that only read never create anything; human output
+//! by default, `--json` on every command; errors on stderr as `error[CODE]: message`;
+//! exit codes 0 ok, 1 a check failed, 2 usage, 3 refused input, 4 I/O or timeout, 5 not
+//! found.
+
+#![allow(
+    clippy::items_after_statements,
+    reason = "each JSON document's serde type is declared beside its only use"
+)]
 
 mod demo;
 mod interop;
+mod out;
+mod read;
+mod sessions;
+mod write;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
-/// surfacelog: the storage engine for LLM agent sessions (demo, DSH import and export,
-/// inspection).
+/// surfacelog: the storage engine for LLM agent sessions. List, read, follow, write,
+/// fork, delete, inspect, import and export the sessions of a store.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version, about, propagate_version = true, after_help = EXAMPLES_MAIN)]
 struct Cli {
+    /// The store directory.
+    #[arg(
+        long,
+        global = true,
+        env = "SURFACELOG_STORE",
+        default_value = "./surfacelog-data",
+        value_name = "DIR"
+    )]
+    store: PathBuf,
+    /// Machine-readable output: one JSON document, or JSON lines for streams (schemas in
+    /// the README).
+    #[arg(long, global = true)]
+    json: bool,
+    /// When to colour human output (`auto`: on a terminal, unless `NO_COLOR` is set).
+    #[arg(long, global = true, value_enum, default_value_t = out::ColorWhen::Auto)]
+    color: out::ColorWhen,
     #[command(subcommand)]
     command: Command,
 }
 
+const EXAMPLES_MAIN: &str = "Examples:
+  surfacelog demo
+  surfacelog --store ./data ls
+  surfacelog show s1 --messages
+  surfacelog tail s1 -f --json";
+
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a session in the store and print what the engine derives: appends, a nested
-    /// compaction, a tool-output prune, the messages, the transcript, an as-of view, a
-    /// reopen, a fork and a crash repair.
-    Demo {
-        /// The store directory.
-        #[arg(long, default_value = "./surfacelog-data")]
-        store: std::path::PathBuf,
+    /// Run the demo session in the store (created when missing) and print each stage:
+    /// appends, a nested compaction, a tool-output prune, the views, a reopen, a fork and
+    /// a crash repair. The demo's own sessions are replaced on each run.
+    #[command(after_help = "Examples:\n  surfacelog demo\n  surfacelog --store /tmp/s demo")]
+    Demo,
+    /// List the sessions: id, created, events, surface length, size on disk, parent. Reads
+    /// each session's header and checkpoint only, never its log.
+    #[command(after_help = "Examples:\n  surfacelog ls\n  surfacelog ls --sort size --json")]
+    Ls {
+        /// The order of the rows.
+        #[arg(long, value_enum, default_value_t = sessions::SortBy::Id)]
+        sort: sessions::SortBy,
     },
-    /// Follow a stored session until event SEQ is committed (exit 0), or the timeout
-    /// passes (exit 4). Takes no lock: the writer may be another process.
-    Wait {
+    /// Show a session read-only: a summary, or one view of it.
+    #[command(after_help = "Examples:
+  surfacelog show s1
+  surfacelog show s1 --events --from 100 --limit 20
+  surfacelog show s1 --messages --as-of 42 --json")]
+    Show(read::ShowArgs),
+    /// Print the last events of a session; with `-f`, follow it like `tail -f` (the writer
+    /// may be another process) until interrupted.
+    #[command(after_help = "Examples:\n  surfacelog tail s1 -n 20\n  surfacelog tail s1 -f --json")]
+    Tail {
         /// The session id.
         id: String,
-        /// The seq to wait for.
-        seq: u64,
-        /// The store directory.
-        #[arg(long, default_value = "./surfacelog-data")]
-        store: std::path::PathBuf,
-        /// How long to wait, in milliseconds.
-        #[arg(long, default_value_t = 5000)]
-        timeout_ms: u64,
+        /// How many of the last events to print first.
+        #[arg(short = 'n', long = "lines", default_value_t = 10)]
+        lines: u64,
+        /// Then follow: print each event as soon as it is committed.
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
+    /// Append events read as JSON lines on stdin,
+    /// `{"type","data","surfaceOp"?,"sourceEventSeqs"?}`; print `{"seq":N}` for each.
+    #[command(after_help = r#"Examples:
+  echo '{"type":"turn/start","data":{"turn":1}}' | surfacelog append s1 --create
+  surfacelog append s1 --durable < events.jsonl"#)]
+    Append {
+        /// The session id.
+        id: String,
+        /// Create the session when it does not exist.
+        #[arg(long)]
+        create: bool,
+        /// Print each seq only once its event is durable.
+        #[arg(long)]
+        durable: bool,
+    },
+    /// Fork a session at a seq (or its last event) into a new session.
+    #[command(
+        after_help = "Examples:\n  surfacelog fork s1 --at last --as s1-sub\n  surfacelog fork s1 --at 41 --as s1-retry"
+    )]
+    Fork {
+        /// The source session.
+        id: String,
+        /// The boundary: a seq (inclusive) or `last`.
+        #[arg(long)]
+        at: String,
+        /// The new session's id.
+        #[arg(long = "as", value_name = "NEW")]
+        new: String,
+    },
+    /// Move a session to the trash (`restore` brings it back, `purge` removes it).
+    #[command(after_help = "Examples:\n  surfacelog rm s1")]
+    Rm {
+        /// The session id.
+        id: String,
+    },
+    /// Bring a session back from the trash (its most recently deleted copy).
+    #[command(after_help = "Examples:\n  surfacelog restore s1")]
+    Restore {
+        /// The session id.
+        id: String,
+    },
+    /// Remove trashed sessions for good: all, or those trashed longer ago than a duration.
+    #[command(after_help = "Examples:\n  surfacelog purge\n  surfacelog purge --older-than 7d")]
+    Purge {
+        /// Only those trashed longer ago than this (`30s`, `15m`, `12h`, `7d`).
+        #[arg(long, value_parser = sessions::parse_duration)]
+        older_than: Option<std::time::Duration>,
+    },
+    /// Statistics of one session, or of the whole store: events and bytes by type,
+    /// segments, real and apparent size, surface length, replacements, last activity.
+    #[command(after_help = "Examples:\n  surfacelog stats\n  surfacelog stats s1 --json")]
+    Stats {
+        /// The session; the whole store when omitted.
+        id: Option<String>,
     },
     /// Import a DSH session log (JSONL, Zstandard JSONL) or every session of a DSH `SQLite`
-    /// database into the store. Prints one JSON line per imported session:
-    /// `{"id":…,"events":N,"repaired":bool,"closers":K}`. The file is only read; a refused
-    /// import stores nothing.
+    /// database. Prints one JSON line per imported session,
+    /// `{"id","events","repaired","closers"}`. The file is only read; a refused import
+    /// stores nothing.
+    #[command(after_help = "Examples:
+  surfacelog import session.jsonl
+  surfacelog import sessions.db --id s1 --strict")]
     Import {
-        /// The file's format.
-        #[arg(long, value_enum)]
-        format: interop::Format,
         /// The file to import.
-        file: std::path::PathBuf,
+        file: PathBuf,
+        /// The file's format; `auto` detects it from the first bytes.
+        #[arg(long, value_enum, default_value_t = interop::FormatArg::Auto)]
+        format: interop::FormatArg,
         /// JSONL: the id the header must name. `SQLite`: the one session to import.
         #[arg(long)]
         id: Option<String>,
@@ -59,12 +163,12 @@ enum Command {
         /// (`UNKNOWN_EVENT_TYPE`), as the reference does; by default every type is kept.
         #[arg(long)]
         strict: bool,
-        /// The store directory.
-        #[arg(long, default_value = "./surfacelog-data")]
-        store: std::path::PathBuf,
     },
-    /// Export a stored session to a DSH format. The target is published atomically and
-    /// never overwritten (JSONL); a `SQLite` target may be an existing schema-17 database.
+    /// Export a session to a DSH format: exactly its stored events. A file is published
+    /// atomically and never overwrites an existing one unless `--force`.
+    #[command(after_help = "Examples:
+  surfacelog export s1 --format dsh-jsonl --out s1.jsonl
+  surfacelog export s1 --format dsh-jsonl --out - | head")]
     Export {
         /// The session id.
         id: String,
@@ -74,248 +178,172 @@ enum Command {
         /// Write every event as its own record instead of packing delta runs into rows.
         #[arg(long)]
         no_pack: bool,
-        /// The file to write.
+        /// The file to write, or `-` for stdout (JSONL formats).
         #[arg(long)]
-        out: std::path::PathBuf,
-        /// Export a session whose writer is live: the events it has committed when the
-        /// export reads the log, exactly as stored. Without it a live session is refused
-        /// with `LOCKED`.
+        out: PathBuf,
+        /// Replace an existing file (atomically).
+        #[arg(long)]
+        force: bool,
+        /// Export a session whose writer is live: the events it has committed, exactly as
+        /// stored. Without it a live session is refused with `LOCKED`.
         #[arg(long)]
         committed_prefix: bool,
-        /// The store directory.
-        #[arg(long, default_value = "./surfacelog-data")]
-        store: std::path::PathBuf,
     },
-    /// Show a stored session read-only: header, event count, surface, messages and
-    /// replacements (with `--json`, as one JSON document).
-    Show {
+    /// Wait until event SEQ of a session is committed (exit 0), or the timeout passes
+    /// (exit 4). Takes no lock: the writer may be another process.
+    #[command(after_help = "Examples:\n  surfacelog wait s1 100 --timeout-ms 2000")]
+    Wait {
         /// The session id.
         id: String,
-        /// Print one JSON document:
-        /// `{"header","events","surface","messages":[{"seq","message"}],"replacements"}`.
-        #[arg(long)]
-        json: bool,
-        /// The store directory.
-        #[arg(long, default_value = "./surfacelog-data")]
-        store: std::path::PathBuf,
+        /// The seq to wait for.
+        seq: u64,
+        /// How long to wait, in milliseconds.
+        #[arg(long, default_value_t = 5000)]
+        timeout_ms: u64,
     },
-    /// Check stored sessions in full, read-only (every record, index, limit, the checkpoint
-    /// against a fresh fold, the header). Prints `<id>: ok` or one line per problem,
-    /// `<id>: <file> offset=<n> [RULE] message`. Exit 0 when everything checks out, 1 when
-    /// a problem is found, 3 for a refused input (an unknown id), 4 for I/O (a store
-    /// directory that does not exist).
+    /// Check sessions in full, read-only (every record, index, limit, the checkpoint
+    /// against a fresh fold, the header). Exit 0 when everything checks out, 1 when a
+    /// problem is found.
+    #[command(after_help = "Examples:\n  surfacelog verify\n  surfacelog verify s1 s2 --json")]
     Verify {
         /// The sessions to check; all of them when none is given.
         ids: Vec<String>,
-        /// Print one JSON document:
-        /// `{"store":[…],"sessions":[{"id","ok","problems":[{"file","offset","rule","severity","message"}]}],"ok"}`.
-        #[arg(long)]
-        json: bool,
-        /// The store directory (never created by verify).
-        #[arg(long, default_value = "./surfacelog-data")]
-        store: std::path::PathBuf,
     },
-    /// Salvage a damaged session: keep the longest valid prefix of its log, move the
-    /// rest into quarantine files beside the log (never deleted), and print what was set
-    /// aside. Takes the session's lock (`LOCKED` while a writer has it open). Never done
-    /// automatically.
+    /// Salvage a damaged session: keep the longest valid prefix of its log, move the rest
+    /// into quarantine files beside it (never deleted). Never done automatically.
+    #[command(after_help = "Examples:\n  surfacelog salvage s1")]
     Salvage {
         /// The session id.
         id: String,
-        /// Print one JSON document:
-        /// `{"id","kept","first_lost_seq","reason","set_aside":[{"from","offset","bytes","quarantine"}],"checkpoint_removed"}`.
-        #[arg(long)]
-        json: bool,
-        /// The store directory.
-        #[arg(long, default_value = "./surfacelog-data")]
-        store: std::path::PathBuf,
     },
-    /// Read a log directory (no lock needed) and print its length as JSON.
+    /// Read a log directory without a lock and print its length.
+    #[command(after_help = "Examples:\n  surfacelog log ./surfacelog-data/sessions/s1/log")]
     Log {
         /// The log directory.
-        dir: std::path::PathBuf,
-        /// Also check that no writer holds the log (exit 3 with `LOCKED` if one does).
+        dir: PathBuf,
+        /// Also check that no writer holds the log (`LOCKED`, exit 3, if one does).
         #[arg(long)]
         check_writer: bool,
     },
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  surfacelog completions bash > ~/.local/share/bash-completion/completions/surfacelog"
+    )]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
-/// `surfacelog log DIR`: the committed length of a log, read without a lock.
-fn log_info(dir: &std::path::Path, check_writer: bool) -> Result<(), surfacelog::Error> {
-    use surfacelog::internals::event::EventSource;
-    if check_writer {
-        surfacelog::internals::log::LogWriter::check_lock(dir)?;
+/// The exit status for a refusal: 3 refused input, 4 I/O or timeout, 5 not found.
+fn exit_code(error: &surfacelog::Error) -> u8 {
+    if let surfacelog::ErrorKind::Io { kind, .. } = error.kind() {
+        // A file the user named that is not there (an import's input) is "not found".
+        return if *kind == std::io::ErrorKind::NotFound {
+            5
+        } else {
+            4
+        };
     }
-    let reader = surfacelog::internals::log::LogReader::open(dir)?;
-    let mut path = String::new();
-    surfacelog::internals::json::push_js_string(&mut path, dir.to_string_lossy().as_bytes());
-    println!("{{\"dir\":{path},\"events\":{}}}", reader.seq_next());
-    Ok(())
-}
-
-/// `surfacelog verify`: exit 0 when all checks out, 1 on a problem, 3 for a refused input,
-/// 4 for I/O.
-fn verify(store: &std::path::Path, ids: &[String], json: bool) -> ExitCode {
-    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let vocabulary = surfacelog::internals::store::StoreOptions::default()
-        .get_session_options()
-        .vocabulary
-        .clone();
-    let report = surfacelog::internals::store::verify(
-        store,
-        &vocabulary,
-        (!ids.is_empty()).then_some(&ids[..]),
-    );
-    match report {
-        Ok(report) => {
-            if json {
-                println!("{}", report.to_json());
-            } else {
-                for line in report.lines() {
-                    println!("{line}");
-                }
-            }
-            if report.ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }
-        Err(error) => {
-            eprintln!("error[{}]: {error}", error.code());
-            ExitCode::from(if error.code() == "IO" { 4 } else { 3 })
-        }
+    match error.code() {
+        "IO" | "TIMEOUT" => 4,
+        "SESSION_NOT_FOUND" | "STORE_NOT_FOUND" | "NOT_FOUND" => 5,
+        _ => 3,
     }
 }
 
-/// `surfacelog salvage ID`: what [`surfacelog::internals::store::Store::salvage`] kept and set aside.
-fn salvage(store: &std::path::Path, id: &str, json: bool) -> Result<(), surfacelog::Error> {
-    use std::fmt::Write as _;
-    use surfacelog::internals::json::push_js_string;
-    let store = surfacelog::internals::store::Store::open_or_create(
-        store,
-        surfacelog::internals::store::StoreOptions::default(),
-    )?;
-    let report = store.salvage(id)?;
-    let log = &report.log;
-    let path = |p: &std::path::Path| {
-        let mut out = String::new();
-        push_js_string(&mut out, p.to_string_lossy().as_bytes());
-        out
-    };
-    if !json {
-        println!(
-            "kept     {} events (seqs 0..{})",
-            log.seq_next, log.seq_next
-        );
-        if let Some(reason) = &log.reason {
-            println!("damage   {reason}");
-        }
-        for aside in &log.set_aside {
-            println!(
-                "set aside {} bytes of {} from offset {} -> {}",
-                aside.bytes,
-                aside.from.display(),
-                aside.offset,
-                aside.quarantine.display()
-            );
-        }
-        match log.first_lost_seq {
-            Some(seq) => println!("first lost seq {seq}"),
-            None => println!("nothing set aside"),
-        }
-        if report.checkpoint_removed {
-            println!("checkpoint removed (it covered more than what remains)");
-        }
-        return Ok(());
+/// What every command gets: the global options.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The store directory.
+    pub store: PathBuf,
+    /// `--json`.
+    pub json: bool,
+    /// Whether stdout gets colours.
+    pub color: bool,
+}
+
+impl Ctx {
+    /// The existing store, for a command that must not create one.
+    fn open(&self) -> surfacelog::Result<surfacelog::Store> {
+        surfacelog::Store::open(&self.store, surfacelog::StoreOptions::new())
     }
-    let mut out = String::from("{\"id\":");
-    push_js_string(&mut out, id.as_bytes());
-    let _ = write!(out, ",\"kept\":{},\"first_lost_seq\":", log.seq_next);
-    out.push_str(
-        &log.first_lost_seq
-            .map_or("null".to_owned(), |s| s.to_string()),
-    );
-    out.push_str(",\"reason\":");
-    match &log.reason {
-        Some(reason) => push_js_string(&mut out, reason.as_bytes()),
-        None => out.push_str("null"),
-    }
-    out.push_str(",\"set_aside\":[");
-    for (i, aside) in log.set_aside.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(
-            out,
-            "{{\"from\":{},\"offset\":{},\"bytes\":{},\"quarantine\":{}}}",
-            path(&aside.from),
-            aside.offset,
-            aside.bytes,
-            path(&aside.quarantine)
-        );
-    }
-    let _ = write!(
-        out,
-        "],\"checkpoint_removed\":{}}}",
-        report.checkpoint_removed
-    );
-    println!("{out}");
-    Ok(())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let ctx = Ctx {
+        store: cli.store,
+        json: cli.json,
+        color: cli.color.enabled(&std::io::stdout()),
+    };
     let outcome = match cli.command {
-        Command::Verify { ids, json, store } => return verify(&store, &ids, json),
-        Command::Demo { store } => demo::run(&store, &mut std::io::stdout().lock()),
-        Command::Log { dir, check_writer } => log_info(&dir, check_writer),
+        Command::Demo => demo::run(&ctx.store, &mut std::io::stdout().lock()),
+        Command::Ls { sort } => sessions::ls(&ctx, sort),
+        Command::Show(args) => read::show(&ctx, &args),
+        Command::Tail { id, lines, follow } => read::tail(&ctx, &id, lines, follow),
+        Command::Append {
+            id,
+            create,
+            durable,
+        } => write::append(&ctx, &id, create, durable),
+        Command::Fork { id, at, new } => sessions::fork(&ctx, &id, &at, &new),
+        Command::Rm { id } => sessions::rm(&ctx, &id),
+        Command::Restore { id } => sessions::restore(&ctx, &id),
+        Command::Purge { older_than } => sessions::purge(&ctx, older_than),
+        Command::Stats { id } => sessions::stats(&ctx, id.as_deref()),
         Command::Import {
-            format,
             file,
+            format,
             id,
             strict,
-            store,
-        } => interop::import(&store, format, &file, id.as_deref(), strict),
+        } => interop::import(&ctx, format, &file, id.as_deref(), strict),
         Command::Export {
             id,
             format,
             no_pack,
             out,
+            force,
             committed_prefix,
-            store,
-        } => interop::export(&store, &id, format, !no_pack, &out, committed_prefix),
-        Command::Show { id, json, store } => interop::show(&store, &id, json),
-        Command::Salvage { id, json, store } => salvage(&store, &id, json),
+        } => interop::export(
+            &ctx,
+            &id,
+            format,
+            &interop::ExportOptions {
+                pack: !no_pack,
+                out: &out,
+                force,
+                committed_prefix,
+            },
+        ),
         Command::Wait {
             id,
             seq,
-            store,
             timeout_ms,
-        } => {
-            let waited = surfacelog::internals::store::Store::open_or_create(
-                &store,
-                surfacelog::internals::store::StoreOptions::default(),
-            )
-            .and_then(|store| store.follow(&id))
-            .and_then(|mut follower| {
-                follower.wait_for(seq, std::time::Duration::from_millis(timeout_ms))
-            });
-            match waited {
-                Ok(true) => Ok(()),
-                Ok(false) => {
-                    eprintln!("timed out waiting for seq {seq}");
-                    return ExitCode::from(4);
-                }
-                Err(error) => Err(error),
-            }
+        } => read::wait(&ctx, &id, seq, timeout_ms),
+        Command::Verify { ids } => match sessions::verify(&ctx, &ids) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(error) => Err(error),
+        },
+        Command::Salvage { id } => sessions::salvage(&ctx, &id),
+        Command::Log { dir, check_writer } => read::log_info(&ctx, &dir, check_writer),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "surfacelog",
+                &mut std::io::stdout(),
+            );
+            Ok(())
         }
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error[{}]: {error}", error.code());
-            ExitCode::from(3)
+            out::print_error(&error);
+            ExitCode::from(exit_code(&error))
         }
     }
 }

@@ -1,0 +1,118 @@
+//! `surfacelog append`: events as JSON lines on stdin, each appended through the strict
+//! entry point (contract §5), its `data` stored byte for byte as given.
+
+use std::io::BufRead;
+
+use surfacelog::internals::json::{Json, Kind};
+use surfacelog::{Durability, Error, ErrorKind, Result, StoreOptions};
+
+use crate::Ctx;
+
+/// One input line's envelope: the type and the JSON texts of its members.
+struct Line<'a> {
+    event_type: String,
+    data: &'a str,
+    surface_op: Option<&'a str>,
+    sources: Option<&'a str>,
+}
+
+/// Reads `{"type","data","surfaceOp"?,"sourceEventSeqs"?}`; other members are refused, so
+/// that a misspelt key is not dropped in silence.
+fn parse_line<'a>(json: &Json<'a>) -> Result<Line<'a>> {
+    let invalid = |reason: &str| -> Error {
+        ErrorKind::EnvelopeInvalid {
+            reason: reason.to_owned(),
+        }
+        .into()
+    };
+    let root = json.root();
+    if root.kind() != Kind::Object {
+        return Err(invalid("an append line must be a JSON object"));
+    }
+    let mut line = Line {
+        event_type: String::new(),
+        data: "",
+        surface_op: None,
+        sources: None,
+    };
+    let (mut has_type, mut has_data) = (false, false);
+    for (key, value) in root.members() {
+        match key.as_str().as_deref() {
+            Some("type") => {
+                line.event_type = value
+                    .as_str()
+                    .ok_or_else(|| invalid("\"type\" must be a string"))?
+                    .into_owned();
+                has_type = true;
+            }
+            Some("data") => {
+                line.data = value.raw();
+                has_data = true;
+            }
+            Some("surfaceOp") => line.surface_op = Some(value.raw()),
+            Some("sourceEventSeqs") => line.sources = Some(value.raw()),
+            _ => {
+                return Err(invalid(
+                    "unknown member: an append line holds only type, data, surfaceOp and \
+                     sourceEventSeqs",
+                ));
+            }
+        }
+    }
+    if !has_type || !has_data {
+        return Err(invalid("an append line needs \"type\" and \"data\""));
+    }
+    Ok(line)
+}
+
+/// `surfacelog append ID [--create] [--durable]`: prints `{"seq":N}` per appended event;
+/// with `durable`, each once its event is durable. A refused line stops the command
+/// (exit 3): nothing after the last good line is written.
+pub fn append(ctx: &Ctx, id: &str, create: bool, durable: bool) -> Result<()> {
+    let options = StoreOptions::new().durability(if durable {
+        Durability::Sync
+    } else {
+        Durability::Manual
+    });
+    let store = if create {
+        surfacelog::Store::open_or_create(&ctx.store, options)?
+    } else {
+        surfacelog::Store::open(&ctx.store, options)?
+    };
+    let mut session = match store.open_session(id) {
+        Err(e) if create && e.code() == "SESSION_NOT_FOUND" => store.create(id, None, None)?,
+        other => other?.0,
+    };
+    let stdin = std::io::stdin().lock();
+    let mut refused = None;
+    for (n, text) in stdin.lines().enumerate() {
+        let text = text.map_err(|e| Error::io("read", "stdin", &e))?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let seq = Json::parse(&text).map_err(Error::from).and_then(|json| {
+            let line = parse_line(&json)?;
+            session.append_json(&line.event_type, line.data, line.surface_op, line.sources)
+        });
+        match seq {
+            Ok(seq) => {
+                #[derive(serde::Serialize)]
+                struct Appended {
+                    seq: u64,
+                }
+                crate::out::json(&Appended { seq })?;
+            }
+            Err(error) => {
+                refused = Some((n + 1, error));
+                break;
+            }
+        }
+    }
+    // What was appended before a refused line is kept, and made durable.
+    session.close()?;
+    if let Some((line, error)) = refused {
+        crate::out::print_error_at(&error, &format!("stdin line {line}"));
+        std::process::exit(i32::from(crate::exit_code(&error)));
+    }
+    Ok(())
+}
