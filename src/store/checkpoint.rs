@@ -416,15 +416,20 @@ impl Checkpoint {
     /// # Errors
     /// `Missing` when there is no file, `Corrupt` otherwise.
     pub(crate) fn read(storage: &dyn Storage, dir: &Path) -> Result<Unverified, Unusable> {
-        use std::os::unix::fs::FileExt;
         let Ok(file) = storage.open_read(&dir.join(CHECKPOINT_FILE)) else {
             return Err(Unusable::Missing);
         };
+        let len = file.metadata().map_err(|_| Unusable::Corrupt)?.len();
+        Self::read_open(file, len)
+    }
+
+    /// [`Checkpoint::read`] of the checkpoint file open as `file`, `len` bytes long.
+    pub(crate) fn read_open(file: std::fs::File, len: u64) -> Result<Unverified, Unusable> {
+        use std::os::unix::fs::FileExt;
         let mut fixed = [0; NODES_AT];
         file.read_exact_at(&mut fixed, 0)
             .map_err(|_| Unusable::Corrupt)?;
         let (_, nodes_end) = Parts::nodes_end(&fixed).ok_or(Unusable::Corrupt)?;
-        let len = file.metadata().map_err(|_| Unusable::Corrupt)?.len();
         let tail_len = usize::try_from(len)
             .ok()
             .and_then(|len| len.checked_sub(nodes_end))

@@ -12,6 +12,7 @@ mod fork;
 mod import;
 mod shared;
 mod stored_log;
+mod summary;
 mod verify;
 
 pub use escape::escape_id;
@@ -20,6 +21,7 @@ pub use follow::FollowStream;
 pub use follow::{FollowEvents, Follower, ReadOnlyLog};
 pub use import::{Import, Imported};
 pub use shared::SharedSession;
+pub use summary::{SessionSummary, Summaries};
 pub use stored_log::StoredLog;
 pub use verify::{Problem, SessionReport, Severity, VerifyReport, verify};
 
@@ -1122,52 +1124,6 @@ impl Store {
         Ok(())
     }
 
-    /// Internals (for `surfacelog ls`): session `id`'s checkpoint header (its CRC
-    /// checked, no node and no log read) and its size on disk. Unstable.
-    ///
-    /// # Errors
-    /// `SESSION_NOT_FOUND`, `CORRUPT` for its header, `IO` walking its directory.
-    #[doc(hidden)]
-    pub fn summarize(&self, id: &str) -> Result<Summary> {
-        use std::os::unix::fs::MetadataExt;
-        let dir = self.session_dir(id);
-        let storage = &*self.options.log.storage;
-        Self::read_header(storage, id, &dir)?;
-        let (events, surface) = match checkpoint::Checkpoint::read(storage, &dir) {
-            Ok(cp) => (Some(cp.seq_next()), Some(cp.node_count())),
-            Err(_) => (None, None),
-        };
-        let (mut bytes, mut apparent_bytes, mut segments) = (0, 0, 0);
-        let mut stack = vec![dir];
-        while let Some(path) = stack.pop() {
-            let entries = std::fs::read_dir(&path).map_err(|e| Error::io("list", &path, &e))?;
-            for entry in entries {
-                let entry = entry.map_err(|e| Error::io("list", &path, &e))?;
-                // Not followed (STORE-1): a link is counted as itself.
-                let meta = entry
-                    .metadata()
-                    .map_err(|e| Error::io("stat", entry.path(), &e))?;
-                bytes += meta.blocks() * 512;
-                if meta.is_dir() {
-                    stack.push(entry.path());
-                } else {
-                    apparent_bytes += meta.len();
-                    let name = entry.file_name();
-                    if crate::log::segment::parse_segment_name(&name.to_string_lossy()).is_some() {
-                        segments += 1;
-                    }
-                }
-            }
-        }
-        Ok(Summary {
-            events,
-            surface,
-            bytes,
-            apparent_bytes,
-            segments,
-        })
-    }
-
     /// Removes the sessions trashed more than `age` ago (by the time in their trash name,
     /// STORE-9), then syncs `trash/`. Returns how many were removed.
     ///
@@ -1435,7 +1391,8 @@ pub struct Summary {
     pub events: Option<u64>,
     /// The surface's node count as of that checkpoint.
     pub surface: Option<u64>,
-    /// The blocks on disk of every file of the session directory, in bytes.
+    /// The blocks on disk of the session's files (`header.json`, `checkpoint`, those in
+    /// `log/`), in bytes; directories are not counted.
     pub bytes: u64,
     /// The sum of those files' lengths.
     pub apparent_bytes: u64,
@@ -1525,7 +1482,19 @@ fn read_header_file(storage: &dyn Storage, dir: &Path, name: &str) -> Result<Hea
         }
         Err(error) => return Err(Error::io("read", &path, &error)),
     };
-    let text = std::str::from_utf8(&bytes).map_err(|e| {
+    parse_header_file(&path, &bytes, name)
+}
+
+/// STORE-4: the header whose file `path` holds `bytes`, in the session directory named
+/// `name`.
+fn parse_header_file(path: &Path, bytes: &[u8], name: &str) -> Result<Header> {
+    let corrupt = |reason: String| {
+        Error::from(ErrorKind::Corrupt {
+            location: path.display().to_string(),
+            reason,
+        })
+    };
+    let text = std::str::from_utf8(bytes).map_err(|e| {
         corrupt(format!(
             "header.json is not UTF-8 offset={} (STORE-4)",
             e.valid_up_to()

@@ -69,32 +69,28 @@ fn parent(header: &Header) -> Option<String> {
 /// `surfacelog ls`.
 pub fn ls(ctx: &Ctx, sort: SortBy) -> Result<()> {
     let store = ctx.open()?;
-    let listing = store.list()?;
-    let mut rows = Vec::with_capacity(listing.len());
-    let mut damaged: Vec<Error> = Vec::new();
-    for header in listing.iter() {
-        match store.summarize(header.id()) {
-            Ok(summary) => rows.push(Row {
-                id: header.id().to_owned(),
-                created_at: header.created_at(),
-                events: summary.events,
-                surface: summary.surface,
-                bytes: summary.bytes,
-                apparent_bytes: summary.apparent_bytes,
-                parent: parent(header),
-            }),
-            // Deleted since the listing: not damage (STORE-8).
-            Err(e) if e.code() == "SESSION_NOT_FOUND" => {}
-            Err(e) => damaged.push(e),
-        }
-    }
+    let listing = store.list_summaries()?;
+    let rows: Vec<Row> = listing
+        .sessions
+        .into_iter()
+        .map(|s| Row {
+            id: s.header.id().to_owned(),
+            created_at: s.header.created_at(),
+            events: s.summary.events,
+            surface: s.summary.surface,
+            bytes: s.summary.bytes,
+            apparent_bytes: s.summary.apparent_bytes,
+            parent: parent(&s.header),
+        })
+        .collect();
+    let mut rows = rows;
+    let damaged = listing.damaged;
     match sort {
         SortBy::Id => {}
         SortBy::Created => rows.sort_by_key(|r| (r.created_at, r.id.clone())),
         SortBy::Size => rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.id.cmp(&b.id))),
         SortBy::Events => rows.sort_by(|a, b| b.events.cmp(&a.events).then(a.id.cmp(&b.id))),
     }
-    damaged.extend(listing.damaged);
     if ctx.json {
         #[derive(Serialize)]
         struct Ls<'a> {
