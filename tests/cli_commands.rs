@@ -643,6 +643,31 @@ fn tail_prints_the_last_events_verbatim() {
     store.refused(&["tail", "nope", "-f"], 5, "SESSION_NOT_FOUND");
 }
 
+/// A child process killed and reaped when dropped, so that a failing test leaves no
+/// follower running (nor a writer recreating files in a removed scratch directory).
+struct Guard(Child);
+
+impl std::ops::Deref for Guard {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Guard {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Lines of `child`'s stdout, as they come, through a channel.
 fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
     let stdout = child.stdout.take().unwrap();
@@ -669,6 +694,7 @@ fn tail_follows_a_writer_in_another_process() {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
+        .map(Guard)
         .unwrap();
     let followed = lines_of(&mut follower);
     // The last committed event first: the follower is running.
@@ -683,6 +709,7 @@ fn tail_follows_a_writer_in_another_process() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
+        .map(Guard)
         .unwrap();
     let mut input = writer.stdin.take().unwrap();
     let appended = lines_of(&mut writer);
@@ -736,6 +763,7 @@ fn append_without_durable_is_followed_before_its_end() {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
+        .map(Guard)
         .unwrap();
     let mut input = writer.stdin.take().unwrap();
     let appended = lines_of(&mut writer);
@@ -1491,6 +1519,7 @@ fn append_durable_killed_mid_stream_keeps_every_printed_seq() {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
+            .map(Guard)
             .unwrap();
         let mut stdin = child.stdin.take().unwrap();
         let lines: Vec<String> = data
