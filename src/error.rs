@@ -254,7 +254,8 @@ pub enum ErrorKind {
         /// Why it is refused.
         reason: &'static str,
     },
-    /// `INVALID_BOUNDARY`: a fork boundary is not a seq of the source (contract §7).
+    /// `INVALID_BOUNDARY`: a fork boundary (contract §7), or the seq of an as-of view, is
+    /// not a seq of the session.
     InvalidBoundary {
         /// The boundary as given.
         boundary: String,
@@ -799,7 +800,7 @@ impl fmt::Display for ErrorKind {
             Self::InvalidBoundary { boundary } => {
                 write!(
                     f,
-                    "fork boundary is not a seq of the source boundary={boundary}"
+                    "boundary is not a seq of the session (a fork's, or an as-of view's) boundary={boundary}"
                 )
             }
             Self::CompactionUnbalanced {

@@ -21,8 +21,8 @@ pub use follow::FollowStream;
 pub use follow::{FollowEvents, Follower, ReadOnlyLog};
 pub use import::{Import, Imported};
 pub use shared::SharedSession;
-pub use summary::{SessionSummary, Summaries};
 pub use stored_log::StoredLog;
+pub use summary::{SessionSummary, Summaries};
 pub use verify::{Problem, SessionReport, Severity, VerifyReport, verify};
 
 use std::path::{Path, PathBuf};

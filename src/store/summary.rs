@@ -184,7 +184,12 @@ fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Optio
     let header = parse_header_file(&header_path, &bytes, name)?;
 
     // CKP-1: the checkpoint's counts, its CRC checked; its nodes are not read.
-    match rustix::fs::openat(&dir, checkpoint::CHECKPOINT_FILE, flags(false), Mode::empty()) {
+    match rustix::fs::openat(
+        &dir,
+        checkpoint::CHECKPOINT_FILE,
+        flags(false),
+        Mode::empty(),
+    ) {
         Ok(fd) => {
             let file = std::fs::File::from(fd);
             let at = path.join(checkpoint::CHECKPOINT_FILE);
@@ -232,8 +237,7 @@ fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Optio
     let log = entries.fd().map_err(|e| io("list", &log_path, e))?;
     for file_name in names {
         let at = || log_path.join(file_name.to_string_lossy().as_ref());
-        let stat = match rustix::fs::statat(log, file_name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
-        {
+        let stat = match rustix::fs::statat(log, file_name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => stat,
             // Removed meanwhile (a writer's temporary file).
             Err(Errno::NOENT) => continue,

@@ -120,6 +120,8 @@ pub fn import(
     id: Option<&str>,
     strict: bool,
 ) -> Result<()> {
+    // The file first: a missing one creates no store.
+    std::fs::metadata(file).map_err(|e| surfacelog::Error::io("open", file, &e))?;
     let format = format.resolve(file)?;
     let options = StoreOptions::new().strict_vocabulary(strict);
     let store = Store::open_or_create(&ctx.store, options)?;
@@ -225,6 +227,14 @@ pub fn export(ctx: &Ctx, id: &str, format: Format, options: &ExportOptions<'_>) 
             line.text_bytes = Some(exported.text_bytes);
         }
         Format::DshSqlite => {
+            if options.force {
+                return Err(ErrorKind::UnsafePath {
+                    path: options.out.to_owned(),
+                    reason: "--force replaces JSONL files only: a session is added to a SQLite \
+                             database, never replacing it",
+                }
+                .into());
+            }
             if to_stdout {
                 return Err(ErrorKind::UnsafePath {
                     path: options.out.to_owned(),

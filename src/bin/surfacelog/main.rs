@@ -89,7 +89,11 @@ enum Command {
         follow: bool,
     },
     /// Append events read as JSON lines on stdin,
-    /// `{"type","data","surfaceOp"?,"sourceEventSeqs"?}`; print `{"seq":N}` for each.
+    /// `{"type","data","surfaceOp"?,"sourceEventSeqs"?}`; print `{"seq":N}` for each once
+    /// it is written (with `--durable`, once durable). The session is checked in full
+    /// first (as `verify`): a damaged one is refused with `CORRUPT`. Each run is one
+    /// writer: a turn it leaves open is closed (contract §8) when the next run opens the
+    /// session, so append a turn within one run.
     #[command(after_help = r#"Examples:
   echo '{"type":"turn/start","data":{"turn":1}}' | surfacelog append s1 --create
   surfacelog append s1 --durable < events.jsonl"#)]
@@ -111,7 +115,7 @@ enum Command {
         /// The source session.
         id: String,
         /// The boundary: a seq (inclusive) or `last`.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         at: String,
         /// The new session's id.
         #[arg(long = "as", value_name = "NEW")]

@@ -336,16 +336,19 @@ pub fn tail(ctx: &Ctx, id: &str, lines: u64, follow: bool) -> Result<()> {
     if !follow {
         return Ok(());
     }
-    // Then each event as soon as it is committed (the follower's inotify wake-up).
+    // Then each event as soon as it is committed (the follower's inotify wake-up). A
+    // deleted session ends the command: it is looked for after each quiet second.
     let mut next = end;
     loop {
-        if follower.wait_for(next, Duration::from_secs(3600))? {
+        if follower.wait_for(next, Duration::from_secs(1))? {
             let reader = follower.log();
             while let Some(event) = surfacelog::internals::event::EventSource::event(reader, next)?
             {
                 print(&mut stdout, &event)?;
                 next += 1;
             }
+        } else {
+            store.summarize(id)?;
         }
     }
 }

@@ -69,10 +69,14 @@ fn parse_line<'a>(json: &Json<'a>) -> Result<Line<'a>> {
 /// with `durable`, each once its event is durable. A refused line stops the command
 /// (exit 3): nothing after the last good line is written.
 pub fn append(ctx: &Ctx, id: &str, create: bool, durable: bool) -> Result<()> {
+    // Each printed seq is written to the OS (a follower sees it, a killed process keeps
+    // it); with `--durable`, durable. `Batch` syncs in the background meanwhile.
     let options = StoreOptions::new().durability(if durable {
         Durability::Sync
     } else {
-        Durability::Manual
+        Durability::Batch {
+            max_delay: std::time::Duration::from_millis(100),
+        }
     });
     let store = if create {
         surfacelog::Store::open_or_create(&ctx.store, options)?
@@ -83,6 +87,27 @@ pub fn append(ctx: &Ctx, id: &str, create: bool, durable: bool) -> Result<()> {
         Err(e) if create && e.code() == "SESSION_NOT_FOUND" => store.create(id, None, None)?,
         other => other?.0,
     };
+    // Opening checked the log's tail only (reads are lazy): appending after damage
+    // further back would bury it, so the whole session is checked first, read-only
+    // (STORE-16). A problem refuses the append with `CORRUPT`; nothing is appended.
+    let report = store.verify(Some(&[id]))?;
+    if let Some((_, problem)) = report
+        .problems()
+        .find(|(_, p)| p.severity == surfacelog::Severity::Error)
+    {
+        drop(session);
+        return Err(ErrorKind::Corrupt {
+            location: match problem.offset {
+                Some(offset) => format!("{} offset={offset}", problem.file.display()),
+                None => problem.file.display().to_string(),
+            },
+            reason: format!(
+                "[{}] {} (surfacelog verify {id})",
+                problem.rule, problem.message
+            ),
+        }
+        .into());
+    }
     let stdin = std::io::stdin().lock();
     let mut refused = None;
     for (n, text) in stdin.lines().enumerate() {
