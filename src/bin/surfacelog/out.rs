@@ -85,11 +85,42 @@ fn print_error_line(error: &surfacelog::Error, place: Option<&str>) {
 /// # Errors
 /// `IO` when stdout cannot be written (a closed pipe).
 pub fn json<T: Serialize>(value: &T) -> surfacelog::Result<()> {
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     serde_json::to_writer(&mut stdout, value)
         .map_err(std::io::Error::from)
         .and_then(|()| writeln!(stdout))
+        .and_then(|()| stdout.flush())
         .map_err(|e| surfacelog::Error::io("write", "stdout", &e))
+}
+
+/// Writes `{"KEY":[ITEM,…]}` and a newline, each item `{"seq":N,"FIELD":TEXT}` (or TEXT
+/// alone without a field name): the documents of `show --events` and `--messages`, which
+/// hold only integers and stored JSON texts. The texts were verified when read and are
+/// embedded byte for byte; nothing in them needs escaping, so they are not parsed again
+/// (every other document goes through serde).
+///
+/// # Errors
+/// The first error of `items`, or `IO` when stdout cannot be written.
+pub fn stored_texts<'a>(
+    key: &str,
+    field: Option<&str>,
+    items: impl Iterator<Item = surfacelog::Result<(u64, &'a str)>>,
+) -> surfacelog::Result<()> {
+    let io = |e: std::io::Error| surfacelog::Error::io("write", "stdout", &e);
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    write!(stdout, "{{\"{key}\":[").map_err(io)?;
+    for (i, item) in items.enumerate() {
+        let (seq, text) = item?;
+        let comma = if i == 0 { "" } else { "," };
+        match field {
+            Some(field) => write!(stdout, "{comma}{{\"seq\":{seq},\"{field}\":{text}}}"),
+            None => write!(stdout, "{comma}{text}"),
+        }
+        .map_err(io)?;
+    }
+    writeln!(stdout, "]}}")
+        .and_then(|()| stdout.flush())
+        .map_err(io)
 }
 
 /// Writes `line` and a newline to stdout.

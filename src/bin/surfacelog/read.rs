@@ -75,15 +75,9 @@ pub fn show(ctx: &Ctx, args: &ShowArgs) -> Result<()> {
             .limit
             .map_or(end, |n| args.from.saturating_add(n).min(end));
         if ctx.json {
-            let mut texts = Vec::new();
-            for seq in args.from.min(last)..last {
-                texts.push(Raw(event(&session, seq)?.text));
-            }
-            #[derive(Serialize)]
-            struct Events<'a> {
-                events: Vec<Raw<'a>>,
-            }
-            return out::json(&Events { events: texts });
+            let texts =
+                (args.from.min(last)..last).map(|seq| Ok((seq, event(&session, seq)?.text)));
+            return out::stored_texts("events", None, texts);
         }
         for seq in args.from.min(last)..last {
             out::line(
@@ -129,24 +123,8 @@ pub fn show(ctx: &Ctx, args: &ShowArgs) -> Result<()> {
             None => session.messages()?,
         };
         if ctx.json {
-            #[derive(Serialize)]
-            struct Message<'a> {
-                seq: u64,
-                message: Raw<'a>,
-            }
-            #[derive(Serialize)]
-            struct Messages<'a> {
-                messages: Vec<Message<'a>>,
-            }
-            return out::json(&Messages {
-                messages: messages
-                    .iter()
-                    .map(|m| Message {
-                        seq: m.seq,
-                        message: Raw(m.json),
-                    })
-                    .collect(),
-            });
+            let items = messages.iter().map(|m| Ok((m.seq, m.json)));
+            return out::stored_texts("messages", Some("message"), items);
         }
         for m in &messages {
             let seq = out::dim(&format!("{:>8}", m.seq), ctx.color);
