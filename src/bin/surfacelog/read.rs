@@ -250,8 +250,8 @@ pub fn show(ctx: &Ctx, args: &ShowArgs) -> Result<()> {
     flush(stdout)
 }
 
-/// The `parentSession` of a header, read from its text.
-fn parent_of(header: &surfacelog::Header) -> Option<String> {
+/// The `parentSession` of a header (contract §7), read from its text.
+pub fn parent_of(header: &surfacelog::Header) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Parent {
         #[serde(rename = "parentSession")]

@@ -7,7 +7,7 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use serde::Serialize;
-use surfacelog::{Boundary, Error, Header, Result, Severity, VerifyReport};
+use surfacelog::{Boundary, Error, Result, Severity, VerifyReport};
 
 use crate::Ctx;
 use crate::out;
@@ -54,18 +54,6 @@ impl From<&Error> for Refusal {
     }
 }
 
-/// The `parentSession` of a header (contract §7), read from its text.
-fn parent(header: &Header) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Parent {
-        #[serde(rename = "parentSession")]
-        parent: Option<String>,
-    }
-    serde_json::from_str::<Parent>(header.text())
-        .ok()
-        .and_then(|p| p.parent)
-}
-
 /// `surfacelog ls`.
 pub fn ls(ctx: &Ctx, sort: SortBy) -> Result<()> {
     let store = ctx.open()?;
@@ -80,7 +68,7 @@ pub fn ls(ctx: &Ctx, sort: SortBy) -> Result<()> {
             surface: s.summary.surface,
             bytes: s.summary.bytes,
             apparent_bytes: s.summary.apparent_bytes,
-            parent: parent(&s.header),
+            parent: crate::read::parent_of(&s.header),
         })
         .collect();
     let mut rows = rows;
