@@ -1,0 +1,234 @@
+//! Storage footprint and read locality on a session shaped like a real one (issue 16):
+//! the vendored fixture `acp-agent--fs-delete-recreate--session.jsonl` (one turn of 191
+//! events, packed chunk rows) repeated with its seqs, `seq0`s, times, turn numbers and
+//! provenance renumbered until the log holds about `SURFACELOG_FOOTPRINT_EVENTS` events
+//! (default 1,000,000), written as DSH raw JSONL and imported into a store.
+//!
+//! Printed: the bytes of the DSH JSONL file, of the same log as Zstandard JSONL (the
+//! reference's compressed format), and of the stored session (blocks on disk and file
+//! lengths). Measured (criterion):
+//! 1. `open+messages/warm`: `Store::open_session` of the imported session and its
+//!    `messages()`, page cache warm;
+//! 2. `open+messages/cold`: the same after `echo 3 > /proc/sys/vm/drop_caches` before each
+//!    run (only when running as root; otherwise reported as skipped).
+//!
+//! `cargo bench --bench footprint`. The scratch store lives under the system's temporary
+//! directory (on disk: cold reads mean something) and is removed at the end.
+//!
+//! Baseline, before any of issue 16's format work (2026-12-03, ext4, 2 cores): 1,000,076
+//! events; DSH raw JSONL 92.4 MB (92.4 B/event), DSH zstd JSONL 5.26 MB, surfacelog 312.8 MB
+//! on disk (3.38x the JSONL); 57,596 messages; open + all messages warm 61.8 ms, cold
+//! 302.6 ms (criterion medians).
+
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use surfacelog::internals::adapters::jsonl::{self, Compression};
+use surfacelog::internals::json::Json;
+use surfacelog::{Durability, Store, StoreOptions};
+
+/// The fixture whose turn is repeated.
+const FIXTURE: &str = "tests/data/dsh-sessions/acp-agent--fs-delete-recreate--session.jsonl";
+
+/// The events the generated log holds at least.
+fn target_events() -> u64 {
+    std::env::var("SURFACELOG_FOOTPRINT_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000)
+}
+
+/// `text` with the byte ranges of `edits` replaced (ranges sorted, not overlapping).
+fn splice(text: &str, mut edits: Vec<(std::ops::Range<usize>, String)>) -> String {
+    edits.sort_by_key(|(range, _)| range.start);
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut at = 0;
+    for (range, new) in edits {
+        out.push_str(&text[at..range.start]);
+        out.push_str(&new);
+        at = range.end;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+/// One record of the fixture renumbered for repetition `rep`: seqs and `seq0` moved by
+/// `seq_shift`, times by `time_shift`, the turn number set to `turn`, provenance and
+/// replace ranges moved with the seqs. Every other byte is kept.
+fn renumber(line: &str, seq_shift: u64, time_shift: i64, turn: u64) -> String {
+    let json = Json::parse(line).expect("the fixture is JSON");
+    let root = json.root();
+    let mut edits = Vec::new();
+    let shift = |value: surfacelog::internals::json::Value<'_, '_>, by: u64| {
+        let n = value.as_safe_u64().expect("a seq");
+        (value.span(), (n + by).to_string())
+    };
+    for key in ["seq", "seq0"] {
+        if let Some(v) = root.get(key) {
+            edits.push(shift(v, seq_shift));
+        }
+    }
+    for key in ["time", "time0"] {
+        if let Some(v) = root.get(key) {
+            let t = v.as_safe_int().expect("a time");
+            edits.push((v.span(), (t + time_shift).to_string()));
+        }
+    }
+    if let Some(sources) = root.get("sourceEventSeqs") {
+        edits.extend(sources.elements().map(|v| shift(v, seq_shift)));
+    }
+    if let Some(op) = root.get("surfaceOp") {
+        for key in ["start", "end"] {
+            if let Some(v) = op.get(key) {
+                edits.push(shift(v, seq_shift));
+            }
+        }
+    }
+    if let Some(v) = root.get("data").and_then(|d| d.get("turn")) {
+        edits.push((v.span(), turn.to_string()));
+    }
+    splice(line, edits)
+}
+
+/// The fixture's turn repeated until the log holds at least `events` events, as DSH raw
+/// JSONL; returns the text and the number of events.
+fn generate(events: u64) -> (String, u64) {
+    let fixture = std::fs::read_to_string(FIXTURE).expect("the vendored fixture");
+    let mut lines = fixture.lines();
+    let header = lines.next().expect("a header line");
+    let records: Vec<&str> = lines.collect();
+    // The turn's events: one past the largest seq (a packed row counts its members).
+    let per_turn = 1 + records
+        .iter()
+        .map(|r| {
+            let json = Json::parse(r).expect("JSON");
+            let root = json.root();
+            match (root.get("seq"), root.get("seq0")) {
+                (Some(seq), _) => seq.as_safe_u64().unwrap_or(0),
+                (None, Some(seq0)) => {
+                    let data = root.get("data").expect("a row's data");
+                    let members = data.get("dt").map_or(1, |dt| dt.len() as u64);
+                    seq0.as_safe_u64().unwrap_or(0) + members - 1
+                }
+                _ => 0,
+            }
+        })
+        .max()
+        .unwrap_or(0);
+    let turn_ms = 10_000;
+    let reps = events.div_ceil(per_turn);
+    let capacity = usize::try_from(reps).map_or(0, |r| fixture.len().saturating_mul(r));
+    let mut out = String::with_capacity(capacity);
+    out.push_str(header);
+    out.push('\n');
+    for rep in 0..reps {
+        for record in &records {
+            out.push_str(&renumber(
+                record,
+                rep * per_turn,
+                i64::try_from(rep).unwrap_or(0) * turn_ms,
+                rep + 1,
+            ));
+            out.push('\n');
+        }
+    }
+    (out, reps * per_turn)
+}
+
+/// Drops the page cache (root only): `sync`, then `3 > drop_caches`.
+fn drop_caches() -> bool {
+    rustix::fs::sync();
+    std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
+}
+
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "ratios printed with one or two decimals"
+)]
+fn benches(c: &mut Criterion) {
+    let scratch = tempfile::Builder::new()
+        .prefix("surfacelog-footprint-")
+        .tempdir()
+        .expect("a scratch directory");
+    let started = Instant::now();
+    let (text, events) = generate(target_events());
+    let jsonl = scratch.path().join("session.jsonl");
+    std::fs::write(&jsonl, &text).expect("writes the JSONL");
+    drop(text);
+    let store = Store::open_or_create(
+        scratch.path().join("store"),
+        StoreOptions::new().durability(Durability::Manual),
+    )
+    .expect("a store");
+    let (imported, _) = jsonl::import_jsonl(&store, &jsonl, Compression::None, None, &mut |_| {})
+        .expect("imports the generated log");
+    assert_eq!(imported.events, events, "every generated event imported");
+    let id = imported.id.clone();
+    eprintln!(
+        "footprint: generated and imported {events} events in {:.1?}",
+        started.elapsed()
+    );
+    let zstd = {
+        let session = store.inspect(&id).expect("inspects");
+        let out = scratch.path().join("session.jsonl.zstd");
+        jsonl::export_file(
+            &out,
+            session.header(),
+            session.log(),
+            true,
+            Compression::Zstd,
+        )
+        .expect("exports zstd");
+        std::fs::metadata(&out).map_or(0, |m| m.len())
+    };
+    let jsonl_bytes = std::fs::metadata(&jsonl).map_or(0, |m| m.len());
+    let summary = store.summarize(&id).expect("summarizes");
+    let messages = {
+        let (session, _) = store.open_session(&id).expect("opens");
+        session.messages().expect("messages").len()
+    };
+    eprintln!(
+        "footprint: DSH raw JSONL {} B ({:.1} B/event); DSH zstd JSONL {} B; surfacelog {} B on \
+         disk, {} B apparent ({:.1} B/event, {:.2}x the JSONL); {messages} messages",
+        jsonl_bytes,
+        jsonl_bytes as f64 / events as f64,
+        zstd,
+        summary.bytes,
+        summary.apparent_bytes,
+        summary.bytes as f64 / events as f64,
+        summary.bytes as f64 / jsonl_bytes as f64,
+    );
+
+    let mut group = c.benchmark_group("open+messages");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(5));
+    let run = |store: &Store| {
+        let (session, _) = store.open_session(&id).expect("opens");
+        let n = session.messages().expect("messages").len();
+        assert_eq!(n, messages);
+    };
+    group.bench_function(format!("warm/{events}ev"), |b| b.iter(|| run(&store)));
+    if drop_caches() {
+        group.bench_function(format!("cold/{events}ev"), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    drop_caches();
+                    let start = Instant::now();
+                    run(&store);
+                    total += start.elapsed();
+                }
+                total
+            });
+        });
+    } else {
+        eprintln!("footprint: cold runs skipped (dropping the page cache needs root)");
+    }
+    group.finish();
+    drop(store);
+    let _ = std::fs::remove_dir_all(scratch.path());
+}
+
+criterion_group!(footprint_benches, benches);
+criterion_main!(footprint_benches);
