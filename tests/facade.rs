@@ -156,6 +156,13 @@ fn open_never_creates_and_open_or_create_does() {
     drop(store);
     let store = Store::open(&missing, StoreOptions::new()).unwrap();
     assert_eq!(store.list().unwrap().len(), 1);
+    drop(store);
+
+    // Opening an existing store writes nothing: not even the lock file of `tmp/`.
+    std::fs::remove_file(missing.join("tmp.lock")).unwrap();
+    let before = tree(&missing);
+    Store::open(&missing, StoreOptions::new()).unwrap();
+    assert_eq!(tree(&missing), before);
 
     // A store missing one of its directories is damaged, not recreated by `open`.
     std::fs::remove_dir(missing.join("trash")).unwrap();

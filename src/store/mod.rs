@@ -607,7 +607,7 @@ impl Store {
             options,
             hook: Hook::default(),
         };
-        store.clean_tmp();
+        store.clean_tmp(create);
         Ok(store)
     }
 
@@ -629,14 +629,24 @@ impl Store {
     /// STORE-17: removes the leftovers of interrupted builds from `tmp/`, when no build
     /// is in progress in any process (the exclusive lock on `tmp.lock` is free). Best
     /// effort: the store is usable without it (a read-only store cannot be cleaned), and a
-    /// leftover that cannot be removed now is tried again at the next open.
-    fn clean_tmp(&self) {
+    /// leftover that cannot be removed now is tried again at the next open. `create`: the
+    /// store is opened by `Store::open_or_create`, which makes `tmp.lock` when missing.
+    fn clean_tmp(&self, create: bool) {
         let storage = &*self.options.log.storage;
         let tmp = self.dir.join("tmp");
         if refuse_symlink(&tmp).is_err() {
             return;
         }
-        let Ok(lock) = open_lock_file(storage, &self.dir.join(TMP_LOCK)) else {
+        // Created with a new store only: every build takes `tmp.lock` (creating it) before
+        // it makes anything under `tmp/`, so without it there is nothing to clean, and
+        // `Store::open` of an existing store writes nothing (STORE-23).
+        let path = self.dir.join(TMP_LOCK);
+        let opened = if create {
+            open_lock_file(storage, &path)
+        } else {
+            storage.open_file(&path, false)
+        };
+        let Ok(lock) = opened else {
             return;
         };
         if lock.try_lock().is_err() {
