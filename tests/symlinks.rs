@@ -101,7 +101,7 @@ fn run(op: &str, store: &Store, dir: &Path) -> Result<()> {
             None => Ok(()),
         },
         "delete" => store.delete("s"),
-        "purge" => store.purge(),
+        "purge" => store.purge().map(|_| ()),
         "at" => Store::open_or_create(dir, options()).map(|_| ()),
         _ => unreachable!("{op}"),
     }

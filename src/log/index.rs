@@ -10,6 +10,11 @@ use super::segment::{LogId, SEGMENT_HEADER_LEN};
 use crate::record::{decode as decode_record, u32_at, u64_at};
 use crate::storage::Storage;
 
+/// The largest index file read: a segment of 2^32 − 1 bytes holds fewer than 2^26
+/// records (each at least 64 bytes), 4 bytes each in its index; a longer file is not read
+/// (the index is a cache, IDX-2: the segment is scanned instead).
+const INDEX_BYTES_MAX: u64 = 512 << 20;
+
 /// `"surfidx\0"`.
 pub const INDEX_MAGIC: [u8; 8] = *b"surfidx\0";
 /// The index version this build writes (IDX-1); version 1 is still read (IDX-4).
@@ -130,7 +135,7 @@ pub(crate) fn load(
     log_id: &LogId,
     first_seq: u64,
 ) -> Option<Index> {
-    let bytes = crate::storage::read_file(storage, path).ok()?;
+    let bytes = crate::storage::read_file_at_most(storage, path, INDEX_BYTES_MAX).ok()??;
     let index = decode(&bytes, log_id, first_seq)?;
     let last_ok = match index.offsets.last() {
         None => index.end == SEGMENT_HEADER_LEN,
@@ -245,7 +250,7 @@ fn durable_listing(
     log_id: &LogId,
     first_seq: u64,
 ) -> Option<(usize, usize)> {
-    let bytes = crate::storage::read_file(storage, path).ok()?;
+    let bytes = crate::storage::read_file_at_most(storage, path, INDEX_BYTES_MAX).ok()??;
     let index = decode(&bytes, log_id, first_seq)?;
     index.data_crc?;
     Some((index.offsets.len(), index.end))

@@ -133,8 +133,10 @@ impl Limit {
         header: &SegmentHeader,
         segment: &[u8],
     ) -> crate::Result<Self> {
-        let bytes = crate::storage::read_file(storage, path)
-            .map_err(|e| crate::Error::io("read", path, &e))?;
+        // A limit file is a few dozen bytes (LIM-1); a longer one is not read whole.
+        let bytes = crate::storage::read_file_at_most(storage, path, 1 << 20)
+            .map_err(|e| crate::Error::io("read", path, &e))?
+            .unwrap_or_else(|| vec![0xFF]);
         Self::decode(&bytes, header, segment).map_err(|error| match error {
             LimitError::Invalid(reason) => super::reader::corrupt(path, 0, reason),
             LimitError::Version(found) => unsupported_error(found, LIMIT_VERSION),

@@ -161,6 +161,14 @@ impl DiskLog {
         self.defer_sync = defer;
     }
 
+    /// Writes the buffered records to the OS, without a sync (`LogWriter::write_out`).
+    ///
+    /// # Errors
+    /// As `LogWriter::write_out`.
+    pub(crate) fn write_out(&self) -> crate::Result<()> {
+        self.writer.write_out()
+    }
+
     /// The wait for deferred appends (DUR-11).
     pub(crate) fn durable_wait(&self) -> DurableWait {
         self.writer.durable_wait()

@@ -275,6 +275,26 @@ impl LogWriter {
         Ok(seq_next)
     }
 
+    /// Writes the records the write buffer holds (DUR-2, DUR-3) to the OS, without a
+    /// sync: once it returns they are in the segment file, readable by other processes and
+    /// kept if this process dies (not at a power loss).
+    ///
+    /// # Errors
+    /// `POISONED` after an earlier failure; `IO` for a failed write, which poisons the
+    /// writer (DUR-5) with the outcome `FateUnknown` (DUR-10).
+    pub(crate) fn write_out(&self) -> Result<()> {
+        let mut state = self.shared.lock_state();
+        if state.poisoned {
+            return Err(ErrorKind::Poisoned.into());
+        }
+        if let Err(error) = self.shared.flush_buffer(&mut state) {
+            state.poisoned = true;
+            self.shared.commit.poison();
+            return Err(error.with_fate_unknown());
+        }
+        Ok(())
+    }
+
     /// The wait of a deferred `Sync` append (DUR-11); it outlives any lock around the
     /// writer.
     pub(crate) fn durable_wait(&self) -> DurableWait {

@@ -329,6 +329,25 @@ pub fn read_file(storage: &dyn Storage, path: &Path) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// The bytes of the file at `path` when it holds at most `max` of them; `None` for a
+/// longer file, of which no more than `max + 1` bytes are read.
+///
+/// # Errors
+/// The OS error.
+pub fn read_file_at_most(
+    storage: &dyn Storage,
+    path: &Path,
+    max: u64,
+) -> io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    storage
+        .open_read(path)?
+        .take(max.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= max).then_some(bytes))
+}
+
 /// `dir/name`.
 pub fn child(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)

@@ -430,9 +430,12 @@ impl Checkpoint {
         file.read_exact_at(&mut fixed, 0)
             .map_err(|_| Unusable::Corrupt)?;
         let (_, nodes_end) = Parts::nodes_end(&fixed).ok_or(Unusable::Corrupt)?;
+        // The bytes after the nodes (keys, repair state, chain) are read whole: a length
+        // past `TAIL_BYTES_MAX` is damage, refused before anything is allocated for it.
         let tail_len = usize::try_from(len)
             .ok()
             .and_then(|len| len.checked_sub(nodes_end))
+            .filter(|&tail| tail as u64 <= TAIL_BYTES_MAX)
             .ok_or(Unusable::Corrupt)?;
         let mut tail = vec![0; tail_len];
         file.read_exact_at(&mut tail, nodes_end as u64)
@@ -585,6 +588,11 @@ pub(crate) fn check_not_ahead(dir: &Path, stored: u64, durable_seq: u64) -> crat
     }
     .into())
 }
+
+/// The most bytes a checkpoint's part after its nodes may hold (CKP-1): its keys (16 bytes
+/// per replacement on the surface), repair state and chain take far less; a longer file
+/// is damage, never read into memory.
+const TAIL_BYTES_MAX: u64 = 256 << 20;
 
 /// The number of events the checkpoint file at `path` says it covers, from its header
 /// alone (CKP-1): what a fork needs to decide whether to share it. Nothing else is

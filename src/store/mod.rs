@@ -581,7 +581,10 @@ impl Store {
         }
         refuse_symlink(&dir.join(TMP_LOCK))?;
         let identity = dir.join("STORE");
-        match crate::storage::read_file(&**storage, &identity) {
+        // STORE-2: an identity file is a line; anything past 1 MiB is not one.
+        match crate::storage::read_file_at_most(&**storage, &identity, 1 << 20)
+            .map(|bytes| bytes.unwrap_or_else(|| vec![0xFF]))
+        {
             Ok(bytes) => {
                 let text = String::from_utf8(bytes).map_err(|_| {
                     Error::from(ErrorKind::Corrupt {
@@ -1001,11 +1004,7 @@ impl Store {
     pub fn remove(&self, id: &str) -> Result<()> {
         let trashed = self.trash(id)?;
         self.refuse_store_links()?;
-        self.options
-            .log
-            .storage
-            .remove_dir_all(&trashed)
-            .map_err(|e| Error::io("remove", &trashed, &e))?;
+        self.remove_trashed(&trashed)?;
         let trash = self.dir.join("trash");
         self.options
             .log
@@ -1096,7 +1095,9 @@ impl Store {
         })
     }
 
-    /// Removes everything in the trash (STORE-9), then syncs `trash/`.
+    /// Removes everything in the trash (STORE-9), then syncs `trash/`; returns how many
+    /// entries were removed (a session a concurrent restore holds is left to it,
+    /// STORE-24).
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -1113,25 +1114,62 @@ impl Store {
     ///
     /// # Errors
     /// `IO`.
-    pub fn purge(&self) -> Result<()> {
+    pub fn purge(&self) -> Result<u64> {
+        self.purge_where(|_| true)
+    }
+
+    /// Removes the trash entries whose name `keep` does not spare, each under its log's
+    /// lock (STORE-24: never one a restore is moving), then syncs `trash/`. Returns how
+    /// many were removed.
+    fn purge_where(&self, remove: impl Fn(&str) -> bool) -> Result<u64> {
         let trash = self.dir.join("trash");
         refuse_symlink(&trash)?;
-        let storage = &self.options.log.storage;
-        let names = storage
+        let names = self
+            .options
+            .log
+            .storage
             .list_dir(&trash)
             .map_err(|e| Error::io("list", &trash, &e))?;
-        for name in &names {
-            let path = trash.join(name);
-            storage
-                .remove_dir_all(&path)
-                .map_err(|e| Error::io("remove", &path, &e))?;
+        let mut removed = 0;
+        for name in names.iter().filter(|name| remove(name)) {
+            if self.remove_trashed(&trash.join(name))? {
+                removed += 1;
+            }
         }
-        if !names.is_empty() {
-            storage
+        if removed > 0 {
+            self.options
+                .log
+                .storage
                 .sync_dir(&trash)
                 .map_err(|e| Error::io("fsync", &trash, &e))?;
         }
-        Ok(())
+        Ok(removed)
+    }
+
+    /// Removes the trashed session directory `path` for good, holding its log's lock so
+    /// that a restore cannot be moving it meanwhile (STORE-24). `false` when it is gone
+    /// already, or a restore holds it (it is then back in `sessions/`, or will be).
+    fn remove_trashed(&self, path: &Path) -> Result<bool> {
+        let storage = &*self.options.log.storage;
+        let log = path.join("log");
+        let _lock = match std::fs::symlink_metadata(&log) {
+            Ok(meta) if meta.is_dir() => match crate::log::take_lock(storage, &log) {
+                Ok(lock) => Some(lock),
+                Err(e) if e.code() == "LOCKED" => return Ok(false),
+                Err(e) if std::fs::symlink_metadata(path).is_err() => {
+                    let _ = e;
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            },
+            // A trashed directory without a log (a damaged session): nothing can open it.
+            _ => None,
+        };
+        match storage.remove_dir_all(path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io("remove", path, &e)),
+        }
     }
 
     /// Removes the sessions trashed more than `age` ago (by the time in their trash name,
@@ -1151,35 +1189,13 @@ impl Store {
     /// # Errors
     /// `IO`.
     pub fn purge_older_than(&self, age: std::time::Duration) -> Result<u64> {
-        let trash = self.dir.join("trash");
-        refuse_symlink(&trash)?;
-        let storage = &self.options.log.storage;
-        let names = storage
-            .list_dir(&trash)
-            .map_err(|e| Error::io("list", &trash, &e))?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let mut removed = 0;
-        for name in &names {
-            let Some((_, trashed_at)) = trash_name_parts(name) else {
-                continue;
-            };
-            if now.saturating_sub(trashed_at) < age.as_nanos() {
-                continue;
-            }
-            let path = trash.join(name);
-            storage
-                .remove_dir_all(&path)
-                .map_err(|e| Error::io("remove", &path, &e))?;
-            removed += 1;
-        }
-        if removed > 0 {
-            storage
-                .sync_dir(&trash)
-                .map_err(|e| Error::io("fsync", &trash, &e))?;
-        }
-        Ok(removed)
+        self.purge_where(|name| {
+            trash_name_parts(name)
+                .is_some_and(|(_, trashed_at)| now.saturating_sub(trashed_at) >= age.as_nanos())
+        })
     }
 
     /// Moves the most recently trashed copy of session `id` back from the trash
@@ -1221,12 +1237,21 @@ impl Store {
             })
             .collect();
         copies.sort_unstable_by(|a, b| b.cmp(a));
-        // STORE-4: a shortened name may be another id's; the header tells.
-        let Some(from) = copies.iter().map(|(_, n)| trash.join(n)).find(|dir| {
-            read_header_file(storage, dir, &name).is_ok_and(|header| header.id() == id)
-        }) else {
+        // STORE-4: a shortened name may be another id's; the header tells. A copy whose
+        // header does not read is damage, never passed over for an older one.
+        let mut from = None;
+        for (_, n) in &copies {
+            let dir = trash.join(n);
+            if read_header_file(storage, &dir, &name)?.id() == id {
+                from = Some(dir);
+                break;
+            }
+        }
+        let Some(from) = from else {
             return Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into());
         };
+        // Held while it moves: a purge removes no trashed session a restore holds.
+        let _lock = crate::log::take_lock(storage, &from.join("log"))?;
         if let Err(error) = storage.rename(&from, &to) {
             if taken() {
                 return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
@@ -1474,6 +1499,19 @@ impl std::ops::Deref for Listing {
 /// must read as UTF-8, parse as a valid header (contract §6) and name an id that escapes
 /// to `name`: a session directory is created only with its header, so anything else is
 /// damage (`CORRUPT` with the path), never another session.
+/// The largest `header.json` read (STORE-4): a header is a few hundred bytes; a larger
+/// file is damage, refused before it is read into memory.
+pub(crate) const HEADER_BYTES_MAX: u64 = 16 << 20;
+
+/// `CORRUPT` for a `header.json` larger than [`HEADER_BYTES_MAX`].
+pub(crate) fn header_too_large(path: &Path) -> Error {
+    ErrorKind::Corrupt {
+        location: path.display().to_string(),
+        reason: format!("header.json is larger than {HEADER_BYTES_MAX} bytes (STORE-4)"),
+    }
+    .into()
+}
+
 fn read_header_file(storage: &dyn Storage, dir: &Path, name: &str) -> Result<Header> {
     let path = dir.join("header.json");
     refuse_session_links(dir)?;
@@ -1483,8 +1521,9 @@ fn read_header_file(storage: &dyn Storage, dir: &Path, name: &str) -> Result<Hea
             reason,
         })
     };
-    let bytes = match crate::storage::read_file(storage, &path) {
-        Ok(bytes) => bytes,
+    let bytes = match crate::storage::read_file_at_most(storage, &path, HEADER_BYTES_MAX) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Err(header_too_large(&path)),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             return Err(corrupt(
                 "the session has no header.json (STORE-4); its log is kept".to_owned(),

@@ -46,6 +46,37 @@ pub struct SharedSession {
     inner: Arc<Mutex<StoredSession>>,
 }
 
+/// A session whose appends defer their `Sync` wait (DUR-11) while this lives: dropped,
+/// also by a panic's unwinding, it restores the normal wait, so the session a poisoned
+/// lock hands on never acknowledges an append before it is durable.
+struct Deferred<'a>(MutexGuard<'a, StoredSession>);
+
+impl<'a> Deferred<'a> {
+    fn new(mut session: MutexGuard<'a, StoredSession>) -> Self {
+        session.log_mut().set_defer_sync(true);
+        Self(session)
+    }
+}
+
+impl Drop for Deferred<'_> {
+    fn drop(&mut self) {
+        self.0.log_mut().set_defer_sync(false);
+    }
+}
+
+impl StoredSession {
+    /// Internals (for `surfacelog append`): writes the appended events the writer still
+    /// buffers (`Batch`, `Manual`, DUR-2, DUR-3) to the OS, without a sync: readable by
+    /// other processes, and kept if this process is killed. Unstable.
+    ///
+    /// # Errors
+    /// `POISONED`, or `IO` for a failed write (outcome `FateUnknown`, DUR-10).
+    #[doc(hidden)]
+    pub fn write_out(&mut self) -> Result<()> {
+        self.log().write_out().map_err(|e| e.in_session(self.id()))
+    }
+}
+
 impl SharedSession {
     /// Shares `session`.
     ///
@@ -110,11 +141,9 @@ impl SharedSession {
         intent: Option<SurfaceIntent>,
     ) -> Result<u64> {
         let (seq, wait) = {
-            let mut session = self.lock();
-            session.log_mut().set_defer_sync(true);
-            let appended = session.append_dynamic(event_type, data, intent);
-            session.log_mut().set_defer_sync(false);
-            (appended?, session.log().durable_wait())
+            let mut session = Deferred::new(self.lock());
+            let appended = session.0.append_dynamic(event_type, data, intent);
+            (appended?, session.0.log().durable_wait())
         };
         // DUR-11: outside the lock, so that the appends made meanwhile share this sync.
         wait.wait(seq + 1)?;

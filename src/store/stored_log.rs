@@ -39,6 +39,14 @@ impl StoredLog {
         self.log.set_defer_sync(defer);
     }
 
+    /// Writes the buffered records to the OS, without a sync.
+    ///
+    /// # Errors
+    /// As `LogWriter::write_out`.
+    pub(crate) fn write_out(&self) -> Result<()> {
+        self.log.write_out()
+    }
+
     /// The wait for deferred appends (DUR-11).
     pub(crate) fn durable_wait(&self) -> crate::log::DurableWait {
         self.log.durable_wait()

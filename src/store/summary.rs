@@ -36,9 +36,10 @@ pub struct Summaries {
     pub damaged: Vec<Error>,
 }
 
-/// The flags of every open here: read-only, no link followed, not inherited.
+/// The flags of every open here: read-only, no link followed, not inherited, and never
+/// waiting (a FIFO put where a file belongs opens at once, and `fstat` then refuses it).
 fn flags(directory: bool) -> OFlags {
-    let base = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let base = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
     if directory {
         base | OFlags::DIRECTORY
     } else {
@@ -115,7 +116,10 @@ impl Store {
                 .collect();
             workers
                 .into_iter()
-                .map(|w| w.join().unwrap_or_default())
+                .map(|w| {
+                    w.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
                 .collect()
         });
         let mut out = Summaries::default();
@@ -132,6 +136,77 @@ impl Store {
     }
 }
 
+/// Adds the files of the log directory open as `log` to `summary` (one listing, a stat of
+/// each relative to the directory): their sizes, and the segments among them.
+fn add_log_files(summary: &mut Summary, log: OwnedFd, log_path: &Path) -> Result<()> {
+    // The handle is the listing's own (no second open of the directory).
+    let mut entries = rustix::fs::Dir::new(log).map_err(|e| io("list", log_path, e))?;
+    let mut names = Vec::new();
+    while let Some(entry) = entries.read() {
+        let entry = entry.map_err(|e| io("list", log_path, e))?;
+        let file_name = entry.file_name();
+        if file_name.to_bytes() != b"." && file_name.to_bytes() != b".." {
+            names.push(file_name.to_owned());
+        }
+    }
+    let log = entries.fd().map_err(|e| io("list", log_path, e))?;
+    for file_name in names {
+        let at = || log_path.join(file_name.to_string_lossy().as_ref());
+        let stat = match rustix::fs::statat(log, file_name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            // Removed meanwhile (a writer's temporary file).
+            Err(Errno::NOENT) => continue,
+            Err(errno) => return Err(io("stat", &at(), errno)),
+        };
+        if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink {
+            return Err(link_inside(&at()));
+        }
+        count(summary, &stat);
+        if crate::log::segment::parse_segment_name(&file_name.to_string_lossy()).is_some() {
+            summary.segments += 1;
+        }
+    }
+    Ok(())
+}
+
+/// `sessions/name` opened as a directory: `None` for a plain file there or an entry
+/// gone meanwhile; `UNSAFE_PATH` for a link (STORE-1).
+fn open_dir(sessions: &OwnedFd, name: &str, path: &Path) -> Result<Option<OwnedFd>> {
+    match rustix::fs::openat(sessions, name, flags(true), Mode::empty()) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(Errno::NOTDIR) => match rustix::fs::statat(sessions, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink => {
+                Err(link_inside(path))
+            }
+            _ => Ok(None),
+        },
+        Err(errno) => Err(io("open", path, errno)),
+    }
+}
+
+/// The refusal of `dir/name`, which is not a directory: `UNSAFE_PATH` for a link, else
+/// `CORRUPT`.
+fn link_or_not_dir(dir: &OwnedFd, name: &str, path: &Path) -> Error {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink => link_inside(path),
+        _ => ErrorKind::Corrupt {
+            location: path.display().to_string(),
+            reason: "not a directory".to_owned(),
+        }
+        .into(),
+    }
+}
+
+/// `UNSAFE_PATH` for a store file that is not a regular file (a FIFO, a device; STORE-1).
+fn not_regular(path: &Path) -> Error {
+    ErrorKind::UnsafePath {
+        path: path.to_owned(),
+        reason: "not a regular file (STORE-1)",
+    }
+    .into()
+}
+
 /// Adds a file's blocks and length to `summary` (directories are not counted).
 fn count(summary: &mut Summary, stat: &rustix::fs::Stat) {
     if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
@@ -144,10 +219,11 @@ fn count(summary: &mut Summary, stat: &rustix::fs::Stat) {
 /// session directory (a plain file, STORE-16 warns of it) or is gone (deleted meanwhile).
 fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Option<SessionSummary>> {
     let path = sessions.join(name);
-    let dir = match rustix::fs::openat(sessions_fd, name, flags(true), Mode::empty()) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT | Errno::NOTDIR) => return Ok(None),
-        Err(errno) => return Err(io("open", &path, errno)),
+    let dir = match open_dir(sessions_fd, name, &path) {
+        Ok(Some(fd)) => fd,
+        // A plain file in `sessions/` is no session (STORE-16 warns of it); gone is gone.
+        Ok(None) => return Ok(None),
+        Err(error) => return Err(error),
     };
     let mut summary = Summary {
         events: None,
@@ -172,12 +248,15 @@ fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Optio
     };
     let stat = rustix::fs::fstat(&header_file).map_err(|e| io("stat", &header_path, e))?;
     if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(link_inside(&header_path));
+        return Err(not_regular(&header_path));
     }
     count(&mut summary, &stat);
     // One read of the length `fstat` gave: `header.json` is written once, whole, before
     // its session is published (STORE-6), and never changes.
-    let len = usize::try_from(stat.st_size).unwrap_or(0);
+    let len = usize::try_from(stat.st_size)
+        .ok()
+        .filter(|&len| len as u64 <= super::HEADER_BYTES_MAX)
+        .ok_or_else(|| super::header_too_large(&header_path))?;
     let mut bytes = vec![0; len];
     std::os::unix::fs::FileExt::read_exact_at(&header_file, &mut bytes, 0)
         .map_err(|e| Error::io("read", &header_path, &e))?;
@@ -194,13 +273,14 @@ fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Optio
             let file = std::fs::File::from(fd);
             let at = path.join(checkpoint::CHECKPOINT_FILE);
             let stat = rustix::fs::fstat(&file).map_err(|e| io("stat", &at, e))?;
-            if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile {
-                count(&mut summary, &stat);
-                let len = u64::try_from(stat.st_size).unwrap_or(0);
-                if let Ok(cp) = checkpoint::Checkpoint::read_open(file, len) {
-                    summary.events = Some(cp.seq_next());
-                    summary.surface = Some(cp.node_count());
-                }
+            if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+                return Err(not_regular(&at));
+            }
+            count(&mut summary, &stat);
+            let len = u64::try_from(stat.st_size).unwrap_or(0);
+            if let Ok(cp) = checkpoint::Checkpoint::read_open(file, len) {
+                summary.events = Some(cp.seq_next());
+                summary.surface = Some(cp.node_count());
             }
         }
         Err(Errno::NOENT) => {}
@@ -211,6 +291,8 @@ fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Optio
     let log_path = path.join("log");
     let log = match rustix::fs::openat(&dir, "log", flags(true), Mode::empty()) {
         Ok(fd) => fd,
+        // `O_NOFOLLOW | O_DIRECTORY` on a link is `ENOTDIR`: a link is refused (STORE-1).
+        Err(Errno::NOTDIR) => return Err(link_or_not_dir(&dir, "log", &log_path)),
         Err(Errno::NOENT) => {
             // STORE-21: no log is damage; a session whose directory went away is gone.
             return match rustix::fs::fstat(&dir) {
@@ -224,32 +306,6 @@ fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Optio
         }
         Err(errno) => return Err(io("open", &log_path, errno)),
     };
-    // The handle is the listing's own (no second open of the directory).
-    let mut entries = rustix::fs::Dir::new(log).map_err(|e| io("list", &log_path, e))?;
-    let mut names = Vec::new();
-    while let Some(entry) = entries.read() {
-        let entry = entry.map_err(|e| io("list", &log_path, e))?;
-        let file_name = entry.file_name();
-        if file_name.to_bytes() != b"." && file_name.to_bytes() != b".." {
-            names.push(file_name.to_owned());
-        }
-    }
-    let log = entries.fd().map_err(|e| io("list", &log_path, e))?;
-    for file_name in names {
-        let at = || log_path.join(file_name.to_string_lossy().as_ref());
-        let stat = match rustix::fs::statat(log, file_name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(stat) => stat,
-            // Removed meanwhile (a writer's temporary file).
-            Err(Errno::NOENT) => continue,
-            Err(errno) => return Err(io("stat", &at(), errno)),
-        };
-        if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink {
-            return Err(link_inside(&at()));
-        }
-        count(&mut summary, &stat);
-        if crate::log::segment::parse_segment_name(&file_name.to_string_lossy()).is_some() {
-            summary.segments += 1;
-        }
-    }
+    add_log_files(&mut summary, log, &log_path)?;
     Ok(Some(SessionSummary { header, summary }))
 }

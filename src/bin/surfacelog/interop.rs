@@ -77,6 +77,20 @@ impl FormatArg {
             FormatArg::DshJsonlZstd => Format::DshJsonlZstd,
             FormatArg::DshSqlite => Format::DshSqlite,
             FormatArg::Auto => {
+                // The first bytes are read, then the file is opened again by the import:
+                // a pipe would lose them.
+                let meta =
+                    std::fs::metadata(file).map_err(|e| surfacelog::Error::io("open", file, &e))?;
+                if !meta.is_file() {
+                    return Err(surfacelog::Error::io(
+                        "detect the format of",
+                        file,
+                        &std::io::Error::new(
+                            std::io::ErrorKind::InvalidInput,
+                            "not a regular file: name its format with --format",
+                        ),
+                    ));
+                }
                 let mut head = Vec::with_capacity(16);
                 std::fs::File::open(file)
                     .and_then(|f| f.take(16).read_to_end(&mut head))
@@ -258,7 +272,7 @@ pub fn export(ctx: &Ctx, id: &str, format: Format, options: &ExportOptions<'_>) 
     if to_stdout {
         eprintln!("{text}");
     } else {
-        println!("{text}");
+        out::say!("{text}")?;
     }
     Ok(())
 }

@@ -242,9 +242,10 @@ enum Command {
 
 /// The exit status for a refusal: 3 refused input, 4 I/O or timeout, 5 not found.
 fn exit_code(error: &surfacelog::Error) -> u8 {
-    if let surfacelog::ErrorKind::Io { kind, .. } = error.kind() {
-        // A file the user named that is not there (an import's input) is "not found".
-        return if *kind == std::io::ErrorKind::NotFound {
+    if let surfacelog::ErrorKind::Io { op, kind, .. } = error.kind() {
+        // A file the user named that is not there (an import's input) is "not found";
+        // any other I/O error (a missing directory to export into, too) is I/O.
+        return if *kind == std::io::ErrorKind::NotFound && *op == "open" {
             5
         } else {
             4

@@ -7,6 +7,15 @@ use std::io::{IsTerminal, Write};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
+/// `println!` that returns the write's error (`IO`) instead of panicking on a closed pipe
+/// (`surfacelog verify | head -1`).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::out::line(&mut std::io::stdout().lock(), &format!($($arg)*))
+    };
+}
+pub(crate) use say;
+
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ColorWhen {

@@ -75,6 +75,11 @@ pub fn show(ctx: &Ctx, args: &ShowArgs) -> Result<()> {
             .limit
             .map_or(end, |n| args.from.saturating_add(n).min(end));
         if ctx.json {
+            // Every event is read and checked before the first byte is written: damage is
+            // an error, never half a document.
+            for seq in args.from.min(last)..last {
+                event(&session, seq)?;
+            }
             let texts =
                 (args.from.min(last)..last).map(|seq| Ok((seq, event(&session, seq)?.text)));
             return out::stored_texts("events", None, texts);
@@ -295,8 +300,10 @@ pub fn tail(ctx: &Ctx, id: &str, lines: u64, follow: bool) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     let print = |stdout: &mut std::io::StdoutLock<'_>, event: &EventRef<'_>| -> Result<()> {
         let line = if ctx.json {
-            // The stored text, verbatim: already one JSON document per line.
-            event.text.to_owned()
+            // The stored text, verbatim, one per line: a line break between its tokens
+            // (stored as given, contract §2.1) is written as a space, which JSON reads
+            // the same (no string holds a raw line break).
+            event.text.replace(['\n', '\r'], " ")
         } else {
             human_event(event, elide, ctx.color)
         };
@@ -361,6 +368,6 @@ pub fn log_info(ctx: &Ctx, dir: &Path, check_writer: bool) -> Result<()> {
             events,
         });
     }
-    println!("{}: {events} events", dir.display());
+    out::say!("{}: {events} events", dir.display())?;
     Ok(())
 }

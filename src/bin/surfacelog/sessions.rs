@@ -169,10 +169,10 @@ pub fn fork(ctx: &Ctx, id: &str, at: &str, new: &str) -> Result<()> {
             seed_length,
         });
     }
-    println!(
+    out::say!(
         "forked {id} into {new} ({} events of {id})",
         seed_length.unwrap_or(0)
-    );
+    )?;
     Ok(())
 }
 
@@ -187,7 +187,7 @@ pub fn rm(ctx: &Ctx, id: &str) -> Result<()> {
         }
         return out::json(&Trashed { id, trashed: true });
     }
-    println!("moved {id} to the trash (surfacelog restore {id} brings it back)");
+    out::say!("moved {id} to the trash (surfacelog restore {id} brings it back)")?;
     Ok(())
 }
 
@@ -202,15 +202,17 @@ pub fn restore(ctx: &Ctx, id: &str) -> Result<()> {
         }
         return out::json(&Restored { id, restored: true });
     }
-    println!("restored {id}");
+    out::say!("restored {id}")?;
     Ok(())
 }
 
 /// `surfacelog purge [--older-than DURATION]`.
 pub fn purge(ctx: &Ctx, older_than: Option<Duration>) -> Result<()> {
-    let removed = ctx
-        .open()?
-        .purge_older_than(older_than.unwrap_or(Duration::ZERO))?;
+    let store = ctx.open()?;
+    let removed = match older_than {
+        Some(age) => store.purge_older_than(age)?,
+        None => store.purge()?,
+    };
     if ctx.json {
         #[derive(Serialize)]
         struct Purged {
@@ -218,7 +220,7 @@ pub fn purge(ctx: &Ctx, older_than: Option<Duration>) -> Result<()> {
         }
         return out::json(&Purged { removed });
     }
-    println!("removed {removed} trashed sessions");
+    out::say!("removed {removed} trashed sessions")?;
     Ok(())
 }
 
@@ -375,7 +377,7 @@ pub fn verify(ctx: &Ctx, ids: &[String]) -> Result<bool> {
         out::json(&VerifyJson::new(&report))?;
     } else {
         for line in report.lines() {
-            println!("{line}");
+            out::say!("{line}")?;
         }
     }
     Ok(report.ok())
@@ -477,28 +479,29 @@ pub fn salvage(ctx: &Ctx, id: &str) -> Result<()> {
             checkpoint_removed: report.checkpoint_removed,
         });
     }
-    println!(
+    out::say!(
         "kept     {} events (seqs 0..{})",
-        log.seq_next, log.seq_next
-    );
+        log.seq_next,
+        log.seq_next
+    )?;
     if let Some(reason) = &log.reason {
-        println!("damage   {reason}");
+        out::say!("damage   {reason}")?;
     }
     for aside in &log.set_aside {
-        println!(
+        out::say!(
             "set aside {} bytes of {} from offset {} -> {}",
             aside.bytes,
             aside.from.display(),
             aside.offset,
             aside.quarantine.display()
-        );
+        )?;
     }
     match log.first_lost_seq {
-        Some(seq) => println!("first lost seq {seq}"),
-        None => println!("nothing set aside"),
+        Some(seq) => out::say!("first lost seq {seq}")?,
+        None => out::say!("nothing set aside")?,
     }
     if report.checkpoint_removed {
-        println!("checkpoint removed (it covered more than what remains)");
+        out::say!("checkpoint removed (it covered more than what remains)")?;
     }
     Ok(())
 }

@@ -108,19 +108,46 @@ pub fn append(ctx: &Ctx, id: &str, create: bool, durable: bool) -> Result<()> {
         }
         .into());
     }
-    let stdin = std::io::stdin().lock();
+    let mut stdin = std::io::stdin().lock();
     let mut refused = None;
-    for (n, text) in stdin.lines().enumerate() {
-        let text = text.map_err(|e| Error::io("read", "stdin", &e))?;
-        if text.trim().is_empty() {
-            continue;
+    let mut raw = Vec::new();
+    for n in 1.. {
+        raw.clear();
+        if stdin
+            .read_until(b'\n', &mut raw)
+            .map_err(|e| Error::io("read", "stdin", &e))?
+            == 0
+        {
+            break;
         }
-        let seq = Json::parse(&text).map_err(Error::from).and_then(|json| {
-            let line = parse_line(&json)?;
-            session.append_json(&line.event_type, line.data, line.surface_op, line.sources)
-        });
+        let seq = std::str::from_utf8(&raw)
+            .map_err(|e| {
+                Error::from(ErrorKind::DataInvalidJson {
+                    offset: e.valid_up_to(),
+                    reason: "the line is not UTF-8",
+                })
+            })
+            .and_then(|text| {
+                if text.trim().is_empty() {
+                    return Ok(None);
+                }
+                let json = Json::parse(text)?;
+                let line = parse_line(&json)?;
+                let seq = session.append_json(
+                    &line.event_type,
+                    line.data,
+                    line.surface_op,
+                    line.sources,
+                )?;
+                // Printed once written to the OS (with `--durable`, once durable).
+                if !durable {
+                    session.write_out()?;
+                }
+                Ok(Some(seq))
+            });
         match seq {
-            Ok(seq) => {
+            Ok(None) => {}
+            Ok(Some(seq)) => {
                 #[derive(serde::Serialize)]
                 struct Appended {
                     seq: u64,
@@ -128,7 +155,7 @@ pub fn append(ctx: &Ctx, id: &str, create: bool, durable: bool) -> Result<()> {
                 crate::out::json(&Appended { seq })?;
             }
             Err(error) => {
-                refused = Some((n + 1, error));
+                refused = Some((n, error));
                 break;
             }
         }
