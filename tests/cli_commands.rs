@@ -1904,3 +1904,67 @@ fn restore_refuses_a_damaged_newest_copy_instead_of_an_older_one() {
     store.refused(&["restore", "s1"], 3, "CORRUPT");
     assert!(!store.0.join("sessions/s1").exists());
 }
+
+#[test]
+fn append_to_a_session_damaged_before_its_last_segment_changes_nothing() {
+    let dir = scratch("damaged-sealed");
+    let store = store_in(&dir);
+    {
+        let options = surfacelog::StoreOptions::new().segment_bytes(4096);
+        let lib = surfacelog::Store::open_or_create(&store.0, options).unwrap();
+        let mut session = lib.create("d", None, None).unwrap();
+        session
+            .append_dynamic("turn/start", r#"{"turn":1}"#, None)
+            .unwrap();
+        for i in 0..60 {
+            session
+                .append_dynamic(
+                    "plugin/x",
+                    &format!(r#"{{"n":{i},"pad":"sealed-{i:03}"}}"#),
+                    None,
+                )
+                .unwrap();
+        }
+        // Dropped with turn 1 open: an open for writing would append its closer.
+        drop(session);
+    }
+    damage(&store, "d", b"sealed-000", false);
+    let session_dir = store.0.join("sessions/d");
+    let snapshot = |dir: &Path| -> Vec<(PathBuf, Vec<u8>)> {
+        let mut files: Vec<_> = walk(dir)
+            .into_iter()
+            .filter(|p| p.is_file())
+            .map(|p| {
+                let bytes = std::fs::read(&p).unwrap();
+                (p, bytes)
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let before = snapshot(&session_dir);
+    let output = store.append("d", &[], &[r#"{"type":"plugin/y","data":1}"#]);
+    let stderr = assert_refused(&output, 3, "CORRUPT");
+    assert!(stderr.contains("00000000000000000000.seg"), "{stderr}");
+    assert_eq!(
+        snapshot(&session_dir),
+        before,
+        "nothing changed: no closer, no checkpoint"
+    );
+}
+
+/// Every path under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        for entry in std::fs::read_dir(&path).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path.clone());
+            }
+            out.push(path);
+        }
+    }
+    out
+}

@@ -91,7 +91,9 @@ enum Command {
     /// Append events read as JSON lines on stdin,
     /// `{"type","data","surfaceOp"?,"sourceEventSeqs"?}`; print `{"seq":N}` for each once
     /// it is written (with `--durable`, once durable). The session is checked in full
-    /// first (as `verify`): a damaged one is refused with `CORRUPT`. Each run is one
+    /// first (as `verify`): a damaged one is refused with `CORRUPT`, before anything
+    /// changes unless the damage is in its last segment (a torn tail, which opening
+    /// recovers, then the check runs again). Each run is one
     /// writer: a turn it leaves open is closed (contract §8) when the next run opens the
     /// session, so append a turn within one run.
     #[command(after_help = r#"Examples:

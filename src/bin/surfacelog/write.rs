@@ -65,6 +65,48 @@ fn parse_line<'a>(json: &Json<'a>) -> Result<Line<'a>> {
     Ok(line)
 }
 
+/// The first error `verify` reported, as the `CORRUPT` refusal of an append.
+fn first_error(report: &surfacelog::VerifyReport, id: &str) -> Option<Error> {
+    let (_, problem) = report
+        .problems()
+        .find(|(_, p)| p.severity == surfacelog::Severity::Error)?;
+    Some(
+        ErrorKind::Corrupt {
+            location: match problem.offset {
+                Some(offset) => format!("{} offset={offset}", problem.file.display()),
+                None => problem.file.display().to_string(),
+            },
+            reason: format!(
+                "[{}] {} (surfacelog verify {id})",
+                problem.rule, problem.message
+            ),
+        }
+        .into(),
+    )
+}
+
+/// Whether every error of `report` is in its session's last segment, the only place a
+/// torn tail can be (RCV-9).
+fn only_in_last_segment(report: &surfacelog::VerifyReport) -> bool {
+    let errors: Vec<&std::path::Path> = report
+        .problems()
+        .filter(|(_, p)| p.severity == surfacelog::Severity::Error)
+        .map(|(_, p)| p.file.as_path())
+        .collect();
+    let Some(log) = errors.first().and_then(|f| f.parent()) else {
+        return true;
+    };
+    let last = std::fs::read_dir(log).ok().and_then(|entries| {
+        entries
+            .filter_map(|e| e.ok().map(|e| e.file_name()))
+            .filter(|name| name.to_string_lossy().ends_with(".seg"))
+            .max()
+    });
+    errors
+        .iter()
+        .all(|f| f.parent() == Some(log) && last.as_deref() == f.file_name())
+}
+
 /// `surfacelog append ID [--create] [--durable]`: prints `{"seq":N}` per appended event;
 /// with `durable`, each once its event is durable. A refused line stops the command
 /// (exit 3): nothing after the last good line is written.
@@ -83,31 +125,35 @@ pub fn append(ctx: &Ctx, id: &str, create: bool, durable: bool) -> Result<()> {
     } else {
         surfacelog::Store::open(&ctx.store, options)?
     };
-    let mut session = match store.open_session(id) {
-        Err(e) if create && e.code() == "SESSION_NOT_FOUND" => store.create(id, None, None)?,
-        other => other?.0,
-    };
-    // Opening checked the log's tail only (reads are lazy): appending after damage
-    // further back would bury it, so the whole session is checked first, read-only
-    // (STORE-16). A problem refuses the append with `CORRUPT`; nothing is appended.
-    let report = store.verify(Some(&[id]))?;
-    if let Some((_, problem)) = report
-        .problems()
-        .find(|(_, p)| p.severity == surfacelog::Severity::Error)
-    {
-        drop(session);
-        return Err(ErrorKind::Corrupt {
-            location: match problem.offset {
-                Some(offset) => format!("{} offset={offset}", problem.file.display()),
-                None => problem.file.display().to_string(),
-            },
-            reason: format!(
-                "[{}] {} (surfacelog verify {id})",
-                problem.rule, problem.message
-            ),
+    // Opening checks the log's tail only (reads are lazy): appending after damage further
+    // back would bury it, so the whole session is checked first, read-only (STORE-16).
+    // Damage outside the last segment refuses the append before anything changes; what
+    // is wrong in the last segment may be a torn tail, which opening recovers (RCV-9), so
+    // the session is opened, then checked again.
+    let exists = match store.verify(Some(&[id])) {
+        Ok(report) => {
+            let errors = first_error(&report, id);
+            if let Some(error) = errors.filter(|_| !only_in_last_segment(&report)) {
+                return Err(error);
+            }
+            true
         }
-        .into());
-    }
+        Err(e) if create && e.code() == "SESSION_NOT_FOUND" => false,
+        Err(e) => return Err(e),
+    };
+    let mut session = if exists {
+        let (session, _) = store.open_session(id)?;
+        if let Some(error) = first_error(&store.verify(Some(&[id]))?, id) {
+            drop(session);
+            return Err(error);
+        }
+        session
+    } else {
+        match store.open_session(id) {
+            Err(e) if e.code() == "SESSION_NOT_FOUND" => store.create(id, None, None)?,
+            other => other?.0,
+        }
+    };
     let mut stdin = std::io::stdin().lock();
     let mut refused = None;
     let mut raw = Vec::new();
