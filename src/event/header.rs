@@ -27,6 +27,8 @@ pub struct Header {
     /// Decoded, WTF-8: JSON-5 allows lone surrogates in strings.
     cwd: Option<Vec<u8>>,
     seed_length: Option<u64>,
+    /// `parentSession` (contract §7), when it is a string of Unicode scalars.
+    parent: Option<String>,
 }
 
 /// Whether `-0` is refused (seeds) or read as `0` (import and reopen), contract §2.1.
@@ -111,6 +113,10 @@ impl Header {
                 .map(std::borrow::Cow::into_owned)
         })?;
         optional(root, "parentSession", |v| v.as_wtf8().map(|_| ()))?;
+        let parent = root
+            .get("parentSession")
+            .and_then(|v| v.as_str())
+            .map(std::borrow::Cow::into_owned);
         let seed_length = optional(root, "seedLength", |v| v.as_safe_u64())?;
         optional(root, "origin", |v| v.is_str("subagent").then_some(()))?;
         optional(root, "delegationDepth", |v| v.as_safe_u64())?;
@@ -121,6 +127,7 @@ impl Header {
             created_at,
             cwd,
             seed_length,
+            parent,
         })
     }
 
@@ -170,6 +177,22 @@ impl Header {
         self.cwd.as_deref()
     }
 
+    /// `parentSession`: the session this one was forked from (contract §7), when present
+    /// (and a string of Unicode scalars).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// store.create("s", None, None)?.close()?;
+    /// let child = store.fork("s", surfacelog::Boundary::Last, "s-sub")?;
+    /// assert_eq!(child.header().parent_session(), Some("s"));
+    /// assert_eq!(store.open_session("s")?.0.header().parent_session(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn parent_session(&self) -> Option<&str> {
+        self.parent.as_deref()
+    }
+
     /// `seedLength`, when present.
     ///
     /// ```
@@ -214,6 +237,7 @@ impl Header {
             created_at,
             cwd: cwd.map(<[u8]>::to_vec),
             seed_length,
+            parent: parent.map(str::to_owned),
         }
     }
 }

@@ -255,16 +255,9 @@ pub fn show(ctx: &Ctx, args: &ShowArgs) -> Result<()> {
     flush(stdout)
 }
 
-/// The `parentSession` of a header (contract §7), read from its text.
+/// The `parentSession` of a header (contract §7).
 pub fn parent_of(header: &surfacelog::Header) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Parent {
-        #[serde(rename = "parentSession")]
-        parent: Option<String>,
-    }
-    serde_json::from_str::<Parent>(header.text())
-        .ok()
-        .and_then(|p| p.parent)
+    header.parent_session().map(str::to_owned)
 }
 
 /// Event `seq` of `session`, which exists (below `seq_next`): damage is an error.
