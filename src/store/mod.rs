@@ -1155,11 +1155,9 @@ impl Store {
         let _lock = match std::fs::symlink_metadata(&log) {
             Ok(meta) if meta.is_dir() => match crate::log::take_lock(storage, &log) {
                 Ok(lock) => Some(lock),
+                // Held by a restore, or moved away by one since the check above.
+                Err(_) if std::fs::symlink_metadata(path).is_err() => return Ok(false),
                 Err(e) if e.code() == "LOCKED" => return Ok(false),
-                Err(e) if std::fs::symlink_metadata(path).is_err() => {
-                    let _ = e;
-                    return Ok(false);
-                }
                 Err(e) => return Err(e),
             },
             // A trashed directory without a log (a damaged session): nothing can open it.

@@ -242,7 +242,8 @@ enum Command {
     },
 }
 
-/// The exit status for a refusal: 3 refused input, 4 I/O or timeout, 5 not found.
+/// The exit status for a refusal: 3 refused input, 4 I/O, 5 not found (`wait` exits 4 on
+/// its timeout itself).
 fn exit_code(error: &surfacelog::Error) -> u8 {
     if let surfacelog::ErrorKind::Io { op, kind, .. } = error.kind() {
         // A file the user named that is not there (an import's input) is "not found";
@@ -254,8 +255,7 @@ fn exit_code(error: &surfacelog::Error) -> u8 {
         };
     }
     match error.code() {
-        "IO" | "TIMEOUT" => 4,
-        "SESSION_NOT_FOUND" | "STORE_NOT_FOUND" | "NOT_FOUND" => 5,
+        "SESSION_NOT_FOUND" | "STORE_NOT_FOUND" => 5,
         _ => 3,
     }
 }

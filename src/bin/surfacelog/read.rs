@@ -53,6 +53,21 @@ struct Replacement<'a> {
     shadowed: &'a [u64],
 }
 
+/// The replaces of `history` (a recording fold) made by events before seq `end`, in log
+/// order.
+fn replacements_before(history: &surfacelog::Surface, end: u64) -> Vec<Replacement<'_>> {
+    history
+        .replacements()
+        .filter(|r| r.seq < end)
+        .map(|r| Replacement {
+            seq: r.seq,
+            start: r.start,
+            end: r.end,
+            shadowed: r.shadowed,
+        })
+        .collect()
+}
+
 /// The longest data shown on a terminal without `--full`, in characters.
 const ELIDE_AT: usize = 160;
 
@@ -94,15 +109,7 @@ pub fn show(ctx: &Ctx, args: &ShowArgs) -> Result<()> {
     }
     if args.replacements {
         let history = session.replacements()?;
-        let list: Vec<Replacement<'_>> = history
-            .replacements()
-            .map(|r| Replacement {
-                seq: r.seq,
-                start: r.start,
-                end: r.end,
-                shadowed: r.shadowed,
-            })
-            .collect();
+        let list = replacements_before(&history, u64::MAX);
         if ctx.json {
             #[derive(Serialize)]
             struct Replacements<'a> {
@@ -176,16 +183,7 @@ pub fn show(ctx: &Ctx, args: &ShowArgs) -> Result<()> {
     };
     // Every replace applied up to the last event shown (contract §4).
     let history = session.replacements()?;
-    let replacements: Vec<Replacement<'_>> = history
-        .replacements()
-        .filter(|r| r.seq < events)
-        .map(|r| Replacement {
-            seq: r.seq,
-            start: r.start,
-            end: r.end,
-            shadowed: r.shadowed,
-        })
-        .collect();
+    let replacements = replacements_before(&history, events);
     let header = session.header();
     let parent = parent_of(header);
     if ctx.json {
@@ -261,7 +259,7 @@ pub fn parent_of(header: &surfacelog::Header) -> Option<String> {
 }
 
 /// Event `seq` of `session`, which exists (below `seq_next`): damage is an error.
-fn event<L: surfacelog::internals::session::SessionLog>(
+pub fn event<L: surfacelog::internals::session::SessionLog>(
     session: &surfacelog::Session<L>,
     seq: u64,
 ) -> Result<EventRef<'_>> {

@@ -58,7 +58,7 @@ impl From<&Error> for Refusal {
 pub fn ls(ctx: &Ctx, sort: SortBy) -> Result<()> {
     let store = ctx.open()?;
     let listing = store.list_summaries()?;
-    let rows: Vec<Row> = listing
+    let mut rows: Vec<Row> = listing
         .sessions
         .into_iter()
         .map(|s| Row {
@@ -71,7 +71,6 @@ pub fn ls(ctx: &Ctx, sort: SortBy) -> Result<()> {
             parent: crate::read::parent_of(&s.header),
         })
         .collect();
-    let mut rows = rows;
     let damaged = listing.damaged;
     match sort {
         SortBy::Id => {}
@@ -281,9 +280,7 @@ impl Stats {
         self.apparent_bytes += summary.apparent_bytes;
         self.surface += session.surface().nodes().len() as u64;
         for seq in 0..session.seq_next() {
-            let event = session.event(seq)?.ok_or_else(|| {
-                surfacelog::internals::event::missing_event(seq, session.seq_next())
-            })?;
+            let event = crate::read::event(&session, seq)?;
             let by_type = self.by_type.entry(event.event_type.to_owned()).or_default();
             by_type.events += 1;
             by_type.bytes += event.text.len() as u64;

@@ -130,20 +130,19 @@ pub fn append(ctx: &Ctx, id: &str, create: bool, durable: bool) -> Result<()> {
     // Damage outside the last segment refuses the append before anything changes; what
     // is wrong in the last segment may be a torn tail, which opening recovers (RCV-9), so
     // the session is opened, then checked again.
-    let exists = match store.verify(Some(&[id])) {
-        Ok(report) => {
-            let errors = first_error(&report, id);
-            if let Some(error) = errors.filter(|_| !only_in_last_segment(&report)) {
-                return Err(error);
-            }
-            true
-        }
-        Err(e) if create && e.code() == "SESSION_NOT_FOUND" => false,
+    // `None`: no such session; `Some(true)`: damage that opening may recover.
+    let tail_damaged = match store.verify(Some(&[id])) {
+        Ok(report) => match first_error(&report, id) {
+            Some(error) if !only_in_last_segment(&report) => return Err(error),
+            found => Some(found.is_some()),
+        },
+        Err(e) if create && e.code() == "SESSION_NOT_FOUND" => None,
         Err(e) => return Err(e),
     };
-    let mut session = if exists {
+    let mut session = if let Some(tail_damaged) = tail_damaged {
         let (session, _) = store.open_session(id)?;
-        if let Some(error) = first_error(&store.verify(Some(&[id]))?, id) {
+        // Checked again only when the first check found something to recover.
+        if tail_damaged && let Some(error) = first_error(&store.verify(Some(&[id]))?, id) {
             drop(session);
             return Err(error);
         }
