@@ -968,42 +968,19 @@ fn fork_at_last_or_a_seq_and_its_refusals() {
     assert_eq!(store.json(&["show", "s3"])["seedLength"], 4);
     assert_eq!(store.json(&["show", "s3"])["surface"], json("[1]"));
 
-    store.refused(&["fork", "s1", "--at", "1", "--as", "x"], 3, "OPEN_TURN");
-    store.refused(
-        &["fork", "s1", "--at", "5", "--as", "x"],
-        3,
-        "INVALID_BOUNDARY",
-    );
-    store.refused(
-        &["fork", "s1", "--at", "99", "--as", "x"],
-        3,
-        "INVALID_BOUNDARY",
-    );
-    store.refused(
-        &["fork", "s1", "--at", "x", "--as", "x"],
-        3,
-        "INVALID_BOUNDARY",
-    );
-    store.refused(
-        &["fork", "s1", "--at=-1", "--as", "x"],
-        3,
-        "INVALID_BOUNDARY",
-    );
-    store.refused(
-        &["fork", "s1", "--at", "1.5", "--as", "x"],
-        3,
-        "INVALID_BOUNDARY",
-    );
-    store.refused(
-        &["fork", "s1", "--at", "last", "--as", "s2"],
-        3,
-        "SESSION_EXISTS",
-    );
-    store.refused(
-        &["fork", "s1", "--at", "last", "--as", "s1"],
-        3,
-        "SESSION_EXISTS",
-    );
+    for (at, new, exit, code) in [
+        ("1", "x", 3, "OPEN_TURN"),
+        ("5", "x", 3, "INVALID_BOUNDARY"),
+        ("99", "x", 3, "INVALID_BOUNDARY"),
+        ("x", "x", 3, "INVALID_BOUNDARY"),
+        ("-1", "x", 3, "INVALID_BOUNDARY"),
+        ("1.5", "x", 3, "INVALID_BOUNDARY"),
+        ("last", "s2", 3, "SESSION_EXISTS"),
+        ("last", "s1", 3, "SESSION_EXISTS"),
+    ] {
+        let at = format!("--at={at}");
+        store.refused(&["fork", "s1", &at, "--as", new], exit, code);
+    }
     store.refused(
         &["fork", "nope", "--at", "last", "--as", "x"],
         5,

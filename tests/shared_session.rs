@@ -46,6 +46,27 @@ fn append_from_threads(shared: &SharedSession) -> Vec<(u64, String)> {
         .collect()
 }
 
+/// A shared session `s` in a new store of durability `durability`, over a storage that
+/// counts syncs (and fails one when told); the scratch directory goes with the first
+/// item.
+fn shared_over_faults(
+    durability: Durability,
+) -> (
+    tempfile::TempDir,
+    Arc<surfacelog::internals::storage::faulty::Faults>,
+    SharedSession,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let options = StoreOptions::new()
+        .durability(durability)
+        .storage(Arc::new(storage));
+    let store = Store::open_or_create(dir.path(), options).unwrap();
+    let shared = SharedSession::new(store.create("s", None, None).unwrap());
+    (dir, faults, shared)
+}
+
 #[test]
 fn durable_appends_from_many_threads_share_syncs_and_all_survive() {
     let dir = tempfile::tempdir().unwrap();
@@ -84,14 +105,7 @@ fn durable_appends_from_many_threads_share_syncs_and_all_survive() {
 
 #[test]
 fn a_failed_shared_sync_reaches_its_waiters_and_poisons_the_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = FaultyStorage::default();
-    let faults = Arc::clone(&storage.faults);
-    let options = StoreOptions::new()
-        .durability(Durability::Sync)
-        .storage(Arc::new(storage));
-    let store = Store::open_or_create(dir.path(), options).unwrap();
-    let shared = SharedSession::new(store.create("s", None, None).unwrap());
+    let (_dir, faults, shared) = shared_over_faults(Durability::Sync);
     shared
         .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
         .unwrap();
@@ -109,14 +123,7 @@ fn a_failed_shared_sync_reaches_its_waiters_and_poisons_the_session() {
 
 #[test]
 fn in_other_modes_a_shared_append_waits_for_no_sync() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = FaultyStorage::default();
-    let faults = Arc::clone(&storage.faults);
-    let options = StoreOptions::new()
-        .durability(Durability::Manual)
-        .storage(Arc::new(storage));
-    let store = Store::open_or_create(dir.path(), options).unwrap();
-    let shared = SharedSession::new(store.create("s", None, None).unwrap());
+    let (_dir, faults, shared) = shared_over_faults(Durability::Manual);
     let before = faults.syncs();
     append_from_threads(&shared);
     assert_eq!(faults.syncs(), before, "Manual: durable at flush only");
