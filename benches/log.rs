@@ -311,6 +311,7 @@ impl LiveLog {
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             durability: self.durability,
             storage: Arc::clone(&self.storage) as Arc<dyn Storage>,
+            chunk_records: true,
         };
         let (writer, _) = LogWriter::open(self.dir.path(), options).expect("open the log");
         self.writer = Some(writer);
@@ -1200,7 +1201,7 @@ impl fmt::Display for ReadLog {
 /// The events and text bytes of a whole pass over `reader`.
 fn read_all(reader: &LogReader) -> (u64, u64) {
     reader.iter_from(0).fold((0, 0), |(events, bytes), event| {
-        let text = black_box(event.expect("the bench log reads back").text);
+        let text = black_box(event.expect("the bench log reads back").text());
         let last = text.as_bytes().last().copied().unwrap_or_default();
         (events + 1, bytes + to_u64(text.len()) + u64::from(last & 1))
     })

@@ -189,7 +189,7 @@ fn build(store: &Store, workload: Workload) -> Built {
             .event(seq)
             .expect("appended")
             .expect("in the log")
-            .text
+            .text()
             .len() as u64;
     }
     let nodes = session.surface().nodes().len();

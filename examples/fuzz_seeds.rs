@@ -44,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // An open turn: the reopening repairs it.
     session.append::<kinds::TurnStart>(r#"{"turn":4}"#, NoSurface)?;
     let texts: Vec<String> = (0..session.seq_next())
-        .map(|seq| session.event(seq).map(|e| e.map(|e| e.text.to_owned())))
+        .map(|seq| session.event(seq).map(|e| e.map(|e| e.text().into_owned())))
         .collect::<Result<Option<_>, _>>()?
         .unwrap_or_default();
     session.flush()?;
@@ -137,6 +137,18 @@ fn turn_of(
         SurfaceIntent::append(),
     )?;
     session.append::<kinds::StepStart>(&step, NoSurface)?;
+    // Streamed chunks: stored as chunk records (log-format.md §4.1).
+    for chunk in [
+        format!(r#"{{"type":"text-delta","index":0,"text":"hi \"{turn}\""}}"#),
+        format!(
+            r#"{{"type":"tool-call-delta","index":1,"id":"c{turn}","name":"read","argumentsDelta":"{{}}"}}"#
+        ),
+    ] {
+        session.append::<kinds::AssistantChunk>(
+            &format!(r#"{{"turn":{turn},"step":1,"chunk":{chunk}}}"#),
+            NoSurface,
+        )?;
+    }
     session.append::<kinds::AssistantMessage>(
         &format!(
             r#"{{"turn":{turn},"step":1,"message":{{"id":"a{turn}","role":"assistant","source":{{"kind":"model","provider":"p","model":"m"}},"content":[{{"type":"tool-call","id":"c{turn}","name":"read","input":{{}}}}]}}}}"#

@@ -1597,9 +1597,9 @@ fn tail_f_ends_when_its_session_is_deleted() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert_eq!(status.code(), Some(5));
     let mut stderr = String::new();
     std::io::Read::read_to_string(follower.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(5), "{stderr}");
     assert!(stderr.starts_with("error[SESSION_NOT_FOUND]: "), "{stderr}");
 }
 

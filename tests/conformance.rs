@@ -206,8 +206,8 @@ fn now_of(case: Value<'_, '_>) -> i64 {
 /// The session state object of the README, field by field.
 fn compare_state(session: &Session, expected: Value<'_, '_>) -> Result<(), String> {
     let log = session.log();
-    let events: Vec<&str> = (0..log.seq_next())
-        .map(|s| log.event(s).unwrap().unwrap().text)
+    let events: Vec<String> = (0..log.seq_next())
+        .map(|s| log.event(s).unwrap().unwrap().text().into_owned())
         .collect();
     compare(
         "events",
@@ -471,8 +471,8 @@ fn repair_family() {
         let header = r#"{"version":0,"id":"repair","createdAt":0}"#;
         let (session, report) = Session::reopen("repair", header, &events, Options::default())
             .map_err(|e| format!("reopen refused: {e:?}"))?;
-        let closers: Vec<&str> = (report.stored..session.seq_next())
-            .map(|s| session.event(s).unwrap().unwrap().text)
+        let closers: Vec<String> = (report.stored..session.seq_next())
+            .map(|s| session.event(s).unwrap().unwrap().text().into_owned())
             .collect();
         let wanted = texts(expected.get("closers"));
         if closers != wanted {
@@ -503,7 +503,7 @@ fn fork_family() {
         let before: Vec<String> = {
             let source = store.get(&id).unwrap();
             (0..source.seq_next())
-                .map(|s| source.event(s).unwrap().unwrap().text.to_owned())
+                .map(|s| source.event(s).unwrap().unwrap().text().into_owned())
                 .collect()
         };
         let boundary = match case.get("boundary") {
@@ -513,8 +513,8 @@ fn fork_family() {
         let child_id = case.get("childId").and_then(|c| c.as_str()).unwrap();
         let outcome = boundary.and_then(|b| store.fork(&id, b, &child_id).map(|_| ()));
         let source = store.get(&id).unwrap();
-        let after: Vec<&str> = (0..source.seq_next())
-            .map(|s| source.event(s).unwrap().unwrap().text)
+        let after: Vec<String> = (0..source.seq_next())
+            .map(|s| source.event(s).unwrap().unwrap().text().into_owned())
             .collect();
         if before != after {
             return Err("fork changed the source".into());

@@ -124,7 +124,7 @@ fn short_session(id: &str) -> Session {
 
 fn texts(log: &dyn EventSource) -> Vec<String> {
     (0..log.seq_next())
-        .map(|seq| log.event(seq).unwrap().unwrap().text.to_owned())
+        .map(|seq| log.event(seq).unwrap().unwrap().text().into_owned())
         .collect()
 }
 

@@ -40,7 +40,7 @@ fn assert_reads(log: &dyn EventSource, expected: &[Event]) {
     for event in expected {
         let seq = event.seq();
         let read = log.event(seq).unwrap_or_else(|e| panic!("seq {seq}: {e}"));
-        assert_eq!(read.unwrap().text, event.text(), "seq {seq}");
+        assert_eq!(read.unwrap().text(), event.text(), "seq {seq}");
     }
 }
 
@@ -289,7 +289,7 @@ fn os_source(error: &surfacelog::Error) -> &std::io::Error {
 fn stored_texts(dir: &Path) -> Vec<String> {
     let (log, _) = DiskLog::open(dir, log_options(Durability::Sync, 16 << 10)).unwrap();
     (0..log.seq_next())
-        .map(|seq| log.event(seq).unwrap().unwrap().text.to_string())
+        .map(|seq| log.event(seq).unwrap().unwrap().text().to_string())
         .collect()
 }
 

@@ -63,7 +63,7 @@ fn a_stream_yields_each_committed_event_once_in_order() {
     for (i, event) in received.iter().enumerate() {
         let seq = from + i as u64;
         let stored = session.event(seq).unwrap().unwrap();
-        assert_eq!(event.text(), stored.text, "seq {seq}");
+        assert_eq!(event.text(), stored.text(), "seq {seq}");
     }
     session.close().unwrap();
 }

@@ -106,7 +106,7 @@ fn kill_child() {
             say(&mut out, &format!("PLAN {event_type} {data}"));
             let intent = surface.then(SurfaceIntent::append);
             let seq = session.append_dynamic(event_type, &data, intent).unwrap();
-            let text = session.event(seq).unwrap().unwrap().text.to_owned();
+            let text = session.event(seq).unwrap().unwrap().text().into_owned();
             say(&mut out, &format!("ACK {seq} {text}"));
         }
         if mode == "batch" {
@@ -290,7 +290,8 @@ fn check_after_kill(
         }
         let stored = session.event(*seq).unwrap().unwrap();
         assert_eq!(
-            stored.text, text,
+            stored.text(),
+            text.as_str(),
             "event {seq} differs from its acknowledgement"
         );
         totals.acks_checked += 1;
@@ -306,7 +307,7 @@ fn check_after_kill(
         .filter(|(seq, _)| *seq < written)
         .map(|(seq, _)| {
             let e = session.event(*seq).unwrap().unwrap();
-            (e.event_type.to_owned(), e.data().to_owned())
+            (e.event_type.to_owned(), e.data().into_owned())
         })
         .collect();
     if written == acked_end + 1 {
@@ -315,7 +316,7 @@ fn check_after_kill(
             .plan
             .as_ref()
             .expect("an event past the acknowledged ones was planned");
-        assert_eq!((extra.event_type, extra.data()), (&**event_type, &**data));
+        assert_eq!((extra.event_type, &*extra.data()), (&**event_type, &**data));
         events.push((event_type.clone(), data.clone()));
         totals.unacknowledged_found += 1;
     }
@@ -332,13 +333,13 @@ fn check_after_kill(
                 .data()
                 .contains(r#""reason":{"kind":"interrupted"}"#),
             "{}",
-            turn_end.text
+            turn_end.text()
         );
         totals.interrupted_turns += 1;
         totals.closers += closers;
     }
     for seq in start..end {
-        known.push(session.event(seq).unwrap().unwrap().text.to_owned());
+        known.push(session.event(seq).unwrap().unwrap().text().into_owned());
     }
     let turns = known
         .iter()
@@ -406,7 +407,10 @@ fn run_campaign(mode: &str, iterations: u64, seed: u64) -> Totals {
     let session = store.inspect(SESSION).unwrap();
     assert_eq!(session.seq_next(), known.len() as u64);
     for (seq, text) in known.iter().enumerate() {
-        assert_eq!(session.event(seq as u64).unwrap().unwrap().text, text);
+        assert_eq!(
+            session.event(seq as u64).unwrap().unwrap().text(),
+            text.as_str()
+        );
     }
     let segments = common::files_ending(&dir.join("sessions").join(SESSION).join("log"), ".seg");
     assert!(segments.len() > 2, "the log rolled across the kills");

@@ -60,7 +60,7 @@ fn a_first_event_larger_than_a_segment_is_stored_by_the_log() {
         writer.flush().unwrap();
         // A reader that mapped the empty segment before it was replaced finds both.
         assert_eq!(early.refresh().unwrap(), 2, "{durability:?}");
-        assert_eq!(early.event(0).unwrap().unwrap().text, big.text());
+        assert_eq!(early.event(0).unwrap().unwrap().text(), big.text());
         writer.close().unwrap();
         let first = header(&dir, 0);
         assert!(first.capacity >= SEGMENT_HEADER_LEN as u64 + BIG as u64);
@@ -80,7 +80,7 @@ fn a_first_event_larger_than_a_segment_is_stored_by_the_log() {
         writer.close().unwrap();
         let mut reader = LogReader::open(&dir).unwrap();
         assert_eq!(reader.refresh().unwrap(), 3);
-        assert_eq!(reader.event(0).unwrap().unwrap().text, big.text());
+        assert_eq!(reader.event(0).unwrap().unwrap().text(), big.text());
         assert_eq!(header(&dir, 1).capacity, SEGMENT);
     }
 }
@@ -99,7 +99,7 @@ fn an_oversized_first_record_after_reopen_of_an_empty_log_is_stored() {
     writer.close().unwrap();
     let mut reader = LogReader::open(&dir).unwrap();
     assert_eq!(reader.refresh().unwrap(), 1);
-    assert_eq!(reader.event(0).unwrap().unwrap().text, big.text());
+    assert_eq!(reader.event(0).unwrap().unwrap().text(), big.text());
 }
 
 /// SEG-7 through a stored session: a 9 MiB first event in 8 MiB segments is appended,
@@ -122,7 +122,7 @@ fn a_stored_session_takes_a_first_event_larger_than_its_segments() {
             .event(0)
             .unwrap()
             .unwrap()
-            .text
+            .text()
             .contains(&text)
     );
     session.close().unwrap();
@@ -134,7 +134,7 @@ fn a_stored_session_takes_a_first_event_larger_than_its_segments() {
             .event(0)
             .unwrap()
             .unwrap()
-            .text
+            .text()
             .contains(&text)
     );
 }
@@ -194,7 +194,7 @@ fn import_of_a_first_event_line_larger_than_a_segment_succeeds() {
             .event(0)
             .unwrap()
             .unwrap()
-            .text
+            .text()
             .contains(&text)
     );
 }
@@ -230,7 +230,7 @@ fn a_failed_replacement_leaves_the_empty_segment_intact() {
     assert_eq!((new.log_id, new.index, new.first_seq), (old.log_id, 0, 0));
     let mut reader = LogReader::open(&dir).unwrap();
     assert_eq!(reader.refresh().unwrap(), 1);
-    assert_eq!(reader.event(0).unwrap().unwrap().text, big.text());
+    assert_eq!(reader.event(0).unwrap().unwrap().text(), big.text());
 }
 
 /// SEG-7: `segment_bytes` is clamped where it is used: above 2^32 − 1 to 2^32 − 1 (offsets
@@ -265,7 +265,7 @@ fn segment_bytes_is_clamped_to_the_range_seg7_allows() {
         assert_eq!(reader.refresh().unwrap(), 40);
         for seq in 0..40 {
             assert_eq!(
-                reader.event(seq).unwrap().unwrap().text,
+                reader.event(seq).unwrap().unwrap().text(),
                 events[usize::try_from(seq).unwrap()].text()
             );
         }
@@ -437,7 +437,7 @@ fn a_reader_follows_a_segment_as_it_grows() {
             assert_eq!(reader.refresh().unwrap(), first + 100);
             for (i, event) in events.iter().enumerate() {
                 let seq = first + u64::try_from(i).unwrap();
-                assert_eq!(reader.event(seq).unwrap().unwrap().text, event.text());
+                assert_eq!(reader.event(seq).unwrap().unwrap().text(), event.text());
             }
             lengths.push(std::fs::metadata(&path).unwrap().len());
         }

@@ -176,7 +176,7 @@ fn concurrent_appenders_share_syncs_and_readers_see_a_committed_prefix() {
                     let seen = reader.refresh().unwrap();
                     for read in reader.iter_from(checked).map(Result::unwrap) {
                         assert_eq!(read.seq, checked, "readers see a contiguous prefix");
-                        assert_eq!(read.text.len(), event(checked).text().len());
+                        assert_eq!(read.text().len(), event(checked).text().len());
                         checked += 1;
                     }
                     assert_eq!(checked, seen);
@@ -343,7 +343,7 @@ fn a_disk_log_reads_its_own_appends_back_across_segments() {
         // Every event reads back, whether still buffered, written or in a sealed segment.
         for seq in (0..next).step_by(13).chain(next - 1..next) {
             assert_eq!(
-                log.event(seq).unwrap().unwrap().text,
+                log.event(seq).unwrap().unwrap().text(),
                 event(seq).text(),
                 "seq {seq}"
             );
@@ -422,7 +422,7 @@ fn rcv_4_damage_followed_by_valid_records_is_corrupt_and_nothing_changes() {
     let mut bytes = std::fs::read(&segment).unwrap();
     // Flip a byte inside the 6th record.
     let reader = LogReader::open(&dir).unwrap();
-    let sixth = reader.event(5).unwrap().unwrap().text;
+    let sixth = reader.event(5).unwrap().unwrap().text();
     let at = bytes
         .windows(sixth.len())
         .position(|w| w == sixth.as_bytes())
@@ -659,7 +659,7 @@ fn a_record_larger_than_a_segment_gets_its_own_segment() {
     writer.close().unwrap();
     let reader = LogReader::open(&dir).unwrap();
     assert_eq!(reader.seq_next(), 3);
-    assert_eq!(reader.event(1).unwrap().unwrap().text, text);
+    assert_eq!(reader.event(1).unwrap().unwrap().text(), text);
     assert_eq!(reader.event(2).unwrap(), Some(event(2).as_ref()));
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -992,7 +992,7 @@ fn rss_child() {
     let text_bytes: usize = reader
         .iter_from(0)
         .map(Result::unwrap)
-        .map(|e| e.text.len())
+        .map(|e| e.text().len())
         .sum();
     assert!(text_bytes as u64 > log_bytes * 9 / 10, "{text_bytes}");
     let iterated = rss_file_bytes().saturating_sub(before);

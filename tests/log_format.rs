@@ -75,6 +75,7 @@ fn example_bytes() -> Vec<u8> {
         index: 0,
         first_seq: 0,
         capacity: CAPACITY,
+        incompat_features: 0,
     };
     let mut bytes = header.encode().to_vec();
     for event in example_events() {
@@ -100,7 +101,8 @@ fn the_decoder_reads_every_listed_field() {
             log_id: LOG_ID,
             index: 0,
             first_seq: 0,
-            capacity: CAPACITY
+            capacity: CAPACITY,
+            incompat_features: 0,
         }
     );
     assert_eq!(&vector[..8], b"surflog\0");
@@ -121,7 +123,7 @@ fn the_decoder_reads_every_listed_field() {
         assert_eq!(
             (
                 event.seq,
-                event.text.len(),
+                event.text().len(),
                 event.event_type,
                 event.surface_op
             ),

@@ -208,7 +208,7 @@ fn power_cut(durability: Durability, synced: u64, unsynced: u64, pages: &[bool])
     let reader = LogReader::open(&dir).unwrap();
     for seq in 0..kept {
         assert_eq!(
-            reader.event(seq).unwrap().unwrap().text,
+            reader.event(seq).unwrap().unwrap().text(),
             event(seq).text(),
             "seq {seq}"
         );
@@ -367,7 +367,7 @@ fn demo_a_flipped_byte_in_the_last_record_is_corrupt_and_salvage_sets_it_aside()
     let store = Store::open_or_create(&store_dir, StoreOptions::default()).unwrap();
     let (session, _) = store.open_session("demo").unwrap();
     let n = session.seq_next();
-    let last_text = session.event(n - 1).unwrap().unwrap().text.to_owned();
+    let last_text = session.event(n - 1).unwrap().unwrap().text().into_owned();
     assert_eq!(
         session.event(n - 1).unwrap().unwrap().event_type,
         "turn/end"

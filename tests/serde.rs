@@ -136,7 +136,7 @@ fn typed_messages_round_trip_through_the_store() {
         .append_serialize::<kinds::AssistantMessage, _>(&step, SurfaceIntent::append())
         .unwrap();
     // Stored exactly as serde_json wrote it.
-    let stored = session.event(u).unwrap().unwrap().data().to_owned();
+    let stored = session.event(u).unwrap().unwrap().data().into_owned();
     assert_eq!(stored, serde_json::to_string(&question).unwrap());
     session.close().unwrap();
 

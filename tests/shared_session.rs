@@ -99,7 +99,7 @@ fn durable_appends_from_many_threads_share_syncs_and_all_survive() {
     let store = Store::open(dir.path(), options).unwrap();
     let reader = store.inspect("s").unwrap();
     for (seq, data) in &acknowledged {
-        assert_eq!(reader.event(*seq).unwrap().unwrap().data(), data);
+        assert_eq!(reader.event(*seq).unwrap().unwrap().data(), data.as_str());
     }
 }
 

@@ -139,8 +139,8 @@ fn imported_reference(name: &'static str) -> Reference {
                 .log()
                 .event_at(seq)
                 .expect("an event")
-                .text
-                .to_owned()
+                .text()
+                .into_owned()
         })
         .collect();
     let found = (imported.id, texts);
@@ -182,6 +182,7 @@ fn options(storage: Arc<dyn Storage>, durability: Durability) -> StoreOptions {
             segment_bytes: 1024,
             durability,
             storage,
+            chunk_records: true,
         })
         .checkpoint_every(9)
 }
@@ -217,7 +218,7 @@ impl Run<'_> {
         let from = self.expect.get("s").map_or(0, |e| e.events.len()) as u64;
         for seq in from..session.seq_next() {
             match session.event(seq) {
-                Ok(Some(event)) => texts.push(event.text.to_owned()),
+                Ok(Some(event)) => texts.push(event.text().into_owned()),
                 _ => break,
             }
         }
@@ -326,7 +327,7 @@ impl Run<'_> {
         let mut same = 0;
         while same < e.events.len() {
             match session.event(same as u64) {
-                Ok(Some(event)) if event.text == e.events[same] => same += 1,
+                Ok(Some(event)) if event.text() == e.events[same] => same += 1,
                 Ok(_) => break,
                 // An injected read fault: not an answer; this handle is given up.
                 Err(_) => {
@@ -439,7 +440,7 @@ impl Run<'_> {
             events.push(
                 child
                     .event(seq)?
-                    .map(|e| e.text.to_owned())
+                    .map(|e| e.text().into_owned())
                     .unwrap_or_default(),
             );
         }
@@ -782,10 +783,10 @@ fn check(
                 .map_err(|error| format!("{id}: event {seq}: {error}"))?
                 .ok_or_else(|| format!("{id}: event {seq} missing"))?;
             let want = &e.events[usize::try_from(seq).unwrap_or(usize::MAX)];
-            if event.text != want {
+            if event.text() != want.as_str() {
                 return Err(format!(
                     "{id}: event {seq} differs: {} vs {want}",
-                    event.text
+                    event.text()
                 ));
             }
         }
@@ -885,8 +886,11 @@ fn check_damaged(
         match session.event(seq) {
             Ok(Some(event)) => {
                 let want = &e.events[usize::try_from(seq).unwrap_or(usize::MAX)];
-                if event.text != want {
-                    return Err(format!("s: event {seq} differs: {} vs {want}", event.text));
+                if event.text() != want.as_str() {
+                    return Err(format!(
+                        "s: event {seq} differs: {} vs {want}",
+                        event.text()
+                    ));
                 }
             }
             Ok(None) => return Err(format!("s: event {seq} missing")),

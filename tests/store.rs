@@ -57,7 +57,7 @@ type State = (Vec<String>, Vec<u64>, Vec<(u64, String)>, Vec<u64>, u64);
 fn state<L: SessionLog>(session: &Session<L>) -> State {
     let log = session.log();
     let texts = (0..log.seq_next())
-        .map(|s| log.event(s).unwrap().unwrap().text.to_owned())
+        .map(|s| log.event(s).unwrap().unwrap().text().into_owned())
         .collect();
     let messages = session
         .messages()
@@ -1411,7 +1411,12 @@ fn ckp_8_a_foreign_chain_with_a_matching_identity_is_not_taken_over_a_limited_se
     drop(g);
     assert_eq!(forked.0[usize::try_from(c_len).unwrap() - 1], {
         let (c, _) = store.open_session("c").unwrap();
-        c.log().event(c_len - 1).unwrap().unwrap().text.to_owned()
+        c.log()
+            .event(c_len - 1)
+            .unwrap()
+            .unwrap()
+            .text()
+            .into_owned()
     });
     // g's checkpoint is still the one recorded for s's log: give it g's identity.
     let path = dir.join("sessions/g/checkpoint");

@@ -53,7 +53,7 @@ struct Contents {
 fn contents<L: SessionLog>(session: &Session<L>) -> Contents {
     Contents {
         events: (0..session.seq_next())
-            .map(|seq| session.event(seq).unwrap().unwrap().text.to_owned())
+            .map(|seq| session.event(seq).unwrap().unwrap().text().into_owned())
             .collect(),
         messages: session
             .messages()
@@ -76,7 +76,7 @@ fn check<L: SessionLog>(session: &Session<L>, expected: &Contents, what: &str) -
     let mut refused = 0;
     for (seq, text) in expected.events.iter().enumerate() {
         match session.event(seq as u64) {
-            Ok(Some(event)) => assert_eq!(event.text, text, "{what}: seq {seq} differs"),
+            Ok(Some(event)) => assert_eq!(event.text(), text.as_str(), "{what}: seq {seq} differs"),
             Ok(None) => panic!("{what}: seq {seq} is missing"),
             Err(error) => {
                 assert_error(&error, what);
@@ -118,7 +118,7 @@ fn check_log(log: &impl EventSource, expected: &Contents, what: &str) -> usize {
     let mut refused = 0;
     for (seq, text) in expected.events.iter().enumerate() {
         match log.event(seq as u64) {
-            Ok(Some(event)) => assert_eq!(event.text, text, "{what}: seq {seq} differs"),
+            Ok(Some(event)) => assert_eq!(event.text(), text.as_str(), "{what}: seq {seq} differs"),
             Ok(None) => panic!("{what}: seq {seq} is missing"),
             Err(error) => {
                 assert_error(&error, what);

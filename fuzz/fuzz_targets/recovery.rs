@@ -39,6 +39,7 @@ fuzz_target!(|bytes: &[u8]| {
         index: 0,
         first_seq: 0,
         capacity: CAPACITY,
+        incompat_features: 0,
     };
     let mut file = if flags & 1 == 1 {
         body.to_vec()
@@ -55,7 +56,7 @@ fuzz_target!(|bytes: &[u8]| {
             if event.seq != found.first_seq + records.len() as u64 {
                 break;
             }
-            records.push((at as u32, (at + len) as u32, event.text.to_owned()));
+            records.push((at as u32, (at + len) as u32, event.text().into_owned()));
             at += len;
         }
     }
@@ -94,11 +95,11 @@ fuzz_target!(|bytes: &[u8]| {
                 Ok(Some(event)) => {
                     let own = records.get(seq as usize).map(|r| r.2.as_str());
                     assert_eq!(
-                        Some(event.text),
+                        Some(&*event.text()),
                         own,
                         "the reader returned seq {seq}, which is not the segment's"
                     );
-                    seen.push(event.text.to_owned());
+                    seen.push(event.text().into_owned());
                 }
                 Ok(None) => panic!("seq {seq} below seq_next {} is missing", reader.seq_next()),
                 Err(_) => {
@@ -138,7 +139,7 @@ fuzz_target!(|bytes: &[u8]| {
             .event(seq as u64)
             .expect("a recovered event reads")
             .expect("kept");
-        assert_eq!(event.text, text, "seq {seq} changed by recovery");
+        assert_eq!(event.text(), text.as_str(), "seq {seq} changed by recovery");
     }
 });
 

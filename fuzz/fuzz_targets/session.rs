@@ -25,9 +25,10 @@ fuzz_target!(|bytes: &[u8]| {
     let Ok((session, _)) = Session::reopen("f", HEADER, &lines, Options::default()) else {
         return;
     };
-    let stored: Vec<&str> = (0..session.seq_next())
-        .map(|s| session.log().event_at(s).unwrap().text)
+    let stored: Vec<String> = (0..session.seq_next())
+        .map(|s| session.log().event_at(s).unwrap().text().into_owned())
         .collect();
+    let stored: Vec<&str> = stored.iter().map(String::as_str).collect();
     let (_, again) =
         Session::reopen("f", HEADER, &stored, Options::default()).expect("a repaired log reopens");
     assert_eq!(again.closers, 0, "repair must be idempotent");

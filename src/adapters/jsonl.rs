@@ -864,19 +864,19 @@ pub fn write_jsonl(
     sink.end_frame()?; // ZST-2: the header is a frame of its own.
     let mut exported = Exported::default();
     // The chunks seen since the last other event: only they can form runs.
-    let mut run: Vec<&str> = Vec::new();
+    let mut run: Vec<Cow<'_, str>> = Vec::new();
     let end = events.seq_next();
     for seq in 0..end {
         let event = events.event_at(seq)?;
         if event.event_type == "assistant/chunk" {
-            run.push(event.text);
+            run.push(event.text());
             if run.len() >= RUN_EVENTS_MAX {
                 write_chunks(&mut run, pack, &mut sink, &mut exported)?;
             }
             continue;
         }
         write_chunks(&mut run, pack, &mut sink, &mut exported)?;
-        write_record(&mut sink, event.text, &mut exported)?;
+        write_record(&mut sink, &event.text(), &mut exported)?;
     }
     write_chunks(&mut run, pack, &mut sink, &mut exported)?;
     exported.events = end;
@@ -888,13 +888,14 @@ pub fn write_jsonl(
 /// Writes the pending `assistant/chunk` events: with `pack`, runs of three or more
 /// become rows (ROW-3 to ROW-7); the others are written as stored.
 fn write_chunks(
-    run: &mut Vec<&str>,
+    run: &mut Vec<Cow<'_, str>>,
     pack: bool,
     sink: &mut Sink<'_>,
     exported: &mut Exported,
 ) -> Result<()> {
     if pack && run.len() >= rows::ROW_MEMBERS_MIN {
-        let records = rows::pack_stored(run);
+        let texts: Vec<&str> = run.iter().map(AsRef::as_ref).collect();
+        let records = rows::pack_stored(&texts);
         exported.packed_rows += records.iter().filter(|r| is_row_text(r)).count() as u64;
         for record in &records {
             write_record(sink, record, exported)?;

@@ -713,6 +713,11 @@ impl<'a> SqlPacker<'a> {
         }
     }
 
+    /// How many events the run in progress holds: the last ones pushed.
+    pub(crate) fn pending(&self) -> usize {
+        self.run.len()
+    }
+
     /// Ends the batch: the run in progress is cut into its last rows (SQL-23 step 2).
     pub(crate) fn finish(&mut self, out: &mut Vec<SqlRecord<'a>>) {
         while self.run.len() >= ROW_MEMBERS_MIN {

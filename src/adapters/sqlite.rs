@@ -770,6 +770,9 @@ fn insert_session(transaction: &Connection, path: &Path, header: &Header) -> Res
     Ok(())
 }
 
+/// How many events [`insert_events`] reads and parses at a time.
+const EXPORT_WINDOW: u64 = 4096;
+
 /// Inserts every event of `events` as rows, in log order (ROW-5), packing when asked.
 fn insert_events(
     transaction: &Connection,
@@ -786,25 +789,44 @@ fn insert_events(
         )
         .map_err(&on_error)?;
     let mut report = ExportReport::default();
-    let mut packer = SqlPacker::default();
-    let mut ready = Vec::new();
-    for seq in 0..events.seq_next() {
-        let event = events.event_at(seq)?;
-        let json = Json::parse(event.text)?;
-        if pack {
-            packer.push(json, &mut ready);
-        } else {
-            ready.push(SqlRecord::Scalar(json));
+    // Texts are parsed a window at a time: a chunk record's text is rebuilt (an owned
+    // string), so the window holds them while the packer looks at them, and the run
+    // still open at a window's end is carried into the next one as texts.
+    let end = events.seq_next();
+    let mut carried: Vec<String> = Vec::new();
+    let mut seq: u64 = 0;
+    loop {
+        let window_end = end.min(seq.saturating_add(EXPORT_WINDOW));
+        let mut texts: Vec<Cow<'_, str>> = carried.drain(..).map(Cow::Owned).collect();
+        for s in seq..window_end {
+            texts.push(events.event_at(s)?.text());
         }
-        for record in ready.drain(..) {
-            insert_record(&mut insert, path, id, record, &mut report)?;
+        seq = window_end;
+        let mut packer = SqlPacker::default();
+        let mut ready = Vec::new();
+        for text in &texts {
+            let json = Json::parse(text)?;
+            if pack {
+                packer.push(json, &mut ready);
+            } else {
+                ready.push(SqlRecord::Scalar(json));
+            }
+            for record in ready.drain(..) {
+                insert_record(&mut insert, path, id, record, &mut report)?;
+            }
         }
+        if seq == end {
+            packer.finish(&mut ready);
+            for record in ready.drain(..) {
+                insert_record(&mut insert, path, id, record, &mut report)?;
+            }
+            return Ok(report);
+        }
+        // The open run is the last `pending` texts (at most SQL_ROW_MEMBERS_MAX).
+        let open = texts.len() - packer.pending();
+        drop((packer, ready));
+        carried = texts.drain(open..).map(Cow::into_owned).collect();
     }
-    packer.finish(&mut ready);
-    for record in ready.drain(..) {
-        insert_record(&mut insert, path, id, record, &mut report)?;
-    }
-    Ok(report)
 }
 
 /// One physical row: a scalar event (SQL-15) or a packed row (SQL-21).

@@ -7,6 +7,7 @@
 //! in-memory log here and the on-disk log, and a derived message is always a slice of
 //! stored text.
 
+pub mod chunk;
 pub mod envelope;
 pub mod header;
 mod seqs;
@@ -117,10 +118,10 @@ pub struct EventFields {
 /// assert!(session.event(99)?.is_none()); // past the end: None; damage would be an Err
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct EventRef<'a> {
-    /// The event's exact JSON text.
-    pub text: &'a str,
+    /// The event's JSON text: stored as it was appended, or a chunk's fields.
+    text: Text<'a>,
     /// The type.
     pub event_type: &'a str,
     /// The seq (index in the log).
@@ -136,6 +137,33 @@ pub struct EventRef<'a> {
     data: (u32, u32),
     message: Option<(u32, u32)>,
 }
+
+/// Where an [`EventRef`]'s text comes from.
+#[derive(Debug, Clone, Copy)]
+enum Text<'a> {
+    /// The exact text, stored.
+    Stored(&'a str),
+    /// A chunk record's fields (`format-spec/log-format.md` REC-13 rebuilds the text).
+    Chunk(chunk::ChunkRef<'a>),
+}
+
+/// Two views are equal when they show the same event: the same text and fields,
+/// whichever way the text is stored.
+impl PartialEq for EventRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.seq == other.seq
+            && self.time == other.time
+            && self.event_type == other.event_type
+            && self.surface_op == other.surface_op
+            && self.sources == other.sources
+            && self.ignorable == other.ignorable
+            && self.data == other.data
+            && self.message == other.message
+            && self.text() == other.text()
+    }
+}
+
+impl Eq for EventRef<'_> {}
 
 /// Read access to a log of events by seq. Implemented by the in-memory log and by the
 /// on-disk log.
@@ -238,7 +266,7 @@ impl Event {
     #[doc(hidden)]
     pub fn as_ref(&self) -> EventRef<'_> {
         EventRef {
-            text: &self.text,
+            text: Text::Stored(&self.text),
             event_type: &self.type_name,
             seq: self.seq,
             time: self.time,
@@ -308,7 +336,7 @@ impl<'a> EventRef<'a> {
         assert!(data.end <= text.len(), "data span outside the event text");
         let span = |r: Range<usize>| (span32(r.start), span32(r.end));
         Self {
-            text,
+            text: Text::Stored(text),
             event_type,
             seq,
             time,
@@ -339,7 +367,7 @@ impl<'a> EventRef<'a> {
     #[doc(hidden)]
     pub fn to_event(&self) -> Event {
         Event::new(
-            self.text.to_owned(),
+            self.text().into_owned(),
             self.data_span(),
             self.message_span(),
             EventFields {
@@ -368,8 +396,109 @@ impl<'a> EventRef<'a> {
     /// assert_eq!(event.data(), r#"{"turn":1}"#);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn data(&self) -> &'a str {
-        &self.text[self.data.0 as usize..self.data.1 as usize]
+    pub fn data(&self) -> Cow<'a, str> {
+        match self.text() {
+            Cow::Borrowed(text) => Cow::Borrowed(&text[self.data_span()]),
+            Cow::Owned(text) => Cow::Owned(text[self.data_span()].to_owned()),
+        }
+    }
+
+    /// The event's exact JSON text: borrowed from the log when it is stored as text,
+    /// rebuilt when it is stored as a chunk record (`format-spec/log-format.md` REC-13).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// # let (session, _) = store.open_session("s")?;
+    /// let event = session.event(0)?.unwrap();
+    /// assert!(event.text().starts_with(r#"{"type":"turn/start","seq":0,"#));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn text(&self) -> Cow<'a, str> {
+        match self.text {
+            Text::Stored(text) => Cow::Borrowed(text),
+            Text::Chunk(chunk) => Cow::Owned(chunk.text(self.seq, self.time)),
+        }
+    }
+
+    /// The text's length in bytes, without rebuilding it.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// # let (session, _) = store.open_session("s")?;
+    /// let event = session.event(0)?.unwrap();
+    /// assert_eq!(event.text_len(), event.text().len());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn text_len(&self) -> usize {
+        match self.text {
+            Text::Stored(text) => text.len(),
+            Text::Chunk(chunk) => chunk.text_len(self.seq, self.time),
+        }
+    }
+
+    /// Appends the event's exact JSON text to `out` (no allocation of its own).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// # let (session, _) = store.open_session("s")?;
+    /// let mut out = String::new();
+    /// session.event(0)?.unwrap().write_text(&mut out);
+    /// assert!(out.ends_with(r#""data":{"turn":1}}"#));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn write_text(&self, out: &mut String) {
+        match self.text {
+            Text::Stored(text) => out.push_str(text),
+            Text::Chunk(chunk) => chunk.write_text(self.seq, self.time, out),
+        }
+    }
+
+    /// The text as stored, when it is stored as text (every event but a chunk record).
+    #[doc(hidden)]
+    pub fn stored_text(&self) -> Option<&'a str> {
+        match self.text {
+            Text::Stored(text) => Some(text),
+            Text::Chunk(_) => None,
+        }
+    }
+
+    /// The chunk fields, when the event is stored as a chunk record.
+    #[doc(hidden)]
+    pub fn chunk(&self) -> Option<chunk::ChunkRef<'a>> {
+        match self.text {
+            Text::Stored(_) => None,
+            Text::Chunk(chunk) => Some(chunk),
+        }
+    }
+
+    /// A view of a chunk event stored as a chunk record (`format-spec/log-format.md`
+    /// §4.1): an `assistant/chunk`, log-only, with no message.
+    #[doc(hidden)]
+    pub fn from_chunk(seq: u64, time: i64, chunk: chunk::ChunkRef<'a>) -> Self {
+        let data = chunk.data_span(seq, time);
+        Self {
+            text: Text::Chunk(chunk),
+            event_type: chunk::CHUNK_TYPE,
+            seq,
+            time,
+            surface_op: None,
+            sources: None,
+            ignorable: false,
+            data: (span32(data.start), span32(data.end)),
+            message: None,
+        }
     }
 
     /// The exact JSON text of the message this event projects to, if any.
@@ -389,8 +518,12 @@ impl<'a> EventRef<'a> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn message(&self) -> Option<&'a str> {
-        self.message
-            .map(|(start, end)| &self.text[start as usize..end as usize])
+        let (start, end) = self.message?;
+        match self.text {
+            Text::Stored(text) => Some(&text[start as usize..end as usize]),
+            // REC-11: a chunk record holds a log-only event, which has no message.
+            Text::Chunk(_) => None,
+        }
     }
 
     /// The byte span of `data` within [`EventRef::text`].

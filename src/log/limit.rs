@@ -175,6 +175,7 @@ mod tests {
             index: 0,
             first_seq: 0,
             capacity: 4096,
+            incompat_features: 0,
         };
         let text = r#"{"type":"t","seq":0,"time":0,"data":1}"#;
         let fields = EventFields {

@@ -321,6 +321,10 @@ pub struct LogOptions {
     pub durability: Durability,
     /// The file operations; tests inject failures here. Default: the real filesystem.
     pub storage: Arc<dyn Storage>,
+    /// Store streamed chunks as chunk records (`log-format.md` §4.1, REC-11): segments
+    /// this writer creates set `CHUNK_RECORDS` (SEG-9), which builds without the feature
+    /// refuse. Default: on.
+    pub chunk_records: bool,
 }
 
 impl Default for LogOptions {
@@ -329,6 +333,7 @@ impl Default for LogOptions {
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             durability: Durability::Sync,
             storage: Arc::new(FsStorage),
+            chunk_records: true,
         }
     }
 }
@@ -348,6 +353,15 @@ pub const SEGMENT_BYTES_MIN: u64 = (crate::log::segment::SEGMENT_HEADER_LEN
 pub const SEGMENT_BYTES_MAX: u64 = u32::MAX as u64;
 
 impl LogOptions {
+    /// The `incompat_features` of a segment this writer creates (SEG-9).
+    pub fn segment_features(&self) -> u16 {
+        if self.chunk_records {
+            crate::log::segment::CHUNK_RECORDS
+        } else {
+            0
+        }
+    }
+
     /// The capacity of a new segment: [`LogOptions::segment_bytes`] clamped to
     /// [`SEGMENT_BYTES_MIN`] ..= [`SEGMENT_BYTES_MAX`] (SEG-7).
     pub fn segment_capacity(&self) -> u64 {

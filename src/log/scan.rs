@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 
 use super::segment::SEGMENT_HEADER_LEN;
 use crate::event::EventRef;
-use crate::record::{BODY_FIXED_LEN, RECORD_ALIGN, RecordError, decode, frame_len, u32_at};
+use crate::record::{BODY_MIN_LEN, RECORD_ALIGN, RecordError, decode, frame_len, u32_at};
 
 /// How many bytes a scan reads with one `pread` when it needs more (RD-8).
 const CHUNK: usize = 64 * 1024;
@@ -232,7 +232,7 @@ pub(crate) fn walk_written(bytes: &[u8], from: usize, seq_next: u64, seq_target:
             return scan;
         }
         let next = scan.end.saturating_add(frame_len(body_len));
-        if body_len < BODY_FIXED_LEN || next > bytes.len() {
+        if body_len < BODY_MIN_LEN || next > bytes.len() {
             scan.stop = Stop::Invalid {
                 offset: scan.end,
                 error: RecordError::Length,

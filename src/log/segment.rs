@@ -25,7 +25,12 @@ pub struct SegmentHeader {
     /// The most bytes the file may hold: records end before it. The file itself starts
     /// shorter and grows towards it (SEG-6).
     pub capacity: u64,
+    /// The incompatible features the segment uses (SEG-9): [`CHUNK_RECORDS`] or 0.
+    pub incompat_features: u16,
 }
+
+/// SEG-9 `incompat_features` bit 0: the segment may hold chunk records (§4.1, REC-11).
+pub const CHUNK_RECORDS: u16 = 1 << 0;
 
 /// The step in which the writer grows a segment file ahead of its records (SEG-6): 64 KiB.
 pub const SEGMENT_GROW_BYTES: u64 = 64 << 10;
@@ -64,9 +69,9 @@ pub(crate) fn cut_short(len: u64, capacity: u64) -> String {
 /// version may change everything after them, the checksum's coverage included.
 pub const FROZEN_PREFIX_LEN: usize = 12;
 
-/// The incompatible feature bits this build knows in a segment header (SEG-9): none. A
-/// header with any other bit set is refused.
-pub const SEGMENT_INCOMPAT_KNOWN: u16 = 0;
+/// The incompatible feature bits this build knows in a segment header (SEG-9):
+/// [`CHUNK_RECORDS`]. A header with any other bit set is refused.
+pub const SEGMENT_INCOMPAT_KNOWN: u16 = CHUNK_RECORDS;
 /// The compatible feature bits this build knows in a segment header (SEG-9): none; the
 /// others are ignored.
 pub const SEGMENT_COMPAT_KNOWN: u16 = 0;
@@ -153,7 +158,7 @@ impl SegmentHeader {
     /// The header's 64 bytes.
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
         let mut bytes = [0; SEGMENT_HEADER_LEN];
-        let fields: [(usize, &[u8]); 7] = [
+        let fields: [(usize, &[u8]); 8] = [
             (0, &SEGMENT_MAGIC),
             (8, &FORMAT_VERSION.to_le_bytes()),
             (
@@ -164,6 +169,7 @@ impl SegmentHeader {
             (32, &self.index.to_le_bytes()),
             (40, &self.first_seq.to_le_bytes()),
             (48, &self.capacity.to_le_bytes()),
+            (58, &self.incompat_features.to_le_bytes()),
         ];
         write_checked_block(&mut bytes, &fields);
         bytes
@@ -204,6 +210,9 @@ impl SegmentHeader {
             index: u64_at(header, 32).unwrap_or(0),
             first_seq: u64_at(header, 40).unwrap_or(0),
             capacity: u64_at(header, 48).unwrap_or(0),
+            // Checked above: only bits this build knows.
+            incompat_features: u32_at(header, 56)
+                .map_or(0, |word| u16::try_from(word >> 16).unwrap_or(0)),
         })
     }
 }

@@ -19,8 +19,8 @@ use super::segment::{
 };
 use super::{Durability, LogOptions, OpenReport, TornTail, index, quarantine};
 use crate::error::{Error, ErrorKind, Result};
-use crate::event::Event;
-use crate::record::{RecordError, body_len, encode_event, frame_len};
+use crate::event::{Event, EventRef};
+use crate::record::{RecordError, body_len, encode, frame_len};
 use crate::storage::Storage;
 // Through the facade, so that loom sees how appends publish what they wrote (`loom_publication`).
 use crate::sync::{AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
@@ -415,17 +415,20 @@ impl Shared {
     /// Encodes and writes `events`, rolling segments as needed (SEG-7).
     fn write(&self, state: &mut State, events: &[Event]) -> Result<()> {
         for event in events {
-            let len = frame_len(body_len(&event.as_ref())) as u64;
+            let mut stored = stored_form(&state.header, event);
+            let len = frame_len(body_len(&stored)) as u64;
             let full = state.write_offset + state.buffer.len() as u64 + len > state.header.capacity;
             if full || state.limited {
                 self.flush_buffer(state)?;
                 self.roll(state, len)?;
+                // The new segment may allow a chunk record, never a longer form.
+                stored = stored_form(&state.header, event);
             }
             let offset = state.write_offset + state.buffer.len() as u64;
             state
                 .offsets
                 .push(u32::try_from(offset).unwrap_or(u32::MAX));
-            encode_event(event, &mut state.buffer);
+            encode(&stored, &mut state.buffer);
             state.pending += 1;
             state.seq_next += 1;
         }
@@ -499,6 +502,7 @@ impl Shared {
             index: state.header.index + 1,
             first_seq: state.seq_next,
             capacity,
+            incompat_features: self.options.segment_features(),
         };
         let file = if staged {
             state.dir_unsynced = true;
@@ -817,6 +821,16 @@ fn capacity_for(options: &LogOptions, record_len: u64) -> u64 {
         .max(SEGMENT_HEADER_LEN as u64 + record_len)
 }
 
+/// The form `event` is stored in, in a segment with `header`: REC-11's chunk record when
+/// the segment sets `CHUNK_RECORDS` (SEG-9) and the event is one, else the §4 record.
+fn stored_form<'a>(header: &SegmentHeader, event: &'a Event) -> EventRef<'a> {
+    if header.incompat_features & super::segment::CHUNK_RECORDS != 0 {
+        crate::record::compact(&event.as_ref())
+    } else {
+        event.as_ref()
+    }
+}
+
 /// SEG-7: `EVENT_TOO_LARGE` for an event whose record no segment can hold (a segment's
 /// capacity is at most 2^32 − 1 bytes).
 fn record_fits(event: &Event) -> Result<()> {
@@ -955,6 +969,7 @@ fn recover(
             index: 0,
             first_seq: 0,
             capacity: options.segment_capacity(),
+            incompat_features: options.segment_features(),
         };
         let file = create_segment(storage, dir, &header)?;
         let mut state = new_state(file, header, SEGMENT_HEADER_LEN as u64, Vec::new(), 0);

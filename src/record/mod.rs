@@ -10,6 +10,8 @@
 //! the fuzz target (`fuzz/fuzz_targets/record.rs`) check both directions.
 #![deny(clippy::indexing_slicing)]
 
+pub mod chunk;
+
 use std::ops::Range;
 
 use crate::event::envelope::EVENT_TYPE_BYTES_MAX;
@@ -20,6 +22,8 @@ use crate::limits::SAFE_INTEGER_MAX;
 pub const FRAME_HEADER_LEN: usize = 8;
 /// Bytes of the fixed part of the body (§4).
 pub const BODY_FIXED_LEN: usize = 64;
+/// The shortest body of any record (REC-1): a chunk record's fixed part (REC-12).
+pub const BODY_MIN_LEN: usize = chunk::CHUNK_BODY_FIXED_LEN;
 /// Records start at multiples of this (SEG-4, REC-3).
 pub const RECORD_ALIGN: usize = 8;
 
@@ -62,10 +66,37 @@ pub fn frame_len(body_len: usize) -> usize {
 
 /// The body length of an event's record (REC-5).
 pub fn body_len(event: &EventRef<'_>) -> usize {
-    BODY_FIXED_LEN
-        + 8 * event.sources.map_or(0, |s| s.len())
-        + event.event_type.len()
-        + event.text.len()
+    match (event.chunk(), event.stored_text()) {
+        (Some(c), _) => chunk::body_len(&c),
+        (None, text) => {
+            BODY_FIXED_LEN
+                + 8 * event.sources.map_or(0, |s| s.len())
+                + event.event_type.len()
+                + text.map_or(0, str::len)
+        }
+    }
+}
+
+/// REC-11: the view the writer stores of `event` in a segment that sets
+/// `CHUNK_RECORDS`: a chunk record's when the event is a chunk whose text is exactly the
+/// one REC-13 rebuilds from its fields, else `event` itself.
+pub fn compact<'a>(event: &EventRef<'a>) -> EventRef<'a> {
+    let Some(text) = event.stored_text() else {
+        return *event;
+    };
+    let candidate = event.event_type == crate::event::chunk::CHUNK_TYPE
+        && event.surface_op.is_none()
+        && event.sources.is_none()
+        && !event.ignorable
+        && event.message_span().is_none();
+    match candidate
+        .then(|| crate::event::chunk::ChunkRef::from_text(event.seq, event.time, text))
+        .flatten()
+        .filter(chunk::fits)
+    {
+        Some(c) => EventRef::from_chunk(event.seq, event.time, c),
+        None => *event,
+    }
 }
 
 /// Appends the record of `event` (frame, body, padding) to `out`.
@@ -78,6 +109,29 @@ pub fn encode(event: &EventRef<'_>, out: &mut Vec<u8>) {
     let body_len = body_len(event);
     out.extend_from_slice(&to_u32(body_len).to_le_bytes());
     out.extend_from_slice(&[0; 4]);
+    match (event.chunk(), event.stored_text()) {
+        (Some(c), _) => chunk::encode_body(event.seq, event.time, &c, out),
+        (None, text) => encode_body(event, text.unwrap_or_default(), out),
+    }
+    debug_assert_eq!(out.len() - start, FRAME_HEADER_LEN + body_len);
+    // REC-2: the checksum covers `len` and the body, not itself.
+    let len_bytes = out.get(start..start + 4).unwrap_or_default();
+    let crc = crc32c::crc32c_append(
+        crc32c::crc32c(len_bytes),
+        out.get(start + FRAME_HEADER_LEN..).unwrap_or_default(),
+    );
+    out.resize(start + frame_len(body_len), 0);
+    if let Some(slot) = out.get_mut(start + 4..start + 8) {
+        slot.copy_from_slice(&crc.to_le_bytes());
+    }
+    debug_assert!(
+        decode(out.get(start..).unwrap_or_default()).is_ok_and(|(e, _)| e == *event),
+        "an encoded record decodes to its event"
+    );
+}
+
+/// The body of a §4 record: the envelope fields, the type and the stored `text`.
+fn encode_body(event: &EventRef<'_>, text: &str, out: &mut Vec<u8>) {
     let mut flags = 0;
     let (mut replace_start, mut replace_end) = (0, 0);
     match event.surface_op {
@@ -108,7 +162,7 @@ pub fn encode(event: &EventRef<'_>, out: &mut Vec<u8>) {
     let source_count = event.sources.map_or(0, |s| s.len());
     for field in [
         source_count,
-        event.text.len(),
+        text.len(),
         data.start,
         data.end,
         message.start,
@@ -123,21 +177,7 @@ pub fn encode(event: &EventRef<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(&source.to_le_bytes());
     }
     out.extend_from_slice(event.event_type.as_bytes());
-    out.extend_from_slice(event.text.as_bytes());
-    // REC-2: the checksum covers `len` and the body, not itself.
-    let len_bytes = out.get(start..start + 4).unwrap_or_default();
-    let crc = crc32c::crc32c_append(
-        crc32c::crc32c(len_bytes),
-        out.get(start + FRAME_HEADER_LEN..).unwrap_or_default(),
-    );
-    out.resize(start + frame_len(body_len), 0);
-    if let Some(slot) = out.get_mut(start + 4..start + 8) {
-        slot.copy_from_slice(&crc.to_le_bytes());
-    }
-    debug_assert!(
-        decode(out.get(start..).unwrap_or_default()).is_ok_and(|(e, _)| e == *event),
-        "an encoded record decodes to its event"
-    );
+    out.extend_from_slice(text.as_bytes());
 }
 
 /// [`encode`] for an owned event.
@@ -159,7 +199,8 @@ pub fn decode(bytes: &[u8]) -> Result<(EventRef<'_>, usize), RecordError> {
         return Err(RecordError::End);
     }
     let body_len = usize::try_from(len).map_err(|_| RecordError::Length)?;
-    if body_len < BODY_FIXED_LEN {
+    // REC-1: no body is shorter than a chunk record's fixed part (REC-12).
+    if body_len < BODY_MIN_LEN {
         return Err(RecordError::Length);
     }
     let framed = bytes
@@ -183,7 +224,18 @@ pub fn decode(bytes: &[u8]) -> Result<(EventRef<'_>, usize), RecordError> {
     {
         return Err(RecordError::Body("padding is not zero (REC-2)"));
     }
-    let event = decode_body(body)?;
+    // REC-12: `flags` says which body this is.
+    let flags = array_at(body, 16)
+        .map(u16::from_le_bytes)
+        .unwrap_or_default();
+    let event = if flags & chunk::FLAG_CHUNK != 0 {
+        let (seq, time, c) = chunk::decode_body(body)?;
+        EventRef::from_chunk(seq, time, c)
+    } else if body_len < BODY_FIXED_LEN {
+        return Err(RecordError::Length);
+    } else {
+        decode_body(body)?
+    };
     Ok((event, framed.len()))
 }
 

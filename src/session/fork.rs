@@ -1,5 +1,6 @@
 //! Fork (contract §7) and a small in-memory store that owns sessions by id.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::{Options, Session, now_created_at};
@@ -76,9 +77,10 @@ impl Session {
         }
         let now = now_created_at(&*self.options.clock);
         let header = Header::for_fork(child_id, now, self.header.cwd(), self.id(), len);
-        let seed: Vec<&str> = (0..len)
-            .map(|seq| self.log.event_at(seq).map(|e| e.text))
+        let seed: Vec<Cow<'_, str>> = (0..len)
+            .map(|seq| self.log.event_at(seq).map(|e| e.text()))
             .collect::<Result<_>>()?;
+        let seed: Vec<&str> = seed.iter().map(AsRef::as_ref).collect();
         Session::create(
             child_id,
             Some(header.text()),

@@ -220,7 +220,8 @@ impl<L: SessionLog> Session<L> {
             .map_err(|e| e.in_session(self.header.id()))?;
         let surface_type = self.options.vocabulary.surface_type(target.event_type);
         let is_tool = surface_type.is_some_and(|t| t.origin == Origin::Tool);
-        let old = Json::parse(target.data())?;
+        let old_data = target.data();
+        let old = Json::parse(&old_data)?;
         let (true, Some(output)) = (is_tool, pruned_output(old.root())) else {
             return Err(ErrorKind::ToolRewriteTarget { target: seq }.into());
         };

@@ -337,7 +337,8 @@ impl<L: SessionLog> Session<L> {
                     .log
                     .event_at(seq)
                     .map_err(|e| e.in_session(session.header.id()))?;
-                let Ok(data) = crate::json::Json::parse(event.data()) else {
+                let text = event.data();
+                let Ok(data) = crate::json::Json::parse(&text) else {
                     continue;
                 };
                 let replace = matches!(

@@ -104,7 +104,9 @@ impl RepairState {
     pub fn observe_from(&mut self, source: &impl EventSource, from: u64) -> Result<()> {
         for seq in from..source.seq_next() {
             let event = source.event_at(seq).map_err(|e| e.at_seq(seq))?;
-            self.observe(seq, event.event_type, event.data());
+            if relevant(event.event_type) {
+                self.observe(seq, event.event_type, &event.data());
+            }
         }
         Ok(())
     }
@@ -210,17 +212,7 @@ impl RepairState {
 
     /// Observes one event (pass 1 of contract §8).
     pub fn observe(&mut self, seq: u64, event_type: &str, data: &str) {
-        let relevant = matches!(
-            event_type,
-            "turn/start"
-                | "turn/end"
-                | "step/start"
-                | "step/end"
-                | "assistant/message"
-                | "tool/call"
-                | "tool/result"
-        );
-        if !relevant {
+        if !relevant(event_type) {
             return;
         }
         let Ok(json) = Json::parse(data) else { return };
@@ -430,4 +422,19 @@ impl<'a> Reader<'a> {
             _ => None,
         }
     }
+}
+
+/// Whether pass 1 of contract §8 looks at events of this type (the others it skips
+/// without reading their data).
+fn relevant(event_type: &str) -> bool {
+    matches!(
+        event_type,
+        "turn/start"
+            | "turn/end"
+            | "step/start"
+            | "step/end"
+            | "assistant/message"
+            | "tool/call"
+            | "tool/result"
+    )
 }

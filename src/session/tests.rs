@@ -42,7 +42,7 @@ fn new_session(options: Options) -> Session {
 
 fn texts(session: &Session) -> Vec<String> {
     (0..session.seq_next())
-        .map(|s| session.event(s).unwrap().unwrap().text.to_owned())
+        .map(|s| session.event(s).unwrap().unwrap().text().into_owned())
         .collect()
 }
 
@@ -99,7 +99,7 @@ fn append_writes_the_engine_key_order_and_stamps_the_clock() {
         r#"{{"type":"user/message","seq":1,"time":{NOW},"data":{},"sourceEventSeqs":[0],"surfaceOp":"append"}}"#,
         user_data("u")
     );
-    assert_eq!(event.unwrap().text, expected);
+    assert_eq!(event.unwrap().text(), expected);
     assert_eq!(session.event(0).unwrap().unwrap().data(), r#"{"turn":1}"#);
     assert_eq!(session.messages().unwrap()[0].json, user_data("u"));
     let replace = session
@@ -114,7 +114,7 @@ fn append_writes_the_engine_key_order_and_stamps_the_clock() {
             .event(replace)
             .unwrap()
             .unwrap()
-            .text
+            .text()
             .ends_with(r#""sourceEventSeqs":[1],"surfaceOp":{"op":"replace","start":1,"end":1}}"#)
     );
 }
@@ -239,7 +239,7 @@ fn seeds_get_the_end_seed_marker_unless_they_end_with_one() {
     assert_eq!(session.seq_next(), 2);
     assert_eq!(session.first_live_seq(), 1);
     assert_eq!(
-        session.event(1).unwrap().unwrap().text,
+        session.event(1).unwrap().unwrap().text(),
         format!(r#"{{"type":"session/end-seed","seq":1,"time":{NOW},"data":{{}}}}"#)
     );
     assert_eq!(
@@ -364,7 +364,7 @@ fn reopen_repairs_an_interrupted_turn_once_and_resume_adds_the_marker() {
             .event(4)
             .unwrap()
             .unwrap()
-            .text
+            .text()
             .contains(r#""id":"interrupted-tool-result-B-4""#)
     );
     assert_eq!(
@@ -381,7 +381,7 @@ fn reopen_repairs_an_interrupted_turn_once_and_resume_adds_the_marker() {
             .event(7)
             .unwrap()
             .unwrap()
-            .text
+            .text()
             .ends_with(r#""data":{"turn":1,"reason":{"kind":"interrupted"}}}"#)
     );
     let again = texts(&repaired);
@@ -748,7 +748,7 @@ fn whatever_append_accepted_reopens() {
         report.closers, 2,
         "one tool/result for the non-empty id, then turn/end"
     );
-    assert!(reopened.event(2).unwrap().unwrap().text.len() > 400);
+    assert!(reopened.event(2).unwrap().unwrap().text().len() > 400);
 }
 
 #[test]

@@ -619,7 +619,7 @@ fn file_crc(fixed: &[u8], after: &[u8], nodes_crc: u32) -> u32 {
 /// The error reading that event.
 fn last_text_crc(log: &impl EventSource, seq_next: u64) -> crate::Result<u32> {
     match seq_next.checked_sub(1) {
-        Some(seq) => Ok(crc32c::crc32c(log.event_at(seq)?.text.as_bytes())),
+        Some(seq) => Ok(crc32c::crc32c(log.event_at(seq)?.text().as_bytes())),
         None => Ok(0),
     }
 }

@@ -125,7 +125,8 @@ impl Store {
         let durable_seq = Checkpoint::read(&*self.options.log.storage, &dir)
             .as_ref()
             .map_or(0, super::checkpoint::Unverified::seq_next);
-        let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())?;
+        let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())
+            .map_err(|e| Self::unless_deleted(id, &dir, e))?;
         super::checkpoint::check_not_ahead(&dir, reader.seq_next(), durable_seq)
             .map_err(|e| e.in_session(id))?;
         Ok(Follower {
@@ -183,7 +184,8 @@ impl Store {
         let durable_seq = read
             .as_ref()
             .map_or(0, super::checkpoint::Unverified::seq_next);
-        let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())?;
+        let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())
+            .map_err(|e| Self::unless_deleted(id, &dir, e))?;
         let stored = reader.seq_next();
         super::checkpoint::check_not_ahead(&dir, stored, durable_seq)
             .map_err(|e| e.in_session(id))?;

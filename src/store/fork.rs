@@ -58,7 +58,7 @@ impl Store {
         let header = Self::read_header(&*self.options.log.storage, source, &source_dir)?;
         let storage = &self.options.log.storage;
         let reader = LogReader::open_with(&source_dir.join("log"), storage.clone())
-            .map_err(|e| e.in_session(source))?;
+            .map_err(|e| Self::unless_deleted(source, &source_dir, e).in_session(source))?;
         let len = fork_len(boundary, reader.seq_next())?;
         if let Some(turn_start) = open_turn_at(&reader, len)? {
             return Err(ErrorKind::OpenTurn {
@@ -81,6 +81,7 @@ impl Store {
             len,
             marker: marker.as_ref(),
             segment_bytes: self.options.log.segment_capacity(),
+            segment_features: self.options.log.segment_features(),
         };
         let mut limit = None;
         self.publish(child, |tmp| {
@@ -106,6 +107,8 @@ struct ChildLog<'a> {
     marker: Option<&'a Event>,
     /// The capacity of the child's own segment (SEG-7).
     segment_bytes: u64,
+    /// The features of the child's own segment (SEG-9).
+    segment_features: u16,
 }
 
 /// Writes the child's directory `dir`, not yet published (STORE-6): its header, its log
@@ -155,6 +158,7 @@ fn write_fork(
                 index: boundary.header.index + 1,
                 first_seq: child.len,
                 capacity: child.segment_bytes,
+                incompat_features: child.segment_features,
             }
         }
     };

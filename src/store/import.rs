@@ -182,7 +182,8 @@ impl Import<'_> {
         session.repair()?;
         let closers = (events..session.seq_next())
             .map(|seq| {
-                crate::event::EventSource::event_at(session.log(), seq).map(|e| e.text.to_owned())
+                crate::event::EventSource::event_at(session.log(), seq)
+                    .map(|e| e.text().into_owned())
             })
             .collect::<Result<_>>()?;
         session.close()?;

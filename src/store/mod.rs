@@ -1389,6 +1389,26 @@ impl Store {
         Ok(header)
     }
 
+    /// What an error met opening session `id`'s log after its header was read means: a
+    /// file missing (`NotFound`) while the session's directory is gone is the session
+    /// deleted meanwhile (`SESSION_NOT_FOUND`); any other error is itself.
+    fn unless_deleted(id: &str, dir: &Path, error: Error) -> Error {
+        let missing = matches!(
+            error.kind(),
+            ErrorKind::Io {
+                kind: std::io::ErrorKind::NotFound,
+                ..
+            }
+        );
+        if missing
+            && std::fs::symlink_metadata(dir)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        {
+            return ErrorKind::SessionNotFound { id: id.to_owned() }.into();
+        }
+        error
+    }
+
     /// Writes a new session directory: `header.json`, then the log.
     fn write_session(&self, dir: &Path, session: &Session) -> Result<()> {
         let storage = &self.options.log.storage;

@@ -15,6 +15,7 @@ mod views;
 pub use deferred::Refold;
 pub use views::{Message, Transcript, messages, transcript};
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use crate::error::{ErrorKind, Result};
@@ -324,6 +325,11 @@ impl Surface {
             // Only a replace can need the data (the tool-output rewrite rule); not touching
             // it otherwise keeps the fold off the event text.
             let replace = matches!(event.surface_op, Some(SurfaceOp::Replace { .. }));
+            let data = if replace {
+                event.data()
+            } else {
+                Cow::Borrowed("")
+            };
             let candidate = Candidate {
                 seq: Ok(event.seq),
                 event_type: event.event_type.into(),
@@ -331,7 +337,7 @@ impl Surface {
                 sources: event
                     .sources
                     .map_or(Field::Absent, |s| Field::Valid(s.to_cow())),
-                data: if replace { event.data() } else { "" },
+                data: &data,
             };
             let step = self.check(&candidate, vocabulary, source)?;
             self.apply(step);
@@ -895,7 +901,8 @@ fn check_tool_rewrite(
     let old = source.event(target)?.filter(|e| e.event_type == event_type);
     let old = old.ok_or(ErrorKind::ToolRewriteTarget { target })?;
     let changed = || ErrorKind::ToolRewriteChanged { target };
-    let (Ok(new_json), Ok(old_json)) = (Json::parse(data), Json::parse(old.data())) else {
+    let old_data = old.data();
+    let (Ok(new_json), Ok(old_json)) = (Json::parse(data), Json::parse(&old_data)) else {
         return Err(changed().into());
     };
     let new_output = pruned_output(new_json.root()).filter(|c| c.kind() == Kind::Array);

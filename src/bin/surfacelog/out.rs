@@ -110,16 +110,17 @@ pub fn json<T: Serialize>(value: &T) -> surfacelog::Result<()> {
 ///
 /// # Errors
 /// The first error of `items`, or `IO` when stdout cannot be written.
-pub fn stored_texts<'a>(
+pub fn stored_texts<T: AsRef<str>>(
     key: &str,
     field: Option<&str>,
-    items: impl Iterator<Item = surfacelog::Result<(u64, &'a str)>>,
+    items: impl Iterator<Item = surfacelog::Result<(u64, T)>>,
 ) -> surfacelog::Result<()> {
     let io = |e: std::io::Error| surfacelog::Error::io("write", "stdout", &e);
     let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     write!(stdout, "{{\"{key}\":[").map_err(io)?;
     for (i, item) in items.enumerate() {
         let (seq, text) = item?;
+        let text = text.as_ref();
         let comma = if i == 0 { "" } else { "," };
         match field {
             Some(field) => write!(stdout, "{comma}{{\"seq\":{seq},\"{field}\":{text}}}"),

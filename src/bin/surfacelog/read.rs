@@ -96,7 +96,7 @@ pub fn show(ctx: &Ctx, args: &ShowArgs) -> Result<()> {
                 event(&session, seq)?;
             }
             let texts =
-                (args.from.min(last)..last).map(|seq| Ok((seq, event(&session, seq)?.text)));
+                (args.from.min(last)..last).map(|seq| Ok((seq, event(&session, seq)?.text())));
             return out::stored_texts("events", None, texts);
         }
         for seq in args.from.min(last)..last {
@@ -279,7 +279,7 @@ fn human_event(event: &EventRef<'_>, elide: bool, color: bool) -> String {
     };
     format!(
         "{seq}  {kind}  {op}{}",
-        out::elide(event.data(), ELIDE_AT, elide)
+        out::elide(&event.data(), ELIDE_AT, elide)
     )
 }
 
@@ -294,7 +294,7 @@ pub fn tail(ctx: &Ctx, id: &str, lines: u64, follow: bool) -> Result<()> {
             // The stored text, verbatim, one per line: a line break between its tokens
             // (stored as given, contract §2.1) is written as a space, which JSON reads
             // the same (no string holds a raw line break).
-            event.text.replace(['\n', '\r'], " ")
+            event.text().replace(['\n', '\r'], " ")
         } else {
             human_event(event, elide, ctx.color)
         };

@@ -283,7 +283,7 @@ impl Stats {
             let event = crate::read::event(&session, seq)?;
             let by_type = self.by_type.entry(event.event_type.to_owned()).or_default();
             by_type.events += 1;
-            by_type.bytes += event.text.len() as u64;
+            by_type.bytes += event.text().len() as u64;
             self.events += 1;
             if event
                 .surface_op

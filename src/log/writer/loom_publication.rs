@@ -104,6 +104,7 @@ fn writer() -> (Arc<LogWriter>, Arc<Recording>, tempfile::TempDir) {
         segment_bytes: 64 << 10,
         durability: Durability::Sync,
         storage: Arc::clone(&storage) as Arc<dyn Storage>,
+        chunk_records: true,
     };
     let (writer, _) = LogWriter::open(scratch.path(), options).unwrap();
     (Arc::new(writer), storage, scratch)

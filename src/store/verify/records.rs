@@ -8,7 +8,7 @@ use std::path::Path;
 use super::{Found, read_at};
 use crate::error::Result;
 use crate::log::segment::SEGMENT_HEADER_LEN;
-use crate::record::{BODY_FIXED_LEN, FRAME_HEADER_LEN, RecordError, frame_len, u32_at};
+use crate::record::{BODY_MIN_LEN, FRAME_HEADER_LEN, RecordError, frame_len, u32_at};
 
 /// A scan of one segment's records.
 pub(super) struct Scan<'a> {
@@ -109,7 +109,7 @@ impl Scan<'_> {
             return Ok(None);
         }
         let frame = frame_len(len as usize) as u64;
-        if (len as usize) < BODY_FIXED_LEN || pos + frame > self.stop {
+        if (len as usize) < BODY_MIN_LEN || pos + frame > self.stop {
             found.error(
                 self.path,
                 Some(pos),
@@ -139,7 +139,7 @@ impl Scan<'_> {
             Ok((event, _)) => {
                 if event.seq == seq {
                     if self.target == Some(seq) {
-                        *target_crc = Some(crc32c::crc32c(event.text.as_bytes()));
+                        *target_crc = Some(crc32c::crc32c(event.text().as_bytes()));
                     }
                 } else {
                     found.error(
