@@ -84,7 +84,9 @@ pub(crate) use internals::{
 
 pub use internals::error::{Error, ErrorKind, Outcome, Result};
 pub use internals::event::{Event, EventRef, Header, Seqs, SurfaceOp};
-pub use internals::log::{Durability, OpenReport, TornTail};
+pub use internals::log::{
+    Durability, KeptReason, LogCompaction, OpenReport, RewrittenSegment, TornTail,
+};
 pub use internals::session::{
     Boundary, Compacted, Compaction, EventKind, NoSurface, Prune, Session, Snapshot, SurfaceIntent,
     kinds,

@@ -6,6 +6,7 @@
 //! while the writer appends. Recovery at open drops a torn tail and refuses corruption.
 
 mod chain;
+mod compact;
 mod group_commit;
 mod index;
 pub mod limit;
@@ -18,6 +19,7 @@ mod writer;
 
 pub use chain::KnownSegment;
 pub(crate) use chain::{Chain, open_own_segment};
+pub use compact::{KeptReason, LogCompaction, RewrittenSegment, compact};
 // Hidden: the index codec for the fuzz targets (`fuzz/`), not part of the API.
 #[doc(hidden)]
 pub use index::{Index, decode as decode_index, encode as encode_index};

@@ -139,19 +139,26 @@ enum Cut {
     Before { position: usize },
 }
 
-/// A segment salvage opened.
+/// A segment salvage (or compaction, CMP-2) opened.
 #[derive(Debug)]
-struct Opened {
-    header: SegmentHeader,
-    map: Mmap,
-    file: File,
-    limit: Option<Limit>,
+pub(super) struct Opened {
+    pub header: SegmentHeader,
+    pub map: Mmap,
+    pub file: File,
+    pub limit: Option<Limit>,
 }
 
 /// How one segment ends in the prefix.
-enum Examined {
-    /// Every record of it checks out and continues the log; the next seq.
-    Whole { seq_next: u64, log_id: LogId },
+pub(super) enum Examined {
+    /// Every record of it checks out and continues the log: the next seq, the segment
+    /// opened, its records' offsets and the offset just past the last.
+    Whole {
+        seq_next: u64,
+        log_id: LogId,
+        opened: Opened,
+        offsets: Vec<u32>,
+        end: usize,
+    },
     /// The prefix ends inside it.
     Cut {
         offset: usize,
@@ -201,6 +208,7 @@ pub fn salvage(
             Examined::Whole {
                 seq_next,
                 log_id: id,
+                ..
             } => {
                 seq = seq_next;
                 log_id = Some(id);
@@ -247,7 +255,7 @@ pub fn salvage(
     clippy::too_many_arguments,
     reason = "one segment's place in the chain"
 )]
-fn examine(
+pub(super) fn examine(
     storage: &dyn Storage,
     dir: &Path,
     position: usize,
@@ -341,6 +349,9 @@ fn examine(
     Examined::Whole {
         seq_next: found.seq_next,
         log_id: opened.header.log_id,
+        opened,
+        offsets: found.offsets,
+        end: found.end,
     }
 }
 

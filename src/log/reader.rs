@@ -102,9 +102,11 @@ pub(crate) struct Layout {
 struct Mapped {
     header: SegmentHeader,
     map: Mmap,
-    /// The mapped file, kept for the last segment: the bytes past its verified end are
-    /// read from it with `pread` (RD-8). `None` for a sealed segment, whose file is opened
-    /// again when it must be scanned.
+    /// The mapped file, kept open (RD-1): the last segment's bytes past its verified end
+    /// are read from it with `pread` (RD-8), and a sealed segment is scanned from it when
+    /// its index does not serve, so that offsets always come from the file that was
+    /// mapped, even once compaction has given its name to another file (CMP-4). `None`
+    /// only where the file was not kept; then it is opened again by name.
     file: Option<std::fs::File>,
 }
 
@@ -160,6 +162,9 @@ pub(crate) struct BoundarySegment<'a> {
     pub header: SegmentHeader,
     /// The whole segment file.
     pub bytes: &'a [u8],
+    /// The file those bytes were mapped from (RD-1): a fork checks that the file it links
+    /// is this one (CMP-5).
+    pub file: Option<&'a std::fs::File>,
     /// The offsets of its records that belong to the prefix (at least one).
     pub offsets: &'a [u32],
     /// Just past the last of them.
@@ -490,6 +495,7 @@ impl LogReader {
             path,
             header: mapped.header,
             bytes: &mapped.map,
+            file: mapped.file.as_ref(),
             offsets: kept,
             end: last_offset as usize + frame,
             durable: segment.count.is_some() || segment.durable >= count as u64,
@@ -526,7 +532,7 @@ impl LogReader {
                     .mapped
                     .into_inner()
                     .and_then(Result::ok)
-                    .map(|m| (m.header, m.map)),
+                    .and_then(|m| Some((m.header, m.map, m.file?))),
             })
             .collect();
         if let Some(boundary) = sealed.last_mut() {
@@ -568,10 +574,10 @@ impl LogReader {
                     // Another thread may have set it first: both checked the same file.
                     let _ = segment.mapped.set(
                         opened
-                            .map(|(header, map)| Mapped {
+                            .map(|(header, map, file)| Mapped {
                                 header,
                                 map,
-                                file: None,
+                                file: Some(file),
                             })
                             .map_err(|e| e.kind().clone()),
                     );
@@ -993,11 +999,11 @@ pub(crate) fn into_segments(
             first_seq: s.first_seq,
             index: position as u64,
             path: OnceLock::new(),
-            mapped: s.opened.map_or_else(OnceLock::new, |(header, map)| {
+            mapped: s.opened.map_or_else(OnceLock::new, |(header, map, file)| {
                 OnceLock::from(Ok(Mapped {
                     header,
                     map,
-                    file: None,
+                    file: Some(file),
                 }))
             }),
             limit: s.limit,

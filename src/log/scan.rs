@@ -180,6 +180,18 @@ pub(crate) fn scan<S: Source + ?Sized>(source: &S, from: usize, seq_next: u64) -
         if scan.end >= source.len() {
             return Ok(scan);
         }
+        // SEG-4, SEG-7: a capacity that is not a multiple of 8 can leave fewer bytes after
+        // the last record than a length word; zeros there end the records as a full
+        // segment's end does (they are no record, and no record fits).
+        let left = source.len() - scan.end;
+        if left < 4 {
+            let mut tail = [0; 4];
+            let tail = tail.get_mut(..left).unwrap_or_default();
+            source.read_at(scan.end, tail)?;
+            if tail.iter().all(|b| *b == 0) {
+                return Ok(scan);
+            }
+        }
         match window.decode_at(scan.end)? {
             Ok((event, len)) if event.seq == scan.seq_next => {
                 scan.offsets

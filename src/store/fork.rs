@@ -251,7 +251,9 @@ fn share_boundary(
             .map_err(|e| Error::io("open", boundary.path, &e))?;
         syncs.files.push((boundary.path.to_owned(), source));
     }
-    link(storage, boundary.path, &log_dir.join(segment_name(first)))?;
+    let linked = log_dir.join(segment_name(first));
+    link(storage, boundary.path, &linked)?;
+    same_file(storage, boundary.file, &linked)?;
     let last_offset = boundary.offsets.last().copied().unwrap_or_default();
     let end = u32::try_from(boundary.end).unwrap_or(u32::MAX);
     let limit = Limit {
@@ -301,6 +303,35 @@ fn link_checkpoint(storage: &dyn Storage, source_log: &Path, dir: &Path, len: u6
     if covers.is_none_or(|covered| covered > len) {
         let _ = storage.remove_file(&target);
     }
+}
+
+/// CMP-5: the boundary segment the fork linked by name is the file its reader checked
+/// (device and inode): compaction may have given the name to a rewritten file meanwhile,
+/// whose records lie at other offsets than the limit's. `IO` then, and the fork publishes
+/// nothing; trying again forks from the new file.
+fn same_file(storage: &dyn Storage, read: Option<&std::fs::File>, linked: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(read) = read else {
+        return Ok(());
+    };
+    let identity = |meta: std::fs::Metadata| (meta.dev(), meta.ino());
+    let read = read
+        .metadata()
+        .map(identity)
+        .map_err(|e| Error::io("stat", linked, &e))?;
+    let now = storage
+        .open_file(linked, false)
+        .and_then(|file| file.metadata())
+        .map(identity)
+        .map_err(|e| Error::io("stat", linked, &e))?;
+    if read == now {
+        return Ok(());
+    }
+    let error = std::io::Error::other(
+        "the source's segment was replaced while it was being forked (compacted, CMP-5): \
+         fork again",
+    );
+    Err(Error::io("link", linked, &error))
 }
 
 fn link(storage: &dyn Storage, from: &Path, to: &Path) -> Result<()> {

@@ -1043,6 +1043,50 @@ impl Store {
         Ok(trashed)
     }
 
+    /// Rewrites session `id`'s log in the compact record encoding (log-format.md §13,
+    /// CMP-1 to CMP-6): each sealed segment written without chunk records (§4.1: by an
+    /// older build, or by a writer configured not to write them) is replaced by one that stores its streamed chunks as chunk records. Every
+    /// event keeps its seq and its text byte for byte; the surface, the checkpoint and
+    /// every reader see the same session. Not the conversation's compaction (a
+    /// replacement on the surface, contract §10): this changes how the bytes are stored,
+    /// not what the session holds.
+    ///
+    /// Holds the session's lock throughout. Leaves the last segment (the writer's, and a
+    /// follower's), segments shared with a fork (hard links, limits) and segments that
+    /// already use chunk records as they are, and says so in the report. Checks every
+    /// sealed segment before it writes anything: damage is refused with nothing changed.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let report = store.compact_log("s")?;
+    /// assert!(report.rewritten.is_empty()); // one segment: the last, left as it is
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `SESSION_NOT_FOUND`, `LOCKED` while a writer has it open, `CORRUPT` naming the file
+    /// and offset of damage (nothing changed), `FORMAT_VERSION`, `IO` (every segment is
+    /// then as it was or rewritten whole, CMP-3).
+    pub fn compact_log(&self, id: &str) -> Result<crate::log::LogCompaction> {
+        check_id(id)?;
+        let dir = self.session_dir(id);
+        Self::read_header(&*self.options.log.storage, id, &dir)?;
+        let report = crate::log::compact(&*self.options.log.storage, &dir.join("log"))
+            .map_err(|e| Self::unless_deleted(id, &dir, e).in_session(id))
+            .inspect_err(|error| trace_refusal("compact", id, error))?;
+        tracing::info!(
+            session = id,
+            rewritten = report.rewritten.len(),
+            bytes_saved = report.bytes_saved(),
+            "log compacted (CMP-1)"
+        );
+        Ok(report)
+    }
+
     /// Salvages session `id` (log-format.md SLV-1 to SLV-4): keeps the
     /// longest valid prefix of its log, moves everything after it into quarantine files
     /// beside the log (never deleted), and removes the checkpoint when it covers more than

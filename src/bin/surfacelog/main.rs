@@ -222,6 +222,13 @@ enum Command {
         /// The session id.
         id: String,
     },
+    /// Rewrite a session's log in the compact record encoding (chunk records): the same
+    /// events, byte for byte, in fewer bytes. Not the conversation's compaction.
+    #[command(after_help = "Examples:\n  surfacelog compact s1\n  surfacelog --json compact s1")]
+    Compact {
+        /// The session id.
+        id: String,
+    },
     /// Read a log directory without a lock and print its length.
     #[command(after_help = "Examples:\n  surfacelog log ./surfacelog-data/sessions/s1/log")]
     Log {
@@ -335,6 +342,7 @@ fn main() -> ExitCode {
             Err(error) => Err(error),
         },
         Command::Salvage { id } => sessions::salvage(&ctx, &id),
+        Command::Compact { id } => sessions::compact(&ctx, &id),
         Command::Log { dir, check_writer } => read::log_info(&ctx, &dir, check_writer),
         Command::Completions { shell } => {
             clap_complete::generate(

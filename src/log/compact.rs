@@ -1,0 +1,414 @@
+//! Compaction (log-format.md §13, CMP-1 to CMP-6): an explicit rewrite of a log's sealed
+//! segments written before chunk records (§4.1) into segments that use them. Every event
+//! keeps its seq and its text byte for byte; only the form of its record changes.
+#![deny(clippy::indexing_slicing)]
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+
+use super::quarantine::{Examined, Opened, examine};
+use super::reader::read_error;
+use super::scan::{FileBytes, read_range};
+use super::segment::{
+    CHUNK_RECORDS, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_first_seq,
+    parse_segment_name, seq_file_name, seq_file_path,
+};
+use super::writer::{remove_temporary_files, take_lock};
+use crate::error::{Error, ErrorKind, Result};
+use crate::record::{compact as compact_form, decode, encode};
+use crate::storage::Storage;
+
+/// A segment [`compact`] rewrote (CMP-3).
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let report = store.compact_log("s")?;
+/// for segment in &report.rewritten {
+///     println!(
+///         "segment {}: {} events ({} chunk records), {} -> {} bytes",
+///         segment.first_seq, segment.events, segment.chunk_records,
+///         segment.bytes_before, segment.bytes_after,
+///     );
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RewrittenSegment {
+    /// Its name's seq, the first of its records.
+    pub first_seq: u64,
+    /// How many events it holds (unchanged).
+    pub events: u64,
+    /// Of them, how many are now stored as chunk records (REC-11).
+    pub chunk_records: u64,
+    /// The file's length before (its records, padding and the zeros up to its growth
+    /// step, SEG-6).
+    pub bytes_before: u64,
+    /// The file's length after: its header and records, nothing more.
+    pub bytes_after: u64,
+}
+
+/// Why [`compact`] left a segment as it was (CMP-1, CMP-6).
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// use surfacelog::KeptReason;
+/// let report = store.compact_log("s")?;
+/// // One segment: the last, which the writer appends to, is never rewritten.
+/// assert_eq!(report.kept, [(0, KeptReason::Last)]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeptReason {
+    /// The last segment, which the writer appends to and followers tail by its map.
+    Last,
+    /// A segment with a limit file: it is shared with another log (LIM-1).
+    Limited,
+    /// A segment file with more than one link: another log (a fork) shares it.
+    Shared,
+    /// It already sets `CHUNK_RECORDS` (SEG-9): its writer chose each record's form.
+    AlreadyCompact,
+    /// None of its events is stored differently as a chunk record.
+    NoGain,
+}
+
+/// What [`compact`] did, segment by segment, in log order.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// let report = store.compact_log("s")?;
+/// println!("{} segments rewritten, {} kept", report.rewritten.len(), report.kept.len());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogCompaction {
+    /// The segments rewritten.
+    pub rewritten: Vec<RewrittenSegment>,
+    /// The segments left as they were, each with its first seq and why.
+    pub kept: Vec<(u64, KeptReason)>,
+}
+
+impl LogCompaction {
+    /// The bytes the rewritten segments' files shrank by, in all.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+    /// # s.close()?;
+    /// let report = store.compact_log("s")?;
+    /// assert_eq!(report.bytes_saved(), 0); // nothing written without chunk records
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn bytes_saved(&self) -> u64 {
+        self.rewritten
+            .iter()
+            .map(|s| s.bytes_before.saturating_sub(s.bytes_after))
+            .sum()
+    }
+}
+
+/// Reads are made in windows of about this many bytes of whole records (a larger record
+/// in a read of its own), so memory stays bounded by the segment being rewritten.
+const READ_WINDOW_BYTES: usize = 8 << 20;
+
+/// CMP-1 to CMP-6: rewrites the sealed segments of the log in `dir` that were written
+/// without chunk records, each into a segment that uses them. Holds the log's lock
+/// throughout (`LOCKED` while a writer has it). Checks every sealed segment first (CMP-2)
+/// and changes nothing when one does not check out.
+///
+/// # Errors
+/// `LOCKED`, `CORRUPT` naming the file and offset of the first damage (nothing changed),
+/// `FORMAT_VERSION`, `IO`. A failure part-way leaves every segment either as it was or
+/// rewritten whole (CMP-3), each holding the same events.
+pub fn compact(storage: &dyn Storage, dir: &Path) -> Result<LogCompaction> {
+    let _lock = take_lock(storage, dir)?;
+    let names = storage
+        .list_dir(dir)
+        .map_err(|e| Error::io("list", dir, &e))?;
+    remove_temporary_files(storage, dir, &names);
+    let mut firsts: Vec<u64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
+    firsts.sort_unstable();
+    let limits: BTreeSet<u64> = names
+        .iter()
+        .filter_map(|n| parse_first_seq(n.strip_suffix(".lim")?))
+        .collect();
+    let mut report = LogCompaction::default();
+    // CMP-2: every sealed segment checks out before anything is written.
+    let mut checked = Vec::new();
+    let mut seq = 0;
+    let mut log_id = None;
+    let sealed = firsts.len().saturating_sub(1);
+    for (position, &first) in firsts.iter().enumerate().take(sealed) {
+        let next = firsts.get(position + 1).copied();
+        let limited = limits.contains(&first);
+        match examine(storage, dir, position, first, seq, log_id, limited, next) {
+            Examined::Whole {
+                seq_next,
+                log_id: id,
+                opened,
+                offsets,
+                end,
+            } => {
+                seq = seq_next;
+                log_id = Some(id);
+                checked.push((opened, offsets, end));
+            }
+            Examined::Cut { reason, .. } | Examined::Rejected { reason } => {
+                return Err(ErrorKind::Corrupt {
+                    location: dir.display().to_string(),
+                    reason: format!("{reason}; nothing was compacted (CMP-2)"),
+                }
+                .into());
+            }
+        }
+    }
+    if let Some(&last) = firsts.last()
+        && firsts.len() > 1
+        && last != seq
+    {
+        let path = seq_file_path(dir, last, ".seg");
+        return Err(corrupt(
+            &path,
+            0,
+            "the segment does not continue the log (LOG-2, SEG-3); nothing was compacted (CMP-2)",
+        ));
+    }
+    for (opened, offsets, end) in checked {
+        let first = opened.header.first_seq;
+        let why = if opened.limit.is_some() {
+            Some(KeptReason::Limited)
+        } else if opened.header.incompat_features & CHUNK_RECORDS != 0 {
+            Some(KeptReason::AlreadyCompact)
+        } else if links(&opened, dir)? > 1 {
+            Some(KeptReason::Shared)
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            report.kept.push((first, why));
+            continue;
+        }
+        match rewrite(storage, dir, &opened, &offsets, end)? {
+            Some(rewritten) => report.rewritten.push(rewritten),
+            None => report.kept.push((first, KeptReason::NoGain)),
+        }
+    }
+    if let Some(&last) = firsts.last() {
+        report.kept.push((last, KeptReason::Last));
+    }
+    if !report.rewritten.is_empty() {
+        storage
+            .sync_dir(dir)
+            .map_err(|e| Error::io("fsync", dir, &e))?;
+    }
+    Ok(report)
+}
+
+/// How many links the segment's file has (CMP-1: more than one, a fork shares it).
+fn links(opened: &Opened, dir: &Path) -> Result<u64> {
+    let path = seq_file_path(dir, opened.header.first_seq, ".seg");
+    opened
+        .file
+        .metadata()
+        .map(|meta| meta.nlink())
+        .map_err(|e| Error::io("stat", &path, &e))
+}
+
+/// CMP-3: the segment `opened`, whose records checked out at `offsets` up to `end`,
+/// rebuilt with chunk records in a `.tmp` file, synced, read back and compared, then put
+/// in place of the old one by rename, with its index. `None` when no record would change
+/// (CMP-6): nothing is written.
+fn rewrite(
+    storage: &dyn Storage,
+    dir: &Path,
+    opened: &Opened,
+    offsets: &[u32],
+    end: usize,
+) -> Result<Option<RewrittenSegment>> {
+    let first = opened.header.first_seq;
+    let path = seq_file_path(dir, first, ".seg");
+    let header = SegmentHeader {
+        incompat_features: opened.header.incompat_features | CHUNK_RECORDS,
+        ..opened.header
+    };
+    let built = build(&path, opened, offsets, end, &header)?;
+    if built.chunk_records == 0 {
+        return Ok(None);
+    }
+    let bytes = built.bytes;
+    let tmp = dir.join(seq_file_name(first, ".seg.tmp"));
+    let _ = storage.remove_file(&tmp);
+    let file = storage
+        .create_file(&tmp, bytes.len() as u64)
+        .map_err(|e| Error::io("create", &tmp, &e))?;
+    let written = storage
+        .write_at(&file, 0, &bytes)
+        .and_then(|()| storage.sync_data(&file))
+        .map_err(|e| Error::io("write", &tmp, &e))
+        .and_then(|()| read_back(&file, &tmp, &bytes));
+    if let Err(error) = written {
+        let _ = storage.remove_file(&tmp);
+        return Err(error);
+    }
+    // The old index lists the old offsets: removed before the rename, so that no crash
+    // leaves it beside the new file (it would fail IDX-2 and be rebuilt, but costs a scan).
+    let index_path = dir.join(index_name(first));
+    let _ = storage.remove_file(&index_path);
+    storage
+        .rename(&tmp, &path)
+        .map_err(|e| Error::io("rename", &path, &e))?;
+    // IDX-1: a cache, written through a `.tmp` file; a failure costs a scan later.
+    let data = bytes.get(SEGMENT_HEADER_LEN..).unwrap_or_default();
+    let index = super::index::encode(
+        &header.log_id,
+        first,
+        &built.offsets,
+        u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+        crc32c::crc32c(data),
+    );
+    let index_tmp = dir.join(seq_file_name(first, ".idx.tmp"));
+    let _ = storage.remove_file(&index_tmp);
+    let _ = storage
+        .create_file(&index_tmp, 0)
+        .and_then(|file| storage.write_at(&file, 0, &index))
+        .and_then(|()| storage.rename(&index_tmp, &index_path));
+    Ok(Some(RewrittenSegment {
+        first_seq: first,
+        events: offsets.len() as u64,
+        chunk_records: built.chunk_records,
+        bytes_before: opened.map.len() as u64,
+        bytes_after: bytes.len() as u64,
+    }))
+}
+
+/// A segment rebuilt in memory.
+struct Built {
+    /// The whole file: header and records, its capacity exactly.
+    bytes: Vec<u8>,
+    /// Its records' offsets.
+    offsets: Vec<u32>,
+    /// How many of them are chunk records.
+    chunk_records: u64,
+}
+
+/// The records at `offsets` (up to `end`) of `opened`, each read with `pread` (RD-8) and
+/// checked again (REC-4), re-encoded in the form REC-11 chooses, and each new record
+/// decoded and compared with the event it was made from (CMP-3): the same seq, time,
+/// type, surface operation, sources, flags and text, byte for byte.
+fn build(
+    path: &Path,
+    opened: &Opened,
+    offsets: &[u32],
+    end: usize,
+    header: &SegmentHeader,
+) -> Result<Built> {
+    let source = FileBytes {
+        file: &opened.file,
+        len: opened.map.len(),
+    };
+    let mut bytes = header.encode().to_vec();
+    let mut new_offsets = Vec::with_capacity(offsets.len());
+    let mut chunk_records = 0;
+    let mut seq = header.first_seq;
+    let mut at = 0;
+    while at < offsets.len() {
+        // A window of whole records: from this one up to about READ_WINDOW_BYTES.
+        let from = offsets.get(at).map_or(end, |&o| o as usize);
+        let mut upto = at + 1;
+        while upto < offsets.len()
+            && offsets
+                .get(upto + 1)
+                .map_or(end, |&o| o as usize)
+                .saturating_sub(from)
+                <= READ_WINDOW_BYTES
+        {
+            upto += 1;
+        }
+        let to = offsets.get(upto).map_or(end, |&o| o as usize);
+        let window = read_range(&source, from, to).map_err(|e| read_error(path, from, &e))?;
+        for &offset in offsets.get(at..upto).unwrap_or_default() {
+            let offset = offset as usize;
+            let unreadable = |why: &str| corrupt(path, offset, why);
+            let rest = window
+                .get(offset - from..)
+                .ok_or_else(|| unreadable("outside the window read"))?;
+            let (event, _) =
+                decode(rest).map_err(|_| unreadable("the record does not check out (REC-4)"))?;
+            if event.seq != seq {
+                return Err(unreadable("a record with the wrong seq (RCV-5)"));
+            }
+            let stored = compact_form(&event);
+            if stored.chunk().is_some() {
+                chunk_records += 1;
+            }
+            let new_offset = bytes.len();
+            encode(&stored, &mut bytes);
+            let written = bytes
+                .get(new_offset..)
+                .and_then(|b| decode(b).ok())
+                .map(|(back, _)| back);
+            if written != Some(event) {
+                return Err(unreadable(
+                    "the rewritten record does not read back as the event (CMP-3)",
+                ));
+            }
+            new_offsets.push(u32::try_from(new_offset).unwrap_or(u32::MAX));
+            seq += 1;
+        }
+        at = upto;
+    }
+    let len = bytes.len() as u64;
+    let header = SegmentHeader {
+        capacity: len,
+        ..*header
+    };
+    if let Some(head) = bytes.get_mut(..SEGMENT_HEADER_LEN) {
+        head.copy_from_slice(&header.encode());
+    }
+    Ok(Built {
+        bytes,
+        offsets: new_offsets,
+        chunk_records,
+    })
+}
+
+/// CMP-3: the synced file read back and compared with what was written, before it takes
+/// the segment's name.
+fn read_back(file: &std::fs::File, path: &Path, written: &[u8]) -> Result<()> {
+    let mut back = vec![0; written.len()];
+    file.read_exact_at(&mut back, 0)
+        .map_err(|e| Error::io("read", path, &e))?;
+    if back != written {
+        let at = back
+            .iter()
+            .zip(written)
+            .position(|(a, b)| a != b)
+            .unwrap_or(0);
+        return Err(corrupt(
+            path,
+            at,
+            "the rewritten segment does not read back as written (CMP-3)",
+        ));
+    }
+    Ok(())
+}
+
+fn corrupt(path: &Path, offset: usize, reason: &str) -> Error {
+    super::reader::corrupt(path, offset, reason)
+}
