@@ -15,10 +15,22 @@
 //! `cargo bench --bench footprint`. The scratch store lives under the system's temporary
 //! directory (on disk: cold reads mean something) and is removed at the end.
 //!
-//! Baseline, before any of issue 16's format work (2026-12-03, ext4, 2 cores): 1,000,076
-//! events; DSH raw JSONL 92.4 MB (92.4 B/event), DSH zstd JSONL 5.26 MB, surfacelog 312.8 MB
-//! on disk (3.38x the JSONL); 57,596 messages; open + all messages warm 61.8 ms, cold
-//! 302.6 ms (criterion medians).
+//! 3. printed, not timed by criterion: the same log imported by a writer without chunk
+//!    records (an older build's log), its bytes, and its bytes after `Store::compact_log`
+//!    (log-format.md §13) with the time that took.
+//!
+//! Measured side by side in one run (2026-12-04, ext4, 2 cores, criterion medians), the
+//! build before chunk records (86e35f9) and with them: 1,000,076 events, DSH raw JSONL
+//! 92.4 MB (92.4 B/event), DSH zstd JSONL 5.26 MB, 57,596 messages.
+//!
+//! | | before | chunk records |
+//! |---|---|---|
+//! | surfacelog on disk | 312.8 MB (3.38x the JSONL) | 171.1 MB (1.85x) |
+//! | open + all messages, warm | 37.7 ms | 32.2 ms |
+//! | open + all messages, cold | 236.9 ms | 162.9 ms |
+//!
+//! An older log of 312.8 MB is 174.1 MB (1.88x) after `compact` (36 sealed segments
+//! rewritten, the last kept), which took 1.6 s.
 
 use std::time::{Duration, Instant};
 
@@ -199,6 +211,8 @@ fn benches(c: &mut Criterion) {
         summary.bytes as f64 / jsonl_bytes as f64,
     );
 
+    compaction(scratch.path(), &jsonl, jsonl_bytes);
+
     let mut group = c.benchmark_group("open+messages");
     group
         .sample_size(10)
@@ -228,6 +242,41 @@ fn benches(c: &mut Criterion) {
     group.finish();
     drop(store);
     let _ = std::fs::remove_dir_all(scratch.path());
+}
+
+/// The same log imported by a writer without chunk records (a log of an older build),
+/// then rewritten by `Store::compact_log` (log-format.md §13): its bytes before and after,
+/// and the time the compaction took (one run: it is a maintenance command).
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "ratios printed with one or two decimals"
+)]
+fn compaction(scratch: &std::path::Path, jsonl: &std::path::Path, jsonl_bytes: u64) {
+    let mut log = StoreOptions::new()
+        .durability(Durability::Manual)
+        .get_log_options()
+        .clone();
+    log.chunk_records = false;
+    let store = Store::open_or_create(
+        scratch.join("store-without-chunk-records"),
+        StoreOptions::new().log_options(log),
+    )
+    .expect("a store");
+    let (imported, _) = jsonl::import_jsonl(&store, jsonl, Compression::None, None, &mut |_| {})
+        .expect("imports the generated log");
+    let before = store.summarize(&imported.id).expect("summarizes").bytes;
+    let started = Instant::now();
+    let report = store.compact_log(&imported.id).expect("compacts");
+    let took = started.elapsed();
+    let after = store.summarize(&imported.id).expect("summarizes").bytes;
+    eprintln!(
+        "footprint: without chunk records {before} B on disk ({:.2}x the JSONL); after \
+         `compact` {after} B ({:.2}x; {} segments rewritten, {} kept) in {took:.1?}",
+        before as f64 / jsonl_bytes as f64,
+        after as f64 / jsonl_bytes as f64,
+        report.rewritten.len(),
+        report.kept.len(),
+    );
 }
 
 criterion_group!(footprint_benches, benches);
