@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 use super::limit::{Limit, limit_name};
-use super::map::map;
+use super::map::{FileIdentity, identity, map};
 use super::reader::corrupt;
 use super::segment::{
     HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, parse_first_seq, parse_segment_name,
@@ -39,9 +39,10 @@ pub(crate) struct Sealed {
     pub first_seq: u64,
     /// Its limit file, checked (LIM-3).
     pub limit: Option<Limit>,
-    /// Its header, map and file when it is already open: a limited segment, whose limit
-    /// open checks against its last record (LIM-3), or one a fork's reader hands over.
-    pub opened: Option<(SegmentHeader, Mmap, File)>,
+    /// Its header, map and the mapped file's identity when it is already open: a limited
+    /// segment, whose limit open checks against its last record (LIM-3), or one a fork's
+    /// reader hands over.
+    pub opened: Option<(SegmentHeader, Mmap, Option<FileIdentity>)>,
 }
 
 impl Sealed {
@@ -273,12 +274,12 @@ fn limited_sealed(
     log_id: &LogId,
 ) -> Result<Sealed> {
     let path = seq_file_path(dir, first_seq, ".seg");
-    let (header, map, file) = open_sealed(storage, &path, position as u64, first_seq, log_id)?;
+    let (header, map, identity) = open_sealed(storage, &path, position as u64, first_seq, log_id)?;
     let limit = Limit::load(storage, &dir.join(limit_name(first_seq)), &header, &map)?;
     Ok(Sealed {
         first_seq,
         limit: Some(limit),
-        opened: Some((header, map, file)),
+        opened: Some((header, map, identity)),
     })
 }
 
@@ -290,9 +291,9 @@ pub(crate) fn is_absent(storage: &dyn Storage, path: &Path) -> bool {
 
 /// Opens and maps a sealed segment on the first access into it, and checks its header
 /// (SEG-2) and its place in the log (SEG-3): the log's identity `log_id`, its position
-/// `index` and its name's `first_seq`. The file is returned with its map: a reader keeps
-/// it, so that everything it reads of the segment comes from the file it mapped, even
-/// once compaction has given the name to another file (RD-1, CMP-4).
+/// `index` and its name's `first_seq`. Returns the map with the mapped file's identity
+/// (RD-1): the file itself is closed, and a later scan checks that the name still holds
+/// it (CMP-4).
 ///
 /// # Errors
 /// `CORRUPT` with the segment's path, `FORMAT_VERSION`, `IO`.
@@ -302,7 +303,7 @@ pub(crate) fn open_sealed(
     index: u64,
     first_seq: u64,
     log_id: &LogId,
-) -> Result<(SegmentHeader, Mmap, File)> {
+) -> Result<(SegmentHeader, Mmap, Option<FileIdentity>)> {
     let file = match storage.open_file(path, false) {
         Ok(file) => file,
         // LOG-2: a segment of the chain that is not there (an open from a known chain,
@@ -317,7 +318,7 @@ pub(crate) fn open_sealed(
     if header.log_id != *log_id || header.index != index || header.first_seq != first_seq {
         return Err(discontinued(path));
     }
-    Ok((header, map, file))
+    Ok((header, map, identity(&file)))
 }
 
 /// Opens and maps a segment file.

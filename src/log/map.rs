@@ -30,6 +30,15 @@ pub(crate) fn map(file: &File) -> io::Result<Mmap> {
     map
 }
 
+/// A file's identity: its device and inode numbers (`fstat`).
+pub(crate) type FileIdentity = (u64, u64);
+
+/// The identity of `file`, or `None` when `fstat` fails.
+pub(crate) fn identity(file: &File) -> Option<FileIdentity> {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// The first `len` bytes of `file` (fewer when it is shorter), read with `pread`: a
 /// segment's header is read this way, never through its map, since a segment being
 /// created may still have a hole there (SEG-6, RD-8). An I/O error reads as no bytes (the

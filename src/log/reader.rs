@@ -9,7 +9,7 @@ use memmap2::Mmap;
 use super::chain::{Chain, KnownSegment, Linked, Sealed, open_chain, open_sealed};
 use super::index::{self, Vouched};
 use super::limit::Limit;
-use super::map::{map, release};
+use super::map::{FileIdentity, identity, map, release};
 use super::scan::{FileBytes, Stop, nonzero_end, scan, valid_record_after, walk_written};
 use super::segment::{
     HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_segment_name,
@@ -102,12 +102,14 @@ pub(crate) struct Layout {
 struct Mapped {
     header: SegmentHeader,
     map: Mmap,
-    /// The mapped file, kept open (RD-1): the last segment's bytes past its verified end
-    /// are read from it with `pread` (RD-8), and a sealed segment is scanned from it when
-    /// its index does not serve, so that offsets always come from the file that was
-    /// mapped, even once compaction has given its name to another file (CMP-4). `None`
-    /// only where the file was not kept; then it is opened again by name.
+    /// The mapped file, kept for the last segment: the bytes past its verified end are
+    /// read from it with `pread` (RD-8). `None` for a sealed segment, whose file is opened
+    /// again when it must be scanned.
     file: Option<std::fs::File>,
+    /// The mapped file's identity (RD-1): a sealed segment is scanned from the file under
+    /// its name only while that is still the file mapped; once compaction has given the
+    /// name to another file (CMP-4), the offsets come from the map itself.
+    identity: Option<FileIdentity>,
 }
 
 impl Mapped {
@@ -126,6 +128,14 @@ impl Mapped {
             file
         } else {
             opened = storage.open_file(path, false)?;
+            if self.identity.is_some() && identity(&opened) != self.identity {
+                // CMP-4: the name now holds a rewritten file, whose records lie at other
+                // offsets. The mapped file has no name left in this log (compaction
+                // replaces only a file with one link) and was sealed whole (DUR-4), so its
+                // bytes up to its length are all there: scanned through the map.
+                let bytes = self.map.get(..bound).unwrap_or(&self.map);
+                return scan(bytes, SEGMENT_HEADER_LEN, first);
+            }
             &opened
         };
         let source = FileBytes {
@@ -162,9 +172,9 @@ pub(crate) struct BoundarySegment<'a> {
     pub header: SegmentHeader,
     /// The whole segment file.
     pub bytes: &'a [u8],
-    /// The file those bytes were mapped from (RD-1): a fork checks that the file it links
-    /// is this one (CMP-5).
-    pub file: Option<&'a std::fs::File>,
+    /// The identity of the file those bytes were mapped from (RD-1): a fork checks that
+    /// the file it links is this one (CMP-5).
+    pub identity: Option<FileIdentity>,
     /// The offsets of its records that belong to the prefix (at least one).
     pub offsets: &'a [u32],
     /// Just past the last of them.
@@ -495,7 +505,7 @@ impl LogReader {
             path,
             header: mapped.header,
             bytes: &mapped.map,
-            file: mapped.file.as_ref(),
+            identity: mapped.identity,
             offsets: kept,
             end: last_offset as usize + frame,
             durable: segment.count.is_some() || segment.durable >= count as u64,
@@ -532,7 +542,7 @@ impl LogReader {
                     .mapped
                     .into_inner()
                     .and_then(Result::ok)
-                    .and_then(|m| Some((m.header, m.map, m.file?))),
+                    .map(|m| (m.header, m.map, m.identity)),
             })
             .collect();
         if let Some(boundary) = sealed.last_mut() {
@@ -574,10 +584,11 @@ impl LogReader {
                     // Another thread may have set it first: both checked the same file.
                     let _ = segment.mapped.set(
                         opened
-                            .map(|(header, map, file)| Mapped {
+                            .map(|(header, map, identity)| Mapped {
                                 header,
                                 map,
-                                file: Some(file),
+                                file: None,
+                                identity,
                             })
                             .map_err(|e| e.kind().clone()),
                     );
@@ -681,6 +692,7 @@ impl LogReader {
             mapped: OnceLock::from(Ok(Mapped {
                 header,
                 map,
+                identity: identity(&file),
                 file: Some(file),
             })),
             limit: None,
@@ -755,6 +767,7 @@ impl LogReader {
             last.mapped = OnceLock::from(Ok(Mapped {
                 header,
                 map,
+                identity: Some(now),
                 file: Some(file),
             }));
             last.offsets = OnceLock::from(Vec::new());
@@ -999,13 +1012,16 @@ pub(crate) fn into_segments(
             first_seq: s.first_seq,
             index: position as u64,
             path: OnceLock::new(),
-            mapped: s.opened.map_or_else(OnceLock::new, |(header, map, file)| {
-                OnceLock::from(Ok(Mapped {
-                    header,
-                    map,
-                    file: Some(file),
-                }))
-            }),
+            mapped: s
+                .opened
+                .map_or_else(OnceLock::new, |(header, map, identity)| {
+                    OnceLock::from(Ok(Mapped {
+                        header,
+                        map,
+                        file: None,
+                        identity,
+                    }))
+                }),
             limit: s.limit,
             count: Some(count),
             offsets: OnceLock::new(),
@@ -1025,6 +1041,7 @@ pub(crate) fn into_segments(
             mapped: OnceLock::from(Ok(Mapped {
                 header: linked.header,
                 map: linked.map,
+                identity: linked.file.as_ref().and_then(identity),
                 file: linked.file.as_ref().and_then(|f| f.try_clone().ok()),
             })),
             limit: linked.limit,
@@ -1203,4 +1220,67 @@ pub(crate) fn corrupt(path: &Path, offset: usize, reason: &str) -> Error {
         reason: reason.to_owned(),
     }
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Event, EventFields};
+
+    /// A canonical streamed chunk (REC-11), stored as a §4 record by a writer without
+    /// chunk records and as a chunk record by compaction.
+    fn chunk(seq: u64) -> Event {
+        let text = format!(
+            r#"{{"type":"assistant/chunk","seq":{seq},"time":{seq},"data":{{"turn":1,"step":1,"chunk":{{"type":"text-delta","index":0,"text":"part {seq}"}}}}}}"#
+        );
+        let start = text.find(r#"{"turn""#).unwrap_or_default();
+        let end = text.len() - 1;
+        Event::new(
+            text,
+            start..end,
+            None,
+            EventFields {
+                event_type: crate::event::chunk::CHUNK_TYPE.to_owned().into(),
+                seq,
+                time: i64::try_from(seq).unwrap_or_default(),
+                surface_op: None,
+                sources: None,
+                ignorable: false,
+            },
+        )
+    }
+
+    /// CMP-4: a sealed segment this reader mapped before compaction replaced it, whose
+    /// offsets it reads only after: the name now holds a file whose index and records lie
+    /// elsewhere, so the offsets come from the mapped file's own bytes, and every event
+    /// reads back as it was. (Scanning the file under the name would put the new file's
+    /// offsets over the old map: every read of the segment would be `CORRUPT`.)
+    #[test]
+    fn cmp_4_offsets_come_from_the_file_that_was_mapped() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let options = crate::log::LogOptions {
+            segment_bytes: 2048,
+            chunk_records: false,
+            ..crate::log::LogOptions::default()
+        };
+        let events: Vec<Event> = (0..60).map(chunk).collect();
+        let (mut log, _) = crate::log::DiskLog::open(dir.path(), options).unwrap();
+        log.append(&events).unwrap();
+        log.close().unwrap();
+        let reader = LogReader::open(dir.path()).unwrap();
+        assert!(reader.segments.len() > 2);
+        for segment in &reader.segments {
+            reader.open_segment(segment).unwrap();
+            assert!(segment.offsets.get().is_none() || segment.count.is_none());
+        }
+        let report = crate::log::compact(&crate::storage::FsStorage, dir.path()).unwrap();
+        assert_eq!(report.rewritten.len(), reader.segments.len() - 1);
+        for event in &events {
+            let read = reader.event_at(event.seq()).unwrap();
+            assert_eq!(read.text(), event.text());
+            assert!(read.chunk().is_none(), "read from the file that was mapped");
+        }
+        let fresh = LogReader::open(dir.path()).unwrap();
+        assert!(fresh.event_at(0).unwrap().chunk().is_some());
+    }
 }

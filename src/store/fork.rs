@@ -253,7 +253,7 @@ fn share_boundary(
     }
     let linked = log_dir.join(segment_name(first));
     link(storage, boundary.path, &linked)?;
-    same_file(storage, boundary.file, &linked)?;
+    same_file(storage, boundary.identity, &linked)?;
     let last_offset = boundary.offsets.last().copied().unwrap_or_default();
     let end = u32::try_from(boundary.end).unwrap_or(u32::MAX);
     let limit = Limit {
@@ -309,16 +309,12 @@ fn link_checkpoint(storage: &dyn Storage, source_log: &Path, dir: &Path, len: u6
 /// (device and inode): compaction may have given the name to a rewritten file meanwhile,
 /// whose records lie at other offsets than the limit's. `IO` then, and the fork publishes
 /// nothing; trying again forks from the new file.
-fn same_file(storage: &dyn Storage, read: Option<&std::fs::File>, linked: &Path) -> Result<()> {
+fn same_file(storage: &dyn Storage, read: Option<(u64, u64)>, linked: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let Some(read) = read else {
         return Ok(());
     };
     let identity = |meta: std::fs::Metadata| (meta.dev(), meta.ino());
-    let read = read
-        .metadata()
-        .map(identity)
-        .map_err(|e| Error::io("stat", linked, &e))?;
     let now = storage
         .open_file(linked, false)
         .and_then(|file| file.metadata())
