@@ -431,6 +431,55 @@ impl<L: SessionLog> Session<L> {
         &mut self,
         events: &[(&str, &str, Option<SurfaceIntent>)],
     ) -> Result<Vec<u64>> {
+        self.append_batch(events, |session, ctx, (event_type, data, intent), time| {
+            session.admit_append(ctx, event_type, data, surface_fields(intent.clone()), time)
+        })
+    }
+
+    /// [`Session::append_all`] for events whose surface fields arrive as JSON texts, as
+    /// [`Session::append_json`] takes them: each is `(type, data, surfaceOp, sourceEventSeqs)`,
+    /// `None` a missing key. All are committed, in order, or none (the first refusal is
+    /// returned, with the seq it would have had, and the session is unchanged). What a
+    /// binding to another language calls with a batch of its own events.
+    ///
+    /// ```
+    /// use surfacelog::{Session, StoreOptions};
+    ///
+    /// let mut s = Session::in_memory("s", &StoreOptions::new())?;
+    /// let user = r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#;
+    /// let seqs = s.append_all_json(&[
+    ///     ("turn/start", r#"{"turn":1}"#, None, None),
+    ///     ("user/message", user, Some(r#""append""#), None),
+    /// ])?;
+    /// assert_eq!(seqs, [0, 1]);
+    /// let refused = s.append_all_json(&[("host/note", "{}", None, None), ("user/message", user, Some("null"), None)]);
+    /// assert_eq!(refused.unwrap_err().code(), "SURFACE_OP_INVALID");
+    /// assert_eq!(s.seq_next(), 2); // the note was not appended either
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The first failed check of contract §5; nothing is appended.
+    pub fn append_all_json(
+        &mut self,
+        events: &[(&str, &str, Option<&str>, Option<&str>)],
+    ) -> Result<Vec<u64>> {
+        self.append_batch(
+            events,
+            |session, ctx, &(event_type, data, surface_op, sources), time| {
+                session.admit_append_json(ctx, event_type, data, surface_op, sources, time)
+            },
+        )
+    }
+
+    /// Admits `events` one after the other, each against the state the ones before it
+    /// leave, then commits them all at once, or returns the first refusal with nothing
+    /// changed: [`Session::append_all`] and [`Session::append_all_json`].
+    fn append_batch<T>(
+        &mut self,
+        events: &[T],
+        admit: impl Fn(&Self, &Ctx<'_>, &T, i64) -> Result<Admitted>,
+    ) -> Result<Vec<u64>> {
         let time = now_ms(&*self.options.clock);
         let mut surface = self.surface.clone();
         let mut invariants = self.invariants.clone();
@@ -438,14 +487,13 @@ impl<L: SessionLog> Session<L> {
             base: &self.log as &dyn EventSource,
             events: Vec::with_capacity(events.len()),
         };
-        for (event_type, data, intent) in events {
+        for event in events {
             let ctx = Ctx {
                 surface: &surface,
                 invariants: invariants.as_ref(),
                 source: &staged,
             };
-            let admitted = self
-                .admit_append(&ctx, event_type, data, surface_fields(intent.clone()), time)
+            let admitted = admit(self, &ctx, event, time)
                 .map_err(|e| e.in_session(self.header.id()).at_seq(surface.seq_next()))?;
             surface.apply(admitted.step);
             if let (Some(state), Some(effect)) = (invariants.as_mut(), admitted.invariants) {
