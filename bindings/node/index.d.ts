@@ -1,0 +1,201 @@
+// surfacelog for Node: hand-written declarations of index.js (checked by test/types.test.mjs
+// against what the module exports).
+
+/** How `Store.open` opens a store. */
+export interface StoreOpenOptions {
+  /** `"sync"` (default): an append resolves once durable. `"manual"`: durable at `flush()`
+   * and `close()`. `"batch"`: durable within `batchDelayMs`. */
+  durability?: 'sync' | 'manual' | 'batch';
+  /** For `"batch"`: the longest an appended event stays not durable, in ms (default 10). */
+  batchDelayMs?: number;
+  /** The capacity of a new log segment, in bytes (default 8 MiB). */
+  segmentBytes?: number;
+  /** Refuse to create a missing store (`STORE_NOT_FOUND`). Default `false`. */
+  mustExist?: boolean;
+}
+
+/** The contract's stable error codes (contract §11), and the binding's own. */
+export type ErrorCode =
+  | 'ENVELOPE_INVALID'
+  | 'SEQ_NOT_CONTIGUOUS'
+  | 'DATA_INVALID_JSON'
+  | 'DATA_DUPLICATE_KEY'
+  | 'DATA_NOT_LOSSLESS'
+  | 'EVENT_TOO_LARGE'
+  | 'LEGACY_EVENT'
+  | 'MESSAGE_SHAPE'
+  | 'REQUEST_HEADER_SHAPE'
+  | 'SURFACE_OP_FORBIDDEN'
+  | 'SOURCES_FORBIDDEN'
+  | 'SURFACE_OP_REQUIRED'
+  | 'SURFACE_OP_INVALID'
+  | 'SOURCES_INVALID'
+  | 'SOURCES_EMPTY'
+  | 'SOURCES_DUPLICATE'
+  | 'SOURCES_NOT_EARLIER'
+  | 'REPLACE_START_NOT_ON_SURFACE'
+  | 'REPLACE_END_NOT_ON_SURFACE'
+  | 'REPLACE_REVERSED'
+  | 'REPLACE_SOURCES_INCOMPLETE'
+  | 'TOOL_REWRITE_NOT_SINGLE'
+  | 'TOOL_REWRITE_TARGET'
+  | 'TOOL_REWRITE_CHANGED'
+  | 'HEADER_INVALID'
+  | 'FORMAT_VERSION'
+  | 'SESSION_EXISTS'
+  | 'SESSION_NOT_FOUND'
+  | 'INVALID_BOUNDARY'
+  | 'OPEN_TURN'
+  | 'INVALID_ID'
+  | 'LOCKED'
+  | 'CORRUPT'
+  | 'IO'
+  | 'POISONED'
+  | 'UNSAFE_PATH'
+  | 'STORE_NOT_FOUND'
+  | 'COMPACTION_UNBALANCED'
+  | 'UNKNOWN_EVENT_TYPE'
+  /** Invariant violations, in the optional checking mode (contract §9). */
+  | `INV_${string}`
+  /** The binding's: a call on a closed session. */
+  | 'SESSION_CLOSED'
+  /** The binding's: an append to a session opened by `inspect`. */
+  | 'READ_ONLY'
+  /** The binding's: an argument no call can take (a negative seq, an unknown option). */
+  | 'INVALID_ARGUMENT'
+  | (string & {});
+
+/** A refusal: nothing was changed unless `outcome` says otherwise. */
+export class SurfacelogError extends Error {
+  /** The stable code. */
+  readonly code: ErrorCode;
+  /** The session it concerns, when known. */
+  readonly session?: string;
+  /** The seq it concerns, when known (for `appendAll`, the refused event's). */
+  readonly seq?: number;
+  /** What is on disk after it: nothing written, the fate of the records unknown (the
+   * session is poisoned; reopen recovers them whole or not at all), or poisoned. */
+  readonly outcome: 'nothingWritten' | 'fateUnknown' | 'poisoned' | 'other';
+}
+
+/** A torn tail recovery set aside into a quarantine file. */
+export interface TornTail {
+  segment: string;
+  offset: number;
+  bytes: number;
+  quarantine: string;
+}
+
+/** What opening a session did. */
+export interface OpenReport {
+  /** A torn tail set aside (only after a crash). */
+  tornTail?: TornTail;
+  /** Repair closers appended for an interrupted turn (contract §8). */
+  closers: number;
+  /** Whether the surface checkpoint was used (opening then folds only the tail). */
+  checkpointUsed: boolean;
+}
+
+/** A message of the surface. */
+export class Message {
+  /** The surface node (event seq) it comes from. */
+  readonly seq: number;
+  /** The message object's JSON text, exactly as stored. */
+  readonly json: string;
+  /** `JSON.parse(json)` (big integers lose precision: read `json` for those). */
+  readonly message: any;
+}
+
+/** An event as stored. */
+export class StoredEvent {
+  readonly seq: number;
+  readonly type: string;
+  /** Milliseconds since the Unix epoch. */
+  readonly time: number;
+  /** The event's JSON text, byte for byte as stored. */
+  readonly text: string;
+  /** `JSON.parse(text)`. */
+  readonly event: any;
+}
+
+/** `"append"`, or a replacement of surface nodes `start..=end`. */
+export type SurfaceOp = 'append' | { op: 'replace'; start: number; end: number };
+
+/** JSON passed as its exact text (kept byte for byte) or as a value (`JSON.stringify`). */
+export type JsonInput = string | object | number | boolean | null;
+
+/** The surface fields of an appended event. */
+export interface AppendOptions {
+  surfaceOp?: SurfaceOp | null;
+  /** The seqs this event was derived from (provenance), or their JSON text. */
+  sourceEventSeqs?: number[] | string | null;
+}
+
+/** One event of `appendAll`. */
+export interface EventInput extends AppendOptions {
+  type: string;
+  data: JsonInput;
+}
+
+/** A session: a writer (`create`, `open`, `resume`, `fork`) or read-only (`inspect`). */
+export class Session {
+  private constructor();
+  readonly id: string;
+  readonly openReport: OpenReport;
+  /** Appends an event; resolves with its seq once the store's durability is met. */
+  append(type: string, data: JsonInput, options?: AppendOptions): Promise<number>;
+  /** Appends events all or none; resolves with their seqs. */
+  appendAll(events: EventInput[]): Promise<number[]>;
+  /** Makes every appended event durable. */
+  flush(): Promise<void>;
+  /** Alias of `flush()`. */
+  durable(): Promise<void>;
+  /** The number of events, which is also the next seq. */
+  seqNext(): Promise<number>;
+  /** The surface's messages, in order. */
+  messages(): Promise<Message[]>;
+  /** The messages as the model saw them after event `seq`. */
+  asOf(seq: number): Promise<Message[]>;
+  /** The seqs of the events appended to the surface, in log order. */
+  transcript(): Promise<number[]>;
+  /** Up to `limit` events from seq `from` (default: all). */
+  events(range?: { from?: number; limit?: number }): Promise<StoredEvent[]>;
+  /** Closes the session (flushes a writer, releases its lock). Idempotent. */
+  close(): Promise<void>;
+}
+
+/** A listed session. */
+export interface ListedSession {
+  id: string;
+  /** The header's JSON text, exactly as created. */
+  header: string;
+}
+
+/** The store's sessions, and those that could not be listed. */
+export interface Listing {
+  sessions: ListedSession[];
+  damaged: { code: ErrorCode; message: string }[];
+}
+
+/** A store of sessions in a directory. */
+export class Store {
+  private constructor();
+  /** Opens the store in `dir`, creating it unless `mustExist`. */
+  static open(dir: string, options?: StoreOpenOptions): Promise<Store>;
+  /** Creates session `id`, optionally with a header and seed events, and opens it. */
+  create(id: string, options?: { header?: JsonInput; seed?: JsonInput[] }): Promise<Session>;
+  /** Opens session `id` for writing: recovery and crash repair (see `openReport`). */
+  open(id: string): Promise<Session>;
+  /** `open`, then the end-seed marker of a seeded session. */
+  resume(id: string): Promise<Session>;
+  /** Forks `id` at seq `at` (inclusive; default its last event) into session `as`. */
+  fork(id: string, options: { at?: number; as: string }): Promise<Session>;
+  /** The sessions. */
+  list(): Promise<Listing>;
+  /** Moves session `id` to the trash. */
+  delete(id: string): Promise<void>;
+  /** Opens session `id` read-only. */
+  inspect(id: string): Promise<Session>;
+  /** Rewrites session `id`'s older segments with chunk records; resolves with the bytes saved. */
+  compactLog(id: string): Promise<number>;
+}

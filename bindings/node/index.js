@@ -1,0 +1,210 @@
+'use strict';
+// surfacelog for Node: the native module (src/lib.rs) wrapped with errors that carry the
+// contract's codes and with object forms of JSON on top of the exact texts.
+
+const native = require('./surfacelog.node');
+
+const ERROR_PREFIX = 'surfacelog:';
+
+/** A refusal of the engine: `code` is the contract's stable code (contract §11). */
+class SurfacelogError extends Error {
+  constructor(payload, cause) {
+    super(payload.message, cause ? { cause } : undefined);
+    this.name = 'SurfacelogError';
+    this.code = payload.code;
+    this.session = payload.session ?? undefined;
+    this.seq = payload.seq ?? undefined;
+    this.outcome = payload.outcome;
+  }
+}
+
+/** The native error as a SurfacelogError when it is a refusal of the engine. */
+function translate(error) {
+  if (error && typeof error.message === 'string' && error.message.startsWith(ERROR_PREFIX)) {
+    let payload;
+    try {
+      payload = JSON.parse(error.message.slice(ERROR_PREFIX.length));
+    } catch {
+      return error;
+    }
+    return new SurfacelogError(payload, error);
+  }
+  return error;
+}
+
+/** Runs a native call, rejecting with a SurfacelogError. */
+async function call(run) {
+  try {
+    return await run();
+  } catch (error) {
+    throw translate(error);
+  }
+}
+
+/** JSON text as given, or an object's JSON.stringify (the convenience form). */
+function text(value, what) {
+  if (typeof value === 'string') return value;
+  if (value === undefined) throw new TypeError(`${what}: a JSON text or a value`);
+  return JSON.stringify(value);
+}
+
+/** An optional JSON text or value: undefined stays absent, null is present. */
+function member(value) {
+  return value === undefined ? undefined : text(value);
+}
+
+/** `surfaceOp`, always a value (`"append"`, `{op: "replace", start, end}`), as JSON text:
+ * undefined stays absent, null is present (and refused, SURFACE_OP_INVALID). */
+function surfaceOpText(value) {
+  return value === undefined ? undefined : JSON.stringify(value);
+}
+
+/** A message as stored, with its parsed form on demand. */
+class Message {
+  constructor(seq, json) {
+    this.seq = seq;
+    this.json = json;
+  }
+  /** JSON.parse of the exact text (big integers lose precision: read `json` for those). */
+  get message() {
+    return JSON.parse(this.json);
+  }
+}
+
+/** An event as stored: envelope fields and the exact text. */
+class StoredEvent {
+  constructor(raw) {
+    this.seq = raw.seq;
+    this.type = raw.type;
+    this.time = raw.time;
+    this.text = raw.text;
+  }
+  /** JSON.parse of the exact text. */
+  get event() {
+    return JSON.parse(this.text);
+  }
+}
+
+const messages = (raw) => raw.map((m) => new Message(m.seq, m.json));
+
+/** A session: a writer (`create`, `open`, `resume`, `fork`) or read-only (`inspect`). */
+class Session {
+  #native;
+  constructor(handle) {
+    this.#native = handle;
+  }
+  /** The session id. */
+  get id() {
+    return this.#native.id;
+  }
+  /** What opening did: `{tornTail?, closers, checkpointUsed}`. */
+  get openReport() {
+    return this.#native.openReport;
+  }
+  /**
+   * Appends an event. `data` is a JSON text (stored byte for byte) or a value
+   * (JSON.stringify). `surfaceOp` is `"append"` or `{op: "replace", start, end}`;
+   * `sourceEventSeqs` an array of seqs (or its JSON text). Resolves with the seq.
+   */
+  append(type, data, { surfaceOp, sourceEventSeqs } = {}) {
+    return call(() =>
+      this.#native.append(type, text(data, 'data'), surfaceOpText(surfaceOp), member(sourceEventSeqs)),
+    );
+  }
+  /** Appends events `[{type, data, surfaceOp?, sourceEventSeqs?}]` all or none: their seqs. */
+  appendAll(events) {
+    const batch = events.map((e) => ({
+      type: e.type,
+      data: text(e.data, 'data'),
+      surfaceOp: surfaceOpText(e.surfaceOp),
+      sourceEventSeqs: member(e.sourceEventSeqs),
+    }));
+    return call(() => this.#native.appendAll(batch));
+  }
+  /** Makes every appended event durable. */
+  flush() {
+    return call(() => this.#native.flush());
+  }
+  /** Alias of `flush()`: resolves once every appended event is durable. */
+  durable() {
+    return this.flush();
+  }
+  /** The number of events, which is also the next seq. */
+  seqNext() {
+    return call(() => this.#native.seqNext());
+  }
+  /** The surface's messages, in order: `{seq, json, message}`. */
+  async messages() {
+    return messages(await call(() => this.#native.messages()));
+  }
+  /** The messages as the model saw them after event `seq`. */
+  async asOf(seq) {
+    return messages(await call(() => this.#native.messagesAsOf(seq)));
+  }
+  /** The seqs of the events appended to the surface, in log order. */
+  transcript() {
+    return call(() => this.#native.transcript());
+  }
+  /** Up to `limit` events from seq `from`: `{seq, type, time, text, event}`. */
+  async events({ from = 0, limit = Number.MAX_SAFE_INTEGER } = {}) {
+    const raw = await call(() => this.#native.events(from, limit));
+    return raw.map((e) => new StoredEvent(e));
+  }
+  /** Closes the session (flushes a writer, releases its lock); idempotent. */
+  close() {
+    return call(() => this.#native.close());
+  }
+}
+
+/** A store of sessions in a directory. */
+class Store {
+  #native;
+  constructor(handle) {
+    this.#native = handle;
+  }
+  /**
+   * Opens the store in `dir`, creating it unless `mustExist`. Options: `durability`
+   * (`"sync"` default, `"manual"`, `"batch"`), `batchDelayMs`, `segmentBytes`.
+   */
+  static async open(dir, options = {}) {
+    return new Store(await call(() => native.openStore(dir, options)));
+  }
+  /** Creates session `id` (optionally with a header and seed events) and opens it. */
+  async create(id, { header, seed } = {}) {
+    const seedTexts = seed === undefined ? undefined : seed.map((e) => text(e, 'seed'));
+    return new Session(
+      await call(() => this.#native.create(id, member(header), seedTexts)),
+    );
+  }
+  /** Opens session `id` for writing: recovery and crash repair (`openReport` says what). */
+  async open(id) {
+    return new Session(await call(() => this.#native.openSession(id)));
+  }
+  /** `open`, then the end-seed marker of a seeded session (contract §5). */
+  async resume(id) {
+    return new Session(await call(() => this.#native.resume(id)));
+  }
+  /** Forks `id` at seq `at` (inclusive; default its last event) into session `as`. */
+  async fork(id, { at, as }) {
+    if (typeof as !== 'string') throw new TypeError('fork: `as` names the new session');
+    return new Session(await call(() => this.#native.fork(id, at ?? null, as)));
+  }
+  /** The sessions: `{sessions: [{id, header}], damaged: [{code, message}]}`. */
+  list() {
+    return call(() => this.#native.list());
+  }
+  /** Moves session `id` to the trash. */
+  delete(id) {
+    return call(() => this.#native.delete(id));
+  }
+  /** Opens session `id` read-only: no lock, no repair, nothing written. */
+  async inspect(id) {
+    return new Session(await call(() => this.#native.inspect(id)));
+  }
+  /** Rewrites session `id`'s older segments with chunk records: the bytes saved. */
+  compactLog(id) {
+    return call(() => this.#native.compactLog(id));
+  }
+}
+
+module.exports = { Store, Session, Message, StoredEvent, SurfacelogError };

@@ -1,0 +1,791 @@
+//! The native half of the npm package `surfacelog`: a thin napi-rs layer over the crate's
+//! facade. `index.js` wraps it (errors with `.code`, object forms of JSON) and `index.d.ts`
+//! declares what hosts call; nothing here is meant to be called directly.
+//!
+//! Every call that may touch the disk (opening, appending, flushing, reading events or
+//! messages, closing) runs on the libuv thread pool as a promise ([`AsyncTask`]), never
+//! on the event loop. JSON crosses as text both ways, so event data keeps its exact bytes.
+//! A refusal rejects with an `Error` whose message is `surfacelog:` followed by a JSON
+//! object `{code, message, session?, seq?, outcome}`, which `index.js` turns into an
+//! error with those properties.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use surfacelog::internals::session::SessionLog;
+use surfacelog::internals::store::ReadOnlyLog;
+use surfacelog::{Boundary, Durability, EventRef, Store, StoreOptions, StoredSession};
+
+/// The prefix of a surfacelog refusal's message, before its JSON payload.
+const ERROR_PREFIX: &str = "surfacelog:";
+
+/// A refusal of the engine as a JS error: its contract code and context as JSON.
+fn refusal(error: &surfacelog::Error) -> napi::Error {
+    let outcome = match error.outcome() {
+        surfacelog::Outcome::NothingWritten => "nothingWritten",
+        surfacelog::Outcome::FateUnknown => "fateUnknown",
+        surfacelog::Outcome::Poisoned => "poisoned",
+        _ => "other",
+    };
+    let payload = serde_json::json!({
+        "code": error.code(),
+        "message": error.to_string(),
+        "session": error.session(),
+        "seq": error.seq(),
+        "outcome": outcome,
+    });
+    napi::Error::new(Status::GenericFailure, format!("{ERROR_PREFIX}{payload}"))
+}
+
+/// A refusal of the binding itself (a closed session, a bad argument), with `code`.
+fn misuse(code: &str, message: &str) -> napi::Error {
+    let payload = serde_json::json!({
+        "code": code,
+        "message": message,
+        "session": null,
+        "seq": null,
+        "outcome": "nothingWritten",
+    });
+    napi::Error::new(Status::GenericFailure, format!("{ERROR_PREFIX}{payload}"))
+}
+
+/// A seq as a JS number: seqs stay far below 2^53.
+#[expect(
+    clippy::cast_possible_wrap,
+    reason = "seqs are below 2^53 (contract §2: safe integers)"
+)]
+fn js_seq(seq: u64) -> i64 {
+    seq as i64
+}
+
+/// A JS number as a seq: `INVALID_BOUNDARY`-free checks are the engine's; this only
+/// refuses what no seq can be.
+fn seq_of(value: i64, what: &str) -> Result<u64> {
+    u64::try_from(value).map_err(|_| misuse("INVALID_ARGUMENT", &format!("{what}: a seq is ≥ 0")))
+}
+
+/// How [`open_store`] opens a store.
+#[napi(object)]
+#[derive(Default)]
+pub struct StoreOpenOptions {
+    /// `"sync"` (default: an append resolves once durable), `"manual"` (durable at
+    /// `flush()` and `close()`), or `"batch"` (durable within `batchDelayMs`).
+    pub durability: Option<String>,
+    /// For `"batch"`: the longest an appended event stays not durable, in ms (default 10).
+    pub batch_delay_ms: Option<u32>,
+    /// The capacity of a new log segment in bytes (default 8 MiB).
+    pub segment_bytes: Option<f64>,
+    /// Refuse to create a missing store (`STORE_NOT_FOUND`); default `false`.
+    pub must_exist: Option<bool>,
+}
+
+/// The store options from the JS ones.
+fn store_options(options: &StoreOpenOptions) -> Result<StoreOptions> {
+    let durability = match options.durability.as_deref() {
+        None | Some("sync") => Durability::Sync,
+        Some("manual") => Durability::Manual,
+        Some("batch") => Durability::Batch {
+            max_delay: std::time::Duration::from_millis(u64::from(
+                options.batch_delay_ms.unwrap_or(10),
+            )),
+        },
+        Some(other) => {
+            return Err(misuse(
+                "INVALID_ARGUMENT",
+                &format!("durability {other:?}: one of \"sync\", \"manual\", \"batch\""),
+            ));
+        }
+    };
+    let mut store = StoreOptions::new().durability(durability);
+    if let Some(bytes) = options.segment_bytes {
+        if !(bytes.is_finite() && bytes >= 0.0) {
+            return Err(misuse("INVALID_ARGUMENT", "segmentBytes: a byte count"));
+        }
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a finite, non-negative byte count, clamped by the engine"
+        )]
+        let bytes = bytes as u64;
+        store = store.segment_bytes(bytes);
+    }
+    Ok(store)
+}
+
+/// Opens (or creates) the store in `dir`.
+pub struct OpenStore {
+    dir: String,
+    options: StoreOpenOptions,
+}
+
+impl Task for OpenStore {
+    type Output = Store;
+    type JsValue = NativeStore;
+
+    fn compute(&mut self) -> Result<Store> {
+        let options = store_options(&self.options)?;
+        let opened = if self.options.must_exist.unwrap_or(false) {
+            Store::open(&self.dir, options)
+        } else {
+            Store::open_or_create(&self.dir, options)
+        };
+        opened.map_err(|e| refusal(&e))
+    }
+
+    fn resolve(&mut self, _env: Env, store: Store) -> Result<NativeStore> {
+        Ok(NativeStore {
+            inner: Arc::new(store),
+        })
+    }
+}
+
+/// Opens the store in `dir`, creating it unless `mustExist`.
+#[napi(ts_return_type = "Promise<NativeStore>")]
+pub fn open_store(dir: String, options: Option<StoreOpenOptions>) -> AsyncTask<OpenStore> {
+    AsyncTask::new(OpenStore {
+        dir,
+        options: options.unwrap_or_default(),
+    })
+}
+
+/// A store of sessions.
+#[napi]
+pub struct NativeStore {
+    inner: Arc<Store>,
+}
+
+/// A store operation, run once.
+type StoreRun<T> = Box<dyn FnOnce(&Store) -> surfacelog::Result<T> + Send>;
+
+/// A store operation run on the thread pool.
+pub struct StoreTask<T: Send + 'static, J> {
+    store: Arc<Store>,
+    run: Option<StoreRun<T>>,
+    into_js: fn(T) -> J,
+}
+
+impl<T: Send + 'static, J: ToNapiValue + TypeName> Task for StoreTask<T, J> {
+    type Output = T;
+    type JsValue = J;
+
+    fn compute(&mut self) -> Result<T> {
+        let run = self
+            .run
+            .take()
+            .ok_or_else(|| misuse("INVALID_ARGUMENT", "the task ran twice"))?;
+        run(&self.store).map_err(|e| refusal(&e))
+    }
+
+    fn resolve(&mut self, _env: Env, output: T) -> Result<J> {
+        Ok((self.into_js)(output))
+    }
+}
+
+/// A store operation to run on the thread pool.
+fn store_task<T: Send + 'static, J: ToNapiValue + TypeName>(
+    store: &Arc<Store>,
+    run: impl FnOnce(&Store) -> surfacelog::Result<T> + Send + 'static,
+    into_js: fn(T) -> J,
+) -> AsyncTask<StoreTask<T, J>> {
+    AsyncTask::new(StoreTask {
+        store: store.clone(),
+        run: Some(Box::new(run)),
+        into_js,
+    })
+}
+
+/// A session opened for writing, with what opening it did.
+pub struct OpenedSession {
+    session: StoredSession,
+    report: OpenReport,
+}
+
+/// What opening a session did (contract §8, log-format.md §7).
+#[napi(object)]
+#[derive(Clone, Default)]
+pub struct OpenReport {
+    /// A torn tail set aside into a quarantine file, if any: `{segment, offset, bytes,
+    /// quarantine}`.
+    pub torn_tail: Option<TornTail>,
+    /// How many repair closers were appended (synthetic tool results, step and turn ends).
+    pub closers: i64,
+    /// Whether the surface checkpoint was used.
+    pub checkpoint_used: bool,
+}
+
+/// A torn tail recovery set aside (RCV-9, RCV-12).
+#[napi(object)]
+#[derive(Clone)]
+pub struct TornTail {
+    /// The segment file.
+    pub segment: String,
+    /// Where the dropped bytes started.
+    pub offset: f64,
+    /// How many bytes were set aside.
+    pub bytes: f64,
+    /// The quarantine file holding them.
+    pub quarantine: String,
+}
+
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "offsets and byte counts of a segment fit in 2^53"
+)]
+fn open_report(opened: &surfacelog::Opened) -> OpenReport {
+    OpenReport {
+        torn_tail: opened.log.torn_tail.as_ref().map(|t| TornTail {
+            segment: t.segment.display().to_string(),
+            offset: t.offset as f64,
+            bytes: t.bytes as f64,
+            quarantine: t.quarantine.display().to_string(),
+        }),
+        closers: js_seq(opened.closers),
+        checkpoint_used: opened.checkpoint.is_ok(),
+    }
+}
+
+fn opened_session((session, opened): (StoredSession, surfacelog::Opened)) -> OpenedSession {
+    OpenedSession {
+        report: open_report(&opened),
+        session,
+    }
+}
+
+fn new_session(opened: OpenedSession) -> NativeSession {
+    NativeSession::new(Held::Writer(opened.session), opened.report)
+}
+
+/// A session header as listed: its id and exact text.
+#[napi(object)]
+pub struct ListedSession {
+    /// The session id.
+    pub id: String,
+    /// The header's JSON text, exactly as created.
+    pub header: String,
+}
+
+/// A session the listing could not read (its `header.json` damaged, a link): its error.
+#[napi(object)]
+pub struct DamagedSession {
+    /// The contract code (`CORRUPT`, `UNSAFE_PATH`).
+    pub code: String,
+    /// The message, naming the file.
+    pub message: String,
+}
+
+/// The store's sessions.
+#[napi(object)]
+pub struct Listing {
+    /// The sessions whose header reads, sorted by id.
+    pub sessions: Vec<ListedSession>,
+    /// The sessions that cannot be listed, each with its error.
+    pub damaged: Vec<DamagedSession>,
+}
+
+#[napi]
+impl NativeStore {
+    /// Creates session `id` with an optional header (JSON text) and seed events (JSON
+    /// texts), and opens it for writing.
+    #[napi(ts_return_type = "Promise<NativeSession>")]
+    pub fn create(
+        &self,
+        id: String,
+        header: Option<String>,
+        seed: Option<Vec<String>>,
+    ) -> AsyncTask<StoreTask<OpenedSession, NativeSession>> {
+        store_task(
+            &self.inner,
+            move |store| {
+                let seed: Option<Vec<&str>> = seed
+                    .as_ref()
+                    .map(|s| s.iter().map(String::as_str).collect());
+                let session = store.create(&id, header.as_deref(), seed.as_deref())?;
+                Ok(OpenedSession {
+                    session,
+                    report: OpenReport::default(),
+                })
+            },
+            new_session,
+        )
+    }
+
+    /// Opens session `id` for writing: recovery, then the repair closers of an
+    /// interrupted turn (contract §8).
+    #[napi(ts_return_type = "Promise<NativeSession>")]
+    pub fn open_session(&self, id: String) -> AsyncTask<StoreTask<OpenedSession, NativeSession>> {
+        store_task(
+            &self.inner,
+            move |store| store.open_session(&id).map(opened_session),
+            new_session,
+        )
+    }
+
+    /// [`NativeStore::open_session`], then the end-seed marker when the log ends with a
+    /// seed (contract §5): a session resumed by a host.
+    #[napi(ts_return_type = "Promise<NativeSession>")]
+    pub fn resume(&self, id: String) -> AsyncTask<StoreTask<OpenedSession, NativeSession>> {
+        store_task(
+            &self.inner,
+            move |store| store.resume(&id).map(opened_session),
+            new_session,
+        )
+    }
+
+    /// Forks `id` at seq `at` (inclusive; `null` for its last event) into a new session
+    /// `child`, opened for writing (contract §7).
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` for a negative `at`; the fork's own refusals reject the promise.
+    #[napi(ts_return_type = "Promise<NativeSession>")]
+    pub fn fork(
+        &self,
+        id: String,
+        at: Option<i64>,
+        child: String,
+    ) -> Result<AsyncTask<StoreTask<OpenedSession, NativeSession>>> {
+        let boundary = match at {
+            None => Boundary::Last,
+            Some(seq) => Boundary::Seq(seq_of(seq, "at")?),
+        };
+        Ok(store_task(
+            &self.inner,
+            move |store| {
+                let session = store.fork(&id, boundary, &child)?;
+                Ok(OpenedSession {
+                    session,
+                    report: OpenReport::default(),
+                })
+            },
+            new_session,
+        ))
+    }
+
+    /// The store's sessions.
+    #[napi(ts_return_type = "Promise<Listing>")]
+    pub fn list(&self) -> AsyncTask<StoreTask<surfacelog::Listing, Listing>> {
+        store_task(&self.inner, Store::list, |listing| Listing {
+            sessions: listing
+                .headers
+                .iter()
+                .map(|h| ListedSession {
+                    id: h.id().to_owned(),
+                    header: h.text().to_owned(),
+                })
+                .collect(),
+            damaged: listing
+                .damaged
+                .iter()
+                .map(|e| DamagedSession {
+                    code: e.code().to_owned(),
+                    message: e.to_string(),
+                })
+                .collect(),
+        })
+    }
+
+    /// Moves session `id` to the store's trash (`restore` brings it back).
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn delete(&self, id: String) -> AsyncTask<StoreTask<(), ()>> {
+        store_task(&self.inner, move |store| store.delete(&id), |()| ())
+    }
+
+    /// Opens session `id` read-only: no lock, no repair, nothing written.
+    #[napi(ts_return_type = "Promise<NativeSession>")]
+    pub fn inspect(&self, id: String) -> AsyncTask<StoreTask<Held, NativeSession>> {
+        store_task(
+            &self.inner,
+            move |store| store.inspect(&id).map(Held::ReadOnly),
+            |held| NativeSession::new(held, OpenReport::default()),
+        )
+    }
+
+    /// Rewrites session `id`'s sealed segments with chunk records (log-format.md §13):
+    /// the bytes saved.
+    #[napi(ts_return_type = "Promise<number>")]
+    pub fn compact_log(&self, id: String) -> AsyncTask<StoreTask<u64, f64>> {
+        store_task(
+            &self.inner,
+            move |store| store.compact_log(&id).map(|r| r.bytes_saved()),
+            #[expect(clippy::cast_precision_loss, reason = "a byte count below 2^53")]
+            |bytes| bytes as f64,
+        )
+    }
+}
+
+/// An event as read: its envelope fields and exact text.
+#[napi(object)]
+pub struct EventOut {
+    /// Its seq.
+    pub seq: i64,
+    /// Its type.
+    #[napi(js_name = "type")]
+    pub event_type: String,
+    /// Its time, in ms since the Unix epoch.
+    pub time: i64,
+    /// The event's JSON text, byte for byte as stored.
+    pub text: String,
+}
+
+fn event_out(event: &EventRef<'_>) -> EventOut {
+    EventOut {
+        seq: js_seq(event.seq),
+        event_type: event.event_type.to_string(),
+        time: event.time,
+        text: event.text().into_owned(),
+    }
+}
+
+/// A message of the surface: the node's seq and the message object's exact JSON text.
+#[napi(object)]
+pub struct MessageOut {
+    /// The surface node the message comes from.
+    pub seq: i64,
+    /// The message object, exactly as stored.
+    pub json: String,
+}
+
+/// An event to append: type, data and surface fields as JSON texts.
+#[napi(object)]
+pub struct EventIn {
+    /// The event type.
+    #[napi(js_name = "type")]
+    pub event_type: String,
+    /// The `data` member's JSON text, stored byte for byte.
+    pub data: String,
+    /// The `surfaceOp` member's JSON text, if present.
+    pub surface_op: Option<String>,
+    /// The `sourceEventSeqs` member's JSON text, if present.
+    pub source_event_seqs: Option<String>,
+}
+
+/// What a session handle holds.
+pub enum Held {
+    /// A session opened for writing.
+    Writer(StoredSession),
+    /// A read-only view (`store.inspect`).
+    ReadOnly(surfacelog::Session<ReadOnlyLog>),
+}
+
+/// The reads both kinds of session offer, whatever their log.
+fn messages_of<L: SessionLog>(
+    session: &surfacelog::Session<L>,
+) -> surfacelog::Result<Vec<MessageOut>> {
+    Ok(session
+        .messages()?
+        .iter()
+        .map(|m| MessageOut {
+            seq: js_seq(m.seq),
+            json: m.json.to_owned(),
+        })
+        .collect())
+}
+
+fn events_of<L: SessionLog>(
+    session: &surfacelog::Session<L>,
+    from: u64,
+    limit: u64,
+) -> surfacelog::Result<Vec<EventOut>> {
+    let end = from.saturating_add(limit).min(session.seq_next());
+    let mut out = Vec::with_capacity(usize::try_from(end.saturating_sub(from)).unwrap_or(0));
+    for seq in from..end {
+        if let Some(event) = session.event(seq)? {
+            out.push(event_out(&event));
+        }
+    }
+    Ok(out)
+}
+
+fn messages_as_of<L: SessionLog>(
+    session: &surfacelog::Session<L>,
+    seq: u64,
+) -> surfacelog::Result<Vec<MessageOut>> {
+    Ok(session
+        .as_of(seq)?
+        .messages
+        .iter()
+        .map(|m| MessageOut {
+            seq: js_seq(m.seq),
+            json: m.json.to_owned(),
+        })
+        .collect())
+}
+
+/// Runs `read` on whichever session `held` is.
+macro_rules! on_held {
+    ($held:expr, $session:ident => $read:expr) => {
+        match $held {
+            Held::Writer($session) => $read,
+            Held::ReadOnly($session) => $read,
+        }
+    };
+}
+
+/// A session: a writer, or a read-only view (`store.inspect`). Closed by `close()`, after
+/// which every call rejects with `SESSION_CLOSED`.
+#[napi]
+pub struct NativeSession {
+    id: String,
+    report: OpenReport,
+    inner: Arc<Mutex<Option<Held>>>,
+}
+
+impl NativeSession {
+    fn new(held: Held, report: OpenReport) -> Self {
+        let id = on_held!(&held, s => s.id().to_owned());
+        Self {
+            id,
+            report,
+            inner: Arc::new(Mutex::new(Some(held))),
+        }
+    }
+}
+
+/// A session operation, run once under the session's lock.
+type SessionRun<T> = Box<dyn FnOnce(&mut Option<Held>) -> Result<T> + Send>;
+
+/// A session operation run on the thread pool, holding the session's lock.
+pub struct SessionTask<T: Send + 'static, J> {
+    session: Arc<Mutex<Option<Held>>>,
+    id: String,
+    run: Option<SessionRun<T>>,
+    into_js: fn(T) -> J,
+}
+
+impl<T: Send + 'static, J: ToNapiValue + TypeName> Task for SessionTask<T, J> {
+    type Output = T;
+    type JsValue = J;
+
+    fn compute(&mut self) -> Result<T> {
+        let run = self
+            .run
+            .take()
+            .ok_or_else(|| misuse("INVALID_ARGUMENT", "the task ran twice"))?;
+        let mut held = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.is_none() {
+            return Err(misuse(
+                "SESSION_CLOSED",
+                &format!("session {:?} is closed", self.id),
+            ));
+        }
+        run(&mut held)
+    }
+
+    fn resolve(&mut self, _env: Env, output: T) -> Result<J> {
+        Ok((self.into_js)(output))
+    }
+}
+
+/// The writer of `held`, or `READ_ONLY` for a session opened by `inspect`.
+fn writer<'a>(held: &'a mut Option<Held>, id: &str) -> Result<&'a mut StoredSession> {
+    match held {
+        Some(Held::Writer(session)) => Ok(session),
+        _ => Err(misuse(
+            "READ_ONLY",
+            &format!("session {id:?} was opened read-only (inspect): it takes no appends"),
+        )),
+    }
+}
+
+#[napi]
+impl NativeSession {
+    fn task<T: Send + 'static, J: ToNapiValue + TypeName>(
+        &self,
+        run: impl FnOnce(&mut Option<Held>) -> Result<T> + Send + 'static,
+        into_js: fn(T) -> J,
+    ) -> AsyncTask<SessionTask<T, J>> {
+        AsyncTask::new(SessionTask {
+            session: self.inner.clone(),
+            id: self.id.clone(),
+            run: Some(Box::new(run)),
+            into_js,
+        })
+    }
+
+    /// The session id.
+    #[napi(getter)]
+    pub fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    /// What opening the session did: a torn tail set aside, closers appended.
+    #[napi(getter)]
+    pub fn open_report(&self) -> OpenReport {
+        self.report.clone()
+    }
+
+    /// Appends one event: `data`, `surfaceOp` and `sourceEventSeqs` as JSON texts. Resolves
+    /// with its seq once it is as durable as the store's durability says.
+    #[napi(ts_return_type = "Promise<number>")]
+    pub fn append(
+        &self,
+        event_type: String,
+        data: String,
+        surface_op: Option<String>,
+        source_event_seqs: Option<String>,
+    ) -> AsyncTask<SessionTask<u64, i64>> {
+        let id = self.id.clone();
+        self.task(
+            move |held| {
+                writer(held, &id)?
+                    .append_json(
+                        &event_type,
+                        &data,
+                        surface_op.as_deref(),
+                        source_event_seqs.as_deref(),
+                    )
+                    .map_err(|e| refusal(&e))
+            },
+            js_seq,
+        )
+    }
+
+    /// Appends several events as one unit: all or none. Resolves with their seqs.
+    #[napi(ts_return_type = "Promise<number[]>")]
+    pub fn append_all(&self, events: Vec<EventIn>) -> AsyncTask<SessionTask<Vec<u64>, Vec<i64>>> {
+        let id = self.id.clone();
+        self.task(
+            move |held| {
+                let batch: Vec<(&str, &str, Option<&str>, Option<&str>)> = events
+                    .iter()
+                    .map(|e| {
+                        (
+                            e.event_type.as_str(),
+                            e.data.as_str(),
+                            e.surface_op.as_deref(),
+                            e.source_event_seqs.as_deref(),
+                        )
+                    })
+                    .collect();
+                writer(held, &id)?
+                    .append_all_json(&batch)
+                    .map_err(|e| refusal(&e))
+            },
+            |seqs| seqs.into_iter().map(js_seq).collect(),
+        )
+    }
+
+    /// Makes every appended event durable.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn flush(&self) -> AsyncTask<SessionTask<(), ()>> {
+        let id = self.id.clone();
+        self.task(
+            move |held| writer(held, &id)?.flush().map_err(|e| refusal(&e)),
+            |()| (),
+        )
+    }
+
+    /// The number of events, which is also the next seq.
+    #[napi(ts_return_type = "Promise<number>")]
+    pub fn seq_next(&self) -> AsyncTask<SessionTask<u64, i64>> {
+        self.task(
+            |held| {
+                Ok(held
+                    .as_ref()
+                    .map_or(0, |held| on_held!(held, s => s.seq_next())))
+            },
+            js_seq,
+        )
+    }
+
+    /// The surface's messages, in order, each with its exact JSON text.
+    #[napi(ts_return_type = "Promise<MessageOut[]>")]
+    pub fn messages(&self) -> AsyncTask<SessionTask<Vec<MessageOut>, Vec<MessageOut>>> {
+        self.task(
+            |held| match held.as_ref() {
+                Some(held) => on_held!(held, s => messages_of(s)).map_err(|e| refusal(&e)),
+                None => Ok(Vec::new()),
+            },
+            |messages| messages,
+        )
+    }
+
+    /// The messages as the model saw them after event `seq` (contract §4).
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` for a negative `seq`; reads reject the promise.
+    #[napi(ts_return_type = "Promise<MessageOut[]>")]
+    pub fn messages_as_of(
+        &self,
+        seq: i64,
+    ) -> Result<AsyncTask<SessionTask<Vec<MessageOut>, Vec<MessageOut>>>> {
+        let seq = seq_of(seq, "asOf")?;
+        Ok(self.task(
+            move |held| match held.as_ref() {
+                Some(held) => on_held!(held, s => messages_as_of(s, seq)).map_err(|e| refusal(&e)),
+                None => Ok(Vec::new()),
+            },
+            |messages| messages,
+        ))
+    }
+
+    /// The transcript: the seqs of the events appended to the surface, in log order.
+    #[napi(ts_return_type = "Promise<number[]>")]
+    pub fn transcript(&self) -> AsyncTask<SessionTask<Vec<u64>, Vec<i64>>> {
+        self.task(
+            |held| match held.as_ref() {
+                Some(held) => on_held!(held, s => s.transcript()).map_err(|e| refusal(&e)),
+                None => Ok(Vec::new()),
+            },
+            |seqs| seqs.into_iter().map(js_seq).collect(),
+        )
+    }
+
+    /// Up to `limit` events from seq `from`, each with its exact text.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` for a negative `from` or `limit`; reads reject the promise.
+    #[napi(ts_return_type = "Promise<EventOut[]>")]
+    pub fn events(
+        &self,
+        from: i64,
+        limit: i64,
+    ) -> Result<AsyncTask<SessionTask<Vec<EventOut>, Vec<EventOut>>>> {
+        let from = seq_of(from, "from")?;
+        let limit = seq_of(limit, "limit")?;
+        Ok(self.task(
+            move |held| match held.as_ref() {
+                Some(held) => {
+                    on_held!(held, s => events_of(s, from, limit)).map_err(|e| refusal(&e))
+                }
+                None => Ok(Vec::new()),
+            },
+            |events| events,
+        ))
+    }
+
+    /// Closes the session: flushes a writer, releases its lock. Later calls reject with
+    /// `SESSION_CLOSED`; closing twice is a no-op.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn close(&self) -> AsyncTask<CloseTask> {
+        AsyncTask::new(CloseTask {
+            session: self.inner.clone(),
+        })
+    }
+}
+
+/// Closes a session on the thread pool.
+pub struct CloseTask {
+    session: Arc<Mutex<Option<Held>>>,
+}
+
+impl Task for CloseTask {
+    type Output = ();
+    type JsValue = ();
+
+    fn compute(&mut self) -> Result<()> {
+        let held = self
+            .session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        match held {
+            Some(Held::Writer(session)) => session.close().map_err(|e| refusal(&e)),
+            Some(Held::ReadOnly(_)) | None => Ok(()),
+        }
+    }
+
+    fn resolve(&mut self, _env: Env, (): ()) -> Result<()> {
+        Ok(())
+    }
+}
