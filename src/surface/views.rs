@@ -67,12 +67,28 @@ impl<'a> Message<'a> {
 /// missing from `source`: a message is never silently left out.
 pub fn messages<'a>(surface: &Surface, source: &'a impl EventSource) -> Result<Vec<Message<'a>>> {
     let mut out = Vec::with_capacity(surface.nodes().len());
+    each_message(surface, source, |message| out.push(message))?;
+    Ok(out)
+}
+
+/// Calls `visit` with each message of the surface, in surface order, as it is read: a
+/// caller that copies the messages (a binding to another language) copies each while its
+/// record was just read, before the reader releases the pages of a segment it has read
+/// through (log-format.md RD-4). [`messages`] is this, collected.
+///
+/// # Errors
+/// As [`messages`]; the messages before the failing one have been visited.
+pub fn each_message<'a>(
+    surface: &Surface,
+    source: &'a impl EventSource,
+    mut visit: impl FnMut(Message<'a>),
+) -> Result<()> {
     for &seq in surface.nodes() {
         if let Some(json) = source.event_at(seq)?.message() {
-            out.push(Message { seq, json });
+            visit(Message { seq, json });
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The transcript: seqs of the events whose `surfaceOp` is `"append"`, in log order.
