@@ -100,10 +100,12 @@ export interface OpenReport {
 export class Message {
   /** The surface node (event seq) it comes from. */
   readonly seq: number;
-  /** The message object's JSON text, exactly as stored. */
+  /** The message object's JSON text, exactly as stored (made a string on first read). */
   readonly json: string;
   /** `JSON.parse(json)` (big integers lose precision: read `json` for those). */
   readonly message: any;
+  /** `{seq, json}`. */
+  toJSON(): { seq: number; json: string };
 }
 
 /** An event as stored. */
@@ -196,6 +198,10 @@ export class Store {
   delete(id: string): Promise<void>;
   /** Opens session `id` read-only. */
   inspect(id: string): Promise<Session>;
+  /** Follows session `id` from seq `from` (default 0): its events as they are committed,
+   * by this process or another. Break out of the loop to stop; a refusal that ends it
+   * (the session deleted, damage) is thrown. */
+  follow(id: string, options?: { from?: number }): AsyncIterable<StoredEvent>;
   /** Rewrites session `id`'s older segments with chunk records; resolves with the bytes saved. */
   compactLog(id: string): Promise<number>;
 }

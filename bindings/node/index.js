@@ -59,16 +59,41 @@ function surfaceOpText(value) {
   return value === undefined ? undefined : JSON.stringify(value);
 }
 
-/** A message as stored, with its parsed form on demand. */
+/** A message as stored: its seq and exact JSON text (made a string on first use, from the
+ * packed texts it shares with the other messages of its call), with its parsed form on
+ * demand. Kept small: a session's messages are tens of thousands of these. */
 class Message {
-  constructor(seq, json) {
+  constructor(seq, json, pack, index) {
     this.seq = seq;
-    this.json = json;
+    this._json = json;
+    this._pack = pack;
+    this._index = index;
+  }
+  /** The message object's JSON text, exactly as stored. */
+  get json() {
+    if (this._json === undefined) {
+      const { text, ends } = this._pack;
+      const start = this._index === 0 ? 0 : ends[this._index - 1];
+      this._json = text.toString('utf8', start, ends[this._index]);
+      this._pack = undefined;
+    }
+    return this._json;
   }
   /** JSON.parse of the exact text (big integers lose precision: read `json` for those). */
   get message() {
     return JSON.parse(this.json);
   }
+  toJSON() {
+    return { seq: this.seq, json: this.json };
+  }
+}
+
+/** Messages from the native module's packed form: seqs, end offsets, one text buffer. */
+function unpack(pack) {
+  const { seqs } = pack;
+  const out = new Array(seqs.length);
+  for (let i = 0; i < seqs.length; i += 1) out[i] = new Message(seqs[i], undefined, pack, i);
+  return out;
 }
 
 /** An event as stored: envelope fields and the exact text. */
@@ -113,13 +138,19 @@ class Session {
   }
   /** Appends events `[{type, data, surfaceOp?, sourceEventSeqs?}]` all or none: their seqs. */
   appendAll(events) {
-    const batch = events.map((e) => ({
-      type: e.type,
-      data: text(e.data, 'data'),
-      surfaceOp: surfaceOpText(e.surfaceOp),
-      sourceEventSeqs: member(e.sourceEventSeqs),
-    }));
-    return call(() => this.#native.appendAll(batch));
+    const n = events.length;
+    const types = new Array(n);
+    const data = new Array(n);
+    const ops = new Array(n);
+    const sources = new Array(n);
+    for (let i = 0; i < n; i += 1) {
+      const e = events[i];
+      types[i] = e.type;
+      data[i] = text(e.data, 'data');
+      ops[i] = surfaceOpText(e.surfaceOp);
+      sources[i] = member(e.sourceEventSeqs);
+    }
+    return call(() => this.#native.appendAll(types, data, ops, sources));
   }
   /** Makes every appended event durable. */
   flush() {
@@ -135,7 +166,7 @@ class Session {
   }
   /** The surface's messages, in order: `{seq, json, message}`. */
   async messages() {
-    return messages(await call(() => this.#native.messages()));
+    return unpack(await call(() => this.#native.messages()));
   }
   /** The messages as the model saw them after event `seq`. */
   async asOf(seq) {
@@ -200,6 +231,40 @@ class Store {
   /** Opens session `id` read-only: no lock, no repair, nothing written. */
   async inspect(id) {
     return new Session(await call(() => this.#native.inspect(id)));
+  }
+  /**
+   * Follows session `id` from seq `from` (default 0): an async iterable of its events as
+   * they are committed, by this process or another, woken by the log's writes. It ends
+   * when the loop breaks (or `return()`), and throws the refusal that ends it (the
+   * session deleted: `SESSION_NOT_FOUND`; damage: `CORRUPT`).
+   */
+  follow(id, { from = 0 } = {}) {
+    let wake = null;
+    let notified = false;
+    const follower = this.#native.follow(id, from, () => {
+      notified = true;
+      if (wake) wake();
+    });
+    return {
+      async *[Symbol.asyncIterator]() {
+        try {
+          for (;;) {
+            notified = false;
+            const batch = follower.take();
+            for (const event of batch.events) yield new StoredEvent(event);
+            if (batch.error) throw translate(new Error(batch.error));
+            if (batch.events.length === 0 && !notified) {
+              await new Promise((resolve) => {
+                wake = resolve;
+              });
+              wake = null;
+            }
+          }
+        } finally {
+          follower.stop();
+        }
+      },
+    };
   }
   /** Rewrites session `id`'s older segments with chunk records: the bytes saved. */
   compactLog(id) {

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
+use surfacelog::internals::event::EventSource;
 use surfacelog::internals::session::SessionLog;
 use surfacelog::internals::store::ReadOnlyLog;
 use surfacelog::{Boundary, Durability, EventRef, Store, StoreOptions, StoredSession};
@@ -445,20 +446,6 @@ pub struct MessageOut {
     pub json: String,
 }
 
-/// An event to append: type, data and surface fields as JSON texts.
-#[napi(object)]
-pub struct EventIn {
-    /// The event type.
-    #[napi(js_name = "type")]
-    pub event_type: String,
-    /// The `data` member's JSON text, stored byte for byte.
-    pub data: String,
-    /// The `surfaceOp` member's JSON text, if present.
-    pub surface_op: Option<String>,
-    /// The `sourceEventSeqs` member's JSON text, if present.
-    pub source_event_seqs: Option<String>,
-}
-
 /// What a session handle holds.
 pub enum Held {
     /// A session opened for writing.
@@ -467,18 +454,54 @@ pub enum Held {
     ReadOnly(surfacelog::Session<ReadOnlyLog>),
 }
 
-/// The reads both kinds of session offer, whatever their log.
-fn messages_of<L: SessionLog>(
-    session: &surfacelog::Session<L>,
-) -> surfacelog::Result<Vec<MessageOut>> {
-    Ok(session
-        .messages()?
-        .iter()
-        .map(|m| MessageOut {
-            seq: js_seq(m.seq),
-            json: m.json.to_owned(),
-        })
-        .collect())
+/// Messages packed for one crossing into JS: seqs, end offsets and all the texts.
+#[derive(Default)]
+pub struct Packed {
+    seqs: Vec<f64>,
+    ends: Vec<f64>,
+    text: Vec<u8>,
+}
+
+/// [`Packed`] on the JS side.
+#[napi(object)]
+pub struct PackedMessages {
+    /// The messages' seqs.
+    pub seqs: Float64Array,
+    /// Where each message's text ends in `text` (the next one starts there).
+    pub ends: Float64Array,
+    /// The messages' exact JSON texts, one after the other (UTF-8).
+    pub text: Buffer,
+}
+
+impl Packed {
+    fn into_js(self) -> PackedMessages {
+        PackedMessages {
+            seqs: Float64Array::new(self.seqs),
+            ends: Float64Array::new(self.ends),
+            text: Buffer::from(self.text),
+        }
+    }
+}
+
+/// The surface's messages of `session`, packed.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "seqs and byte offsets stay below 2^53"
+)]
+fn packed_messages<L: SessionLog>(session: &surfacelog::Session<L>) -> surfacelog::Result<Packed> {
+    let nodes = session.surface().nodes().len();
+    let mut packed = Packed {
+        seqs: Vec::with_capacity(nodes),
+        ends: Vec::with_capacity(nodes),
+        text: Vec::new(),
+    };
+    // Each message copied as it is read, while its page is mapped (RD-4).
+    session.each_message(|m| {
+        packed.seqs.push(m.seq as f64);
+        packed.text.extend_from_slice(m.json.as_bytes());
+        packed.ends.push(packed.text.len() as f64);
+    })?;
+    Ok(packed)
 }
 
 fn events_of<L: SessionLog>(
@@ -640,20 +663,38 @@ impl NativeSession {
         )
     }
 
-    /// Appends several events as one unit: all or none. Resolves with their seqs.
+    /// Appends several events as one unit: all or none. Resolves with their seqs. The
+    /// events come as parallel arrays (types, data texts, `surfaceOp` and
+    /// `sourceEventSeqs` texts, `undefined` for an absent one): a batch crosses into Rust
+    /// without an object per event.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` when the arrays differ in length; refusals reject the promise.
     #[napi(ts_return_type = "Promise<number[]>")]
-    pub fn append_all(&self, events: Vec<EventIn>) -> AsyncTask<SessionTask<Vec<u64>, Vec<i64>>> {
+    pub fn append_all(
+        &self,
+        types: Vec<String>,
+        data: Vec<String>,
+        surface_ops: Vec<Option<String>>,
+        sources: Vec<Option<String>>,
+    ) -> Result<AsyncTask<SessionTask<Vec<u64>, Vec<i64>>>> {
+        let n = types.len();
+        if data.len() != n || surface_ops.len() != n || sources.len() != n {
+            return Err(misuse(
+                "INVALID_ARGUMENT",
+                "appendAll: the arrays of types, data, surfaceOps and sources differ in length",
+            ));
+        }
         let id = self.id.clone();
-        self.task(
+        Ok(self.task(
             move |held| {
-                let batch: Vec<(&str, &str, Option<&str>, Option<&str>)> = events
-                    .iter()
-                    .map(|e| {
+                let batch: Vec<(&str, &str, Option<&str>, Option<&str>)> = (0..n)
+                    .map(|i| {
                         (
-                            e.event_type.as_str(),
-                            e.data.as_str(),
-                            e.surface_op.as_deref(),
-                            e.source_event_seqs.as_deref(),
+                            types[i].as_str(),
+                            data[i].as_str(),
+                            surface_ops[i].as_deref(),
+                            sources[i].as_deref(),
                         )
                     })
                     .collect();
@@ -662,7 +703,7 @@ impl NativeSession {
                     .map_err(|e| refusal(&e))
             },
             |seqs| seqs.into_iter().map(js_seq).collect(),
-        )
+        ))
     }
 
     /// Makes every appended event durable.
@@ -688,15 +729,17 @@ impl NativeSession {
         )
     }
 
-    /// The surface's messages, in order, each with its exact JSON text.
-    #[napi(ts_return_type = "Promise<MessageOut[]>")]
-    pub fn messages(&self) -> AsyncTask<SessionTask<Vec<MessageOut>, Vec<MessageOut>>> {
+    /// The surface's messages, in order, packed: their seqs, and their exact JSON texts
+    /// one after the other in one buffer with each one's end offset. One crossing into JS
+    /// for all of them; `index.js` makes each text a string on first use.
+    #[napi(ts_return_type = "Promise<PackedMessages>")]
+    pub fn messages(&self) -> AsyncTask<SessionTask<Packed, PackedMessages>> {
         self.task(
             |held| match held.as_ref() {
-                Some(held) => on_held!(held, s => messages_of(s)).map_err(|e| refusal(&e)),
-                None => Ok(Vec::new()),
+                Some(held) => on_held!(held, s => packed_messages(s)).map_err(|e| refusal(&e)),
+                None => Ok(Packed::default()),
             },
-            |messages| messages,
+            Packed::into_js,
         )
     }
 
@@ -788,4 +831,176 @@ impl Task for CloseTask {
     fn resolve(&mut self, _env: Env, (): ()) -> Result<()> {
         Ok(())
     }
+}
+
+/// How long the follower's thread waits for a commit before it looks at its stop flag.
+const FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Events a follower holds for JS before its thread waits for them to be taken: the bound
+/// on a follower's memory when JS reads slower than the log grows.
+const FOLLOW_QUEUE_EVENTS: usize = 4096;
+
+/// What a follower's thread has found and JS has not taken yet.
+#[derive(Default)]
+struct FollowQueue {
+    events: Vec<EventOut>,
+    /// The refusal that ended the follower (its JSON payload), if any.
+    error: Option<String>,
+}
+
+/// The state a follower's thread and its JS handle share.
+#[derive(Default)]
+struct FollowShared {
+    queue: Mutex<FollowQueue>,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+/// The JS callback a follower's thread calls after it queues events (no arguments).
+type Wake = napi::threadsafe_function::ThreadsafeFunction<(), Unknown<'static>, (), Status, false>;
+
+/// A follower of a session: a thread of its own waits for commits (woken by the log's
+/// writes, `Store::follow`) and queues the new events; JS takes them with `take()`. No
+/// libuv thread is held while waiting.
+#[napi]
+pub struct NativeFollower {
+    shared: Arc<FollowShared>,
+}
+
+/// What `take()` returns: the queued events, and the error that ended the follower.
+#[napi(object)]
+pub struct FollowBatch {
+    /// The events committed since the last `take()`, in seq order, each with its text.
+    pub events: Vec<EventOut>,
+    /// The refusal that ended the follower, as the binding's error message.
+    pub error: Option<String>,
+}
+
+#[napi]
+impl NativeFollower {
+    /// The events queued since the last call, and the error that ended the follower.
+    #[napi]
+    pub fn take(&self) -> FollowBatch {
+        let mut queue = self
+            .shared
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        FollowBatch {
+            events: std::mem::take(&mut queue.events),
+            error: queue.error.take(),
+        }
+    }
+
+    /// Stops the follower: its thread ends within a wait (100 ms), and with it the wake
+    /// callback's hold on the event loop.
+    #[napi]
+    pub fn stop(&self) {
+        self.shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[napi]
+impl NativeStore {
+    /// Follows session `id` from seq `from`: `wake` is called (no arguments) whenever new
+    /// events, or the error that ends the follower, are queued for `take()`.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` for a negative `from`; opening the session is reported through
+    /// `take()`'s error.
+    #[napi]
+    pub fn follow(&self, id: String, from: i64, wake: Wake) -> Result<NativeFollower> {
+        let from = seq_of(from, "from")?;
+        let shared = Arc::new(FollowShared::default());
+        let store = self.inner.clone();
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("surfacelog-follow-{id}"))
+            .spawn(move || follow_thread(&store, &id, from, &thread_shared, &wake))
+            .map_err(|e| misuse("IO", &format!("cannot start the follower's thread: {e}")))?;
+        Ok(NativeFollower { shared })
+    }
+}
+
+/// The follower's thread: waits for commits and queues them until stopped, or until an
+/// error, which it queues last.
+fn follow_thread(store: &Store, id: &str, from: u64, shared: &FollowShared, wake: &Wake) {
+    use std::sync::atomic::Ordering;
+    let stopped = || shared.stop.load(Ordering::Relaxed);
+    let fail = |error: &surfacelog::Error| {
+        let mut queue = shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        queue.error = Some(refusal(error).reason.clone());
+        drop(queue);
+        wake.call(
+            (),
+            napi::threadsafe_function::ThreadsafeFunctionCallMode::NonBlocking,
+        );
+    };
+    let mut follower = match store.follow(id) {
+        Ok(follower) => follower,
+        Err(error) => return fail(&error),
+    };
+    let mut next = from;
+    while !stopped() {
+        let queued = shared
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .events
+            .len();
+        if queued >= FOLLOW_QUEUE_EVENTS {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            continue;
+        }
+        match follower.wait_for(next, FOLLOW_WAIT) {
+            Ok(false) => {}
+            Ok(true) => {
+                let log = follower.log();
+                let end = log
+                    .seq_next()
+                    .min(next + (FOLLOW_QUEUE_EVENTS - queued) as u64);
+                let mut events = Vec::new();
+                for seq in next..end {
+                    match log.event_at(seq) {
+                        Ok(event) => events.push(event_out(&event)),
+                        Err(error) => return fail(&error),
+                    }
+                }
+                next = end;
+                shared
+                    .queue
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .events
+                    .extend(events);
+                wake.call(
+                    (),
+                    napi::threadsafe_function::ThreadsafeFunctionCallMode::NonBlocking,
+                );
+            }
+            Err(error) => return fail(&error),
+        }
+    }
+}
+
+/// Benchmark helper (`npm run bench`), not part of the API: opens session `id` of the store
+/// in `dir` and derives all its messages, `runs` times, in Rust alone; the milliseconds of
+/// each run. The Node figure is compared with these, measured in the same process.
+///
+/// # Errors
+/// The engine's refusals.
+#[napi]
+pub fn bench_rust_open_messages(dir: String, id: String, runs: u32) -> Result<Vec<f64>> {
+    let store = Store::open(&dir, StoreOptions::new()).map_err(|e| refusal(&e))?;
+    let mut times = Vec::with_capacity(runs as usize);
+    for _ in 0..runs {
+        let started = std::time::Instant::now();
+        let (session, _) = store.open_session(&id).map_err(|e| refusal(&e))?;
+        let count = session.messages().map_err(|e| refusal(&e))?.len();
+        times.push(started.elapsed().as_secs_f64() * 1e3);
+        std::hint::black_box(count);
+        drop(session);
+    }
+    Ok(times)
 }

@@ -1,0 +1,215 @@
+// npm run bench: surfacelog from Node, side by side with what a Node host would otherwise
+// have, in one run on one machine; medians and ratios. Build first with
+// `SURFACELOG_NODE_PROFILE=release npm run build` (the script does it).
+//
+// 1. durable single append (Sync) vs a bare write+fdatasync from Node, interleaved;
+// 2. 1M events appended with appendAll in batches of 512 (Manual, flushed): events/s;
+// 3. opening the 1M-event session (checkpointed); open + all messages from Node vs the same
+//    in Rust (the native module, same process); the last 50 events; a fork;
+// 4. the reference's JSONL design (a line appended and fdatasynced per event), and SQLite
+//    (better-sqlite3, WAL, synchronous=FULL) when that package is installed
+//    (`npm install --no-save better-sqlite3@12 && npm rebuild better-sqlite3`).
+//
+// Measured 2026-12-04 (2 cores, ext4; medians): append 154.8 µs vs bare 135.5 µs (1.14x),
+// JSONL 201.4 µs, SQLite 169.9 µs; 572,138 events/s in batches of 512; open 0.153 ms; open
+// + all 55,556 messages 25.8 ms vs Rust 22.2 ms (1.16x; 1.24x in a second run); the last
+// 50 events 0.127 ms; fork 2.99 ms.
+import { createRequire } from 'node:module';
+import { mkdtempSync, rmSync, openSync, writeSync, fdatasyncSync, closeSync, ftruncateSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+
+const require = createRequire(import.meta.url);
+const { Store } = require('../index.js');
+const native = require('../surfacelog.node');
+
+const EVENTS = Number(process.env.SURFACELOG_BENCH_EVENTS ?? 1_000_000);
+const SYNC_SAMPLES = Number(process.env.SURFACELOG_BENCH_SYNC ?? 2000);
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const ms = (x) => `${x.toFixed(3)} ms`;
+const us = (x) => `${(x * 1000).toFixed(1)} µs`;
+const results = [];
+const report = (what, value, target, pass) => {
+  results.push({ what, value, target, pass });
+  console.log(`${pass === undefined ? 'info' : pass ? 'PASS' : 'FAIL'}  ${what}: ${value}${target ? `  (target ${target})` : ''}`);
+};
+
+const scratch = mkdtempSync(join(tmpdir(), 'surfacelog-node-bench-'));
+try {
+  // 1. Durable single append vs bare write+fdatasync, interleaved: into a file that grows
+  //    with each write (what a JSONL host does), and into preallocated length (the floor:
+  //    no size change to commit, as surfacelog's segments, SEG-6).
+  {
+    const store = await Store.open(join(scratch, 'sync'));
+    const session = await store.create('sync');
+    const growing = openSync(join(scratch, 'bare.jsonl'), 'a');
+    const preallocated = openSync(join(scratch, 'bare.prealloc'), 'w');
+    ftruncateSync(preallocated, 64 << 20);
+    const data = JSON.stringify({ note: 'x'.repeat(150) });
+    const line = Buffer.from(`${JSON.stringify({ type: 'host/note', seq: 0, time: 0, data })}\n`);
+    const log = [];
+    const bare = [];
+    const floor = [];
+    let at = 0;
+    for (let i = 0; i < SYNC_SAMPLES; i += 1) {
+      let t = performance.now();
+      await session.append('host/note', data);
+      log.push(performance.now() - t);
+      t = performance.now();
+      writeSync(growing, line);
+      fdatasyncSync(growing);
+      bare.push(performance.now() - t);
+      t = performance.now();
+      writeSync(preallocated, line, 0, line.length, at);
+      fdatasyncSync(preallocated);
+      floor.push(performance.now() - t);
+      at += line.length;
+    }
+    closeSync(growing);
+    closeSync(preallocated);
+    await session.close();
+    const ratio = median(log) / median(floor);
+    report(
+      `durable append from Node, p50 of ${SYNC_SAMPLES} interleaved`,
+      `${us(median(log))} vs bare write+fdatasync into preallocated length ${us(median(floor))}: ${ratio.toFixed(3)}x`,
+      '<= 1.3x',
+      ratio <= 1.3,
+    );
+    report(
+      'the reference JSONL design (a line appended to a growing file, fdatasynced per event)',
+      `p50 ${us(median(bare))}: surfacelog ${(median(log) / median(bare)).toFixed(3)}x of it`,
+    );
+  }
+
+  // 2. 1M events in batches of 512.
+  const dir = join(scratch, 'big');
+  const store = await Store.open(dir, { durability: 'manual' });
+  const session = await store.create('big');
+  const events = [];
+  let turn = 0;
+  let messages = 0;
+  while (events.length < EVENTS) {
+    turn += 1;
+    events.push({ type: 'turn/start', data: `{"turn":${turn}}` });
+    events.push({
+      type: 'user/message',
+      data: `{"id":"u${turn}","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"question ${turn}"}]}`,
+      surfaceOp: 'append',
+    });
+    events.push({ type: 'step/start', data: `{"turn":${turn},"step":1}` });
+    for (let i = 0; i < 30; i += 1) {
+      events.push({
+        type: 'assistant/chunk',
+        data: `{"turn":${turn},"step":1,"chunk":{"type":"text-delta","index":0,"text":"word${i} "}}`,
+      });
+    }
+    events.push({
+      type: 'assistant/message',
+      data: `{"turn":${turn},"step":1,"message":{"id":"a${turn}","role":"assistant","source":{"kind":"model","provider":"p","model":"m"},"content":[{"type":"text","text":"answer ${turn}"}]}}`,
+      surfaceOp: 'append',
+    });
+    events.push({ type: 'step/end', data: `{"turn":${turn},"step":1}` });
+    events.push({ type: 'turn/end', data: `{"turn":${turn},"reason":{"kind":"completed"}}` });
+    messages += 2;
+  }
+  const started = performance.now();
+  for (let i = 0; i < events.length; i += 512) await session.appendAll(events.slice(i, i + 512));
+  await session.flush();
+  const seconds = (performance.now() - started) / 1000;
+  await session.close();
+  const appended = events.length;
+  const rate = appended / seconds;
+  // The million event objects are garbage from here: collected now (when the heap allows
+  // it), not by concurrent marking during the timed reads below.
+  events.length = 0;
+  globalThis.gc?.();
+  report(
+    `${appended} events appended from Node in batches of 512, flushed`,
+    `${Math.round(rate).toLocaleString('en')} events/s (${seconds.toFixed(2)} s)`,
+    '>= 500,000 events/s',
+    rate >= 500_000,
+  );
+
+  // 3. Open, messages, last 50 events, fork.
+  const opens = [];
+  for (let i = 0; i < 21; i += 1) {
+    const t = performance.now();
+    const s = await store.open('big');
+    opens.push(performance.now() - t);
+    await s.close();
+  }
+  report(`open of the ${appended}-event session (checkpointed), median of 21`, ms(median(opens)), '<= 5 ms', median(opens) <= 5);
+
+  // Interleaved, one Node run then one Rust run, so that neither gets the warmer caches.
+  const nodeRuns = [];
+  const rustRuns = [];
+  for (let i = 0; i < 21; i += 1) {
+    const t = performance.now();
+    const s = await store.open('big');
+    const m = await s.messages();
+    nodeRuns.push(performance.now() - t);
+    if (m.length !== messages) throw new Error(`${m.length} messages, expected ${messages}`);
+    await s.close();
+    rustRuns.push(...native.benchRustOpenMessages(dir, 'big', 1));
+  }
+  const ratio = median(nodeRuns) / median(rustRuns);
+  report(
+    `open + all ${messages} messages, median of 21`,
+    `Node ${ms(median(nodeRuns))} vs Rust ${ms(median(rustRuns))}: ${ratio.toFixed(2)}x`,
+    '<= 1.3x',
+    ratio <= 1.3,
+  );
+
+  {
+    const s = await store.open('big');
+    const n = await s.seqNext();
+    const reads = [];
+    for (let i = 0; i < 101; i += 1) {
+      const t = performance.now();
+      const last = await s.events({ from: n - 50, limit: 50 });
+      reads.push(performance.now() - t);
+      if (last.length !== 50) throw new Error('50 events expected');
+    }
+    await s.close();
+    report('the last 50 events, median of 101', ms(median(reads)), '<= 1 ms', median(reads) <= 1);
+  }
+
+  const forks = [];
+  for (let i = 0; i < 11; i += 1) {
+    const t = performance.now();
+    const child = await store.fork('big', { as: `fork${i}` });
+    forks.push(performance.now() - t);
+    await child.close();
+  }
+  report('fork of the session, median of 11', ms(median(forks)), '<= 20 ms', median(forks) <= 20);
+
+  // 4. SQLite as a Node host would have it, when better-sqlite3 is installed.
+  let Database = null;
+  try {
+    Database = require('better-sqlite3');
+  } catch {
+    report('SQLite (better-sqlite3, WAL, synchronous=FULL)', 'skipped: `npm install better-sqlite3` to compare');
+  }
+  if (Database) {
+    const db = new Database(join(scratch, 'sqlite.db'));
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = FULL');
+    db.exec('CREATE TABLE events (seq INTEGER PRIMARY KEY, text TEXT NOT NULL)');
+    const insert = db.prepare('INSERT INTO events (seq, text) VALUES (?, ?)');
+    const times = [];
+    for (let i = 0; i < SYNC_SAMPLES; i += 1) {
+      const t = performance.now();
+      insert.run(i, '{"type":"host/note"}');
+      times.push(performance.now() - t);
+    }
+    db.close();
+    report('SQLite durable single insert (better-sqlite3, WAL, synchronous=FULL)', `p50 ${us(median(times))}`);
+  }
+} finally {
+  rmSync(scratch, { recursive: true, force: true });
+}
+if (results.some((r) => r.pass === false)) process.exitCode = 1;
