@@ -239,18 +239,23 @@ class Store {
    * session deleted: `SESSION_NOT_FOUND`; damage: `CORRUPT`).
    */
   follow(id, { from = 0 } = {}) {
-    let wake = null;
-    let notified = false;
-    const follower = this.#native.follow(id, from, () => {
-      notified = true;
-      if (wake) wake();
-    });
+    const store = this.#native;
     return {
       async *[Symbol.asyncIterator]() {
+        // The native follower (a thread, and a wake callback that keeps the event loop
+        // alive) exists only while this loop runs: from its first step to its end.
+        let wake = null;
+        let notified = false;
+        const follower = call(() =>
+          store.follow(id, from, () => {
+            notified = true;
+            if (wake) wake();
+          }),
+        );
         try {
           for (;;) {
             notified = false;
-            const batch = follower.take();
+            const batch = (await follower).take();
             for (const event of batch.events) yield new StoredEvent(event);
             if (batch.error) throw translate(new Error(batch.error));
             if (batch.events.length === 0 && !notified) {
@@ -261,7 +266,7 @@ class Store {
             }
           }
         } finally {
-          follower.stop();
+          (await follower).stop();
         }
       },
     };

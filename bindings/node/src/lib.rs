@@ -875,6 +875,15 @@ pub struct FollowBatch {
     pub error: Option<String>,
 }
 
+impl Drop for NativeFollower {
+    /// A follower JS has dropped without `stop()` stops too (its thread ends within a wait).
+    fn drop(&mut self) {
+        self.shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 #[napi]
 impl NativeFollower {
     /// The events queued since the last call, and the error that ended the follower.
