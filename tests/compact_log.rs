@@ -8,18 +8,16 @@ use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 use surfacelog::internals::event::EventSource;
+use surfacelog::internals::log::LogReader;
 use surfacelog::internals::log::segment::{CHUNK_RECORDS, SegmentHeader};
-use surfacelog::internals::log::{LogOptions, LogReader};
 use surfacelog::{Boundary, KeptReason, NoSurface, Store, StoreOptions, SurfaceIntent, kinds};
 
 /// A store whose writers roll segments every `segment_bytes` and write chunk records or not.
 fn store(dir: &Path, chunk_records: bool, segment_bytes: u64) -> Store {
-    let log = LogOptions {
-        segment_bytes,
-        chunk_records,
-        ..LogOptions::default()
-    };
-    Store::open_or_create(dir, StoreOptions::new().log_options(log)).unwrap()
+    let options = StoreOptions::new()
+        .segment_bytes(segment_bytes)
+        .chunk_records(chunk_records);
+    Store::open_or_create(dir, options).unwrap()
 }
 
 /// Appends `turns` turns, each with a user message, `chunks` streamed chunks (text and

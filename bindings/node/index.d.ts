@@ -12,6 +12,9 @@ export interface StoreOpenOptions {
   segmentBytes?: number;
   /** Refuse to create a missing store (`STORE_NOT_FOUND`). Default `false`. */
   mustExist?: boolean;
+  /** Store streamed chunks as chunk records (default `true`); `false` keeps the log
+   * readable by builds from before them (`compactLog` rewrites it later). */
+  chunkRecords?: boolean;
 }
 
 /** The contract's stable error codes (contract §11), and the binding's own. */

@@ -146,6 +146,25 @@ impl StoreOptions {
         self
     }
 
+    /// Whether new log segments store streamed chunks as chunk records (log-format.md §4.1,
+    /// SEG-9; default on): about half the bytes of a session of streamed chunks. Off, the
+    /// segments a writer creates can be read by builds from before chunk records (their
+    /// readers refuse a segment that sets the feature, `FORMAT_VERSION`); `compact`
+    /// rewrites such a log's sealed segments with them later (log-format.md §13).
+    ///
+    /// ```
+    /// use surfacelog::StoreOptions;
+    ///
+    /// // Logs an older build of surfacelog can still open.
+    /// let options = StoreOptions::new().chunk_records(false);
+    /// # let _ = options;
+    /// ```
+    #[must_use]
+    pub fn chunk_records(mut self, on: bool) -> Self {
+        self.log.chunk_records = on;
+        self
+    }
+
     /// Events between two checkpoints of a session's surface (they are also written on
     /// flush and close): fewer means faster opens after a crash, more means less writing.
     /// Default: 10,000.

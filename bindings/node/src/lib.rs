@@ -79,6 +79,9 @@ pub struct StoreOpenOptions {
     pub segment_bytes: Option<f64>,
     /// Refuse to create a missing store (`STORE_NOT_FOUND`); default `false`.
     pub must_exist: Option<bool>,
+    /// Store streamed chunks as chunk records (default `true`); `false` keeps the log
+    /// readable by builds from before them.
+    pub chunk_records: Option<bool>,
 }
 
 /// The store options from the JS ones.
@@ -98,7 +101,9 @@ fn store_options(options: &StoreOpenOptions) -> Result<StoreOptions> {
             ));
         }
     };
-    let mut store = StoreOptions::new().durability(durability);
+    let mut store = StoreOptions::new()
+        .durability(durability)
+        .chunk_records(options.chunk_records.unwrap_or(true));
     if let Some(bytes) = options.segment_bytes {
         if !(bytes.is_finite() && bytes >= 0.0) {
             return Err(misuse("INVALID_ARGUMENT", "segmentBytes: a byte count"));

@@ -114,6 +114,27 @@ test('appendAll commits all events or none', async (t) => {
   await session.close();
 });
 
+test('compactLog rewrites a log written without chunk records, events unchanged', async (t) => {
+  const dir = scratch(t);
+  const old = await Store.open(dir, { chunkRecords: false, segmentBytes: 4096 });
+  const session = await old.create('c');
+  await session.append('turn/start', '{"turn":1}');
+  await session.append('step/start', '{"turn":1,"step":1}');
+  for (let i = 0; i < 200; i += 1) {
+    await session.append('assistant/chunk', `{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"w${i} "}}`);
+  }
+  await session.append('step/end', '{"turn":1,"step":1}');
+  await session.append('turn/end', '{"turn":1,"reason":{"kind":"completed"}}');
+  const before = (await session.events()).map((e) => e.text);
+  await session.close();
+  const store = await Store.open(dir);
+  assert.ok((await store.compactLog('c')) > 0, 'bytes saved');
+  const reopened = await store.open('c');
+  assert.deepEqual((await reopened.events()).map((e) => e.text), before);
+  await reopened.close();
+  assert.equal(await store.compactLog('c'), 0, 'nothing left to rewrite');
+});
+
 test('a closed session reopens with the same messages; list, fork, inspect, delete', async (t) => {
   const dir = scratch(t);
   const store = await Store.open(dir, { durability: 'manual' });
