@@ -10,10 +10,11 @@
 //    (better-sqlite3, WAL, synchronous=FULL) when that package is installed
 //    (`npm install --no-save better-sqlite3@12 && npm rebuild better-sqlite3`).
 //
-// Measured 2026-12-04 (2 cores, ext4; medians): append 154.8 µs vs bare 135.5 µs (1.14x),
-// JSONL 201.4 µs, SQLite 169.9 µs; 572,138 events/s in batches of 512; open 0.153 ms; open
-// + all 55,556 messages 25.8 ms vs Rust 22.2 ms (1.16x; 1.24x in a second run); the last
-// 50 events 0.127 ms; fork 2.99 ms.
+// Measured 2026-12-04 (2 cores, ext4; medians of four runs of the final code):
+// - append 1.13–1.16x the bare floor, 0.77–0.80x the JSONL design; SQLite 205.8–224.1 µs;
+// - 539,450–572,138 events/s in batches of 512; open 0.15 ms;
+// - open + all 55,556 messages 1.16–1.36x Rust (at the 1.3x target, not reliably under it);
+// - the last 50 events 0.11–0.13 ms; fork 2.7–3.0 ms.
 import { createRequire } from 'node:module';
 import { mkdtempSync, rmSync, openSync, writeSync, fdatasyncSync, closeSync, ftruncateSync } from 'node:fs';
 import { tmpdir } from 'node:os';
