@@ -418,3 +418,80 @@ fn seg_7_a_capacity_not_a_multiple_of_8_ends_cleanly() {
         );
     }
 }
+
+/// Where a kind of storage call's planned failure is set.
+type Slot =
+    fn(&surfacelog::internals::storage::faulty::FaultyStorage) -> &std::sync::atomic::AtomicU64;
+
+/// CMP-3: compaction whose storage fails at its n-th create, write, sync, rename, open or
+/// directory sync, for every n up to past its last such call, leaves a log whose every
+/// event reads back as before (each segment the old file or the rewritten one, never
+/// anything else), which a writer opens without repair, and which a second compaction
+/// finishes.
+#[test]
+fn cmp_3_a_compaction_failing_at_any_step_leaves_the_same_events() {
+    use std::sync::atomic::Ordering;
+    use surfacelog::internals::log::{DiskLog, LogOptions, compact};
+    use surfacelog::internals::storage::FsStorage;
+    use surfacelog::internals::storage::faulty::FaultyStorage;
+
+    let root = tempfile::tempdir().unwrap();
+    let old = store(root.path(), false, 2048);
+    fill(&old, "s", 3, 6);
+    let source = log_dir(&old, "s");
+    let before: Vec<String> = events(&source).into_iter().map(|e| e.0).collect();
+    let sealed = segments(&source).len() - 1;
+    assert!(sealed >= 3, "several sealed segments");
+    let kinds: [(&str, Slot); 6] = [
+        ("create", |s| &s.faults.create),
+        ("write", |s| &s.faults.write),
+        ("sync", |s| &s.faults.sync),
+        ("rename", |s| &s.faults.rename),
+        ("open", |s| &s.faults.open),
+        ("sync_dir", |s| &s.faults.sync_dir),
+    ];
+    let mut failures = 0;
+    for (kind, slot) in kinds {
+        for n in 1..=4 * sealed as u64 + 4 {
+            let scratch = tempfile::tempdir().unwrap();
+            let dir = scratch.path().join("log");
+            copy_dir(&source, &dir);
+            let storage = FaultyStorage::default();
+            slot(&storage).store(n, Ordering::SeqCst);
+            if compact(&storage, &dir).is_err() {
+                failures += 1;
+            }
+            let after: Vec<String> = events(&dir).into_iter().map(|e| e.0).collect();
+            assert_eq!(
+                after, before,
+                "{kind} #{n}: every event reads back as before"
+            );
+            let (log, report) = DiskLog::open(&dir, LogOptions::default()).unwrap();
+            assert!(
+                report.torn_tail.is_none(),
+                "{kind} #{n}: nothing to recover"
+            );
+            log.close().unwrap();
+            compact(&FsStorage, &dir).unwrap();
+            let again: Vec<String> = events(&dir).into_iter().map(|e| e.0).collect();
+            assert_eq!(again, before, "{kind} #{n}: a second compaction finishes");
+            assert!(
+                compact(&FsStorage, &dir).unwrap().rewritten.is_empty(),
+                "{kind} #{n}: nothing left to rewrite"
+            );
+        }
+    }
+    assert!(
+        failures > 20,
+        "the faults were hit: {failures} compactions failed"
+    );
+}
+
+/// A copy of the log directory `from` at `to` (its files only; no links kept).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
