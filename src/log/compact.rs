@@ -149,34 +149,25 @@ pub fn compact(storage: &dyn Storage, dir: &Path) -> Result<LogCompaction> {
         .filter_map(|n| parse_first_seq(n.strip_suffix(".lim")?))
         .collect();
     let mut report = LogCompaction::default();
-    // CMP-2: every sealed segment checks out before anything is written.
+    // CMP-2: every sealed segment checks out before anything is written. Each is closed
+    // again once checked (a log may have thousands: one descriptor at a time), and what
+    // its check found is kept to check it once more right before it is rewritten.
     let mut checked = Vec::new();
     let mut seq = 0;
     let mut log_id = None;
     let sealed = firsts.len().saturating_sub(1);
     for (position, &first) in firsts.iter().enumerate().take(sealed) {
-        let next = firsts.get(position + 1).copied();
-        let limited = limits.contains(&first);
-        match examine(storage, dir, position, first, seq, log_id, limited, next) {
-            Examined::Whole {
-                seq_next,
-                log_id: id,
-                opened,
-                offsets,
-                end,
-            } => {
-                seq = seq_next;
-                log_id = Some(id);
-                checked.push((opened, offsets, end));
-            }
-            Examined::Cut { reason, .. } | Examined::Rejected { reason } => {
-                return Err(ErrorKind::Corrupt {
-                    location: dir.display().to_string(),
-                    reason: format!("{reason}; nothing was compacted (CMP-2)"),
-                }
-                .into());
-            }
-        }
+        let place = Place {
+            position,
+            first,
+            seq,
+            next: firsts.get(position + 1).copied(),
+            limited: limits.contains(&first),
+        };
+        let (opened, _, _, seq_next) = examined(storage, dir, &place, log_id)?;
+        seq = seq_next;
+        log_id = Some(opened.header.log_id);
+        checked.push(place);
     }
     if let Some(&last) = firsts.last()
         && firsts.len() > 1
@@ -189,8 +180,9 @@ pub fn compact(storage: &dyn Storage, dir: &Path) -> Result<LogCompaction> {
             "the segment does not continue the log (LOG-2, SEG-3); nothing was compacted (CMP-2)",
         ));
     }
-    for (opened, offsets, end) in checked {
-        let first = opened.header.first_seq;
+    for place in checked {
+        let (opened, offsets, end, _) = examined(storage, dir, &place, log_id)?;
+        let first = place.first;
         let why = if opened.limit.is_some() {
             Some(KeptReason::Limited)
         } else if opened.header.incompat_features & CHUNK_RECORDS != 0 {
@@ -218,6 +210,51 @@ pub fn compact(storage: &dyn Storage, dir: &Path) -> Result<LogCompaction> {
             .map_err(|e| Error::io("fsync", dir, &e))?;
     }
     Ok(report)
+}
+
+/// A sealed segment's place in the log: its position and name, the seq it must start at,
+/// the next segment's first seq, and whether it has a limit file.
+struct Place {
+    position: usize,
+    first: u64,
+    seq: u64,
+    next: Option<u64>,
+    limited: bool,
+}
+
+/// CMP-2: the segment at `place`, opened and checked whole as salvage checks it (SLV-1),
+/// with its records' offsets, the end of the last and the seq after it; damage is
+/// `CORRUPT` with the file and offset, and compaction changes nothing because of it.
+fn examined(
+    storage: &dyn Storage,
+    dir: &Path,
+    place: &Place,
+    log_id: Option<super::segment::LogId>,
+) -> Result<(Opened, Vec<u32>, usize, u64)> {
+    let verdict = examine(
+        storage,
+        dir,
+        place.position,
+        place.first,
+        place.seq,
+        log_id,
+        place.limited,
+        place.next,
+    );
+    match verdict {
+        Examined::Whole {
+            opened,
+            offsets,
+            end,
+            seq_next,
+            ..
+        } => Ok((opened, offsets, end, seq_next)),
+        Examined::Cut { reason, .. } | Examined::Rejected { reason } => Err(ErrorKind::Corrupt {
+            location: dir.display().to_string(),
+            reason: format!("{reason}; nothing was compacted (CMP-2)"),
+        }
+        .into()),
+    }
 }
 
 /// How many links the segment's file has (CMP-1: more than one, a fork shares it).
