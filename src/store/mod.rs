@@ -1444,7 +1444,17 @@ impl Store {
         // The directory's own name: `escape(id)` for every directory the store looks up.
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
         let name = name.unwrap_or_else(|| escape_id(id));
-        let header = read_header_file(storage, dir, &name).map_err(|e| e.in_session(id))?;
+        let header = read_header_file(storage, dir, &name).map_err(|error| {
+            // STORE-9: deleted (renamed into the trash) between the look-up above and the
+            // read of its header: not found, not damage (as `list` decides).
+            if std::fs::symlink_metadata(dir)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            {
+                ErrorKind::SessionNotFound { id: id.to_owned() }.into()
+            } else {
+                error.in_session(id)
+            }
+        })?;
         if header.id() != id {
             // STORE-4: a shortened name shared by two ids; this one is the other's.
             return Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into());
