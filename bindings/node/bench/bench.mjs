@@ -13,7 +13,7 @@
 // Measured 2026-12-04 (2 cores, ext4; medians of four runs of the final code):
 // - append 1.13–1.16x the bare floor, 0.77–0.80x the JSONL design; SQLite 205.8–224.1 µs;
 // - 539,450–572,138 events/s in batches of 512; open 0.15 ms;
-// - open + all 55,556 messages 1.16–1.36x Rust (at the 1.3x target, not reliably under it);
+// - open + all 55,556 messages 1.16–1.30x Rust (at the 1.3x target, not reliably under it);
 // - the last 50 events 0.11–0.13 ms; fork 2.7–3.0 ms.
 import { createRequire } from 'node:module';
 import { mkdtempSync, rmSync, openSync, writeSync, fdatasyncSync, closeSync, ftruncateSync } from 'node:fs';
