@@ -3,18 +3,15 @@
 //! keeps its seq and its text byte for byte; only the form of its record changes.
 #![deny(clippy::indexing_slicing)]
 
-use std::collections::BTreeSet;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 
-use super::quarantine::{Examined, Opened, examine};
+use super::quarantine::{Examined, Opened, examine, locked_listing};
 use super::reader::read_error;
 use super::scan::{FileBytes, read_range};
 use super::segment::{
-    CHUNK_RECORDS, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_first_seq,
-    parse_segment_name, seq_file_name, seq_file_path,
+    CHUNK_RECORDS, SEGMENT_HEADER_LEN, SegmentHeader, index_name, seq_file_name, seq_file_path,
 };
-use super::writer::{remove_temporary_files, take_lock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::record::{compact as compact_form, decode, encode};
 use crate::storage::Storage;
@@ -137,17 +134,7 @@ const READ_WINDOW_BYTES: usize = 8 << 20;
 /// `FORMAT_VERSION`, `IO`. A failure part-way leaves every segment either as it was or
 /// rewritten whole (CMP-3), each holding the same events.
 pub fn compact(storage: &dyn Storage, dir: &Path) -> Result<LogCompaction> {
-    let _lock = take_lock(storage, dir)?;
-    let names = storage
-        .list_dir(dir)
-        .map_err(|e| Error::io("list", dir, &e))?;
-    remove_temporary_files(storage, dir, &names);
-    let mut firsts: Vec<u64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
-    firsts.sort_unstable();
-    let limits: BTreeSet<u64> = names
-        .iter()
-        .filter_map(|n| parse_first_seq(n.strip_suffix(".lim")?))
-        .collect();
+    let (_lock, firsts, limits) = locked_listing(storage, dir)?;
     let mut report = LogCompaction::default();
     // CMP-2: every sealed segment checks out before anything is written. Each is closed
     // again once checked (a log may have thousands: one descriptor at a time), and what

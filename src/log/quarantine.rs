@@ -186,17 +186,7 @@ pub fn salvage(
     dir: &Path,
     then: impl FnOnce(&LogSalvage) -> Result<()>,
 ) -> Result<LogSalvage> {
-    let _lock = take_lock(storage, dir)?;
-    let names = storage
-        .list_dir(dir)
-        .map_err(|e| Error::io("list", dir, &e))?;
-    remove_temporary_files(storage, dir, &names);
-    let mut firsts: Vec<u64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
-    firsts.sort_unstable();
-    let limits: BTreeSet<u64> = names
-        .iter()
-        .filter_map(|n| parse_first_seq(n.strip_suffix(".lim")?))
-        .collect();
+    let (_lock, firsts, limits) = locked_listing(storage, dir)?;
     let mut report = LogSalvage::default();
     let mut seq = 0;
     let mut log_id = None;
@@ -247,6 +237,30 @@ pub fn salvage(
     }
     then(&report)?;
     Ok(report)
+}
+
+/// What salvage and compaction (CMP-1) start from: the log's lock (LOG-1; `LOCKED` while a
+/// writer has it), its `.tmp` files removed (LOG-1), and the `first_seq`s of its segments,
+/// in order, and of its limit files.
+///
+/// # Errors
+/// `LOCKED`, `IO`.
+pub(super) fn locked_listing(
+    storage: &dyn Storage,
+    dir: &Path,
+) -> Result<(super::FileLock, Vec<u64>, BTreeSet<u64>)> {
+    let lock = take_lock(storage, dir)?;
+    let names = storage
+        .list_dir(dir)
+        .map_err(|e| Error::io("list", dir, &e))?;
+    remove_temporary_files(storage, dir, &names);
+    let mut firsts: Vec<u64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
+    firsts.sort_unstable();
+    let limits = names
+        .iter()
+        .filter_map(|n| parse_first_seq(n.strip_suffix(".lim")?))
+        .collect();
+    Ok((lock, firsts, limits))
 }
 
 /// Checks segment `position` (named `first`) of the log, expecting it to start at `seq`
