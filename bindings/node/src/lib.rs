@@ -119,40 +119,27 @@ fn store_options(options: &StoreOpenOptions) -> Result<StoreOptions> {
     Ok(store)
 }
 
-/// Opens (or creates) the store in `dir`.
-pub struct OpenStore {
-    dir: String,
-    options: StoreOpenOptions,
-}
-
-impl Task for OpenStore {
-    type Output = Store;
-    type JsValue = NativeStore;
-
-    fn compute(&mut self) -> Result<Store> {
-        let options = store_options(&self.options)?;
-        let opened = if self.options.must_exist.unwrap_or(false) {
-            Store::open(&self.dir, options)
-        } else {
-            Store::open_or_create(&self.dir, options)
-        };
-        opened.map_err(|e| refusal(&e))
-    }
-
-    fn resolve(&mut self, _env: Env, store: Store) -> Result<NativeStore> {
-        Ok(NativeStore {
-            inner: Arc::new(store),
-        })
-    }
-}
-
 /// Opens the store in `dir`, creating it unless `mustExist`.
 #[napi(ts_return_type = "Promise<NativeStore>")]
-pub fn open_store(dir: String, options: Option<StoreOpenOptions>) -> AsyncTask<OpenStore> {
-    AsyncTask::new(OpenStore {
-        dir,
-        options: options.unwrap_or_default(),
-    })
+pub fn open_store(
+    dir: String,
+    options: Option<StoreOpenOptions>,
+) -> AsyncTask<Job<Store, NativeStore>> {
+    let options = options.unwrap_or_default();
+    job(
+        move || {
+            let store_options = store_options(&options)?;
+            let opened = if options.must_exist.unwrap_or(false) {
+                Store::open(&dir, store_options)
+            } else {
+                Store::open_or_create(&dir, store_options)
+            };
+            opened.map_err(|e| refusal(&e))
+        },
+        |store| NativeStore {
+            inner: Arc::new(store),
+        },
+    )
 }
 
 /// A store of sessions.
@@ -161,17 +148,14 @@ pub struct NativeStore {
     inner: Arc<Store>,
 }
 
-/// A store operation, run once.
-type StoreRun<T> = Box<dyn FnOnce(&Store) -> surfacelog::Result<T> + Send>;
-
-/// A store operation run on the thread pool.
-pub struct StoreTask<T: Send + 'static, J> {
-    store: Arc<Store>,
-    run: Option<StoreRun<T>>,
+/// Work run once on the libuv thread pool, its output turned into a JS value by
+/// `into_js` back on the event loop: every promise of this module is one.
+pub struct Job<T: Send + 'static, J> {
+    run: Option<Box<dyn FnOnce() -> Result<T> + Send>>,
     into_js: fn(T) -> J,
 }
 
-impl<T: Send + 'static, J: ToNapiValue + TypeName> Task for StoreTask<T, J> {
+impl<T: Send + 'static, J: ToNapiValue + TypeName> Task for Job<T, J> {
     type Output = T;
     type JsValue = J;
 
@@ -180,7 +164,7 @@ impl<T: Send + 'static, J: ToNapiValue + TypeName> Task for StoreTask<T, J> {
             .run
             .take()
             .ok_or_else(|| misuse("INVALID_ARGUMENT", "the task ran twice"))?;
-        run(&self.store).map_err(|e| refusal(&e))
+        run()
     }
 
     fn resolve(&mut self, _env: Env, output: T) -> Result<J> {
@@ -188,17 +172,25 @@ impl<T: Send + 'static, J: ToNapiValue + TypeName> Task for StoreTask<T, J> {
     }
 }
 
-/// A store operation to run on the thread pool.
+/// A [`Job`] of `run` and `into_js`.
+fn job<T: Send + 'static, J: ToNapiValue + TypeName>(
+    run: impl FnOnce() -> Result<T> + Send + 'static,
+    into_js: fn(T) -> J,
+) -> AsyncTask<Job<T, J>> {
+    AsyncTask::new(Job {
+        run: Some(Box::new(run)),
+        into_js,
+    })
+}
+
+/// A store operation as a [`Job`]: its refusal becomes the JS error.
 fn store_task<T: Send + 'static, J: ToNapiValue + TypeName>(
     store: &Arc<Store>,
     run: impl FnOnce(&Store) -> surfacelog::Result<T> + Send + 'static,
     into_js: fn(T) -> J,
-) -> AsyncTask<StoreTask<T, J>> {
-    AsyncTask::new(StoreTask {
-        store: store.clone(),
-        run: Some(Box::new(run)),
-        into_js,
-    })
+) -> AsyncTask<Job<T, J>> {
+    let store = store.clone();
+    job(move || run(&store).map_err(|e| refusal(&e)), into_js)
 }
 
 /// A session opened for writing, with what opening it did.
@@ -299,7 +291,7 @@ impl NativeStore {
         id: String,
         header: Option<String>,
         seed: Option<Vec<String>>,
-    ) -> AsyncTask<StoreTask<OpenedSession, NativeSession>> {
+    ) -> AsyncTask<Job<OpenedSession, NativeSession>> {
         store_task(
             &self.inner,
             move |store| {
@@ -319,7 +311,7 @@ impl NativeStore {
     /// Opens session `id` for writing: recovery, then the repair closers of an
     /// interrupted turn (contract §8).
     #[napi(ts_return_type = "Promise<NativeSession>")]
-    pub fn open_session(&self, id: String) -> AsyncTask<StoreTask<OpenedSession, NativeSession>> {
+    pub fn open_session(&self, id: String) -> AsyncTask<Job<OpenedSession, NativeSession>> {
         store_task(
             &self.inner,
             move |store| store.open_session(&id).map(opened_session),
@@ -330,7 +322,7 @@ impl NativeStore {
     /// [`NativeStore::open_session`], then the end-seed marker when the log ends with a
     /// seed (contract §5): a session resumed by a host.
     #[napi(ts_return_type = "Promise<NativeSession>")]
-    pub fn resume(&self, id: String) -> AsyncTask<StoreTask<OpenedSession, NativeSession>> {
+    pub fn resume(&self, id: String) -> AsyncTask<Job<OpenedSession, NativeSession>> {
         store_task(
             &self.inner,
             move |store| store.resume(&id).map(opened_session),
@@ -349,7 +341,7 @@ impl NativeStore {
         id: String,
         at: Option<i64>,
         child: String,
-    ) -> Result<AsyncTask<StoreTask<OpenedSession, NativeSession>>> {
+    ) -> Result<AsyncTask<Job<OpenedSession, NativeSession>>> {
         let boundary = match at {
             None => Boundary::Last,
             Some(seq) => Boundary::Seq(seq_of(seq, "at")?),
@@ -369,7 +361,7 @@ impl NativeStore {
 
     /// The store's sessions.
     #[napi(ts_return_type = "Promise<Listing>")]
-    pub fn list(&self) -> AsyncTask<StoreTask<surfacelog::Listing, Listing>> {
+    pub fn list(&self) -> AsyncTask<Job<surfacelog::Listing, Listing>> {
         store_task(&self.inner, Store::list, |listing| Listing {
             sessions: listing
                 .headers
@@ -392,13 +384,13 @@ impl NativeStore {
 
     /// Moves session `id` to the store's trash (`restore` brings it back).
     #[napi(ts_return_type = "Promise<void>")]
-    pub fn delete(&self, id: String) -> AsyncTask<StoreTask<(), ()>> {
+    pub fn delete(&self, id: String) -> AsyncTask<Job<(), ()>> {
         store_task(&self.inner, move |store| store.delete(&id), |()| ())
     }
 
     /// Opens session `id` read-only: no lock, no repair, nothing written.
     #[napi(ts_return_type = "Promise<NativeSession>")]
-    pub fn inspect(&self, id: String) -> AsyncTask<StoreTask<Held, NativeSession>> {
+    pub fn inspect(&self, id: String) -> AsyncTask<Job<Held, NativeSession>> {
         store_task(
             &self.inner,
             move |store| store.inspect(&id).map(Held::ReadOnly),
@@ -409,7 +401,7 @@ impl NativeStore {
     /// Rewrites session `id`'s sealed segments with chunk records (log-format.md §13):
     /// the bytes saved.
     #[napi(ts_return_type = "Promise<number>")]
-    pub fn compact_log(&self, id: String) -> AsyncTask<StoreTask<u64, f64>> {
+    pub fn compact_log(&self, id: String) -> AsyncTask<Job<u64, f64>> {
         store_task(
             &self.inner,
             move |store| store.compact_log(&id).map(|r| r.bytes_saved()),
@@ -460,7 +452,6 @@ pub enum Held {
 }
 
 /// Messages packed for one crossing into JS: seqs, end offsets and all the texts.
-#[derive(Default)]
 pub struct Packed {
     seqs: Vec<f64>,
     ends: Vec<f64>,
@@ -569,46 +560,11 @@ impl NativeSession {
     }
 }
 
-/// A session operation, run once under the session's lock.
-type SessionRun<T> = Box<dyn FnOnce(&mut Option<Held>) -> Result<T> + Send>;
-
-/// A session operation run on the thread pool, holding the session's lock.
-pub struct SessionTask<T: Send + 'static, J> {
-    session: Arc<Mutex<Option<Held>>>,
-    id: String,
-    run: Option<SessionRun<T>>,
-    into_js: fn(T) -> J,
-}
-
-impl<T: Send + 'static, J: ToNapiValue + TypeName> Task for SessionTask<T, J> {
-    type Output = T;
-    type JsValue = J;
-
-    fn compute(&mut self) -> Result<T> {
-        let run = self
-            .run
-            .take()
-            .ok_or_else(|| misuse("INVALID_ARGUMENT", "the task ran twice"))?;
-        let mut held = self.session.lock().unwrap_or_else(PoisonError::into_inner);
-        if held.is_none() {
-            return Err(misuse(
-                "SESSION_CLOSED",
-                &format!("session {:?} is closed", self.id),
-            ));
-        }
-        run(&mut held)
-    }
-
-    fn resolve(&mut self, _env: Env, output: T) -> Result<J> {
-        Ok((self.into_js)(output))
-    }
-}
-
 /// The writer of `held`, or `READ_ONLY` for a session opened by `inspect`.
-fn writer<'a>(held: &'a mut Option<Held>, id: &str) -> Result<&'a mut StoredSession> {
+fn writer<'a>(held: &'a mut Held, id: &str) -> Result<&'a mut StoredSession> {
     match held {
-        Some(Held::Writer(session)) => Ok(session),
-        _ => Err(misuse(
+        Held::Writer(session) => Ok(session),
+        Held::ReadOnly(_) => Err(misuse(
             "READ_ONLY",
             &format!("session {id:?} was opened read-only (inspect): it takes no appends"),
         )),
@@ -617,17 +573,25 @@ fn writer<'a>(held: &'a mut Option<Held>, id: &str) -> Result<&'a mut StoredSess
 
 #[napi]
 impl NativeSession {
+    /// A session operation as a [`Job`], run holding the session's lock; `SESSION_CLOSED`
+    /// once it is closed.
     fn task<T: Send + 'static, J: ToNapiValue + TypeName>(
         &self,
-        run: impl FnOnce(&mut Option<Held>) -> Result<T> + Send + 'static,
+        run: impl FnOnce(&mut Held) -> Result<T> + Send + 'static,
         into_js: fn(T) -> J,
-    ) -> AsyncTask<SessionTask<T, J>> {
-        AsyncTask::new(SessionTask {
-            session: self.inner.clone(),
-            id: self.id.clone(),
-            run: Some(Box::new(run)),
+    ) -> AsyncTask<Job<T, J>> {
+        let session = self.inner.clone();
+        let id = self.id.clone();
+        job(
+            move || {
+                let mut held = session.lock().unwrap_or_else(PoisonError::into_inner);
+                let held = held.as_mut().ok_or_else(|| {
+                    misuse("SESSION_CLOSED", &format!("session {id:?} is closed"))
+                })?;
+                run(held)
+            },
             into_js,
-        })
+        )
     }
 
     /// The session id.
@@ -651,7 +615,7 @@ impl NativeSession {
         data: String,
         surface_op: Option<String>,
         source_event_seqs: Option<String>,
-    ) -> AsyncTask<SessionTask<u64, i64>> {
+    ) -> AsyncTask<Job<u64, i64>> {
         let id = self.id.clone();
         self.task(
             move |held| {
@@ -682,7 +646,7 @@ impl NativeSession {
         data: Vec<String>,
         surface_ops: Vec<Option<String>>,
         sources: Vec<Option<String>>,
-    ) -> Result<AsyncTask<SessionTask<Vec<u64>, Vec<i64>>>> {
+    ) -> Result<AsyncTask<Job<Vec<u64>, Vec<i64>>>> {
         let n = types.len();
         if data.len() != n || surface_ops.len() != n || sources.len() != n {
             return Err(misuse(
@@ -713,7 +677,7 @@ impl NativeSession {
 
     /// Makes every appended event durable.
     #[napi(ts_return_type = "Promise<void>")]
-    pub fn flush(&self) -> AsyncTask<SessionTask<(), ()>> {
+    pub fn flush(&self) -> AsyncTask<Job<(), ()>> {
         let id = self.id.clone();
         self.task(
             move |held| writer(held, &id)?.flush().map_err(|e| refusal(&e)),
@@ -723,27 +687,17 @@ impl NativeSession {
 
     /// The number of events, which is also the next seq.
     #[napi(ts_return_type = "Promise<number>")]
-    pub fn seq_next(&self) -> AsyncTask<SessionTask<u64, i64>> {
-        self.task(
-            |held| {
-                Ok(held
-                    .as_ref()
-                    .map_or(0, |held| on_held!(held, s => s.seq_next())))
-            },
-            js_seq,
-        )
+    pub fn seq_next(&self) -> AsyncTask<Job<u64, i64>> {
+        self.task(|held| Ok(on_held!(held, s => s.seq_next())), js_seq)
     }
 
     /// The surface's messages, in order, packed: their seqs, and their exact JSON texts
     /// one after the other in one buffer with each one's end offset. One crossing into JS
     /// for all of them; `index.js` makes each text a string on first use.
     #[napi(ts_return_type = "Promise<PackedMessages>")]
-    pub fn messages(&self) -> AsyncTask<SessionTask<Packed, PackedMessages>> {
+    pub fn messages(&self) -> AsyncTask<Job<Packed, PackedMessages>> {
         self.task(
-            |held| match held.as_ref() {
-                Some(held) => on_held!(held, s => packed_messages(s)).map_err(|e| refusal(&e)),
-                None => Ok(Packed::default()),
-            },
+            |held| on_held!(held, s => packed_messages(s)).map_err(|e| refusal(&e)),
             Packed::into_js,
         )
     }
@@ -756,25 +710,19 @@ impl NativeSession {
     pub fn messages_as_of(
         &self,
         seq: i64,
-    ) -> Result<AsyncTask<SessionTask<Vec<MessageOut>, Vec<MessageOut>>>> {
+    ) -> Result<AsyncTask<Job<Vec<MessageOut>, Vec<MessageOut>>>> {
         let seq = seq_of(seq, "asOf")?;
         Ok(self.task(
-            move |held| match held.as_ref() {
-                Some(held) => on_held!(held, s => messages_as_of(s, seq)).map_err(|e| refusal(&e)),
-                None => Ok(Vec::new()),
-            },
+            move |held| on_held!(held, s => messages_as_of(s, seq)).map_err(|e| refusal(&e)),
             |messages| messages,
         ))
     }
 
     /// The transcript: the seqs of the events appended to the surface, in log order.
     #[napi(ts_return_type = "Promise<number[]>")]
-    pub fn transcript(&self) -> AsyncTask<SessionTask<Vec<u64>, Vec<i64>>> {
+    pub fn transcript(&self) -> AsyncTask<Job<Vec<u64>, Vec<i64>>> {
         self.task(
-            |held| match held.as_ref() {
-                Some(held) => on_held!(held, s => s.transcript()).map_err(|e| refusal(&e)),
-                None => Ok(Vec::new()),
-            },
+            |held| on_held!(held, s => s.transcript()).map_err(|e| refusal(&e)),
             |seqs| seqs.into_iter().map(js_seq).collect(),
         )
     }
@@ -788,16 +736,11 @@ impl NativeSession {
         &self,
         from: i64,
         limit: i64,
-    ) -> Result<AsyncTask<SessionTask<Vec<EventOut>, Vec<EventOut>>>> {
+    ) -> Result<AsyncTask<Job<Vec<EventOut>, Vec<EventOut>>>> {
         let from = seq_of(from, "from")?;
         let limit = seq_of(limit, "limit")?;
         Ok(self.task(
-            move |held| match held.as_ref() {
-                Some(held) => {
-                    on_held!(held, s => events_of(s, from, limit)).map_err(|e| refusal(&e))
-                }
-                None => Ok(Vec::new()),
-            },
+            move |held| on_held!(held, s => events_of(s, from, limit)).map_err(|e| refusal(&e)),
             |events| events,
         ))
     }
@@ -805,36 +748,21 @@ impl NativeSession {
     /// Closes the session: flushes a writer, releases its lock. Later calls reject with
     /// `SESSION_CLOSED`; closing twice is a no-op.
     #[napi(ts_return_type = "Promise<void>")]
-    pub fn close(&self) -> AsyncTask<CloseTask> {
-        AsyncTask::new(CloseTask {
-            session: self.inner.clone(),
-        })
-    }
-}
-
-/// Closes a session on the thread pool.
-pub struct CloseTask {
-    session: Arc<Mutex<Option<Held>>>,
-}
-
-impl Task for CloseTask {
-    type Output = ();
-    type JsValue = ();
-
-    fn compute(&mut self) -> Result<()> {
-        let held = self
-            .session
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        match held {
-            Some(Held::Writer(session)) => session.close().map_err(|e| refusal(&e)),
-            Some(Held::ReadOnly(_)) | None => Ok(()),
-        }
-    }
-
-    fn resolve(&mut self, _env: Env, (): ()) -> Result<()> {
-        Ok(())
+    pub fn close(&self) -> AsyncTask<Job<(), ()>> {
+        let session = self.inner.clone();
+        job(
+            move || {
+                let held = session
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take();
+                match held {
+                    Some(Held::Writer(session)) => session.close().map_err(|e| refusal(&e)),
+                    Some(Held::ReadOnly(_)) | None => Ok(()),
+                }
+            },
+            |()| (),
+        )
     }
 }
 
