@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+mod common;
+
 use proptest::prelude::*;
 use surfacelog::internals::event::EventSource;
 use surfacelog::internals::log::LogReader;
@@ -21,22 +23,14 @@ fn store(dir: &Path, chunk_records: bool, segment_bytes: u64) -> Store {
 }
 
 /// Appends `turns` turns, each with a user message, `chunks` streamed chunks (text and
-/// tool-call deltas, with escapes), an assistant message and a tool result.
+/// tool-call deltas, with escapes), an assistant message with a tool call and its result
+/// (`tests/common`'s messages).
 fn fill(store: &Store, id: &str, turns: u64, chunks: u64) {
     let mut session = store.create(id, None, None).unwrap();
     for turn in 1..=turns {
         let step = format!(r#"{{"turn":{turn},"step":1}}"#);
-        session
-            .append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
-            .unwrap();
-        session
-            .append::<kinds::UserMessage>(
-                &format!(
-                    r#"{{"id":"u{turn}","role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"hi {turn}"}}]}}"#
-                ),
-                SurfaceIntent::append(),
-            )
-            .unwrap();
+        common::turn_start(&mut session, turn);
+        common::user_message(&mut session, &format!("hi {turn}"));
         session
             .append::<kinds::StepStart>(&step, NoSurface)
             .unwrap();
@@ -57,27 +51,18 @@ fn fill(store: &Store, id: &str, turns: u64, chunks: u64) {
         }
         session
             .append::<kinds::AssistantMessage>(
-                &format!(
-                    r#"{{"turn":{turn},"step":1,"message":{{"id":"a{turn}","role":"assistant","source":{{"kind":"model","provider":"p","model":"m"}},"content":[{{"type":"tool-call","id":"c{turn}","name":"read","input":{{}}}}]}}}}"#
-                ),
+                &common::assistant(turn, &common::tool_call(turn)),
                 SurfaceIntent::append(),
             )
             .unwrap();
         session
             .append::<kinds::ToolResult>(
-                &format!(
-                    r#"{{"turn":{turn},"step":1,"message":{{"id":"r{turn}","role":"user","source":{{"kind":"tool","callId":"c{turn}"}},"content":[{{"type":"tool-result","toolCallId":"c{turn}","content":[{{"type":"text","text":"out"}}]}}]}}}}"#
-                ),
+                &common::tool_result(turn, &format!("c{turn}"), "out"),
                 SurfaceIntent::append(),
             )
             .unwrap();
         session.append::<kinds::StepEnd>(&step, NoSurface).unwrap();
-        session
-            .append::<kinds::TurnEnd>(
-                &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
-                NoSurface,
-            )
-            .unwrap();
+        common::turn_end(&mut session, turn);
     }
     session.close().unwrap();
 }
