@@ -96,6 +96,6 @@ pub use internals::store::FollowStream;
 pub use internals::store::checkpoint::Unusable as CheckpointUnusable;
 pub use internals::store::{
     FollowEvents, Follower, Listing, Opened, Problem, SessionReport, Severity, SharedSession,
-    Store, StoreOptions, StoredSession, VerifyReport,
+    Store, StoreOptions, StoredSession, VerbatimRead, VerbatimStore, VerifyReport,
 };
 pub use internals::surface::{Message, Replacement, Surface};

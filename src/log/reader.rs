@@ -417,6 +417,50 @@ impl LogReader {
         &self.dir
     }
 
+    /// The log's identity: the `log_id` of its segments (SEG-1), random per log.
+    pub fn log_id(&self) -> LogId {
+        self.log_id
+    }
+
+    /// The bytes a writer's recovery would drop as a torn tail (§7, RCV-9), read without
+    /// changing anything: the last segment's file from just past the last record this
+    /// reader has scanned to the end of its last non-zero byte, when there is one.
+    /// `None` when only zeros follow, or when the last segment is limited (LIM-4). Bytes
+    /// that are damage rather than a tail are not asked about here: the scan that found
+    /// the end has refused them already (RD-6).
+    ///
+    /// # Errors
+    /// `IO` naming the file when its bytes cannot be read; `CORRUPT` when it is shorter
+    /// than it was (RD-8).
+    pub fn unrecovered_tail(&self) -> Result<Option<(PathBuf, std::ops::Range<usize>)>> {
+        let Some(last) = self.segments.last().filter(|s| s.limit.is_none()) else {
+            return Ok(None);
+        };
+        let Some(mapped) = last.mapped() else {
+            return Ok(None);
+        };
+        let path = last.path(&self.dir);
+        let opened;
+        let file = if let Some(file) = &mapped.file {
+            file
+        } else {
+            opened = self
+                .storage
+                .open_file(path, false)
+                .map_err(|e| Error::io("open", path, &e))?;
+            &opened
+        };
+        let source = FileBytes {
+            file,
+            len: mapped.map.len(),
+        };
+        // RD-8: past the verified end, read with pread inside the data regions only.
+        let regions = super::writer::data_regions(file, last.end, source.len);
+        let dirty_to =
+            nonzero_end(&source, last.end, &regions).map_err(|e| read_error(path, last.end, &e))?;
+        Ok((dirty_to > last.end).then(|| (path.to_owned(), last.end..dirty_to)))
+    }
+
     /// The segments this reader knows, in order: each one's first seq and whether it is
     /// limited (LIM-1), as a checkpoint records them (`checkpoint.md` CKP-8).
     pub fn known_segments(&self) -> Vec<KnownSegment> {

@@ -13,6 +13,7 @@ mod import;
 mod shared;
 mod stored_log;
 mod summary;
+pub mod verbatim;
 mod verify;
 
 pub use escape::escape_id;
@@ -23,6 +24,7 @@ pub use import::{Import, Imported};
 pub use shared::SharedSession;
 pub use stored_log::StoredLog;
 pub use summary::{SessionSummary, Summaries};
+pub use verbatim::{VerbatimRead, VerbatimStore};
 pub use verify::{Problem, SessionReport, Severity, VerifyReport, verify};
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,521 @@
+//! The verbatim session store (`format-spec/verbatim-store.md`, rules VBT-n): logs kept
+//! exactly as another host's persistence layer hands them over, for the DSH persistence
+//! backend (`format-spec/upstream/dsh-persistence.md` §3.3). It stores, it does not judge:
+//! events are checked only for what the log format needs to hold them (VBT-4), never
+//! against the contract's §5 shapes, and reads hand them back unjudged. It is a separate
+//! entry point, not a weakening of [`crate::Store`]'s strict `append`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::envelope::{Envelope, check_event_type_str};
+use crate::event::{Event, EventFields, EventSource, type_name};
+use crate::json::{Json, Kind};
+use crate::log::{Durability, LogOptions, LogReader, LogWriter};
+use crate::storage::Storage;
+
+use super::escape_id;
+
+/// The header file of a verbatim session (VBT-2).
+const HEADER_FILE: &str = "dsh-header.json";
+
+/// A directory of verbatim session logs (VBT-1): `sessions/<escaped id>/` holds each
+/// one's header and log, `tmp/` the sessions being created.
+///
+/// ```
+/// use surfacelog::VerbatimStore;
+/// let dir = tempfile::tempdir()?;
+/// let store = VerbatimStore::new(dir.path());
+/// // Stored as given: a header of any version, an event type no vocabulary knows.
+/// store.create("s", r#"{"version":99,"id":"s"}"#, &[r#"{"type":"x/y","seq":0,"time":5}"#])?;
+/// let read = store.load("s", 0)?.unwrap();
+/// assert_eq!(read.events, r#"[{"type":"x/y","seq":0,"time":5}]"#);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct VerbatimStore {
+    root: PathBuf,
+    options: LogOptions,
+}
+
+/// What a read of a verbatim session returns (VBT-7).
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::VerbatimStore::new(dir.path());
+/// store.create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#])?;
+/// let read = store.load("s", 0)?.unwrap();
+/// assert_eq!((read.header.as_str(), read.seq_next, read.torn), (r#"{"id":"s"}"#, 1, None));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerbatimRead {
+    /// The header's JSON text, as stored.
+    pub header: String,
+    /// The events read, as one JSON array text: each event's exact text, in seq order,
+    /// separated by commas.
+    pub events: String,
+    /// How many events `events` holds.
+    pub count: u64,
+    /// The number of events the log holds (its next seq).
+    pub seq_next: u64,
+    /// The revision of exactly this state (VBT-8).
+    pub revision: String,
+    /// The last segment's bytes past its last record, when a writer's recovery would drop
+    /// them as a torn tail: the file and the byte range (VBT-7, VBT-9).
+    pub torn: Option<(PathBuf, std::ops::Range<usize>)>,
+}
+
+impl VerbatimStore {
+    /// A store at `root`. Nothing is read or created until an operation needs it; the
+    /// directories are created (mode 0700) by the first [`VerbatimStore::create`].
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let store = surfacelog::VerbatimStore::new(dir.path().join("not-yet"));
+    /// assert!(store.list()?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new(root: impl AsRef<Path>) -> Self {
+        Self::with_options(root, LogOptions::default())
+    }
+
+    /// [`VerbatimStore::new`] with the logs' options; their durability is always `Sync`
+    /// (VBT-6): every call returns once what it wrote is durable.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let options = surfacelog::internals::log::LogOptions { segment_bytes: 4096, ..Default::default() };
+    /// let store = surfacelog::VerbatimStore::with_options(dir.path(), options);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_options(root: impl AsRef<Path>, options: LogOptions) -> Self {
+        Self {
+            root: root.as_ref().to_owned(),
+            options: LogOptions {
+                durability: Durability::Sync,
+                ..options
+            },
+        }
+    }
+
+    /// The directory session `id` is (or would be) stored in (VBT-1): a pure function of
+    /// the root and the id.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = surfacelog::VerbatimStore::new(dir.path());
+    /// assert_eq!(store.locate("a/b"), dir.path().join("sessions").join("a%2Fb"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn locate(&self, id: &str) -> PathBuf {
+        self.root.join("sessions").join(escape_id(id))
+    }
+
+    /// Creates session `id` with its header and first events, atomically (VBT-5): after a
+    /// crash the session either exists with all of them, durable, or does not exist.
+    /// Never replaces a stored session.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::VerbatimStore::new(dir.path());
+    /// store.create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#])?;
+    /// let again = store.create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#]);
+    /// assert_eq!(again.unwrap_err().code(), "SESSION_EXISTS");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `INVALID_ID` for the empty id; `HEADER_INVALID` when `header` is not a JSON object
+    /// text; an event's refusal (VBT-4); `SESSION_EXISTS`; `IO`. Nothing is left behind.
+    pub fn create(&self, id: &str, header: &str, events: &[&str]) -> Result<()> {
+        super::check_id(id)?;
+        check_header(header)?;
+        let events = admit_all(events, 0)?;
+        let storage = &*self.options.storage;
+        let final_dir = self.locate(id);
+        if std::fs::symlink_metadata(&final_dir).is_ok() {
+            return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
+        }
+        let tmp_root = self.root.join("tmp");
+        let sessions = self.root.join("sessions");
+        for dir in [&self.root, &tmp_root, &sessions] {
+            create_private_dir(dir)?;
+        }
+        let build = tmp_root.join(format!("{}-{}", std::process::id(), next_build()));
+        let _ = storage.remove_dir_all(&build);
+        let built = self.build(&build, header, &events);
+        let published = built.and_then(|()| publish(storage, &build, &final_dir, id));
+        if published.is_err() {
+            let _ = storage.remove_dir_all(&build);
+        }
+        published?;
+        storage
+            .sync_dir(&sessions)
+            .map_err(|e| Error::io("fsync", &sessions, &e))
+    }
+
+    /// Writes a new session's header and log into `dir`, durably.
+    fn build(&self, dir: &Path, header: &str, events: &[Event]) -> Result<()> {
+        let storage = &*self.options.storage;
+        storage
+            .create_dir_all(dir)
+            .map_err(|e| Error::io("create_dir", dir, &e))?;
+        let text = format!("{header}\n");
+        let tmp = dir.join(format!("{HEADER_FILE}.tmp"));
+        crate::storage::replace_file(storage, &tmp, &dir.join(HEADER_FILE), text.as_bytes(), 0)?;
+        let (writer, _) = LogWriter::open(&dir.join("log"), self.options.clone())?;
+        writer.append(events)?;
+        writer.close()?;
+        storage
+            .sync_dir(dir)
+            .map_err(|e| Error::io("fsync", dir, &e))
+    }
+
+    /// Appends `events` to session `id`, durably: the first must carry seq `first_seq`,
+    /// the log's next seq (VBT-6). All or none: a refused batch writes nothing.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::VerbatimStore::new(dir.path());
+    /// store.create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#])?;
+    /// store.append("s", 1, &[r#"{"type":"b","seq":1,"time":2,"data":{"any":"shape"}}"#])?;
+    /// let stale = store.append("s", 1, &[r#"{"type":"b","seq":1,"time":2}"#]);
+    /// assert_eq!(stale.unwrap_err().code(), "SEQ_NOT_CONTIGUOUS");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `SESSION_NOT_FOUND`; an event's refusal (VBT-4); `SEQ_NOT_CONTIGUOUS` when
+    /// `first_seq` is not the stored next seq; `LOCKED` while another writer has the log
+    /// open; what opening the log refuses (`CORRUPT`, `FORMAT_VERSION`); `IO`.
+    pub fn append(&self, id: &str, first_seq: u64, events: &[&str]) -> Result<()> {
+        let events = admit_all(events, first_seq)?;
+        let writer = self.writer(id)?;
+        check_next(id, first_seq, writer.seq_next())?;
+        writer.append(&events)?;
+        writer.close()
+    }
+
+    /// Commits a repair (VBT-9): opens the log for writing, which drops a torn tail
+    /// (log-format §7), then appends `closers`, which must start at the stored next seq.
+    /// Each step is durable before the next.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::VerbatimStore::new(dir.path());
+    /// store.create("s", r#"{"id":"s"}"#, &[r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#])?;
+    /// store.repair("s", &[r#"{"type":"turn/end","seq":1,"time":2,"data":{"turn":1}}"#])?;
+    /// assert_eq!(store.load("s", 1)?.unwrap().count, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`VerbatimStore::append`].
+    pub fn repair(&self, id: &str, closers: &[&str]) -> Result<()> {
+        let writer = self.writer(id)?;
+        if !closers.is_empty() {
+            let first = writer.seq_next();
+            let events = admit_all(closers, first)?;
+            writer.append(&events)?;
+        }
+        writer.close()
+    }
+
+    /// Reads session `id` (VBT-7): its header, its events from `from` on, its revision
+    /// and whether a torn tail waits for a writer's recovery. Changes nothing. `None` when
+    /// the session is not stored.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::VerbatimStore::new(dir.path());
+    /// assert_eq!(store.load("s", 0)?, None);
+    /// store.create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#, r#"{"type":"b","seq":1,"time":1}"#])?;
+    /// assert_eq!(store.load("s", 1)?.unwrap().events, r#"[{"type":"b","seq":1,"time":1}]"#);
+    /// assert_eq!(store.load("s", 9)?.unwrap().events, "[]");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `CORRUPT` naming the file (and offset) for damage anywhere in what is read, also a
+    /// missing or damaged header; `FORMAT_VERSION`; `IO`. Damage is never taken for the end
+    /// of the log or for absence.
+    pub fn load(&self, id: &str, from: u64) -> Result<Option<VerbatimRead>> {
+        let Some((header, reader)) = self.reader(id)? else {
+            return Ok(None);
+        };
+        let mut events = String::from("[");
+        let mut count = 0;
+        for event in reader.iter_from(from) {
+            if count > 0 {
+                events.push(',');
+            }
+            event?.write_text(&mut events);
+            count += 1;
+        }
+        events.push(']');
+        let torn = reader.unrecovered_tail()?;
+        Ok(Some(VerbatimRead {
+            header,
+            events,
+            count,
+            seq_next: reader.seq_next(),
+            revision: revision(&reader, torn.is_some()),
+            torn,
+        }))
+    }
+
+    /// The revision of session `id` (VBT-8) without reading its events; `None` when it is
+    /// not stored.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::VerbatimStore::new(dir.path());
+    /// store.create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#])?;
+    /// let before = store.revision("s")?.unwrap();
+    /// assert_eq!(store.revision("s")?.unwrap(), before); // reads change nothing
+    /// store.append("s", 1, &[r#"{"type":"a","seq":1,"time":1}"#])?;
+    /// assert_ne!(store.revision("s")?.unwrap(), before);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`VerbatimStore::load`].
+    pub fn revision(&self, id: &str) -> Result<Option<String>> {
+        let Some((_, reader)) = self.reader(id)? else {
+            return Ok(None);
+        };
+        let torn = reader.unrecovered_tail()?;
+        Ok(Some(revision(&reader, torn.is_some())))
+    }
+
+    /// Every stored session's header text and revision, in directory order (VBT-10).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::VerbatimStore::new(dir.path());
+    /// store.create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#])?;
+    /// let listed = store.list()?;
+    /// assert_eq!((listed.len(), listed[0].0.as_str()), (1, r#"{"id":"s"}"#));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `CORRUPT` for a session whose header or log is damaged: the whole listing is
+    /// refused, never shortened; `IO`.
+    pub fn list(&self) -> Result<Vec<(String, String)>> {
+        let sessions = self.root.join("sessions");
+        let entries = match std::fs::read_dir(&sessions) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("read_dir", &sessions, &e)),
+        };
+        let mut listed = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io("read_dir", &sessions, &e))?;
+            let dir = entry.path();
+            let Some((header, reader)) = self.open_dir(&dir)? else {
+                continue; // VBT-10: gone since it was listed
+            };
+            let torn = reader.unrecovered_tail()?;
+            listed.push((header, revision(&reader, torn.is_some())));
+        }
+        Ok(listed)
+    }
+
+    /// Session `id`'s header and a reader of its log, or `None` when it is not stored.
+    fn reader(&self, id: &str) -> Result<Option<(String, LogReader)>> {
+        super::check_id(id)?;
+        self.open_dir(&self.locate(id))
+    }
+
+    /// The header and log reader of the session in `dir`; `None` when `dir` does not exist.
+    fn open_dir(&self, dir: &Path) -> Result<Option<(String, LogReader)>> {
+        match std::fs::symlink_metadata(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("stat", dir, &e)),
+            Ok(_) => {}
+        }
+        let header = read_header(dir)?;
+        let reader = LogReader::open_with(&dir.join("log"), Arc::clone(&self.options.storage))?;
+        Ok(Some((header, reader)))
+    }
+
+    /// A writer of session `id`'s log, its recovery done (log-format §7).
+    fn writer(&self, id: &str) -> Result<LogWriter> {
+        super::check_id(id)?;
+        let dir = self.locate(id);
+        if std::fs::symlink_metadata(&dir).is_err() {
+            return Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into());
+        }
+        read_header(&dir)?;
+        let (writer, _) = LogWriter::open(&dir.join("log"), self.options.clone())?;
+        Ok(writer)
+    }
+}
+
+/// VBT-8: `surfacelog:<log_id>:<seq_next>`, and `:torn` while a torn tail waits.
+fn revision(reader: &LogReader, torn: bool) -> String {
+    use std::fmt::Write;
+    let mut token = String::from("surfacelog:");
+    for byte in reader.log_id() {
+        let _ = write!(token, "{byte:02x}");
+    }
+    let _ = write!(token, ":{}", reader.seq_next());
+    if torn {
+        token.push_str(":torn");
+    }
+    token
+}
+
+/// `SEQ_NOT_CONTIGUOUS` unless a batch starting at `first_seq` continues a log whose next
+/// seq is `stored` (VBT-6).
+fn check_next(id: &str, first_seq: u64, stored: u64) -> Result<()> {
+    if first_seq == stored {
+        return Ok(());
+    }
+    Err(ErrorKind::SeqNotContiguous {
+        expected: stored,
+        found: format!("{first_seq} (session {id} append starts at seq {first_seq}, stored next seq is {stored})"),
+    }
+    .into())
+}
+
+/// VBT-2: a header is a JSON object text (`HEADER_INVALID` otherwise), on one line.
+fn check_header(header: &str) -> Result<()> {
+    let invalid = |reason: &str| -> Error {
+        ErrorKind::HeaderInvalid {
+            reason: reason.to_owned(),
+        }
+        .into()
+    };
+    let json = Json::parse(header).map_err(|e| invalid(&Error::from(e).to_string()))?;
+    if json.root().kind() != Kind::Object {
+        return Err(invalid("the header is not a JSON object"));
+    }
+    if header.contains('\n') {
+        return Err(invalid("the header text holds a line break"));
+    }
+    Ok(())
+}
+
+/// VBT-2: the header file of the session in `dir`, checked: one JSON object text and a
+/// line break. Anything else, a missing file included, is `CORRUPT` naming it.
+fn read_header(dir: &Path) -> Result<String> {
+    let path = dir.join(HEADER_FILE);
+    let corrupt = |reason: &str| -> Error {
+        ErrorKind::Corrupt {
+            location: path.display().to_string(),
+            reason: reason.to_owned(),
+        }
+        .into()
+    };
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(corrupt("the session has no header file (VBT-2)"));
+        }
+        Err(e) => return Err(Error::io("read", &path, &e)),
+    };
+    let text = String::from_utf8(bytes).map_err(|_| corrupt("the header is not UTF-8"))?;
+    let Some(header) = text.strip_suffix('\n') else {
+        return Err(corrupt("the header does not end with a line break (VBT-2)"));
+    };
+    check_header(header).map_err(|e| corrupt(&e.to_string()))?;
+    Ok(header.to_owned())
+}
+
+/// VBT-4: each event of a batch starting at `first_seq`, admitted, or the first refusal.
+fn admit_all(texts: &[&str], first_seq: u64) -> Result<Vec<Event>> {
+    (first_seq..)
+        .zip(texts)
+        .map(|(seq, text)| admit(text, seq))
+        .collect()
+}
+
+/// VBT-3, VBT-4: one event stored as given: its text must be a JSON object with `seq` equal
+/// to `seq`, a `type` string of 1 to 256 bytes and a safe-integer `time`, the fields a
+/// record holds (log-format §4). Nothing else about it is judged.
+fn admit(text: &str, seq: u64) -> Result<Event> {
+    let json = Json::parse(text)?;
+    let envelope = Envelope::read(json.root())?;
+    let invalid = |reason: &str| -> Error {
+        ErrorKind::EnvelopeInvalid {
+            reason: format!("seq {seq}: {reason} (a verbatim record needs it, VBT-4)"),
+        }
+        .into()
+    };
+    match envelope.seq.and_then(|s| s.as_safe_u64()) {
+        Some(found) if found == seq => {}
+        found => {
+            return Err(ErrorKind::SeqNotContiguous {
+                expected: seq,
+                found: found.map_or_else(
+                    || {
+                        envelope
+                            .seq
+                            .map_or("(missing)".to_owned(), |s| s.raw().to_owned())
+                    },
+                    |f| f.to_string(),
+                ),
+            }
+            .into());
+        }
+    }
+    let event_type = envelope
+        .event_type
+        .and_then(|t| t.as_str())
+        .ok_or_else(|| invalid("type is missing or not a Unicode string"))?;
+    check_event_type_str(&event_type)
+        .map_err(|_| invalid("type is empty or longer than 256 bytes"))?;
+    let time = envelope
+        .time
+        .and_then(|t| t.as_safe_int())
+        .ok_or_else(|| invalid("time is missing or not a safe integer"))?;
+    let data = envelope.data.map_or(0..0, |d| d.span());
+    let ignorable = envelope.ignorable.is_some_and(|i| i.is_true());
+    let fields = EventFields {
+        event_type: type_name(&event_type),
+        seq,
+        time,
+        surface_op: None,
+        sources: None,
+        ignorable,
+    };
+    Ok(Event::new(text.to_owned(), data, None, fields))
+}
+
+/// VBT-5: renames the built session `build` to `to` unless something is there already
+/// (`renameat2` with `RENAME_NOREPLACE`, so a concurrent creator cannot be overwritten).
+fn publish(storage: &dyn Storage, build: &Path, to: &Path, id: &str) -> Result<()> {
+    storage
+        .sync_dir(build)
+        .map_err(|e| Error::io("fsync", build, &e))?;
+    let exists = || -> Error { ErrorKind::SessionExists { id: id.to_owned() }.into() };
+    if std::fs::symlink_metadata(to).is_ok() {
+        return Err(exists());
+    }
+    let cwd = rustix::fs::CWD;
+    match rustix::fs::renameat_with(cwd, build, cwd, to, rustix::fs::RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::EXIST) => Err(exists()),
+        Err(e) => Err(Error::io("rename", to, &std::io::Error::from(e))),
+    }
+}
+
+/// Creates `dir` with mode 0700 unless it exists (VBT-1).
+fn create_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::io("create_dir", dir, &e)),
+    }
+}
+
+/// A number unique within this process, for build directory names.
+fn next_build() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}

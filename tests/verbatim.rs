@@ -1,0 +1,349 @@
+//! The verbatim store (`format-spec/verbatim-store.md`): events stored exactly as given
+//! and read back unjudged, refusals that leave no trace, revisions, torn tails reported by
+//! reads and dropped only by a repair, damage refused rather than shortened.
+
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+use surfacelog::VerbatimStore;
+use surfacelog::internals::log::LogOptions;
+
+fn small_segments(root: &Path) -> VerbatimStore {
+    let options = LogOptions {
+        segment_bytes: 2048,
+        ..LogOptions::default()
+    };
+    VerbatimStore::with_options(root, options)
+}
+
+/// An event text as a DSH host might hand it over: any type, any data, key orders and
+/// number spellings of its own.
+fn event(seq: u64, kind: u8, payload: &str) -> String {
+    let payload = quote(payload);
+    match kind % 5 {
+        0 => format!(
+            r#"{{"type":"user/message","seq":{seq},"time":17,"data":{{"content":{payload}}}}}"#
+        ),
+        1 => format!(
+            r#"{{"seq":{seq},"type":"future/kind","time":-3,"data":[1e+21,-0,0.1],"extra":{payload}}}"#
+        ),
+        2 => format!(
+            r#"{{"type":"assistant/chunk","seq":{seq},"time":1700000000000,"data":{{"turn":1,"step":2,"chunk":{{"type":"text-delta","index":0,"text":{payload}}}}}}}"#
+        ),
+        3 => format!(r#"{{"type":"x","seq":{seq},"time":0,"ignorable":true}}"#),
+        _ => format!(
+            r#"{{"type":"tool/result","seq":{seq},"time":9007199254740991,"data":{{"big":123456789012345678901234567890,"s":"\ud800",{payload}:null}}}}"#
+        ),
+    }
+}
+
+/// `text` as a JSON string.
+fn quote(text: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn batch(first: u64, kinds: &[(u8, String)]) -> Vec<String> {
+    kinds
+        .iter()
+        .enumerate()
+        .map(|(i, (kind, payload))| event(first + i as u64, *kind, payload))
+        .collect()
+}
+
+fn refs(texts: &[String]) -> Vec<&str> {
+    texts.iter().map(String::as_str).collect()
+}
+
+fn array(texts: &[String]) -> String {
+    format!("[{}]", texts.join(","))
+}
+
+/// Every file under `dir` with its bytes, to show that a read or a refusal changed nothing.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                files.push((path, bytes));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The last segment file of session `id`'s log.
+fn last_segment(store: &VerbatimStore, id: &str) -> PathBuf {
+    let mut segments: Vec<PathBuf> = std::fs::read_dir(store.locate(id).join("log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segments.sort();
+    segments.pop().unwrap()
+}
+
+/// Writes a frame that was never completed after the last record: a torn tail.
+fn tear(segment: &Path) -> usize {
+    use std::os::unix::fs::FileExt;
+    let bytes = std::fs::read(segment).unwrap();
+    let end = bytes.iter().rposition(|b| *b != 0).map_or(64, |at| at + 1);
+    let at = end.next_multiple_of(8);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(segment)
+        .unwrap();
+    file.write_all_at(&[200, 0, 0, 0, 0xAB, 0xCD, 0xEF, 0x01, 7, 7, 7], at as u64)
+        .unwrap();
+    file.sync_all().unwrap();
+    at
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Whatever is appended, in whatever batches, reads back as exactly those texts; a
+    /// suffix read is the suffix; the revision changes with every append and with nothing
+    /// else; the logs span several segments.
+    #[test]
+    fn events_read_back_exactly_as_appended(
+        batches in prop::collection::vec(
+            prop::collection::vec((any::<u8>(), "\\PC{0,40}"), 1..12), 1..6),
+        from in 0u64..80,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = small_segments(dir.path());
+        let header = r#"{"version":99,"id":"s","cwd":"rel","unknown":[1,2]}"#;
+        let mut all = batch(0, &batches[0]);
+        store.create("s", header, &refs(&all)).unwrap();
+        let mut revisions = vec![store.revision("s").unwrap().unwrap()];
+        for kinds in &batches[1..] {
+            let next = batch(all.len() as u64, kinds);
+            store.append("s", all.len() as u64, &refs(&next)).unwrap();
+            all.extend(next);
+            let revision = store.revision("s").unwrap().unwrap();
+            prop_assert!(!revisions.contains(&revision), "{revision} seen before");
+            revisions.push(revision);
+        }
+        let read = store.load("s", 0).unwrap().unwrap();
+        prop_assert_eq!(&read.header, header);
+        prop_assert_eq!(&read.events, &array(&all));
+        prop_assert_eq!(read.seq_next, all.len() as u64);
+        prop_assert_eq!(&read.revision, revisions.last().unwrap());
+        prop_assert_eq!(read.torn, None);
+        let suffix = store.load("s", from).unwrap().unwrap();
+        let skip = usize::try_from(from).unwrap().min(all.len());
+        prop_assert_eq!(&suffix.events, &array(&all[skip..]));
+        prop_assert_eq!(suffix.count, (all.len() - skip) as u64);
+        prop_assert_eq!(&store.revision("s").unwrap().unwrap(), revisions.last().unwrap());
+        let listed = store.list().unwrap();
+        prop_assert_eq!(listed, vec![(header.to_owned(), revisions.last().unwrap().clone())]);
+    }
+}
+
+/// VBT-4: a batch holding one event the store cannot hold is refused whole, with a code,
+/// and leaves every file as it was.
+#[test]
+fn vbt_4_refused_batches_leave_no_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = VerbatimStore::new(dir.path());
+    store
+        .create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#])
+        .unwrap();
+    let before = snapshot(dir.path());
+    let good = r#"{"type":"a","seq":1,"time":1}"#;
+    let cases: [(&str, &str); 9] = [
+        (r#"{"type":"a","seq":2,"time":1"#, "DATA_INVALID_JSON"),
+        (
+            r#"{"type":"a","seq":2,"time":1,"time":2}"#,
+            "DATA_DUPLICATE_KEY",
+        ),
+        (r"[1,2]", "ENVELOPE_INVALID"),
+        (r#"{"seq":2,"time":1}"#, "ENVELOPE_INVALID"),
+        (r#"{"type":"","seq":2,"time":1}"#, "ENVELOPE_INVALID"),
+        (r#"{"type":"a","seq":2,"time":1.5}"#, "ENVELOPE_INVALID"),
+        (r#"{"type":"a","seq":2}"#, "ENVELOPE_INVALID"),
+        (r#"{"type":"a","seq":3,"time":1}"#, "SEQ_NOT_CONTIGUOUS"),
+        (r#"{"type":"a","time":1}"#, "SEQ_NOT_CONTIGUOUS"),
+    ];
+    for (bad, code) in cases {
+        let error = store.append("s", 1, &[good, bad]).unwrap_err();
+        assert_eq!(error.code(), code, "{bad}: {error}");
+        assert_eq!(snapshot(dir.path()), before, "{bad}");
+    }
+    // A batch that does not start at the stored next seq names both.
+    let error = store
+        .append("s", 0, &[r#"{"type":"a","seq":0,"time":1}"#])
+        .unwrap_err();
+    assert_eq!(error.code(), "SEQ_NOT_CONTIGUOUS");
+    assert!(
+        error.to_string().contains("stored next seq is 1"),
+        "{error}"
+    );
+    assert_eq!(snapshot(dir.path()), before);
+    // Headers: a JSON object text, nothing else; a refused create leaves nothing.
+    for header in [r"[1]", r#"{"id":"t""#, "{\"id\":\n\"t\"}"] {
+        let error = store.create("t", header, &[good]).unwrap_err();
+        assert_eq!(error.code(), "HEADER_INVALID", "{header}: {error}");
+    }
+    let error = store.create("t", r#"{"id":"t"}"#, &[good]).unwrap_err();
+    assert_eq!(error.code(), "SEQ_NOT_CONTIGUOUS", "{error}");
+    assert_eq!(store.load("t", 0).unwrap(), None);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+        0
+    );
+    assert_eq!(store.list().unwrap().len(), 1);
+}
+
+/// VBT-5: a session is created once; creating it again is refused and changes nothing.
+#[test]
+fn vbt_5_create_never_replaces_a_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = VerbatimStore::new(dir.path());
+    let first = [r#"{"type":"a","seq":0,"time":1}"#];
+    store.create("s", r#"{"id":"s","n":1}"#, &first).unwrap();
+    let before = snapshot(dir.path());
+    let error = store
+        .create("s", r#"{"id":"s","n":2}"#, &first)
+        .unwrap_err();
+    assert_eq!(error.code(), "SESSION_EXISTS");
+    assert_eq!(snapshot(dir.path()), before);
+    assert_eq!(
+        store.load("s", 0).unwrap().unwrap().header,
+        r#"{"id":"s","n":1}"#
+    );
+    // Absent sessions are absent, never errors; appends to them are refused.
+    assert_eq!(store.revision("nope").unwrap(), None);
+    let error = store.append("nope", 0, &first).unwrap_err();
+    assert_eq!(error.code(), "SESSION_NOT_FOUND");
+    assert_eq!(
+        store.create("", "{}", &first).unwrap_err().code(),
+        "INVALID_ID"
+    );
+}
+
+/// VBT-7, VBT-9: a torn tail is reported by reads, which change no byte; its revision says
+/// so; a repair drops it (a truncate-only repair changes the revision too) and appends the
+/// closers after the stored events.
+#[test]
+fn vbt_9_a_torn_tail_waits_for_a_repair() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = VerbatimStore::new(dir.path());
+    let events = [
+        r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#,
+        r#"{"type":"user/message","seq":1,"time":1,"data":{}}"#,
+    ];
+    store.create("s", r#"{"id":"s"}"#, &events).unwrap();
+    let clean = store.revision("s").unwrap().unwrap();
+    let at = tear(&last_segment(&store, "s"));
+    let before = snapshot(dir.path());
+    let read = store.load("s", 0).unwrap().unwrap();
+    assert_eq!(read.count, 2);
+    let (path, range) = read.torn.clone().expect("a torn tail");
+    assert_eq!((path, range.start), (last_segment(&store, "s"), at));
+    assert_eq!(read.revision, format!("{clean}:torn"));
+    assert_eq!(store.revision("s").unwrap().unwrap(), read.revision);
+    assert_eq!(store.list().unwrap()[0].1, read.revision);
+    assert_eq!(snapshot(dir.path()), before, "reads changed a file");
+    // Truncate-only repair.
+    store.repair("s", &[]).unwrap();
+    let repaired = store.load("s", 0).unwrap().unwrap();
+    assert_eq!((repaired.torn, repaired.count), (None, 2));
+    assert_eq!(repaired.revision, clean);
+    assert_ne!(repaired.revision, read.revision);
+    // Torn again, then repaired with closers.
+    tear(&last_segment(&store, "s"));
+    let closer =
+        r#"{"type":"turn/end","seq":2,"time":2,"data":{"turn":1,"reason":{"kind":"interrupted"}}}"#;
+    store.repair("s", &[closer]).unwrap();
+    let closed = store.load("s", 0).unwrap().unwrap();
+    assert_eq!(closed.torn, None);
+    assert_eq!(
+        closed.events,
+        format!("[{},{},{closer}]", events[0], events[1])
+    );
+    assert_ne!(closed.revision, clean);
+    // Closers must continue the stored events.
+    let error = store.repair("s", &[closer]).unwrap_err();
+    assert_eq!(error.code(), "SEQ_NOT_CONTIGUOUS");
+}
+
+/// Damage inside the stored events is refused with the file and offset, never read as a
+/// shorter log; a damaged header too.
+#[test]
+fn damage_is_refused_not_shortened() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = VerbatimStore::new(dir.path());
+    let texts = batch(
+        0,
+        &[
+            (0, "hello".to_owned()),
+            (1, "world".to_owned()),
+            (3, String::new()),
+        ],
+    );
+    store.create("s", r#"{"id":"s"}"#, &refs(&texts)).unwrap();
+    let segment = last_segment(&store, "s");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let at = bytes.windows(5).position(|w| w == b"hello").unwrap();
+    bytes[at] ^= 0x20;
+    std::fs::write(&segment, &bytes).unwrap();
+    let error = store.load("s", 0).unwrap_err();
+    assert_eq!(error.code(), "CORRUPT", "{error}");
+    assert!(error.to_string().contains(".seg"), "{error}");
+    // A listing reads headers and revisions, not events (VBT-10): lazy, not silent.
+    assert_eq!(store.list().unwrap().len(), 1);
+    let header = store.locate("s").join("dsh-header.json");
+    std::fs::write(&header, "{\"id\":\"s\"").unwrap();
+    let error = store.revision("s").unwrap_err();
+    assert_eq!(error.code(), "CORRUPT", "{error}");
+    assert!(error.to_string().contains("dsh-header.json"), "{error}");
+    assert_eq!(store.list().unwrap_err().code(), "CORRUPT");
+    std::fs::remove_file(&header).unwrap();
+    assert_eq!(store.load("s", 0).unwrap_err().code(), "CORRUPT");
+}
+
+/// One writer at a time, across processes: an append while another writer holds the log
+/// is `LOCKED` and writes nothing.
+#[test]
+fn one_writer_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = VerbatimStore::new(dir.path());
+    store
+        .create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#])
+        .unwrap();
+    let log = store.locate("s").join("log");
+    let (writer, _) =
+        surfacelog::internals::log::LogWriter::open(&log, LogOptions::default()).unwrap();
+    let error = store
+        .append("s", 1, &[r#"{"type":"a","seq":1,"time":1}"#])
+        .unwrap_err();
+    assert_eq!(error.code(), "LOCKED");
+    writer.close().unwrap();
+    store
+        .append("s", 1, &[r#"{"type":"a","seq":1,"time":1}"#])
+        .unwrap();
+    assert_eq!(store.load("s", 0).unwrap().unwrap().seq_next, 2);
+}
