@@ -208,3 +208,48 @@ export class Store {
   /** Rewrites session `id`'s older segments with chunk records; resolves with the bytes saved. */
   compactLog(id: string): Promise<number>;
 }
+
+/** A verbatim session as read (`format-spec/verbatim-store.md` VBT-7). */
+export interface VerbatimLoad {
+  /** The header's JSON text, as stored. */
+  header: string;
+  /** The events read, as one JSON array text. */
+  events: string;
+  /** The number of events the log holds. */
+  seqNext: number;
+  /** The revision of exactly this state (VBT-8). */
+  revision: string;
+  /** Whether a torn tail waits for a repair. */
+  torn: boolean;
+}
+
+/**
+ * The verbatim store behind the DSH persistence backend (`surfacelog/dsh`): logs kept
+ * exactly as a host hands them over and read back unjudged. Rejects with SurfacelogError.
+ */
+export class VerbatimStore {
+  constructor(root: string, options?: { segmentBytes?: number });
+  /** The directory session `id` is (or would be) stored in; no I/O. */
+  locate(id: string): string;
+  /** The header and events from seq `from` (default 0), or null when not stored. */
+  load(id: string, from?: number): Promise<VerbatimLoad | null>;
+  /** The revision, or null when the session is not stored. */
+  revision(id: string): Promise<string | null>;
+  /** Creates session `id` with its header and first events (JSON texts), atomically. */
+  create(id: string, header: string, events: string[]): Promise<void>;
+  /** Appends events (JSON texts) durably; the first carries seq `firstSeq`. */
+  append(id: string, firstSeq: number, events: string[]): Promise<void>;
+  /** Drops a torn tail and appends `closers` (JSON texts). */
+  repair(id: string, closers: string[]): Promise<void>;
+  /** Every stored session's header text and revision. */
+  list(): Promise<{ header: string; revision: string }[]>;
+  /** Imports the sessions of a DSH JSONL root or SQLite database the store lacks. */
+  importDsh(
+    kind: 'jsonl' | 'sqlite',
+    path: string,
+  ): Promise<{
+    imported: string[];
+    present: string[];
+    refused: { place: string; code: string; message: string }[];
+  }>;
+}

@@ -277,4 +277,60 @@ class Store {
   }
 }
 
-module.exports = { Store, Session, Message, StoredEvent, SurfacelogError };
+/**
+ * The verbatim store (`format-spec/verbatim-store.md`) behind the DSH persistence backend
+ * (`surfacelog/dsh`): logs kept exactly as a host hands them over, read back unjudged.
+ * Headers and events cross as JSON texts; every method that touches the disk returns a
+ * promise, run off the event loop, and rejects with a SurfacelogError.
+ */
+class VerbatimStore {
+  /** A store at `root`; nothing is read or created until an operation needs it. */
+  constructor(root, options = {}) {
+    if (typeof root !== 'string') throw new TypeError('VerbatimStore: root is a path');
+    this._native = native.openVerbatimStore(root, options.segmentBytes);
+  }
+
+  /** The directory session `id` is (or would be) stored in; no I/O (VBT-1). */
+  locate(id) {
+    return this._native.locate(id);
+  }
+
+  /** `{header, events, seqNext, revision, torn}` (texts) from seq `from`, or null (VBT-7). */
+  load(id, from = 0) {
+    return call(() => this._native.load(id, from));
+  }
+
+  /** The revision (VBT-8), or null when the session is not stored. */
+  revision(id) {
+    return call(() => this._native.revision(id));
+  }
+
+  /** Creates session `id` with its header and first events, atomically (VBT-5). */
+  create(id, header, events) {
+    return call(() => this._native.create(id, header, events));
+  }
+
+  /** Appends events durably; the first carries seq `firstSeq`, the stored next seq (VBT-6). */
+  append(id, firstSeq, events) {
+    return call(() => this._native.append(id, firstSeq, events));
+  }
+
+  /** Drops a torn tail and appends `closers`, each step durable (VBT-9). */
+  repair(id, closers) {
+    return call(() => this._native.repair(id, closers));
+  }
+
+  /** Every stored session's `{header, revision}` (VBT-10). */
+  list() {
+    return call(() => this._native.list());
+  }
+
+  /** Imports the sessions of a DSH backend's storage that the store does not hold yet:
+   * `kind` is "jsonl" (a JSONL root) or "sqlite" (a database file) (VBT-11). Resolves with
+   * `{imported, present, refused: [{place, code, message}]}`. */
+  importDsh(kind, path) {
+    return call(() => this._native.importDsh(kind, path));
+  }
+}
+
+module.exports = { Store, Session, Message, StoredEvent, SurfacelogError, VerbatimStore };

@@ -24,6 +24,8 @@ pub use import::{Import, Imported};
 pub use shared::SharedSession;
 pub use stored_log::StoredLog;
 pub use summary::{SessionSummary, Summaries};
+#[cfg(feature = "dsh")]
+pub use verbatim::{DshImport, DshSource};
 pub use verbatim::{VerbatimRead, VerbatimStore};
 pub use verify::{Problem, SessionReport, Severity, VerifyReport, verify};
 

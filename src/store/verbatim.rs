@@ -519,3 +519,316 @@ fn next_build() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
+
+/// Where a host's DSH sessions are, for [`VerbatimStore::import_dsh`].
+///
+/// ```
+/// let source = surfacelog::DshSource::Jsonl("/home/u/.dsh/sessions".into());
+/// assert!(matches!(source, surfacelog::DshSource::Jsonl(_)));
+/// ```
+#[cfg(feature = "dsh")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DshSource {
+    /// The root of DSH's JSONL backend: `<root>/<project>/<session>/session.jsonl[.zstd]`
+    /// (DSH interchange formats DIR-1).
+    Jsonl(PathBuf),
+    /// The database file of DSH's `SQLite` backend.
+    Sqlite(PathBuf),
+}
+
+/// What [`VerbatimStore::import_dsh`] did.
+///
+/// ```
+/// let report = surfacelog::DshImport::default();
+/// assert!(report.imported.is_empty() && report.present.is_empty() && report.refused.is_empty());
+/// ```
+#[cfg(feature = "dsh")]
+#[derive(Debug, Default)]
+pub struct DshImport {
+    /// The ids of the sessions imported.
+    pub imported: Vec<String>,
+    /// The ids of the sessions left alone because this store holds them already.
+    pub present: Vec<String>,
+    /// The logs the reference would refuse to read (a header that is not a session
+    /// header, another format version, damage), each with where it is and the refusal:
+    /// not imported, and left as they are (VBT-11).
+    pub refused: Vec<(String, crate::Error)>,
+}
+
+#[cfg(feature = "dsh")]
+impl VerbatimStore {
+    /// Imports every session of a DSH backend's storage that this store does not hold yet
+    /// (VBT-11): its header and its stored events (packed rows expanded, a torn tail left
+    /// out), each session created atomically (VBT-5). The source is only read.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let legacy = dir.path().join("dsh");
+    /// let session = legacy.join("--w--").join("s1");
+    /// std::fs::create_dir_all(&session)?;
+    /// std::fs::write(session.join("session.jsonl"), concat!(
+    ///     r#"{"type":"session","version":0,"id":"s1","createdAt":1,"cwd":"/w","delegationDepth":0}"#, "\n",
+    ///     r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#, "\n",
+    /// ))?;
+    /// let store = surfacelog::VerbatimStore::new(dir.path().join("surfacelog"));
+    /// let source = surfacelog::DshSource::Jsonl(legacy);
+    /// assert_eq!(store.import_dsh(&source)?.imported, ["s1"]);
+    /// assert_eq!(store.import_dsh(&source)?.present, ["s1"]); // once
+    /// let read = store.load("s1", 0)?.unwrap();
+    /// assert_eq!(read.header, r#"{"version":0,"id":"s1","createdAt":1,"cwd":"/w","delegationDepth":0}"#);
+    /// assert_eq!(read.count, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// What reading the source refuses (`CORRUPT` naming the file and line or row,
+    /// `FORMAT_VERSION`, `UNSAFE_PATH`, `IO`), also two logs of one id (DIR-8), a log under
+    /// a directory its header's id does not name (DIR-9) and a root mixing encodings
+    /// (DIR-5); then what [`VerbatimStore::create`] refuses. Sessions imported before the
+    /// error stay imported; a second call takes up the rest.
+    pub fn import_dsh(&self, source: &DshSource) -> Result<DshImport> {
+        let mut report = DshImport::default();
+        match source {
+            DshSource::Jsonl(root) => {
+                for log in jsonl_logs(root)? {
+                    let (id, path, compression) = match log {
+                        Ok(log) => log,
+                        Err((path, error)) => {
+                            report.refused.push((path.display().to_string(), error));
+                            continue;
+                        }
+                    };
+                    if self.holds(&id) {
+                        report.present.push(id);
+                        continue;
+                    }
+                    match read_jsonl(&path, compression) {
+                        Ok((header, events)) => {
+                            self.create(&id, &header, &as_strs(&events))?;
+                            report.imported.push(id);
+                        }
+                        Err(error) if refusal(&error) => {
+                            report.refused.push((path.display().to_string(), error));
+                        }
+                        Err(error) => return Err(error),
+                    }
+                }
+            }
+            DshSource::Sqlite(path) => {
+                let database = crate::adapters::sqlite::DshDatabase::open(path)?;
+                for id in database.session_ids()? {
+                    if self.holds(&id) {
+                        report.present.push(id);
+                        continue;
+                    }
+                    let read = database.header(&id).and_then(|header| {
+                        let mut events = Vec::new();
+                        database.read_events(&id, &mut |event| {
+                            events.push(event);
+                            Ok(())
+                        })?;
+                        Ok((header, events))
+                    });
+                    match read {
+                        Ok((header, events)) => {
+                            self.create(&id, &header, &as_strs(&events))?;
+                            report.imported.push(id);
+                        }
+                        Err(error) if refusal(&error) => {
+                            let place = format!("{} session {id:?}", path.display());
+                            report.refused.push((place, error));
+                        }
+                        Err(error) => return Err(error),
+                    }
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Whether session `id`'s directory exists.
+    fn holds(&self, id: &str) -> bool {
+        !id.is_empty() && std::fs::symlink_metadata(self.locate(id)).is_ok()
+    }
+}
+
+/// A JSONL log's logical header and event texts (packed rows expanded, a torn tail left
+/// out), as DSH's loader reads them.
+#[cfg(feature = "dsh")]
+fn read_jsonl(
+    path: &Path,
+    compression: crate::adapters::jsonl::Compression,
+) -> Result<(String, Vec<String>)> {
+    let reader = crate::adapters::jsonl::JsonlReader::open(path, compression)?;
+    let header = logical_header(reader.header())?;
+    let mut events = Vec::new();
+    reader.read_events(
+        &mut |event| {
+            events.push(event.text().to_owned());
+            Ok(())
+        },
+        &mut |_| {},
+    )?;
+    Ok((header, events))
+}
+
+/// Whether reading a source failed because of what the source holds (the session is
+/// refused and the import goes on) rather than because it could not be read (`IO`: the
+/// import stops).
+#[cfg(feature = "dsh")]
+fn refusal(error: &Error) -> bool {
+    matches!(
+        error.code(),
+        "CORRUPT" | "FORMAT_VERSION" | "HEADER_INVALID"
+    )
+}
+
+#[cfg(feature = "dsh")]
+fn as_strs(texts: &[String]) -> Vec<&str> {
+    texts.iter().map(String::as_str).collect()
+}
+
+/// The logical header of a JSONL header record (DSH interchange formats HDR-8): its known
+/// fields only, in this order, each value's text as stored; what DSH's own backend returns.
+#[cfg(feature = "dsh")]
+fn logical_header(record: &str) -> Result<String> {
+    const KNOWN: [&str; 9] = [
+        "version",
+        "id",
+        "createdAt",
+        "cwd",
+        "parentSession",
+        "seedLength",
+        "origin",
+        "delegationDepth",
+        "agentPreset",
+    ];
+    let json = Json::parse(record)?;
+    let mut header = String::from("{");
+    for key in KNOWN {
+        if let Some(value) = json.root().get(key) {
+            if header.len() > 1 {
+                header.push(',');
+            }
+            header.push('"');
+            header.push_str(key);
+            header.push_str("\":");
+            header.push_str(value.raw());
+        }
+    }
+    header.push('}');
+    Ok(header)
+}
+
+/// A JSONL log found under a DSH root: its id, path and encoding, or its path and why its
+/// header was refused.
+#[cfg(feature = "dsh")]
+type JsonlLog =
+    std::result::Result<(String, PathBuf, crate::adapters::jsonl::Compression), (PathBuf, Error)>;
+
+/// The JSONL logs under a DSH root (DIR-1, DIR-7): each one's id, path and encoding, after
+/// the checks of DIR-5, DIR-6, DIR-8 and DIR-9. An absent root holds none.
+#[cfg(feature = "dsh")]
+#[expect(
+    clippy::case_sensitive_file_extension_comparisons,
+    reason = "DSH's file names are exact (DIR-1, DIR-6)"
+)]
+fn jsonl_logs(root: &Path) -> Result<Vec<JsonlLog>> {
+    use crate::adapters::jsonl::{Compression, JsonlReader};
+    let corrupt = |path: &Path, reason: &str| -> Error {
+        ErrorKind::Corrupt {
+            location: path.display().to_string(),
+            reason: reason.to_owned(),
+        }
+        .into()
+    };
+    let list = |dir: &Path| -> Result<Vec<std::fs::DirEntry>> {
+        let mut entries = std::fs::read_dir(dir)
+            .map_err(|e| Error::io("read_dir", dir, &e))?
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| Error::io("read_dir", dir, &e))?;
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        Ok(entries)
+    };
+    if std::fs::symlink_metadata(root).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return Ok(Vec::new());
+    }
+    let mut logs: Vec<JsonlLog> = Vec::new();
+    for project in list(root)? {
+        let project_path = project.path();
+        if !project_path.is_dir() {
+            continue;
+        }
+        for entry in list(&project_path)? {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !path.is_dir() {
+                if name.ends_with(".jsonl") || name.ends_with(".jsonl.zstd") {
+                    return Err(corrupt(&path, "a log in the obsolete flat layout (DIR-6)"));
+                }
+                continue;
+            }
+            let raw = path.join("session.jsonl");
+            let zstd = path.join("session.jsonl.zstd");
+            let (log, compression) = match (raw.is_file(), zstd.is_file()) {
+                (false, false) => continue, // DIR-7: not a session directory
+                (true, false) => (raw, Compression::None),
+                (false, true) => (zstd, Compression::Zstd),
+                (true, true) => {
+                    return Err(corrupt(
+                        &path,
+                        "logs of both encodings in one directory (DIR-5)",
+                    ));
+                }
+            };
+            let id = match JsonlReader::open(&log, compression) {
+                Ok(reader) => reader.id().to_owned(),
+                // HDR-3 to HDR-7: a log the reference's listing skips; reported, not read.
+                Err(error) if refusal(&error) => {
+                    logs.push(Err((log, error)));
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            if dsh_session_dir_name(&id) != name {
+                let reason = format!("the header names session {id:?}, not this directory (DIR-9)");
+                return Err(corrupt(&log, &reason));
+            }
+            let found = logs.iter().flatten().find(|(known, _, _)| *known == id);
+            if let Some((_, other, _)) = found {
+                let reason = format!(
+                    "session {id:?} is also stored at {}: a duplicate id in two project \
+                     directories (DIR-8)",
+                    other.display()
+                );
+                return Err(corrupt(&log, &reason));
+            }
+            logs.push(Ok((id, log, compression)));
+        }
+    }
+    Ok(logs)
+}
+
+/// DSH's session directory name of `id` (DIR-3): each UTF-16 unit outside
+/// `A-Z a-z 0-9 . _ -` as `~` and 4 uppercase hex digits; `.` and `..` escaped whole.
+#[cfg(feature = "dsh")]
+fn dsh_session_dir_name(id: &str) -> String {
+    use std::fmt::Write;
+    match id {
+        "." => return "~002E".to_owned(),
+        ".." => return "~002E~002E".to_owned(),
+        _ => {}
+    }
+    let mut name = String::with_capacity(id.len());
+    for unit in id.encode_utf16() {
+        match u8::try_from(unit) {
+            Ok(b) if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') => {
+                name.push(char::from(b));
+            }
+            _ => {
+                let _ = write!(name, "~{unit:04X}");
+            }
+        }
+    }
+    name
+}

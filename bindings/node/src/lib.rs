@@ -9,6 +9,8 @@
 //! object `{code, message, session?, seq?, outcome}`, which `index.js` turns into an
 //! error with those properties.
 
+pub mod dsh;
+
 use std::sync::{Arc, Mutex, PoisonError};
 
 use napi::bindgen_prelude::*;

@@ -1,0 +1,284 @@
+// surfacelog as a DSH persistence backend (`format-spec/upstream/dsh-persistence.md`):
+// DSH's own coordinator (§0.2, §3.2) over storage hooks (§3.3) kept in surfacelog's
+// verbatim store (`format-spec/verbatim-store.md`). The DSH packages are peer dependencies,
+// so the host's own copies are used (§3.1): the base class, the error classes and the
+// coordinator are the host's module instances.
+//
+// A host registers it where its JSONL backend goes (§3.6):
+//   ctx.plugin(SessionStore); await ctx.plugin(SurfacelogSessionPersistence, { root })
+
+import { createRequire } from 'node:module';
+import { resolve } from 'node:path';
+import { Service } from '@deepseek-ai/cordis';
+import z from '@deepseek-ai/schemastery';
+import SessionPersistence, {
+  DEFAULT_PREPARED_SESSION_CACHE_SIZE,
+  DEFAULT_WRITE_BATCH_MAX_DELAY_MS,
+  MAX_WRITE_BATCH_DELAY_MS,
+  PersistenceCoordinator,
+  SessionPersistenceRevision,
+} from '@deepseek-ai/dsh-session-persistence';
+
+const require = createRequire(import.meta.url);
+const { VerbatimStore } = require('./index.js');
+
+const NAME = 'session-persistence-surfacelog';
+
+/** The configuration keys this backend honours (§3.5); any other is refused. */
+const KEYS = new Set(['root', 'preparedSessionCacheSize', 'writeBatchMaxDelayMs', 'importFrom']);
+
+/** Rejects with the signal's reason, unchanged, once it has aborted (§1.15). */
+function check(signal) {
+  if (signal?.aborted) throw signal.reason;
+}
+
+/**
+ * The storage hooks (§3.3) over one verbatim store. They store and return; they never
+ * judge content (PERS-11): the coordinator validates what `loadStored` returns. Headers and
+ * events cross as JSON text (§3.7), so every object returned is fresh and unaliased.
+ */
+class SurfacelogHooks {
+  name = NAME;
+
+  /** `importFrom`: `{jsonl: root}` or `{sqlite: file}`, already checked, or undefined. */
+  constructor(store, importFrom) {
+    this.store = store;
+    this.importFrom = importFrom;
+    this.importing = undefined;
+    /** What the import did: `{imported, present, refused}`, once it ran. */
+    this.imported = undefined;
+  }
+
+  /** The one-time import of the host's DSH sessions (VBT-11), before any storage work:
+   * started by the first hook call (or the plugin's init), never by construction. A failed
+   * import fails every call until one succeeds. */
+  ready() {
+    if (this.importFrom === undefined) return Promise.resolve();
+    this.importing ??= (async () => {
+      const [kind, path] = Object.entries(this.importFrom)[0];
+      const report = await this.store.importDsh(kind, path);
+      for (const refused of report.refused) {
+        process.emitWarning(
+          `${NAME}: not imported, DSH refuses to read it: ${refused.place}: ${refused.message}`,
+          { code: 'SURFACELOG_DSH_IMPORT_REFUSED' },
+        );
+      }
+      this.imported = report;
+    })().catch((error) => {
+      this.importing = undefined;
+      throw error;
+    });
+    return this.importing;
+  }
+
+  /** The stored prefix, its revision, and a torn marker iff a torn tail must go. The
+   * marker is the revision read: a repair of another state is refused as stale. */
+  async loadStored(id, signal) {
+    check(signal);
+    await this.ready();
+    check(signal);
+    const read = await this.store.load(String(id), 0);
+    check(signal);
+    if (read === null) return undefined;
+    const prefix = {
+      meta: JSON.parse(read.header),
+      events: JSON.parse(read.events),
+      revision: SessionPersistenceRevision(read.revision),
+    };
+    if (read.torn) prefix.tornMarker = read.revision;
+    return prefix;
+  }
+
+  async readStoredRevision(id, signal) {
+    check(signal);
+    await this.ready();
+    check(signal);
+    const revision = await this.store.revision(String(id));
+    check(signal);
+    return revision === null ? undefined : SessionPersistenceRevision(revision);
+  }
+
+  /** A seek read of the events from `fromSeq` on: no marker, no mutation (§1.10). */
+  async loadStoredFrom(id, fromSeq, signal) {
+    check(signal);
+    await this.ready();
+    check(signal);
+    const read = await this.store.load(String(id), fromSeq);
+    check(signal);
+    if (read === null) return undefined;
+    return { meta: JSON.parse(read.header), events: JSON.parse(read.events) };
+  }
+
+  /** Durable before it resolves; the first batch publishes header and events atomically,
+   * never over a stored session (VBT-5); a later one must start at the stored next seq. */
+  async appendBatch(meta, events, isMaterialized) {
+    await this.ready();
+    const texts = events.map((event) => JSON.stringify(event));
+    if (isMaterialized) {
+      await this.store.append(String(meta.id), events[0].seq, texts);
+    } else {
+      await this.store.create(String(meta.id), JSON.stringify(meta), texts);
+    }
+  }
+
+  /** Drops the torn tail (when a marker is given) and appends the closers, each durable. */
+  async commitRepair(meta, tornMarker, closers) {
+    await this.ready();
+    const id = String(meta.id);
+    if (tornMarker !== undefined) {
+      const now = await this.store.revision(id);
+      if (now !== tornMarker) {
+        throw new Error(
+          `session "${id}" repair is stale: the torn tail was read at revision ${tornMarker}, ` +
+            `the log is now at ${now}`,
+        );
+      }
+    } else if (closers.length === 0) {
+      return;
+    }
+    await this.store.repair(id, closers.map((event) => JSON.stringify(event)));
+  }
+
+  async list(signal) {
+    return (await this.snapshots(signal)).map((snapshot) => snapshot.header);
+  }
+
+  /** Every stored header with its revision (§1.11). */
+  async snapshots(signal) {
+    check(signal);
+    await this.ready();
+    check(signal);
+    const listed = await this.store.list();
+    check(signal);
+    return listed.map((entry) => ({
+      header: JSON.parse(entry.header),
+      revision: SessionPersistenceRevision(entry.revision),
+    }));
+  }
+
+  /** Where the session's directory is or will be: pure, no I/O (§1.4). */
+  locate(meta) {
+    return { kind: 'surfacelog', path: this.store.locate(String(meta.id)) };
+  }
+
+  async close() {}
+}
+
+/** `importFrom` checked: absent (or empty), or exactly one of `{jsonl: root}` and `{sqlite: file}`,
+ * its path resolved to absolute. */
+function importSource(value) {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'object') {
+    throw new TypeError(`${NAME}: importFrom must be {jsonl: <JSONL root>} or {sqlite: <database file>}`);
+  }
+  // The schema's default for an absent key is an empty object.
+  const entries = Object.entries(value).filter(([, v]) => v !== undefined);
+  if (entries.length === 0) return undefined;
+  if (entries.length !== 1 || !['jsonl', 'sqlite'].includes(entries[0][0]) || typeof entries[0][1] !== 'string') {
+    throw new TypeError(`${NAME}: importFrom must be {jsonl: <JSONL root>} or {sqlite: <database file>}`);
+  }
+  return { [entries[0][0]]: resolve(entries[0][1]) };
+}
+
+/**
+ * The DSH persistence backend over surfacelog: registers as `ctx.sessionPersistence`.
+ * Config: `root` (required; a directory holding many sessions, resolved to absolute once),
+ * `preparedSessionCacheSize` (default 5), `writeBatchMaxDelayMs` (default 200), and
+ * `importFrom` (`{jsonl: root}` or `{sqlite: file}`: the host's existing DSH sessions,
+ * imported once, before the first storage access; the old files are only read). Any other
+ * key (the JSONL backend's `compression`, `packChunks`) is refused, not ignored.
+ */
+export default class SurfacelogSessionPersistence extends SessionPersistence {
+  static inject = ['sessions'];
+
+  static Config = z.object({
+    root: z.string().required(),
+    preparedSessionCacheSize: z
+      .number()
+      .step(1)
+      .min(1)
+      .default(DEFAULT_PREPARED_SESSION_CACHE_SIZE),
+    writeBatchMaxDelayMs: z
+      .number()
+      .step(1)
+      .min(1)
+      .max(MAX_WRITE_BATCH_DELAY_MS)
+      .default(DEFAULT_WRITE_BATCH_MAX_DELAY_MS),
+    importFrom: z.object({ jsonl: z.string(), sqlite: z.string() }),
+  });
+
+  name = NAME;
+  supportsRawArtifacts = false;
+
+  constructor(ctx, config = {}) {
+    super(ctx);
+    for (const key of Object.keys(config)) {
+      if (!KEYS.has(key)) {
+        throw new TypeError(
+          `${NAME}: unsupported configuration key "${key}" (supported: ${[...KEYS].join(', ')})`,
+        );
+      }
+    }
+    if (typeof config.root !== 'string' || config.root === '') {
+      throw new TypeError(`${NAME}: root must be a directory path`);
+    }
+    const importFrom = importSource(config.importFrom);
+    this.config = config;
+    this.root = resolve(config.root);
+    this.hooks = new SurfacelogHooks(new VerbatimStore(this.root), importFrom);
+    // Last: the coordinator binds existing live sessions at once (§3.2).
+    this.coordinator = new PersistenceCoordinator(ctx, this.hooks, {
+      preparedSessionCacheSize: config.preparedSessionCacheSize ?? DEFAULT_PREPARED_SESSION_CACHE_SIZE,
+      writeBatchMaxDelayMs: config.writeBatchMaxDelayMs ?? DEFAULT_WRITE_BATCH_MAX_DELAY_MS,
+    });
+  }
+
+  /** Cordis runs this after construction: the import of `importFrom`, whose failure fails
+   * the plugin's load (with the error naming the file). */
+  async [Service.init]() {
+    await this.hooks.ready();
+  }
+
+  /** What the import of `importFrom` did (`{imported, present, refused}`), once it ran. */
+  get imported() {
+    return this.hooks.imported;
+  }
+
+  locate(meta) {
+    return this.hooks.locate(meta);
+  }
+
+  create(meta) {
+    return this.coordinator.create(meta);
+  }
+
+  append(id, events) {
+    return this.coordinator.append(id, events);
+  }
+
+  prepare(id, signal) {
+    return this.coordinator.prepare(id, signal);
+  }
+
+  load(id) {
+    return this.coordinator.load(id);
+  }
+
+  inspect(id, signal) {
+    return this.coordinator.inspect(id, signal);
+  }
+
+  readFrom(id, fromSeq, signal) {
+    return this.coordinator.readFrom(id, fromSeq, signal);
+  }
+
+  list(signal) {
+    return this.hooks.list(signal);
+  }
+
+  listSnapshots(signal) {
+    return this.hooks.snapshots(signal);
+  }
+}
+
+export { SurfacelogSessionPersistence };

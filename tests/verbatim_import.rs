@@ -1,0 +1,255 @@
+//! Importing a host's DSH sessions into the verbatim store (`verbatim-store.md` VBT-11):
+//! every vendored real log imports with the reference loader's header and event count and
+//! its scalar records byte for byte (and every log the reference refuses is reported, not
+//! imported); `SQLite` databases import as they read; the JSONL root's
+//! layout rules (DIR-5, DIR-6, DIR-8, DIR-9) refuse what DSH refuses; sources stay untouched.
+
+#![cfg(feature = "dsh")]
+
+use std::path::{Path, PathBuf};
+
+use surfacelog::internals::adapters::sqlite::export_session;
+use surfacelog::internals::json::{Json, equal};
+use surfacelog::internals::session::{Options, Session};
+use surfacelog::{DshSource, VerbatimStore};
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/dsh-sessions")
+}
+
+fn fixtures() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The id a JSONL log's header line names.
+fn id_of(text: &str) -> String {
+    let line = text.lines().next().unwrap();
+    let json = Json::parse(line).unwrap();
+    json.root()
+        .get("id")
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .into_owned()
+}
+
+/// DIR-3 for the ids of the corpus and these tests (ASCII).
+fn dir_name(id: &str) -> String {
+    id.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+                char::from(b).to_string()
+            } else {
+                format!("~{b:04X}")
+            }
+        })
+        .collect()
+}
+
+/// Puts `text` where DSH's JSONL backend keeps session `id` under `root` (DIR-1).
+fn place(root: &Path, id: &str, text: &str) -> PathBuf {
+    let dir = root.join("--workspace--").join(dir_name(id));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("session.jsonl");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The elements of a JSON array text, each as its exact text.
+fn elements(array: &str) -> Vec<String> {
+    let json = Json::parse(array).unwrap();
+    json.root().elements().map(|e| e.raw().to_owned()).collect()
+}
+
+#[test]
+fn every_real_log_imports_as_the_reference_reads_it() {
+    let scratch = tempfile::tempdir().unwrap();
+    let mut refused = 0;
+    for (n, fixture) in fixtures().iter().enumerate() {
+        let name = fixture.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(fixture).unwrap();
+        let id = id_of(&text);
+        let root = scratch.path().join(format!("jsonl-{n}"));
+        let source = place(&root, &id, &text);
+        let store = VerbatimStore::new(scratch.path().join(format!("store-{n}")));
+        let report = store.import_dsh(&DshSource::Jsonl(root.clone())).unwrap();
+        let expected =
+            std::fs::read_to_string(corpus().join("expected").join(format!("{name}.json")))
+                .unwrap();
+        let expected = Json::parse(&expected).unwrap();
+        if !expected.root().get("ok").unwrap().is_true() {
+            // The reference refuses it: reported with the file, not imported.
+            assert!(report.imported.is_empty(), "{name}");
+            assert_eq!(report.refused.len(), 1, "{name}");
+            assert_eq!(report.refused[0].0, source.display().to_string());
+            assert_eq!(report.refused[0].1.code(), "CORRUPT", "{name}");
+            assert_eq!(store.load(&id, 0).unwrap(), None);
+            refused += 1;
+            continue;
+        }
+        assert_eq!(report.imported, std::slice::from_ref(&id), "{name}");
+        let read = store.load(&id, 0).unwrap().unwrap();
+        let header = Json::parse(&read.header).unwrap();
+        assert!(
+            equal(header.root(), expected.root().get("header").unwrap()),
+            "{name}: {}",
+            read.header
+        );
+        let stored = expected
+            .root()
+            .get("storedEvents")
+            .unwrap()
+            .as_safe_u64()
+            .unwrap();
+        assert_eq!(read.count, stored, "{name}");
+        // Scalar records are stored byte for byte; packed rows as their expanded events.
+        let events = elements(&read.events);
+        for line in text.lines().skip(1) {
+            let record = Json::parse(line).unwrap();
+            if record.root().get("seq0").is_none() {
+                assert!(
+                    events.iter().any(|e| e == line),
+                    "{name}: {line} not stored as given"
+                );
+            }
+        }
+        let seqs: Vec<u64> = events
+            .iter()
+            .map(|e| {
+                Json::parse(e)
+                    .unwrap()
+                    .root()
+                    .get("seq")
+                    .unwrap()
+                    .as_safe_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(seqs, (0..stored).collect::<Vec<_>>(), "{name}");
+        // Once: a second import leaves the session, and the source is only read.
+        let again = store.import_dsh(&DshSource::Jsonl(root)).unwrap();
+        assert_eq!((again.imported.len(), again.present), (0, vec![id]));
+        assert_eq!(std::fs::read_to_string(&source).unwrap(), text);
+    }
+    // The corpus's expected results say which logs the reference refuses.
+    assert_eq!(refused, 26);
+}
+
+#[test]
+fn sqlite_sessions_import_as_the_database_reads_them() {
+    let scratch = tempfile::tempdir().unwrap();
+    let database = scratch.path().join("dsh").join("sessions.db");
+    std::fs::create_dir_all(database.parent().unwrap()).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let private = std::fs::Permissions::from_mode(0o700);
+        std::fs::set_permissions(database.parent().unwrap(), private).unwrap();
+    }
+    // Each log's events as the JSONL import stores them, exported to one database.
+    let mut expected = Vec::new();
+    for (n, fixture) in fixtures().iter().take(12).enumerate() {
+        let text = std::fs::read_to_string(fixture).unwrap();
+        let id = id_of(&text);
+        if expected.iter().any(|(known, _, _)| *known == id) {
+            continue;
+        }
+        let root = scratch.path().join(format!("jsonl-{n}"));
+        place(&root, &id, &text);
+        let store = VerbatimStore::new(scratch.path().join(format!("store-{n}")));
+        store.import_dsh(&DshSource::Jsonl(root)).unwrap();
+        let Some(read) = store.load(&id, 0).unwrap() else {
+            continue; // a log the reference refuses
+        };
+        let events = elements(&read.events);
+        let texts: Vec<&str> = events.iter().map(String::as_str).collect();
+        let (session, _) = Session::reopen(&id, &read.header, &texts, Options::default()).unwrap();
+        export_session(&database, session.header(), session.log(), true).unwrap();
+        expected.push((id, read.header, events));
+    }
+    let store = VerbatimStore::new(scratch.path().join("from-sqlite"));
+    let report = store.import_dsh(&DshSource::Sqlite(database)).unwrap();
+    let mut ids: Vec<String> = expected.iter().map(|(id, _, _)| id.clone()).collect();
+    ids.sort();
+    assert_eq!(report.imported, ids);
+    for (id, header, events) in &expected {
+        let read = store.load(id, 0).unwrap().unwrap();
+        let (a, b) = (
+            Json::parse(&read.header).unwrap(),
+            Json::parse(header).unwrap(),
+        );
+        assert!(
+            equal(a.root(), b.root()),
+            "{id}: {} vs {header}",
+            read.header
+        );
+        let imported = elements(&read.events);
+        assert_eq!(imported.len(), events.len(), "{id}");
+        for (got, want) in imported.iter().zip(events) {
+            let (a, b) = (Json::parse(got).unwrap(), Json::parse(want).unwrap());
+            assert!(equal(a.root(), b.root()), "{id}: {got} vs {want}");
+        }
+    }
+}
+
+#[test]
+fn dir_rules_refuse_what_dsh_refuses() {
+    let header = |id: &str| {
+        format!(
+            "{{\"type\":\"session\",\"version\":0,\"id\":\"{id}\",\"createdAt\":1,\"delegationDepth\":0}}\n\
+             {{\"type\":\"turn/start\",\"seq\":0,\"time\":1,\"data\":{{\"turn\":1}}}}\n"
+        )
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let refused = |root: &Path, rule: &str| {
+        let store = VerbatimStore::new(root.join("..").join("store-refused"));
+        let error = store
+            .import_dsh(&DshSource::Jsonl(root.to_owned()))
+            .unwrap_err();
+        assert_eq!(error.code(), "CORRUPT", "{error}");
+        assert!(error.to_string().contains(rule), "{rule}: {error}");
+    };
+    // An escaped id is found under its DIR-3 name.
+    let ok = scratch.path().join("ok");
+    place(&ok, "a/b", &header("a/b"));
+    let store = VerbatimStore::new(scratch.path().join("store-ok"));
+    assert_eq!(
+        store.import_dsh(&DshSource::Jsonl(ok)).unwrap().imported,
+        ["a/b"]
+    );
+    assert_eq!(store.load("a/b", 0).unwrap().unwrap().count, 1);
+    // DIR-9: a directory that does not name the header's id.
+    let moved = scratch.path().join("dir9");
+    let path = place(&moved, "x", &header("y"));
+    let _ = path;
+    refused(&moved, "DIR-9");
+    // DIR-8: one id in two project directories.
+    let twice = scratch.path().join("dir8");
+    place(&twice, "x", &header("x"));
+    let other = twice.join("--other--").join("x");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("session.jsonl"), header("x")).unwrap();
+    refused(&twice, "DIR-8");
+    // DIR-5: both encodings in one session directory.
+    let both = scratch.path().join("dir5");
+    let path = place(&both, "x", &header("x"));
+    std::fs::write(path.with_file_name("session.jsonl.zstd"), b"").unwrap();
+    refused(&both, "DIR-5");
+    // DIR-6: the obsolete flat layout.
+    let flat = scratch.path().join("dir6");
+    std::fs::create_dir_all(flat.join("--p--")).unwrap();
+    std::fs::write(flat.join("--p--").join("x.jsonl"), header("x")).unwrap();
+    refused(&flat, "DIR-6");
+    // A missing root holds nothing.
+    let none = VerbatimStore::new(scratch.path().join("store-none"));
+    let report = none
+        .import_dsh(&DshSource::Jsonl(scratch.path().join("absent")))
+        .unwrap();
+    assert!(report.imported.is_empty() && report.present.is_empty());
+}
