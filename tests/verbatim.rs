@@ -347,3 +347,72 @@ fn one_writer_at_a_time() {
         .unwrap();
     assert_eq!(store.load("s", 0).unwrap().unwrap().seq_next, 2);
 }
+
+/// VBT-6: a store keeps the writers of the 32 sessions it appended to last, holding their
+/// locks until `close` or eviction; what they appended is durable and readable meanwhile.
+#[test]
+fn vbt_6_writers_are_kept_until_close_or_eviction() {
+    use surfacelog::internals::log::LogWriter;
+    let dir = tempfile::tempdir().unwrap();
+    let store = VerbatimStore::new(dir.path());
+    let event = |seq: u64| format!(r#"{{"type":"a","seq":{seq},"time":1}}"#);
+    for n in 0..33 {
+        let id = format!("s{n}");
+        store
+            .create(&id, &format!(r#"{{"id":"{id}"}}"#), &[&event(0)])
+            .unwrap();
+        store.append(&id, 1, &[&event(1)]).unwrap();
+        assert_eq!(store.load(&id, 0).unwrap().unwrap().seq_next, 2);
+    }
+    let open = |id: &str| LogWriter::open(&store.locate(id).join("log"), LogOptions::default());
+    // s0 was evicted (closed) when s32's writer was kept; s1 to s32 are held.
+    let (writer, _) = open("s0").unwrap();
+    writer.close().unwrap();
+    assert_eq!(open("s1").unwrap_err().code(), "LOCKED");
+    assert_eq!(open("s32").unwrap_err().code(), "LOCKED");
+    // A second store over the same root is another writer.
+    let other = VerbatimStore::new(dir.path());
+    assert_eq!(
+        other.append("s5", 2, &[&event(2)]).unwrap_err().code(),
+        "LOCKED"
+    );
+    store.close().unwrap();
+    other.append("s5", 2, &[&event(2)]).unwrap();
+    other.close().unwrap();
+    let (writer, _) = open("s32").unwrap();
+    assert_eq!(writer.seq_next(), 2);
+    writer.close().unwrap();
+    assert_eq!(store.load("s5", 0).unwrap().unwrap().seq_next, 3);
+}
+
+/// VBT-7: a kept reader is refreshed at each read, so a read sees what another store (or
+/// process) appended meanwhile, and a repair's closers after a torn tail.
+#[test]
+fn vbt_7_kept_readers_see_what_others_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = VerbatimStore::new(dir.path());
+    let writer = small_segments(dir.path());
+    let event = |seq: u64| {
+        format!(
+            r#"{{"type":"a","seq":{seq},"time":1,"data":"{}"}}"#,
+            "x".repeat(300)
+        )
+    };
+    writer.create("s", r#"{"id":"s"}"#, &[&event(0)]).unwrap();
+    assert_eq!(reader.load("s", 0).unwrap().unwrap().count, 1);
+    let mut expected = vec![event(0)];
+    for seq in 1..40 {
+        writer.append("s", seq, &[&event(seq)]).unwrap();
+        expected.push(event(seq));
+        let read = reader.load("s", 0).unwrap().unwrap();
+        assert_eq!(read.events, array(&expected), "after seq {seq}");
+        assert_eq!(Some(read.revision), writer.revision("s").unwrap());
+    }
+    writer.close().unwrap();
+    tear(&last_segment(&writer, "s"));
+    assert!(reader.load("s", 0).unwrap().unwrap().torn.is_some());
+    writer.repair("s", &[&event(40)]).unwrap();
+    expected.push(event(40));
+    let read = reader.load("s", 0).unwrap().unwrap();
+    assert_eq!((read.torn, read.events), (None, array(&expected)));
+}

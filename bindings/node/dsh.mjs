@@ -161,7 +161,11 @@ class SurfacelogHooks {
     return { kind: 'surfacelog', path: this.store.locate(String(meta.id)) };
   }
 
-  async close() {}
+  /** After the coordinator's disposal drain: the kept writers are closed, their locks
+   * released (VBT-6). */
+  async close() {
+    await this.store.close();
+  }
 }
 
 /** `importFrom` checked: absent (or empty), or exactly one of `{jsonl: root}` and `{sqlite: file}`,

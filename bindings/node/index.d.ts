@@ -241,6 +241,8 @@ export class VerbatimStore {
   append(id: string, firstSeq: number, events: string[]): Promise<void>;
   /** Drops a torn tail and appends `closers` (JSON texts). */
   repair(id: string, closers: string[]): Promise<void>;
+  /** Closes the writers kept open between appends, releasing their locks. */
+  close(): Promise<void>;
   /** Every stored session's header text and revision. */
   list(): Promise<{ header: string; revision: string }[]>;
   /** Imports the sessions of a DSH JSONL root or SQLite database the store lacks. */

@@ -320,6 +320,11 @@ class VerbatimStore {
     return call(() => this._native.repair(id, closers));
   }
 
+  /** Closes the writers kept open between appends, releasing their locks (VBT-6). */
+  close() {
+    return call(() => this._native.close());
+  }
+
   /** Every stored session's `{header, revision}` (VBT-10). */
   list() {
     return call(() => this._native.list());

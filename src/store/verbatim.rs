@@ -37,7 +37,21 @@ const HEADER_FILE: &str = "dsh-header.json";
 pub struct VerbatimStore {
     root: PathBuf,
     options: LogOptions,
+    /// Writers kept open between appends (VBT-6), the most recently used last; shared by
+    /// clones.
+    writers: Arc<std::sync::Mutex<Vec<(String, LogWriter)>>>,
+    /// Readers kept between reads (VBT-7), by session directory, the most recently used
+    /// last; shared by clones.
+    readers: Arc<std::sync::Mutex<Vec<(PathBuf, LogReader)>>>,
 }
+
+/// How many sessions' readers a store keeps between reads (VBT-7): each holds its last
+/// segment's file and maps.
+const READERS_KEPT: usize = 32;
+
+/// How many sessions' writers a store keeps open between appends (VBT-6): each holds its
+/// log's lock and two or three descriptors.
+const WRITERS_KEPT: usize = 32;
 
 /// What a read of a verbatim session returns (VBT-7).
 ///
@@ -97,6 +111,8 @@ impl VerbatimStore {
                 durability: Durability::Sync,
                 ..options
             },
+            writers: Arc::default(),
+            readers: Arc::default(),
         }
     }
 
@@ -192,10 +208,10 @@ impl VerbatimStore {
     /// open; what opening the log refuses (`CORRUPT`, `FORMAT_VERSION`); `IO`.
     pub fn append(&self, id: &str, first_seq: u64, events: &[&str]) -> Result<()> {
         let events = admit_all(events, first_seq)?;
-        let writer = self.writer(id)?;
-        check_next(id, first_seq, writer.seq_next())?;
-        writer.append(&events)?;
-        writer.close()
+        self.with_writer(id, |writer| {
+            check_next(id, first_seq, writer.seq_next())?;
+            writer.append(&events).map(|_| ())
+        })
     }
 
     /// Commits a repair (VBT-9): opens the log for writing, which drops a torn tail
@@ -214,13 +230,86 @@ impl VerbatimStore {
     /// # Errors
     /// As [`VerbatimStore::append`].
     pub fn repair(&self, id: &str, closers: &[&str]) -> Result<()> {
-        let writer = self.writer(id)?;
-        if !closers.is_empty() {
-            let first = writer.seq_next();
-            let events = admit_all(closers, first)?;
-            writer.append(&events)?;
+        // A writer kept open knows nothing of bytes written behind it: the repair's writer
+        // is opened anew, so that recovery reads the tail as it is on disk.
+        let kept = {
+            let mut writers = self.kept();
+            let at = writers.iter().position(|(known, _)| known == id);
+            at.map(|at| writers.remove(at).1)
+        };
+        if let Some(writer) = kept {
+            writer.close()?;
         }
-        writer.close()
+        self.with_writer(id, |writer| {
+            if !closers.is_empty() {
+                let events = admit_all(closers, writer.seq_next())?;
+                writer.append(&events)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Closes the writers kept open between appends (VBT-6), writing their last segments'
+    /// indexes, and releases their locks; drops the readers kept between reads (VBT-7). The store stays usable: the next append opens
+    /// its writer again.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::VerbatimStore::new(dir.path());
+    /// store.create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#])?;
+    /// store.append("s", 1, &[r#"{"type":"a","seq":1,"time":1}"#])?; // its writer stays open
+    /// store.close()?; // and is closed here
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The first writer's failure to close (`IO`); the others are closed all the same.
+    pub fn close(&self) -> Result<()> {
+        self.kept_readers().clear();
+        let writers = std::mem::take(&mut *self.kept());
+        let mut first = Ok(());
+        for (_, writer) in writers {
+            let closed = writer.close();
+            if first.is_ok() {
+                first = closed;
+            }
+        }
+        first
+    }
+
+    /// The kept writers (a panic while they were held leaves nothing half done: each is
+    /// either in the list or not).
+    fn kept(&self) -> std::sync::MutexGuard<'_, Vec<(String, LogWriter)>> {
+        self.writers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `work` with session `id`'s writer: the one kept open since its last append, or
+    /// one opened now (VBT-6). A writer whose work failed is dropped, not kept: its log is
+    /// opened again, and recovered, by the next call.
+    fn with_writer(&self, id: &str, work: impl FnOnce(&LogWriter) -> Result<()>) -> Result<()> {
+        let kept = {
+            let mut writers = self.kept();
+            let at = writers.iter().position(|(known, _)| known == id);
+            at.map(|at| writers.remove(at).1)
+        };
+        let writer = match kept {
+            Some(writer) => writer,
+            None => self.writer(id)?,
+        };
+        work(&writer)?;
+        let evicted = {
+            let mut writers = self.kept();
+            writers.push((id.to_owned(), writer));
+            let excess = writers.len().saturating_sub(WRITERS_KEPT);
+            writers.drain(..excess).collect::<Vec<_>>()
+        };
+        for (_, writer) in evicted {
+            // Its records are durable already (Sync); closing writes its index.
+            let _ = writer.close();
+        }
+        Ok(())
     }
 
     /// Reads session `id` (VBT-7): its header, its events from `from` on, its revision
@@ -242,28 +331,28 @@ impl VerbatimStore {
     /// missing or damaged header; `FORMAT_VERSION`; `IO`. Damage is never taken for the end
     /// of the log or for absence.
     pub fn load(&self, id: &str, from: u64) -> Result<Option<VerbatimRead>> {
-        let Some((header, reader)) = self.reader(id)? else {
-            return Ok(None);
-        };
-        let mut events = String::from("[");
-        let mut count = 0;
-        for event in reader.iter_from(from) {
-            if count > 0 {
-                events.push(',');
+        super::check_id(id)?;
+        self.with_reader(&self.locate(id), |header, reader| {
+            let mut events = String::from("[");
+            let mut count = 0;
+            for event in reader.iter_from(from) {
+                if count > 0 {
+                    events.push(',');
+                }
+                event?.write_text(&mut events);
+                count += 1;
             }
-            event?.write_text(&mut events);
-            count += 1;
-        }
-        events.push(']');
-        let torn = reader.unrecovered_tail()?;
-        Ok(Some(VerbatimRead {
-            header,
-            events,
-            count,
-            seq_next: reader.seq_next(),
-            revision: revision(&reader, torn.is_some()),
-            torn,
-        }))
+            events.push(']');
+            let torn = reader.unrecovered_tail()?;
+            Ok(VerbatimRead {
+                header,
+                events,
+                count,
+                seq_next: reader.seq_next(),
+                revision: revision(reader, torn.is_some()),
+                torn,
+            })
+        })
     }
 
     /// The revision of session `id` (VBT-8) without reading its events; `None` when it is
@@ -283,11 +372,11 @@ impl VerbatimStore {
     /// # Errors
     /// As [`VerbatimStore::load`].
     pub fn revision(&self, id: &str) -> Result<Option<String>> {
-        let Some((_, reader)) = self.reader(id)? else {
-            return Ok(None);
-        };
-        let torn = reader.unrecovered_tail()?;
-        Ok(Some(revision(&reader, torn.is_some())))
+        super::check_id(id)?;
+        self.with_reader(&self.locate(id), |_, reader| {
+            let torn = reader.unrecovered_tail()?;
+            Ok(revision(reader, torn.is_some()))
+        })
     }
 
     /// Every stored session's header text and revision, in directory order (VBT-10).
@@ -315,31 +404,56 @@ impl VerbatimStore {
         for entry in entries {
             let entry = entry.map_err(|e| Error::io("read_dir", &sessions, &e))?;
             let dir = entry.path();
-            let Some((header, reader)) = self.open_dir(&dir)? else {
-                continue; // VBT-10: gone since it was listed
-            };
-            let torn = reader.unrecovered_tail()?;
-            listed.push((header, revision(&reader, torn.is_some())));
+            let read = self.with_reader(&dir, |header, reader| {
+                let torn = reader.unrecovered_tail()?;
+                Ok((header, revision(reader, torn.is_some())))
+            })?;
+            // VBT-10: a session gone since it was listed is skipped.
+            listed.extend(read);
         }
         Ok(listed)
     }
 
-    /// Session `id`'s header and a reader of its log, or `None` when it is not stored.
-    fn reader(&self, id: &str) -> Result<Option<(String, LogReader)>> {
-        super::check_id(id)?;
-        self.open_dir(&self.locate(id))
-    }
-
-    /// The header and log reader of the session in `dir`; `None` when `dir` does not exist.
-    fn open_dir(&self, dir: &Path) -> Result<Option<(String, LogReader)>> {
+    /// Runs `read` with the header and a reader of the session in `dir` (VBT-7): the
+    /// reader kept from an earlier read, refreshed (it scans only what was appended since),
+    /// or one opened now. `None` when `dir` does not exist. A reader whose refresh or read
+    /// failed is dropped, not kept.
+    fn with_reader<T>(
+        &self,
+        dir: &Path,
+        read: impl FnOnce(String, &LogReader) -> Result<T>,
+    ) -> Result<Option<T>> {
         match std::fs::symlink_metadata(dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io("stat", dir, &e)),
             Ok(_) => {}
         }
         let header = read_header(dir)?;
-        let reader = LogReader::open_with(&dir.join("log"), Arc::clone(&self.options.storage))?;
-        Ok(Some((header, reader)))
+        let kept = {
+            let mut readers = self.kept_readers();
+            let at = readers.iter().position(|(known, _)| known == dir);
+            at.map(|at| readers.remove(at).1)
+        };
+        let reader = match kept {
+            Some(mut reader) => {
+                reader.refresh()?;
+                reader
+            }
+            None => LogReader::open_with(&dir.join("log"), Arc::clone(&self.options.storage))?,
+        };
+        let result = read(header, &reader)?;
+        let mut readers = self.kept_readers();
+        readers.push((dir.to_owned(), reader));
+        let excess = readers.len().saturating_sub(READERS_KEPT);
+        readers.drain(..excess);
+        Ok(Some(result))
+    }
+
+    /// The kept readers (as [`VerbatimStore::kept`]).
+    fn kept_readers(&self) -> std::sync::MutexGuard<'_, Vec<(PathBuf, LogReader)>> {
+        self.readers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A writer of session `id`'s log, its recovery done (log-format §7).

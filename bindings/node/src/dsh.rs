@@ -178,6 +178,12 @@ impl NativeVerbatimStore {
         )
     }
 
+    /// Closes the writers kept open between appends, releasing their locks (VBT-6).
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn close(&self) -> AsyncTask<Job<(), ()>> {
+        task(&self.inner, VerbatimStore::close, |()| ())
+    }
+
     /// Every stored session's header and revision (VBT-10).
     #[napi(ts_return_type = "Promise<VerbatimListed[]>")]
     pub fn list(&self) -> AsyncTask<Job<Vec<VerbatimListed>, Vec<VerbatimListed>>> {
