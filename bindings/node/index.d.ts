@@ -163,6 +163,8 @@ export class Session {
   asOf(seq: number): Promise<Message[]>;
   /** The seqs of the events appended to the surface, in log order. */
   transcript(): Promise<number[]>;
+  /** Every replacement of the surface, in log order, with the seqs it shadowed. */
+  replacements(): Promise<{ seq: number; start: number; end: number; shadowed: number[] }[]>;
   /** Up to `limit` events from seq `from` (default: all). */
   events(range?: { from?: number; limit?: number }): Promise<StoredEvent[]>;
   /** Closes the session (flushes a writer, releases its lock). Idempotent. */

@@ -176,6 +176,11 @@ class Session {
   transcript() {
     return call(() => this.#native.transcript());
   }
+  /** Every replacement of the surface, in log order: `{seq, start, end, shadowed}`, where
+   * `shadowed` lists the seqs the replacing event took off the surface (provenance). */
+  replacements() {
+    return call(() => this.#native.replacements());
+  }
   /** Up to `limit` events from seq `from`: `{seq, type, time, text, event}`. */
   async events({ from = 0, limit = Number.MAX_SAFE_INTEGER } = {}) {
     const raw = await call(() => this.#native.events(from, limit));

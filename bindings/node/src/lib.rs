@@ -453,6 +453,20 @@ pub enum Held {
     ReadOnly(surfacelog::Session<ReadOnlyLog>),
 }
 
+/// A replacement of the surface (contract §4): `seq` replaced the nodes `start..=end`,
+/// taking `shadowed` off the surface.
+#[napi(object)]
+pub struct ReplacementOut {
+    /// The replacing event's seq.
+    pub seq: i64,
+    /// The replaced range's first node.
+    pub start: i64,
+    /// The replaced range's last node.
+    pub end: i64,
+    /// The seqs taken off the surface, in surface order.
+    pub shadowed: Vec<i64>,
+}
+
 /// Messages packed for one crossing into JS: seqs, end offsets and all the texts.
 pub struct Packed {
     seqs: Vec<f64>,
@@ -726,6 +740,30 @@ impl NativeSession {
         self.task(
             |held| on_held!(held, s => s.transcript()).map_err(|e| refusal(&e)),
             |seqs| seqs.into_iter().map(js_seq).collect(),
+        )
+    }
+
+    /// Every replacement the surface went through, in log order: the replacing event's seq,
+    /// the range it replaced and the seqs it took off the surface (provenance).
+    #[napi(ts_return_type = "Promise<ReplacementOut[]>")]
+    pub fn replacements(&self) -> AsyncTask<Job<Vec<ReplacementOut>, Vec<ReplacementOut>>> {
+        self.task(
+            |held| {
+                on_held!(held, s => s.replacements())
+                    .map(|surface| {
+                        surface
+                            .replacements()
+                            .map(|r| ReplacementOut {
+                                seq: js_seq(r.seq),
+                                start: js_seq(r.start),
+                                end: js_seq(r.end),
+                                shadowed: r.shadowed.iter().copied().map(js_seq).collect(),
+                            })
+                            .collect()
+                    })
+                    .map_err(|e| refusal(&e))
+            },
+            |replacements| replacements,
         )
     }
 

@@ -192,3 +192,34 @@ test('a writer killed mid-turn is repaired when Node reopens it', async (t) => {
   assert.equal(last.content[0].type, 'tool-result', 'a synthetic tool result closes the call');
   await session.close();
 });
+
+test('replacements: every replace with the seqs it shadowed, live, reopened and read-only', async (t) => {
+  const store = await Store.open(scratch(t));
+  const session = await store.create('r');
+  await session.append('turn/start', '{"turn":1}');
+  await session.append('user/message', user('u1', 'a'), { surfaceOp: 'append' });
+  await session.append('user/message', user('u2', 'b'), { surfaceOp: 'append' });
+  assert.deepEqual(await session.replacements(), []);
+  await session.append('user/message', user('u3', 'a and b'), {
+    surfaceOp: { op: 'replace', start: 1, end: 2 },
+    sourceEventSeqs: [1, 2],
+  });
+  await session.append('user/message', user('u4', 'again'), {
+    surfaceOp: { op: 'replace', start: 3, end: 3 },
+    sourceEventSeqs: [3],
+  });
+  await session.append('turn/end', '{"turn":1,"reason":{"kind":"completed"}}');
+  const expected = [
+    { seq: 3, start: 1, end: 2, shadowed: [1, 2] },
+    { seq: 4, start: 3, end: 3, shadowed: [3] },
+  ];
+  assert.deepEqual(await session.replacements(), expected);
+  assert.deepEqual((await session.messages()).map((m) => m.seq), [4]);
+  await session.close();
+  const reopened = await store.open('r');
+  assert.deepEqual(await reopened.replacements(), expected);
+  await reopened.close();
+  const view = await store.inspect('r');
+  assert.deepEqual(await view.replacements(), expected);
+  await view.close();
+});
