@@ -416,3 +416,24 @@ fn vbt_7_kept_readers_see_what_others_append() {
     let read = reader.load("s", 0).unwrap().unwrap();
     assert_eq!((read.torn, read.events), (None, array(&expected)));
 }
+
+/// VBT-5: a creation removes the build directories dead processes left under `tmp/`, and
+/// leaves those of running processes.
+#[test]
+fn vbt_5_builds_of_dead_processes_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = VerbatimStore::new(dir.path());
+    let event = r#"{"type":"a","seq":0,"time":1}"#;
+    store.create("a", r#"{"id":"a"}"#, &[event]).unwrap();
+    // A pid above the kernel's limit (4194304) never runs; pid 1 always does.
+    let dead = dir.path().join("tmp").join("4194305-0");
+    let alive = dir.path().join("tmp").join("1-0");
+    for build in [&dead, &alive] {
+        std::fs::create_dir_all(build.join("log")).unwrap();
+        std::fs::write(build.join("dsh-header.json"), "{}\n").unwrap();
+    }
+    store.create("b", r#"{"id":"b"}"#, &[event]).unwrap();
+    assert!(!dead.exists(), "a dead process's build was left");
+    assert!(alive.exists(), "a running process's build was removed");
+    assert_eq!(store.list().unwrap().len(), 2);
+}

@@ -159,6 +159,7 @@ impl VerbatimStore {
         for dir in [&self.root, &tmp_root, &sessions] {
             create_private_dir(dir)?;
         }
+        remove_dead_builds(storage, &tmp_root);
         let build = tmp_root.join(format!("{}-{}", std::process::id(), next_build()));
         let _ = storage.remove_dir_all(&build);
         let built = self.build(&build, header, &events);
@@ -615,6 +616,31 @@ fn publish(storage: &dyn Storage, build: &Path, to: &Path, id: &str) -> Result<(
         Ok(()) => Ok(()),
         Err(rustix::io::Errno::EXIST) => Err(exists()),
         Err(e) => Err(Error::io("rename", to, &std::io::Error::from(e))),
+    }
+}
+
+/// VBT-5: removes the build directories under `tmp` that processes no longer running left
+/// (a crash during a creation), best effort. A build's name starts with its creator's pid;
+/// one whose pid is this process's, or a running process's, is left alone (a reused pid
+/// only delays the removal).
+fn remove_dead_builds(storage: &dyn Storage, tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    let own = std::process::id();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let running = pid == own || Path::new("/proc").join(pid.to_string()).exists();
+        if !running {
+            let _ = storage.remove_dir_all(&entry.path());
+        }
     }
 }
 
