@@ -796,3 +796,18 @@ test('importFrom: a host switching from DSH JSONL finds its sessions, imported o
     /importFrom must be/,
   );
 });
+
+test('PERS-53: re-emitting session/created for a bound session changes nothing', async (t) => {
+  const root = await scratch(t);
+  const { ctx, persistence } = await mount(t, root);
+  const session = ctx.sessions.create(SessionId('bound'), { meta: { cwd: WORK } });
+  emit(session, turn());
+  await ctx.sessions.flush(session);
+  const stored = await revisionOf(persistence, session.id);
+  await ctx.parallel('session/created', session);
+  emit(session, turn(6, 2));
+  await ctx.sessions.flush(session);
+  const loaded = await persistence.load(session.id);
+  assert.deepEqual(loaded.events.map((e) => e.seq), [...Array(12).keys()]);
+  assert.notEqual(await revisionOf(persistence, session.id), stored);
+});
