@@ -444,6 +444,8 @@ impl VerbatimStore {
         };
         let result = read(header, &reader)?;
         let mut readers = self.kept_readers();
+        // A read of the same session on another thread may have kept one meanwhile.
+        readers.retain(|(known, _)| known != dir);
         readers.push((dir.to_owned(), reader));
         let excess = readers.len().saturating_sub(READERS_KEPT);
         readers.drain(..excess);
