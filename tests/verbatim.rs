@@ -417,23 +417,116 @@ fn vbt_7_kept_readers_see_what_others_append() {
     assert_eq!((read.torn, read.events), (None, array(&expected)));
 }
 
-/// VBT-5: a creation removes the build directories dead processes left under `tmp/`, and
-/// leaves those of running processes.
+/// VBT-5: a creation removes the builds whose builders are gone (their lock files not held,
+/// or missing), and leaves a build whose lock file is held, in whatever process.
 #[test]
-fn vbt_5_builds_of_dead_processes_are_removed() {
+fn vbt_5_builds_of_dead_builders_are_removed() {
     let dir = tempfile::tempdir().unwrap();
     let store = VerbatimStore::new(dir.path());
     let event = r#"{"type":"a","seq":0,"time":1}"#;
     store.create("a", r#"{"id":"a"}"#, &[event]).unwrap();
-    // A pid above the kernel's limit (4194304) never runs; pid 1 always does.
-    let dead = dir.path().join("tmp").join("4194305-0");
-    let alive = dir.path().join("tmp").join("1-0");
-    for build in [&dead, &alive] {
-        std::fs::create_dir_all(build.join("log")).unwrap();
-        std::fs::write(build.join("dsh-header.json"), "{}\n").unwrap();
-    }
+    let tmp = dir.path().join("tmp");
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "a build or lock was left"
+    );
+    let build = |name: &str| {
+        let path = tmp.join(name);
+        std::fs::create_dir_all(path.join("log")).unwrap();
+        std::fs::write(path.join("dsh-header.json"), "{}\n").unwrap();
+        path
+    };
+    let unlocked = build("1-1-0");
+    std::fs::write(tmp.join("1-1-0.lock"), b"").unwrap();
+    let lockless = build("2-2-0");
+    let running = build("3-3-0");
+    let held = std::fs::File::create(tmp.join("3-3-0.lock")).unwrap();
+    held.lock().unwrap();
     store.create("b", r#"{"id":"b"}"#, &[event]).unwrap();
-    assert!(!dead.exists(), "a dead process's build was left");
-    assert!(alive.exists(), "a running process's build was removed");
-    assert_eq!(store.list().unwrap().len(), 2);
+    assert!(!unlocked.exists() && !tmp.join("1-1-0.lock").exists());
+    assert!(!lockless.exists());
+    assert!(running.exists(), "a running builder's build was removed");
+    drop(held);
+    store.create("c", r#"{"id":"c"}"#, &[event]).unwrap();
+    assert!(!running.exists());
+    assert_eq!(store.list().unwrap().len(), 3);
+}
+
+/// VBT-6, VBT-7: kept handles are used only while the session's directory is the one they
+/// were opened in: a session removed behind the store's back is not found (never appended
+/// to unlinked files), and one created again reads as itself, with a new revision.
+#[test]
+fn vbt_6_kept_handles_follow_the_directory_not_the_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = VerbatimStore::new(dir.path());
+    let event = |seq: u64, n: u64| format!(r#"{{"type":"a","seq":{seq},"time":{n}}}"#);
+    store.create("s", r#"{"gen":1}"#, &[&event(0, 1)]).unwrap();
+    store.append("s", 1, &[&event(1, 1)]).unwrap(); // its writer is kept
+    let old = store.load("s", 0).unwrap().unwrap(); // and its reader
+    std::fs::remove_dir_all(store.locate("s")).unwrap();
+    let error = store.append("s", 2, &[&event(2, 1)]).unwrap_err();
+    assert_eq!(error.code(), "SESSION_NOT_FOUND", "{error}");
+    assert_eq!(store.load("s", 0).unwrap(), None);
+    assert_eq!(store.revision("s").unwrap(), None);
+    let other = VerbatimStore::new(dir.path());
+    other.create("s", r#"{"gen":2}"#, &[&event(0, 2)]).unwrap();
+    let new = store.load("s", 0).unwrap().unwrap();
+    assert_eq!(new.header, r#"{"gen":2}"#);
+    assert_eq!(new.events, format!("[{}]", event(0, 2)));
+    assert_ne!(new.revision, old.revision);
+    assert_eq!(Some(new.revision), other.revision("s").unwrap());
+    store.append("s", 1, &[&event(1, 2)]).unwrap();
+    assert_eq!(other.load("s", 0).unwrap().unwrap().seq_next, 2);
+}
+
+/// VBT-6, VBT-7 under threads: appends to more sessions than the store keeps writers for,
+/// from several threads at once, all land (no `LOCKED` from an eviction in progress), and
+/// a revision read meanwhile never calls an append in progress a torn tail.
+#[test]
+fn vbt_6_concurrent_appends_and_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = VerbatimStore::new(dir.path());
+    let sessions = 40;
+    let rounds = 30;
+    let event = |seq: u64| {
+        format!(
+            r#"{{"type":"a","seq":{seq},"time":1,"data":"{}"}}"#,
+            "x".repeat(200)
+        )
+    };
+    for n in 0..sessions {
+        store.create(&format!("s{n}"), "{}", &[&event(0)]).unwrap();
+    }
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let store = store.clone();
+            scope.spawn(move || {
+                for round in 1..=rounds {
+                    for n in (t..sessions).step_by(4) {
+                        store
+                            .append(&format!("s{n}"), round, &[&event(round)])
+                            .unwrap();
+                    }
+                }
+            });
+        }
+        let store = store.clone();
+        scope.spawn(move || {
+            for _ in 0..200 {
+                for n in 0..sessions {
+                    if let Some(revision) = store.revision(&format!("s{n}")).unwrap() {
+                        assert!(!revision.ends_with(":torn"), "{revision}");
+                    }
+                }
+            }
+        });
+    });
+    for n in 0..sessions {
+        assert_eq!(
+            store.load(&format!("s{n}"), 0).unwrap().unwrap().seq_next,
+            rounds + 1
+        );
+    }
+    store.close().unwrap();
 }

@@ -253,3 +253,37 @@ fn dir_rules_refuse_what_dsh_refuses() {
         .unwrap();
     assert!(report.imported.is_empty() && report.present.is_empty());
 }
+
+/// VBT-11: a session DSH's JSONL backend stored but this store cannot hold (an event whose
+/// `time` is not an integer, Appendix C.15) is reported and skipped; the rest imports.
+#[test]
+fn a_session_the_store_cannot_hold_is_reported_not_fatal() {
+    let scratch = tempfile::tempdir().unwrap();
+    let root = scratch.path().join("dsh");
+    let log = |id: &str, time: &str| {
+        format!(
+            "{{\"type\":\"session\",\"version\":0,\"id\":\"{id}\",\"createdAt\":1,\"delegationDepth\":0}}\n\
+             {{\"type\":\"x/note\",\"seq\":0,\"time\":{time},\"data\":{{}},\"ignorable\":true}}\n"
+        )
+    };
+    place(&root, "a", &log("a", "1"));
+    let refused = place(&root, "b", &log("b", "1.5"));
+    place(&root, "c", &log("c", "3"));
+    let store = VerbatimStore::new(scratch.path().join("store"));
+    let report = store.import_dsh(&DshSource::Jsonl(root.clone())).unwrap();
+    assert_eq!(report.imported, ["a", "c"]);
+    assert_eq!(report.refused.len(), 1);
+    assert_eq!(report.refused[0].0, refused.display().to_string());
+    assert_eq!(report.refused[0].1.code(), "ENVELOPE_INVALID");
+    assert_eq!(store.load("b", 0).unwrap(), None);
+    // A second import refuses it again, and imports nothing twice.
+    let again = store.import_dsh(&DshSource::Jsonl(root)).unwrap();
+    assert_eq!(
+        (
+            again.imported.len(),
+            again.present.len(),
+            again.refused.len()
+        ),
+        (0, 2, 1)
+    );
+}

@@ -32,6 +32,27 @@ function check(signal) {
   if (signal?.aborted) throw signal.reason;
 }
 
+/** `promise`, or the signal's reason as soon as it aborts: a caller waiting for the
+ * shared import is released promptly; the import itself goes on (§1.15). */
+function released(promise, signal) {
+  if (!signal) return promise;
+  return new Promise((resolve, reject) => {
+    const abort = () => reject(signal.reason);
+    if (signal.aborted) return abort();
+    signal.addEventListener('abort', abort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', abort);
+        resolve(value);
+      },
+      (error) => {
+        signal.removeEventListener('abort', abort);
+        reject(error);
+      },
+    );
+  });
+}
+
 /**
  * The storage hooks (§3.3) over one verbatim store. They store and return; they never
  * judge content (PERS-11): the coordinator validates what `loadStored` returns. Headers and
@@ -75,7 +96,7 @@ class SurfacelogHooks {
    * marker is the revision read: a repair of another state is refused as stale. */
   async loadStored(id, signal) {
     check(signal);
-    await this.ready();
+    await released(this.ready(), signal);
     check(signal);
     const read = await this.store.load(String(id), 0);
     check(signal);
@@ -91,7 +112,7 @@ class SurfacelogHooks {
 
   async readStoredRevision(id, signal) {
     check(signal);
-    await this.ready();
+    await released(this.ready(), signal);
     check(signal);
     const revision = await this.store.revision(String(id));
     check(signal);
@@ -101,7 +122,7 @@ class SurfacelogHooks {
   /** A seek read of the events from `fromSeq` on: no marker, no mutation (§1.10). */
   async loadStoredFrom(id, fromSeq, signal) {
     check(signal);
-    await this.ready();
+    await released(this.ready(), signal);
     check(signal);
     const read = await this.store.load(String(id), fromSeq);
     check(signal);
@@ -146,7 +167,7 @@ class SurfacelogHooks {
   /** Every stored header with its revision (§1.11). */
   async snapshots(signal) {
     check(signal);
-    await this.ready();
+    await released(this.ready(), signal);
     check(signal);
     const listed = await this.store.list();
     check(signal);

@@ -14,6 +14,7 @@ mod shared;
 mod stored_log;
 mod summary;
 pub mod verbatim;
+mod verbatim_handles;
 mod verify;
 
 pub use escape::escape_id;

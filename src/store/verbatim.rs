@@ -16,6 +16,7 @@ use crate::log::{Durability, LogOptions, LogReader, LogWriter};
 use crate::storage::Storage;
 
 use super::escape_id;
+use super::verbatim_handles::{DirIdentity, Readers, Writers, identity};
 
 /// The header file of a verbatim session (VBT-2).
 const HEADER_FILE: &str = "dsh-header.json";
@@ -37,12 +38,10 @@ const HEADER_FILE: &str = "dsh-header.json";
 pub struct VerbatimStore {
     root: PathBuf,
     options: LogOptions,
-    /// Writers kept open between appends (VBT-6), the most recently used last; shared by
-    /// clones.
-    writers: Arc<std::sync::Mutex<Vec<(String, LogWriter)>>>,
-    /// Readers kept between reads (VBT-7), by session directory, the most recently used
-    /// last; shared by clones.
-    readers: Arc<std::sync::Mutex<Vec<(PathBuf, LogReader)>>>,
+    /// Writers kept open between appends (VBT-6); shared by clones.
+    writers: Arc<Writers>,
+    /// Readers kept between reads (VBT-7); shared by clones.
+    readers: Arc<Readers>,
 }
 
 /// How many sessions' readers a store keeps between reads (VBT-7): each holds its last
@@ -157,16 +156,25 @@ impl VerbatimStore {
         let tmp_root = self.root.join("tmp");
         let sessions = self.root.join("sessions");
         for dir in [&self.root, &tmp_root, &sessions] {
-            create_private_dir(dir)?;
+            if create_private_dir(dir)? {
+                // A directory just created is durable once its parent's entry is.
+                let parent = dir.parent().unwrap_or(Path::new("/"));
+                storage
+                    .sync_dir(parent)
+                    .map_err(|e| Error::io("fsync", parent, &e))?;
+            }
         }
         remove_dead_builds(storage, &tmp_root);
-        let build = tmp_root.join(format!("{}-{}", std::process::id(), next_build()));
-        let _ = storage.remove_dir_all(&build);
+        let (build, lock) = lock_build(&tmp_root)?;
         let built = self.build(&build, header, &events);
         let published = built.and_then(|()| publish(storage, &build, &final_dir, id));
         if published.is_err() {
             let _ = storage.remove_dir_all(&build);
         }
+        // The build is gone from `tmp/` (published or removed): its lock file goes, then
+        // the lock (VBT-5).
+        let _ = std::fs::remove_file(build.with_extension("lock"));
+        drop(lock);
         published?;
         storage
             .sync_dir(&sessions)
@@ -233,15 +241,7 @@ impl VerbatimStore {
     pub fn repair(&self, id: &str, closers: &[&str]) -> Result<()> {
         // A writer kept open knows nothing of bytes written behind it: the repair's writer
         // is opened anew, so that recovery reads the tail as it is on disk.
-        let kept = {
-            let mut writers = self.kept();
-            let at = writers.iter().position(|(known, _)| known == id);
-            at.map(|at| writers.remove(at).1)
-        };
-        if let Some(writer) = kept {
-            writer.close()?;
-        }
-        self.with_writer(id, |writer| {
+        self.with_fresh_writer(id, true, |writer| {
             if !closers.is_empty() {
                 let events = admit_all(closers, writer.seq_next())?;
                 writer.append(&events)?;
@@ -266,51 +266,74 @@ impl VerbatimStore {
     /// # Errors
     /// The first writer's failure to close (`IO`); the others are closed all the same.
     pub fn close(&self) -> Result<()> {
-        self.kept_readers().clear();
-        let writers = std::mem::take(&mut *self.kept());
-        let mut first = Ok(());
-        for (_, writer) in writers {
-            let closed = writer.close();
-            if first.is_ok() {
-                first = closed;
-            }
-        }
-        first
-    }
-
-    /// The kept writers (a panic while they were held leaves nothing half done: each is
-    /// either in the list or not).
-    fn kept(&self) -> std::sync::MutexGuard<'_, Vec<(String, LogWriter)>> {
-        self.writers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.readers.clear();
+        self.writers.close_idle()
     }
 
     /// Runs `work` with session `id`'s writer: the one kept open since its last append, or
     /// one opened now (VBT-6). A writer whose work failed is dropped, not kept: its log is
     /// opened again, and recovered, by the next call.
     fn with_writer(&self, id: &str, work: impl FnOnce(&LogWriter) -> Result<()>) -> Result<()> {
-        let kept = {
-            let mut writers = self.kept();
-            let at = writers.iter().position(|(known, _)| known == id);
-            at.map(|at| writers.remove(at).1)
+        self.with_fresh_writer(id, false, work)
+    }
+
+    /// [`VerbatimStore::with_writer`]; with `fresh`, a kept writer is closed and the log
+    /// opened again (its recovery reads the tail as it is on disk, VBT-9).
+    fn with_fresh_writer(
+        &self,
+        id: &str,
+        fresh: bool,
+        work: impl FnOnce(&LogWriter) -> Result<()>,
+    ) -> Result<()> {
+        super::check_id(id)?;
+        let dir = self.locate(id);
+        let log = dir.join("log");
+        // The slot is this thread's from here until `put`, whatever happens.
+        let kept = self.writers.take(&dir);
+        let reusable = match kept {
+            Some((writer, opened_in)) if !fresh && identity(&log) == Some(opened_in) => {
+                Some((writer, opened_in))
+            }
+            Some((writer, opened_in)) => {
+                // Replaced or removed behind the store's back (VBT-6), or a repair's.
+                let closed = if identity(&log) == Some(opened_in) {
+                    writer.close()
+                } else {
+                    drop(writer);
+                    Ok(())
+                };
+                if let Err(error) = closed {
+                    self.writers.put(&dir, None, WRITERS_KEPT);
+                    return Err(error);
+                }
+                None
+            }
+            None => None,
         };
-        let writer = match kept {
-            Some(writer) => writer,
-            None => self.writer(id)?,
+        let opened = match reusable {
+            Some(kept) => Ok(kept),
+            None => self.writer(id, &dir),
         };
-        work(&writer)?;
-        let evicted = {
-            let mut writers = self.kept();
-            writers.push((id.to_owned(), writer));
-            let excess = writers.len().saturating_sub(WRITERS_KEPT);
-            writers.drain(..excess).collect::<Vec<_>>()
+        let (writer, opened_in) = match opened {
+            Ok(opened) => opened,
+            Err(error) => {
+                self.writers.put(&dir, None, WRITERS_KEPT);
+                return Err(error);
+            }
         };
-        for (_, writer) in evicted {
-            // Its records are durable already (Sync); closing writes its index.
-            let _ = writer.close();
+        match work(&writer) {
+            Ok(()) => {
+                self.writers
+                    .put(&dir, Some((writer, opened_in)), WRITERS_KEPT);
+                Ok(())
+            }
+            Err(error) => {
+                // Dropped (its lock released) before the slot is free for another writer.
+                drop(writer);
+                self.writers.put(&dir, None, WRITERS_KEPT);
+                Err(error)
+            }
         }
-        Ok(())
     }
 
     /// Reads session `id` (VBT-7): its header, its events from `from` on, its revision
@@ -333,7 +356,7 @@ impl VerbatimStore {
     /// of the log or for absence.
     pub fn load(&self, id: &str, from: u64) -> Result<Option<VerbatimRead>> {
         super::check_id(id)?;
-        self.with_reader(&self.locate(id), |header, reader| {
+        self.with_reader(&self.locate(id), |header, reader, writing| {
             let mut events = String::from("[");
             let mut count = 0;
             for event in reader.iter_from(from) {
@@ -344,7 +367,7 @@ impl VerbatimStore {
                 count += 1;
             }
             events.push(']');
-            let torn = reader.unrecovered_tail()?;
+            let torn = torn_tail(reader, writing)?;
             Ok(VerbatimRead {
                 header,
                 events,
@@ -374,8 +397,8 @@ impl VerbatimStore {
     /// As [`VerbatimStore::load`].
     pub fn revision(&self, id: &str) -> Result<Option<String>> {
         super::check_id(id)?;
-        self.with_reader(&self.locate(id), |_, reader| {
-            let torn = reader.unrecovered_tail()?;
+        self.with_reader(&self.locate(id), |_, reader, writing| {
+            let torn = torn_tail(reader, writing)?;
             Ok(revision(reader, torn.is_some()))
         })
     }
@@ -405,8 +428,8 @@ impl VerbatimStore {
         for entry in entries {
             let entry = entry.map_err(|e| Error::io("read_dir", &sessions, &e))?;
             let dir = entry.path();
-            let read = self.with_reader(&dir, |header, reader| {
-                let torn = reader.unrecovered_tail()?;
+            let read = self.with_reader(&dir, |header, reader, writing| {
+                let torn = torn_tail(reader, writing)?;
                 Ok((header, revision(reader, torn.is_some())))
             })?;
             // VBT-10: a session gone since it was listed is skipped.
@@ -415,61 +438,75 @@ impl VerbatimStore {
         Ok(listed)
     }
 
-    /// Runs `read` with the header and a reader of the session in `dir` (VBT-7): the
-    /// reader kept from an earlier read, refreshed (it scans only what was appended since),
-    /// or one opened now. `None` when `dir` does not exist. A reader whose refresh or read
-    /// failed is dropped, not kept.
+    /// Runs `read` with the header, a reader of the session in `dir` and whether this store
+    /// has a writer of it (VBT-7): the reader kept from an earlier read, refreshed (it scans
+    /// only what was appended since), or one opened now. `None` when `dir` does not exist,
+    /// also when it was removed during the call. A reader whose refresh or read failed is
+    /// dropped, not kept.
     fn with_reader<T>(
         &self,
         dir: &Path,
-        read: impl FnOnce(String, &LogReader) -> Result<T>,
+        read: impl FnOnce(String, &LogReader, bool) -> Result<T>,
     ) -> Result<Option<T>> {
+        let gone = || {
+            std::fs::symlink_metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        };
         match std::fs::symlink_metadata(dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io("stat", dir, &e)),
             Ok(_) => {}
         }
-        let header = read_header(dir)?;
-        let kept = {
-            let mut readers = self.kept_readers();
-            let at = readers.iter().position(|(known, _)| known == dir);
-            at.map(|at| readers.remove(at).1)
+        let header = match read_header(dir) {
+            Ok(header) => header,
+            Err(_) if gone() => return Ok(None), // VBT-10: removed meanwhile
+            Err(error) => return Err(error),
         };
-        let reader = match kept {
+        let log = dir.join("log");
+        let opened_in = identity(&log);
+        let reader = match self.readers.take(dir, opened_in) {
             Some(mut reader) => {
                 reader.refresh()?;
                 reader
             }
-            None => LogReader::open_with(&dir.join("log"), Arc::clone(&self.options.storage))?,
+            None => match LogReader::open_with(&log, Arc::clone(&self.options.storage)) {
+                Ok(reader) => reader,
+                Err(_) if gone() => return Ok(None),
+                Err(error) => return Err(error),
+            },
         };
-        let result = read(header, &reader)?;
-        let mut readers = self.kept_readers();
-        // A read of the same session on another thread may have kept one meanwhile.
-        readers.retain(|(known, _)| known != dir);
-        readers.push((dir.to_owned(), reader));
-        let excess = readers.len().saturating_sub(READERS_KEPT);
-        readers.drain(..excess);
+        let writing = self.writers.holds(dir);
+        let result = read(header, &reader, writing)?;
+        if let Some(opened_in) = opened_in {
+            self.readers.put(dir, opened_in, reader, READERS_KEPT);
+        }
         Ok(Some(result))
     }
 
-    /// The kept readers (as [`VerbatimStore::kept`]).
-    fn kept_readers(&self) -> std::sync::MutexGuard<'_, Vec<(PathBuf, LogReader)>> {
-        self.readers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// A writer of session `id`'s log, its recovery done (log-format §7).
-    fn writer(&self, id: &str) -> Result<LogWriter> {
-        super::check_id(id)?;
-        let dir = self.locate(id);
-        if std::fs::symlink_metadata(&dir).is_err() {
+    /// A writer of the log of session `id` in `dir`, its recovery done (log-format §7),
+    /// with the identity of the `log/` directory it was opened in.
+    fn writer(&self, id: &str, dir: &Path) -> Result<(LogWriter, DirIdentity)> {
+        if std::fs::symlink_metadata(dir).is_err() {
             return Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into());
         }
-        read_header(&dir)?;
-        let (writer, _) = LogWriter::open(&dir.join("log"), self.options.clone())?;
-        Ok(writer)
+        read_header(dir)?;
+        let log = dir.join("log");
+        let (writer, _) = LogWriter::open(&log, self.options.clone())?;
+        let opened_in = identity(&log)
+            .ok_or_else(|| Error::from(ErrorKind::SessionNotFound { id: id.to_owned() }))?;
+        Ok((writer, opened_in))
     }
+}
+
+/// VBT-7: the torn tail `reader` sees, unless this store has a writer of the log
+/// (`writing`): then bytes past the end are that writer's append in progress.
+fn torn_tail(
+    reader: &LogReader,
+    writing: bool,
+) -> Result<Option<(PathBuf, std::ops::Range<usize>)>> {
+    if writing {
+        return Ok(None);
+    }
+    reader.unrecovered_tail()
 }
 
 /// VBT-8: `surfacelog:<log_id>:<seq_next>`, and `:torn` while a torn tail waits.
@@ -545,10 +582,19 @@ fn read_header(dir: &Path) -> Result<String> {
 
 /// VBT-4: each event of a batch starting at `first_seq`, admitted, or the first refusal.
 fn admit_all(texts: &[&str], first_seq: u64) -> Result<Vec<Event>> {
-    (first_seq..)
-        .zip(texts)
-        .map(|(seq, text)| admit(text, seq))
-        .collect()
+    let mut events = Vec::with_capacity(texts.len());
+    for (i, text) in texts.iter().enumerate() {
+        // Past u64::MAX no event can have its seq: the text's seq cannot match.
+        let seq = first_seq.checked_add(i as u64).ok_or_else(|| -> Error {
+            ErrorKind::SeqNotContiguous {
+                expected: u64::MAX,
+                found: "(past the largest seq)".to_owned(),
+            }
+            .into()
+        })?;
+        events.push(admit(text, seq)?);
+    }
+    Ok(events)
 }
 
 /// VBT-3, VBT-4: one event stored as given: its text must be a JSON object with `seq` equal
@@ -621,37 +667,65 @@ fn publish(storage: &dyn Storage, build: &Path, to: &Path, id: &str) -> Result<(
     }
 }
 
-/// VBT-5: removes the build directories under `tmp` that processes no longer running left
-/// (a crash during a creation), best effort. A build's name starts with its creator's pid;
-/// one whose pid is this process's, or a running process's, is left alone (a reused pid
-/// only delays the removal).
+/// VBT-5: a new build's directory under `tmp` (not created yet) and the lock its builder
+/// holds until the build is published or removed: `<name>.lock` beside it, created anew
+/// (`<name>` is unique: the pid, the time and a counter) and locked (`flock`) before the
+/// directory exists.
+fn lock_build(tmp: &Path) -> Result<(PathBuf, std::fs::File)> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let name = format!("{}-{nanos}-{}", std::process::id(), next_build());
+    let build = tmp.join(&name);
+    let path = tmp.join(format!("{name}.lock"));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| Error::io("create", &path, &e))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| Error::io("flock", &path, &std::io::Error::from(e)))?;
+    Ok((build, file))
+}
+
+/// VBT-5: removes, best effort, the build directories under `tmp` whose builders are gone:
+/// those whose lock file can be locked (its builder no longer holds it), or has none (a
+/// builder locks it before it creates the directory). A running builder's build is never
+/// touched, in any process or pid namespace.
 fn remove_dead_builds(storage: &dyn Storage, tmp: &Path) {
     let Ok(entries) = std::fs::read_dir(tmp) else {
         return;
     };
-    let own = std::process::id();
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<u32>().ok())
-        else {
+        let build = entry.path();
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
+        }
+        let lock_path = build.with_extension("lock");
+        let lock = match std::fs::OpenOptions::new().write(true).open(&lock_path) {
+            Ok(lock) => Some(lock),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(_) => continue,
         };
-        let running = pid == own || Path::new("/proc").join(pid.to_string()).exists();
-        if !running {
-            let _ = storage.remove_dir_all(&entry.path());
+        if let Some(lock) = &lock {
+            let probe = rustix::fs::FlockOperation::NonBlockingLockExclusive;
+            if rustix::fs::flock(lock, probe).is_err() {
+                continue; // its builder is running
+            }
+        }
+        let _ = storage.remove_dir_all(&build);
+        if lock.is_some() {
+            let _ = std::fs::remove_file(&lock_path);
         }
     }
 }
 
-/// Creates `dir` with mode 0700 unless it exists (VBT-1).
-fn create_private_dir(dir: &Path) -> Result<()> {
+/// Creates `dir` with mode 0700 unless it exists (VBT-1); whether it created it.
+fn create_private_dir(dir: &Path) -> Result<bool> {
     use std::os::unix::fs::DirBuilderExt;
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(Error::io("create_dir", dir, &e)),
     }
 }
@@ -746,8 +820,8 @@ impl VerbatimStore {
                     }
                     match read_jsonl(&path, compression) {
                         Ok((header, events)) => {
-                            self.create(&id, &header, &as_strs(&events))?;
-                            report.imported.push(id);
+                            let place = path.display().to_string();
+                            self.import_one(&id, &header, &events, place, &mut report)?;
                         }
                         Err(error) if refusal(&error) => {
                             report.refused.push((path.display().to_string(), error));
@@ -773,8 +847,8 @@ impl VerbatimStore {
                     });
                     match read {
                         Ok((header, events)) => {
-                            self.create(&id, &header, &as_strs(&events))?;
-                            report.imported.push(id);
+                            let place = format!("{} session {id:?}", path.display());
+                            self.import_one(&id, &header, &events, place, &mut report)?;
                         }
                         Err(error) if refusal(&error) => {
                             let place = format!("{} session {id:?}", path.display());
@@ -786,6 +860,27 @@ impl VerbatimStore {
             }
         }
         Ok(report)
+    }
+
+    /// Creates one imported session; a session this store cannot hold as it is (VBT-4: an
+    /// event without a string `type` or a safe-integer `time`, which DSH's JSONL backend
+    /// stores, Appendix C.15) is reported in `refused`, one created meanwhile in `present`;
+    /// anything else (`IO`) stops the import.
+    fn import_one(
+        &self,
+        id: &str,
+        header: &str,
+        events: &[String],
+        place: String,
+        report: &mut DshImport,
+    ) -> Result<()> {
+        match self.create(id, header, &as_strs(events)) {
+            Ok(()) => report.imported.push(id.to_owned()),
+            Err(error) if error.code() == "SESSION_EXISTS" => report.present.push(id.to_owned()),
+            Err(error) if admission_refusal(&error) => report.refused.push((place, error)),
+            Err(error) => return Err(error),
+        }
+        Ok(())
     }
 
     /// Whether session `id`'s directory exists.
@@ -822,6 +917,23 @@ fn refusal(error: &Error) -> bool {
     matches!(
         error.code(),
         "CORRUPT" | "FORMAT_VERSION" | "HEADER_INVALID"
+    )
+}
+
+/// Whether `error` is a refusal of what a session holds (VBT-2, VBT-4), made before
+/// anything was written.
+#[cfg(feature = "dsh")]
+fn admission_refusal(error: &Error) -> bool {
+    matches!(
+        error.code(),
+        "DATA_INVALID_JSON"
+            | "DATA_DUPLICATE_KEY"
+            | "DATA_NOT_LOSSLESS"
+            | "ENVELOPE_INVALID"
+            | "SEQ_NOT_CONTIGUOUS"
+            | "EVENT_TOO_LARGE"
+            | "HEADER_INVALID"
+            | "INVALID_ID"
     )
 }
 

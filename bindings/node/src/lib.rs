@@ -510,7 +510,9 @@ fn packed_messages<L: SessionLog>(session: &surfacelog::Session<L>) -> surfacelo
     // Room for messages of 1 KiB on average (at most 1 GiB), reserved, not touched: growing
     // by doubling would copy (and fault in) the texts about twice over. Best effort: a
     // reservation the allocator refuses is skipped, and the buffer grows as it must.
-    let _ = packed.text.try_reserve(nodes.saturating_mul(1024).min(1 << 30));
+    let _ = packed
+        .text
+        .try_reserve(nodes.saturating_mul(1024).min(1 << 30));
     // Each message copied as it is read, while its page is mapped (RD-4).
     session.each_message(|m| {
         packed.seqs.push(m.seq as f64);

@@ -811,3 +811,23 @@ test('PERS-53: re-emitting session/created for a bound session changes nothing',
   assert.deepEqual(loaded.events.map((e) => e.seq), [...Array(12).keys()]);
   assert.notEqual(await revisionOf(persistence, session.id), stored);
 });
+
+test('§3.3: a torn marker is refused as stale once another writer changed the log', async (t) => {
+  const root = await scratch(t);
+  const first = await mount(t, root);
+  await first.persistence.create(header('stale'));
+  await first.persistence.append(SessionId('stale'), turn());
+  await first.dispose();
+  await corruptTail(root, 'stale');
+  const { persistence } = await mount(t, root);
+  const torn = await persistence.hooks.loadStored(SessionId('stale'));
+  assert.notEqual(torn.tornMarker, undefined);
+  // Another writer (another process, here another store) recovers the log and appends.
+  const other = new VerbatimStore(root);
+  await other.append('stale', 6, [JSON.stringify({ type: 'x/note', seq: 6, time: 1, data: {}, ignorable: true })]);
+  await other.close();
+  await assert.rejects(persistence.hooks.commitRepair(header('stale'), torn.tornMarker, []), /repair is stale/);
+  const now = await persistence.hooks.loadStored(SessionId('stale'));
+  assert.equal(now.tornMarker, undefined);
+  assert.equal(now.events.length, 7);
+});
