@@ -423,8 +423,9 @@ impl LogReader {
     }
 
     /// The bytes a writer's recovery would drop as a torn tail (§7, RCV-9), read without
-    /// changing anything: the last segment's file from just past the last record this
-    /// reader has scanned to the end of its last non-zero byte, when there is one.
+    /// changing anything: the last segment's file from just past its last valid record
+    /// (this reader's end, or past the records a writer has completed since its last
+    /// refresh) to the end of its last non-zero byte, when there is one.
     /// `None` when only zeros follow, or when the last segment is limited (LIM-4). Bytes
     /// that are damage rather than a tail are not asked about here: the scan that found
     /// the end has refused them already (RD-6).
@@ -454,11 +455,15 @@ impl LogReader {
             file,
             len: mapped.map.len(),
         };
-        // RD-8: past the verified end, read with pread inside the data regions only.
-        let regions = super::writer::data_regions(file, last.end, source.len);
+        // RD-8: past the verified end, read with pread. Records a writer has completed
+        // since this reader's last refresh continue the log: the tail starts after them.
+        let found =
+            scan(&source, last.end, self.seq_next).map_err(|e| read_error(path, last.end, &e))?;
+        let end = found.end;
+        let regions = super::writer::data_regions(file, end, source.len);
         let dirty_to =
-            nonzero_end(&source, last.end, &regions).map_err(|e| read_error(path, last.end, &e))?;
-        Ok((dirty_to > last.end).then(|| (path.to_owned(), last.end..dirty_to)))
+            nonzero_end(&source, end, &regions).map_err(|e| read_error(path, end, &e))?;
+        Ok((dirty_to > end).then(|| (path.to_owned(), end..dirty_to)))
     }
 
     /// The segments this reader knows, in order: each one's first seq and whether it is

@@ -446,7 +446,7 @@ impl VerbatimStore {
     fn with_reader<T>(
         &self,
         dir: &Path,
-        read: impl FnOnce(String, &LogReader, bool) -> Result<T>,
+        read: impl FnOnce(String, &LogReader, &dyn Fn() -> bool) -> Result<T>,
     ) -> Result<Option<T>> {
         let gone = || {
             std::fs::symlink_metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
@@ -474,8 +474,8 @@ impl VerbatimStore {
                 Err(error) => return Err(error),
             },
         };
-        let writing = self.writers.holds(dir);
-        let result = read(header, &reader, writing)?;
+        let writing = || self.writers.holds(dir);
+        let result = read(header, &reader, &writing)?;
         if let Some(opened_in) = opened_in {
             self.readers.put(dir, opened_in, reader, READERS_KEPT);
         }
@@ -498,15 +498,21 @@ impl VerbatimStore {
 }
 
 /// VBT-7: the torn tail `reader` sees, unless this store has a writer of the log
-/// (`writing`): then bytes past the end are that writer's append in progress.
+/// (`writing`, asked after the tail was read, since a writer may start meanwhile): then the
+/// bytes past the end are that writer's append in progress. A tail seen while no writer was
+/// there is read again, in case a writer completed its records and went away in between.
 fn torn_tail(
     reader: &LogReader,
-    writing: bool,
+    writing: &dyn Fn() -> bool,
 ) -> Result<Option<(PathBuf, std::ops::Range<usize>)>> {
-    if writing {
+    if reader.unrecovered_tail()?.is_none() || writing() {
         return Ok(None);
     }
-    reader.unrecovered_tail()
+    let again = reader.unrecovered_tail()?;
+    if again.is_some() && writing() {
+        return Ok(None);
+    }
+    Ok(again)
 }
 
 /// VBT-8: `surfacelog:<log_id>:<seq_next>`, and `:torn` while a torn tail waits.
