@@ -9,7 +9,8 @@
 //    hook alone (the native read and JSON.parse), and a cold `load` through the coordinator
 //    (a new backend instance each time: DSH validates every event and builds its Session).
 //
-// Measured 2026-12-04 (2 cores, ext4, Node 20; six runs of the final code, medians): append
+// Measured 2026-12-04 (2 cores, ext4, Node 20; six runs, the last three of the final code;
+// medians): append
 // 218–277 µs, 1.61–1.66x the bare floor and 1.09–1.13x the JSONL design; 67k–85k events/s
 // in batches of 600 (the coordinator snapshots and stringifies each batch); the last 50 of
 // 200,004 events 0.40–0.52 ms; loadStored 310–362 ms; a cold load through the coordinator
