@@ -93,15 +93,13 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     files
 }
 
+mod common;
+
 /// The last segment file of session `id`'s log.
 fn last_segment(store: &VerbatimStore, id: &str) -> PathBuf {
-    let mut segments: Vec<PathBuf> = std::fs::read_dir(store.locate(id).join("log"))
+    common::files_ending(&store.locate(id).join("log"), ".seg")
+        .pop()
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
-        .collect();
-    segments.sort();
-    segments.pop().unwrap()
 }
 
 /// Writes a frame that was never completed after the last record: a torn tail.

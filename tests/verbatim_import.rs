@@ -17,14 +17,10 @@ fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/dsh-sessions")
 }
 
+mod common;
+
 fn fixtures() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
-        .collect();
-    files.sort();
-    files
+    common::files_ending(&corpus(), ".jsonl")
 }
 
 /// The id a JSONL log's header line names.

@@ -795,7 +795,7 @@ pub fn logical_header(header: &Header) -> String {
 }
 
 /// The header keys of `dsh-formats.md` §1.1, in the order the reference writes them.
-const KNOWN_HEADER_KEYS: [&str; 9] = [
+pub(crate) const KNOWN_HEADER_KEYS: [&str; 9] = [
     "version",
     "id",
     "createdAt",

@@ -112,7 +112,37 @@ struct Mapped {
     identity: Option<FileIdentity>,
 }
 
+/// The last segment's file for reading past its verified end with `pread` (RD-8): the one
+/// kept open, or the name opened again.
+enum TailFile<'a> {
+    Kept(&'a std::fs::File),
+    Opened(std::fs::File),
+}
+
+impl TailFile<'_> {
+    fn file(&self) -> &std::fs::File {
+        match self {
+            Self::Kept(file) => file,
+            Self::Opened(file) => file,
+        }
+    }
+}
+
 impl Mapped {
+    /// The file to read past the verified end from: the kept one, or `path` opened again.
+    ///
+    /// # Errors
+    /// `IO` naming `path` when it cannot be opened.
+    fn tail_file(&self, storage: &dyn Storage, path: &Path) -> Result<TailFile<'_>> {
+        match &self.file {
+            Some(file) => Ok(TailFile::Kept(file)),
+            None => storage
+                .open_file(path, false)
+                .map(TailFile::Opened)
+                .map_err(|e| Error::io("open", path, &e)),
+        }
+    }
+
     /// The records from the segment's first, expecting `first` first, among its first
     /// `bound` bytes: read with pread (RD-8), from the kept file or from `path` opened
     /// again.
@@ -327,18 +357,9 @@ impl LogReader {
                     };
                     // RD-8: past `last.end` nothing is verified: read with pread.
                     let path = last.path(&self.dir);
-                    let opened;
-                    let file = if let Some(file) = &mapped.file {
-                        file
-                    } else {
-                        opened = self
-                            .storage
-                            .open_file(path, false)
-                            .map_err(|e| Error::io("open", path, &e))?;
-                        &opened
-                    };
+                    let tail = mapped.tail_file(&*self.storage, path)?;
                     let source = FileBytes {
-                        file,
+                        file: tail.file(),
                         len: mapped.map.len(),
                     };
                     let found = if check_end {
@@ -441,16 +462,8 @@ impl LogReader {
             return Ok(None);
         };
         let path = last.path(&self.dir);
-        let opened;
-        let file = if let Some(file) = &mapped.file {
-            file
-        } else {
-            opened = self
-                .storage
-                .open_file(path, false)
-                .map_err(|e| Error::io("open", path, &e))?;
-            &opened
-        };
+        let tail = mapped.tail_file(&*self.storage, path)?;
+        let file = tail.file();
         let source = FileBytes {
             file,
             len: mapped.map.len(),

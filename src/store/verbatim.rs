@@ -952,20 +952,9 @@ fn as_strs(texts: &[String]) -> Vec<&str> {
 /// fields only, in this order, each value's text as stored; what DSH's own backend returns.
 #[cfg(feature = "dsh")]
 fn logical_header(record: &str) -> Result<String> {
-    const KNOWN: [&str; 9] = [
-        "version",
-        "id",
-        "createdAt",
-        "cwd",
-        "parentSession",
-        "seedLength",
-        "origin",
-        "delegationDepth",
-        "agentPreset",
-    ];
     let json = Json::parse(record)?;
     let mut header = String::from("{");
-    for key in KNOWN {
+    for key in crate::adapters::jsonl::KNOWN_HEADER_KEYS {
         if let Some(value) = json.root().get(key) {
             if header.len() > 1 {
                 header.push(',');

@@ -16,10 +16,11 @@
 // - open + all 55,556 messages 1.16–1.30x Rust (at the 1.3x target, not reliably under it);
 // - the last 50 events 0.11–0.13 ms; fork 2.7–3.0 ms.
 import { createRequire } from 'node:module';
-import { mkdtempSync, rmSync, openSync, writeSync, fdatasyncSync, closeSync, ftruncateSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { interleaved, median, ms, us } from './interleaved.mjs';
 
 const require = createRequire(import.meta.url);
 const { Store } = require('../index.js');
@@ -27,12 +28,6 @@ const native = require('../surfacelog.node');
 
 const EVENTS = Number(process.env.SURFACELOG_BENCH_EVENTS ?? 1_000_000);
 const SYNC_SAMPLES = Number(process.env.SURFACELOG_BENCH_SYNC ?? 2000);
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-const ms = (x) => `${x.toFixed(3)} ms`;
-const us = (x) => `${(x * 1000).toFixed(1)} µs`;
 const results = [];
 const report = (what, value, target, pass) => {
   results.push({ what, value, target, pass });
@@ -47,31 +42,11 @@ try {
   {
     const store = await Store.open(join(scratch, 'sync'));
     const session = await store.create('sync');
-    const growing = openSync(join(scratch, 'bare.jsonl'), 'a');
-    const preallocated = openSync(join(scratch, 'bare.prealloc'), 'w');
-    ftruncateSync(preallocated, 64 << 20);
     const data = JSON.stringify({ note: 'x'.repeat(150) });
     const line = Buffer.from(`${JSON.stringify({ type: 'host/note', seq: 0, time: 0, data })}\n`);
-    const log = [];
-    const bare = [];
-    const floor = [];
-    let at = 0;
-    for (let i = 0; i < SYNC_SAMPLES; i += 1) {
-      let t = performance.now();
-      await session.append('host/note', data);
-      log.push(performance.now() - t);
-      t = performance.now();
-      writeSync(growing, line);
-      fdatasyncSync(growing);
-      bare.push(performance.now() - t);
-      t = performance.now();
-      writeSync(preallocated, line, 0, line.length, at);
-      fdatasyncSync(preallocated);
-      floor.push(performance.now() - t);
-      at += line.length;
-    }
-    closeSync(growing);
-    closeSync(preallocated);
+    const { append: log, jsonl: bare, floor } = await interleaved(scratch, line, SYNC_SAMPLES, () =>
+      session.append('host/note', data),
+    );
     await session.close();
     const ratio = median(log) / median(floor);
     report(

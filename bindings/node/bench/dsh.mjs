@@ -15,7 +15,7 @@
 // in batches of 600 (the coordinator snapshots and stringifies each batch); the last 50 of
 // 200,004 events 0.40–0.52 ms; loadStored 310–362 ms; a cold load through the coordinator
 // 642–721 ms.
-import { mkdtempSync, rmSync, openSync, writeSync, fdatasyncSync, closeSync, ftruncateSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -23,26 +23,11 @@ import { Context } from '@deepseek-ai/cordis';
 import SessionStore, { SESSION_FORMAT_VERSION, SessionId } from '@deepseek-ai/dsh-session';
 import { createMessage } from '@deepseek-ai/dsh-llm';
 import SurfacelogSessionPersistence from '../dsh.mjs';
-
-Promise.withResolvers ??= function withResolvers() {
-  let resolve;
-  let reject;
-  const promise = new Promise((a, b) => {
-    resolve = a;
-    reject = b;
-  });
-  return { promise, resolve, reject };
-};
+import '../scripts/with-resolvers.mjs';
+import { interleaved, median, ms, us } from './interleaved.mjs';
 
 const EVENTS = Number(process.env.SURFACELOG_BENCH_DSH_EVENTS ?? 200_000);
 const SAMPLES = Number(process.env.SURFACELOG_BENCH_SYNC ?? 1000);
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-const ms = (x) => `${x.toFixed(3)} ms`;
-const us = (x) => `${(x * 1000).toFixed(1)} µs`;
-
 async function mount(root) {
   const ctx = new Context();
   await ctx.plugin(SessionStore);
@@ -75,28 +60,10 @@ try {
     await persistence.create({ version: SESSION_FORMAT_VERSION, id, createdAt: 1 });
     const note = { note: 'x'.repeat(150) };
     await persistence.append(id, [{ type: 'x/note', seq: 0, time: 1, data: note, ignorable: true }]);
-    const growing = openSync(join(scratch, 'bare.jsonl'), 'a');
-    const preallocated = openSync(join(scratch, 'bare.prealloc'), 'w');
-    ftruncateSync(preallocated, 64 << 20);
     const line = Buffer.from(`${JSON.stringify({ type: 'x/note', seq: 0, time: 1, data: note, ignorable: true })}\n`);
-    const [backend, jsonl, floor] = [[], [], []];
-    let at = 0;
-    for (let i = 1; i <= SAMPLES; i += 1) {
-      let t = performance.now();
-      await persistence.append(id, [{ type: 'x/note', seq: i, time: 1, data: note, ignorable: true }]);
-      backend.push(performance.now() - t);
-      t = performance.now();
-      writeSync(growing, line);
-      fdatasyncSync(growing);
-      jsonl.push(performance.now() - t);
-      t = performance.now();
-      writeSync(preallocated, line, 0, line.length, at);
-      fdatasyncSync(preallocated);
-      floor.push(performance.now() - t);
-      at += line.length;
-    }
-    closeSync(growing);
-    closeSync(preallocated);
+    const { append: backend, jsonl, floor } = await interleaved(scratch, line, SAMPLES, (i) =>
+      persistence.append(id, [{ type: 'x/note', seq: i, time: 1, data: note, ignorable: true }]),
+    );
     await dispose();
     console.log(
       `durable append through the DSH service, p50 of ${SAMPLES} interleaved: ${us(median(backend))}; ` +

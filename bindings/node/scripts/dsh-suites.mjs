@@ -49,13 +49,9 @@ import SessionStore from '@deepseek-ai/dsh-session'
 import Backend from '../dsh.mjs'
 import { runPersistenceContract } from './contract.ts'
 import { runCoordinatorContract } from './coordinator-contract.ts'
+import '../scripts/with-resolvers.mjs'
 
 const { VerbatimStore } = createRequire(import.meta.url)('../index.js')
-;(Promise as any).withResolvers ??= () => {
-  let resolve: unknown, reject: unknown
-  const promise = new Promise((a, b) => { resolve = a; reject = b })
-  return { promise, resolve, reject }
-}
 
 async function corruptTail(root: string, id: string) {
   const log = join(new VerbatimStore(root).locate(id), 'log')

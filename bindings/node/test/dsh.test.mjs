@@ -16,21 +16,10 @@ import {
 } from '@deepseek-ai/dsh-session-persistence';
 import { CallId, createMessage } from '@deepseek-ai/dsh-llm';
 import SurfacelogSessionPersistence from '../dsh.mjs';
+import '../scripts/with-resolvers.mjs';
 
 const require = createRequire(import.meta.url);
 const { VerbatimStore } = require('../index.js');
-
-// DSH needs Node ≥ 22.19 (§ "Versions" in DSH-BACKEND.md); its coordinator's one newer
-// call is polyfilled here so the suite also runs on the Node 20 this package supports.
-Promise.withResolvers ??= function withResolvers() {
-  let resolve;
-  let reject;
-  const promise = new Promise((a, b) => {
-    resolve = a;
-    reject = b;
-  });
-  return { promise, resolve, reject };
-};
 
 const WORK = '/work';
 
