@@ -7,15 +7,18 @@
 //! Printed: the bytes of the DSH JSONL file, of the same log as Zstandard JSONL (the
 //! reference's compressed format), and of the stored session (blocks on disk and file
 //! lengths). Measured (criterion):
-//! 1. `open+messages/warm`: `Store::open_session` of the imported session and its
-//!    `messages()`, page cache warm;
-//! 2. `open+messages/cold`: the same after `echo 3 > /proc/sys/vm/drop_caches` before each
-//!    run (only when running as root; otherwise reported as skipped).
+//! 1. `open+messages/warm/pack`: `Store::open_session` of the imported session and its
+//!    `messages()`, page cache warm, the messages read from the message pack the import
+//!    wrote (`format-spec/message-pack.md`);
+//! 2. `open+messages/cold/pack`: the same after `echo 3 > /proc/sys/vm/drop_caches` before
+//!    each run (only when running as root; otherwise reported as skipped);
+//! 3. `open+messages/{warm,cold}/log`: the same with the pack moved aside, every message
+//!    read from its log record (what every build before the pack did).
 //!
 //! `cargo bench --bench footprint`. The scratch store lives under the system's temporary
 //! directory (on disk: cold reads mean something) and is removed at the end.
 //!
-//! 3. printed, not timed by criterion: the same log imported by a writer without chunk
+//! 4. printed, not timed by criterion: the same log imported by a writer without chunk
 //!    records (an older build's log), its bytes, and its bytes after `Store::compact_log`
 //!    (log-format.md §13) with the time that took.
 //!
@@ -214,6 +217,15 @@ fn benches(c: &mut Criterion) {
 
     compaction(scratch.path(), &jsonl, jsonl_bytes);
 
+    // The message pack (message-pack.md) the import wrote, and the same session without
+    // it (moved aside): the messages read from the pack, and from the log records.
+    let pack = store.dir().join("sessions").join(&id).join("messages");
+    let pack_bytes = std::fs::metadata(&pack).map_or(0, |m| m.len());
+    eprintln!(
+        "footprint: message pack {pack_bytes} B ({:.1}% of the session)",
+        pack_bytes as f64 * 100.0 / summary.bytes as f64
+    );
+    let aside = pack.with_extension("aside");
     let mut group = c.benchmark_group("open+messages");
     group
         .sample_size(10)
@@ -223,23 +235,33 @@ fn benches(c: &mut Criterion) {
         let n = session.messages().expect("messages").len();
         assert_eq!(n, messages);
     };
-    group.bench_function(format!("warm/{events}ev"), |b| b.iter(|| run(&store)));
-    if drop_caches() {
-        group.bench_function(format!("cold/{events}ev"), |b| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    drop_caches();
-                    let start = Instant::now();
-                    run(&store);
-                    total += start.elapsed();
-                }
-                total
-            });
-        });
-    } else {
+    let cold = drop_caches();
+    if !cold {
         eprintln!("footprint: cold runs skipped (dropping the page cache needs root)");
     }
+    for from in ["pack", "log"] {
+        if from == "log" {
+            std::fs::rename(&pack, &aside).expect("moves the pack aside");
+        }
+        group.bench_function(format!("warm/{from}/{events}ev"), |b| {
+            b.iter(|| run(&store));
+        });
+        if cold {
+            group.bench_function(format!("cold/{from}/{events}ev"), |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        drop_caches();
+                        let start = Instant::now();
+                        run(&store);
+                        total += start.elapsed();
+                    }
+                    total
+                });
+            });
+        }
+    }
+    std::fs::rename(&aside, &pack).expect("puts the pack back");
     group.finish();
     drop(store);
     let _ = std::fs::remove_dir_all(scratch.path());

@@ -194,6 +194,17 @@ pub trait EventSource {
         self.event(seq)?
             .ok_or_else(|| missing_event(seq, self.seq_next()))
     }
+
+    /// The message of the event at `seq`, which must exist (its record's `message` range,
+    /// log-format.md REC-7); `None` when the event has none. What deriving the surface's
+    /// messages reads: a stored session takes it from its message pack when it has one
+    /// (message-pack.md MSP-4), the same bytes without reading the record.
+    ///
+    /// # Errors
+    /// As [`EventSource::event_at`].
+    fn message_at(&self, seq: u64) -> crate::Result<Option<&str>> {
+        Ok(self.event_at(seq)?.message())
+    }
 }
 
 /// `CORRUPT`: the event at `seq` is needed but the log ends at `seq_next`.

@@ -20,9 +20,9 @@ pub(crate) fn map(file: &File) -> io::Result<Mmap> {
     // (log-format.md SEG-8: recovery overwrites a torn tail with zeros instead), so every
     // mapped page stays backed. Bytes that are still being written are only read after
     // their checksum matches (REC-4), and committed bytes are never written again: the
-    // log is append-only. Index files, limit files (LIM-5) and checkpoints (CKP-5) are
-    // replaced by rename or never changed, never rewritten in place, so an existing map
-    // keeps the old inode. A map is read only where the bytes are known written (RD-8):
+    // log is append-only. Index files, limit files (LIM-5), checkpoints (CKP-5) and message
+    // packs (MSP-6) are replaced by rename or never changed, never rewritten in place, so
+    // an existing map keeps the old inode. A map is read only where the bytes are known written (RD-8):
     // every other byte of a segment (a header, a scan past the verified end, a search of
     // the tail) is read with pread, so a hole on a full filesystem or a page past a length
     // another process cut the file to is never touched through a map (SIGBUS).

@@ -23,7 +23,7 @@ pub use compact::{KeptReason, LogCompaction, RewrittenSegment, compact};
 // Hidden: the index codec for the fuzz targets (`fuzz/`), not part of the API.
 #[doc(hidden)]
 pub use index::{Index, decode as decode_index, encode as encode_index};
-pub(crate) use map::FileWords;
+pub(crate) use map::{FileWords, map as map_file};
 pub use quarantine::{LogSalvage, QUARANTINE_SUFFIX, SetAside, salvage};
 pub(crate) use reader::BoundarySegment;
 pub use reader::LogReader;

@@ -163,7 +163,7 @@ fn write_fork(
         }
     };
     create_own_segment(storage, &log_dir, own, child.marker, &mut syncs)?;
-    link_checkpoint(storage, source_log, dir, child.len);
+    link_caches(storage, source_log, dir, child.len);
     // The build directory itself is synced by its publish (STORE-21), not twice.
     syncs.dirs = vec![log_dir];
     syncs.run(storage)?;
@@ -283,25 +283,32 @@ fn share_boundary(
     Ok(limit)
 }
 
+/// How many events a cache file covers, read from its fixed fields.
+type CoveredLen = fn(&dyn Storage, &Path) -> Option<u64>;
+
 /// The source's checkpoint serves the child when it covers no more than the prefix: the
 /// child's log holds the same bytes, so CKP-3 accepts it there. It is shared by a link:
 /// checkpoints are replaced by rename, never written in place (CKP-5). A cache: a failure
 /// only costs the child a full fold at its first open.
-fn link_checkpoint(storage: &dyn Storage, source_log: &Path, dir: &Path, len: u64) {
+/// The message pack is shared the same way, on the same condition (MSP-6).
+fn link_caches(storage: &dyn Storage, source_log: &Path, dir: &Path, len: u64) {
     let Some(source_dir) = source_log.parent() else {
         return;
     };
-    let target = dir.join(CHECKPOINT_FILE);
-    if storage
-        .hard_link(&source_dir.join(CHECKPOINT_FILE), &target)
-        .is_err()
-    {
-        return;
-    }
-    // Read what was linked, not the name, which the source's writer may replace meanwhile.
-    let covers = super::checkpoint::covered_len(storage, &target);
-    if covers.is_none_or(|covered| covered > len) {
-        let _ = storage.remove_file(&target);
+    let caches: [(&str, CoveredLen); 2] = [
+        (CHECKPOINT_FILE, super::checkpoint::covered_len),
+        (super::pack::PACK_FILE, super::pack::covered_len),
+    ];
+    for (name, covered_len) in caches {
+        let target = dir.join(name);
+        if storage.hard_link(&source_dir.join(name), &target).is_err() {
+            continue;
+        }
+        // Read what was linked, not the name, which the source's writer may replace
+        // meanwhile.
+        if covered_len(storage, &target).is_none_or(|covered| covered > len) {
+            let _ = storage.remove_file(&target);
+        }
     }
 }
 

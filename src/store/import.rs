@@ -137,6 +137,7 @@ impl Import<'_> {
             std::sync::Arc::clone(&options.log.storage),
             // One checkpoint, at the end: an import cut short is discarded, not reopened.
             u64::MAX,
+            options.message_pack,
         )?;
         Session::over_log_from(header, log, Surface::new(), 0, options.session.clone())
     }

@@ -10,6 +10,7 @@ mod escape;
 mod follow;
 mod fork;
 mod import;
+pub(crate) mod pack;
 mod shared;
 mod stored_log;
 mod summary;
@@ -87,6 +88,8 @@ pub struct StoreOptions {
     pub(crate) log: LogOptions,
     /// Events between two checkpoints of a session's surface.
     pub(crate) checkpoint_every: u64,
+    /// MSP-5's `pack_min` (0: no message pack).
+    pub(crate) message_pack: u64,
 }
 
 impl Default for StoreOptions {
@@ -99,6 +102,7 @@ impl Default for StoreOptions {
             session: Options::default(),
             log,
             checkpoint_every: CHECKPOINT_EVERY_DEFAULT,
+            message_pack: MESSAGE_PACK_DEFAULT,
         }
     }
 }
@@ -183,6 +187,27 @@ impl StoreOptions {
     #[must_use]
     pub fn checkpoint_every(mut self, events: u64) -> Self {
         self.checkpoint_every = events;
+        self
+    }
+
+    /// When a session's message texts are packed together beside its log
+    /// (`format-spec/message-pack.md`), so that [`Session::messages`](crate::Session::messages)
+    /// reads one contiguous file instead of one record per message scattered across the
+    /// log: with a checkpoint, once at least `min_nodes` nodes of the surface are not in
+    /// the pack and they are at least a quarter of those that are (MSP-5). The pack is a
+    /// cache of about the size of the messages (4% of the log on a session of streamed
+    /// turns); 0 writes none. Default: 1,024.
+    ///
+    /// ```
+    /// use surfacelog::StoreOptions;
+    ///
+    /// // Pack small sessions too; `0` would never pack.
+    /// let options = StoreOptions::new().message_pack(64);
+    /// # let _ = options;
+    /// ```
+    #[must_use]
+    pub fn message_pack(mut self, min_nodes: u64) -> Self {
+        self.message_pack = min_nodes;
         self
     }
 
@@ -287,6 +312,9 @@ pub const SESSION_SEGMENT_BYTES_DEFAULT: u64 = 8 << 20;
 
 /// The default of [`StoreOptions::checkpoint_every`].
 pub const CHECKPOINT_EVERY_DEFAULT: u64 = 10_000;
+
+/// The default of [`StoreOptions::message_pack`].
+pub const MESSAGE_PACK_DEFAULT: u64 = 1_024;
 
 /// A directory of sessions.
 ///
@@ -877,6 +905,7 @@ impl Store {
             dir.join(checkpoint::CHECKPOINT_FILE),
             std::sync::Arc::clone(&self.options.log.storage),
             self.options.checkpoint_every,
+            self.options.message_pack,
         )
         .map_err(|e| e.in_session(id))?;
         let live = first_live_seq.unwrap_or(stored).min(stored);
@@ -1113,8 +1142,8 @@ impl Store {
 
     /// Salvages session `id` (log-format.md SLV-1 to SLV-4): keeps the
     /// longest valid prefix of its log, moves everything after it into quarantine files
-    /// beside the log (never deleted), and removes the checkpoint when it covers more than
-    /// what remains (a cache, rebuilt at the next open). Never automatic: nothing else in
+    /// beside the log (never deleted), and removes the checkpoint and the message pack when
+    /// they cover more than what remains (caches, rebuilt later). Never automatic: nothing else in
     /// the engine drops data below a durable mark. Holds the session's lock throughout.
     ///
     /// # Errors
@@ -1136,6 +1165,17 @@ impl Store {
                     .sync_dir(&dir)
                     .map_err(|e| Error::io("fsync", &dir, &e))?;
                 checkpoint_removed = true;
+            }
+            // MSP-7: a message pack of a longer log goes too (a cache; it would be ignored,
+            // MSP-2, but it should not outlive the events it was written from).
+            let pack = dir.join(pack::PACK_FILE);
+            if pack::covered_len(storage, &pack).is_some_and(|len| len > kept.seq_next) {
+                storage
+                    .remove_file(&pack)
+                    .map_err(|e| Error::io("remove", &pack, &e))?;
+                storage
+                    .sync_dir(&dir)
+                    .map_err(|e| Error::io("fsync", &dir, &e))?;
             }
             Ok(())
         })
@@ -1697,6 +1737,8 @@ fn refuse_session_links(dir: &Path) -> Result<()> {
         log.join("LOCK"),
         checkpoint.with_extension("tmp"),
         checkpoint,
+        dir.join(pack::PACK_FILE),
+        dir.join(format!("{}.tmp", pack::PACK_FILE)),
     ];
     paths.iter().try_for_each(|path| refuse_symlink(path))
 }

@@ -1,10 +1,12 @@
 //! The log of a stored session: the on-disk log plus what the store keeps beside it, the
-//! repair scan state and the surface checkpoint (`format-spec/checkpoint.md`).
+//! repair scan state, the surface checkpoint (`format-spec/checkpoint.md`) and the
+//! message pack (`format-spec/message-pack.md`).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::checkpoint::{Checkpoint, RecordedChain};
+use super::pack::{self, Pack};
 use crate::error::Result;
 use crate::event::{Event, EventRef, EventSource};
 use crate::log::DiskLog;
@@ -31,6 +33,14 @@ pub struct StoredLog {
     storage: Arc<dyn Storage>,
     every: u64,
     since: u64,
+    /// The message pack, read and checked on the first message read (MSP-1, MSP-2);
+    /// `None` inside when there is none usable.
+    pack: OnceLock<Option<Pack>>,
+    /// The `seq_next` of the pack file as this writer knows it (0: none), for MSP-5;
+    /// `None` until first needed.
+    pack_covers: Option<u64>,
+    /// MSP-5's `pack_min`; 0: no pack is written.
+    pack_min: u64,
 }
 
 impl StoredLog {
@@ -53,7 +63,8 @@ impl StoredLog {
     }
 
     /// Wraps `log`, whose first `from` events `repair` has observed; its checkpoint is
-    /// written to `checkpoint_path` through `storage`.
+    /// written to `checkpoint_path` through `storage`, and a message pack beside it
+    /// whenever MSP-5 says, with `pack_min`.
     ///
     /// # Errors
     /// The error reading an event after `from` (`CORRUPT` with the file and offset).
@@ -64,6 +75,7 @@ impl StoredLog {
         checkpoint_path: PathBuf,
         storage: Arc<dyn Storage>,
         every: u64,
+        pack_min: u64,
     ) -> Result<Self> {
         repair.observe_from(&log, from)?;
         let observed = log.seq_next();
@@ -75,7 +87,68 @@ impl StoredLog {
             storage,
             every: every.max(1),
             since: 0,
+            pack: OnceLock::new(),
+            pack_covers: None,
+            pack_min,
         })
+    }
+
+    /// The session directory: where the checkpoint and the pack are.
+    fn session_dir(&self) -> &Path {
+        self.checkpoint_path.parent().unwrap_or(Path::new("."))
+    }
+
+    /// The message pack, read and checked (MSP-1, MSP-2) the first time it is asked for.
+    fn pack(&self) -> Option<&Pack> {
+        self.pack
+            .get_or_init(
+                || match Pack::load(&*self.storage, self.session_dir(), &self.log) {
+                    Ok(pack) => Some(pack),
+                    Err(pack::Unusable::Missing) => None,
+                    Err(why) => {
+                        tracing::warn!(
+                            target: "surfacelog",
+                            dir = %self.session_dir().display(),
+                            ?why,
+                            "message pack ignored (message-pack.md MSP-1, MSP-2)"
+                        );
+                        None
+                    }
+                },
+            )
+            .as_ref()
+    }
+
+    /// Writes a message pack of `surface` when MSP-5 says so. A failure is ignored: the pack
+    /// is a cache, and the old one stays bound to the log it was written from (MSP-6).
+    fn write_pack(&mut self, surface: &Surface) {
+        if self.pack_min == 0 {
+            return;
+        }
+        let covers = self.pack_covers.unwrap_or_else(|| {
+            let path = self.session_dir().join(pack::PACK_FILE);
+            pack::covered_len(&*self.storage, &path).unwrap_or(0)
+        });
+        // A pack found unusable covers nothing.
+        let covers = match self.pack.get() {
+            Some(None) => 0,
+            _ => covers,
+        };
+        self.pack_covers = Some(covers);
+        if !pack::due(surface, covers, self.pack_min) {
+            return;
+        }
+        let written = pack::write(
+            &*self.storage,
+            self.session_dir(),
+            surface,
+            self,
+            |log: &Self, seq| log.message_at(seq),
+        );
+        if let Ok(covers) = written {
+            self.pack_covers = Some(covers);
+            self.pack = OnceLock::new();
+        }
     }
 
     /// Writes the checkpoint of `surface` now (CKP-5). A failure is ignored: the checkpoint
@@ -99,6 +172,7 @@ impl StoredLog {
         checkpoint.chain = RecordedChain::of(&self.log);
         let bytes = checkpoint.encode();
         let _ = write_atomically(&*self.storage, &self.checkpoint_path, &bytes);
+        self.write_pack(surface);
     }
 }
 
@@ -109,6 +183,14 @@ impl EventSource for StoredLog {
 
     fn event(&self, seq: u64) -> Result<Option<EventRef<'_>>> {
         self.log.event(seq)
+    }
+
+    /// MSP-4: from the pack when it has the node, from the log record otherwise.
+    fn message_at(&self, seq: u64) -> Result<Option<&str>> {
+        if let Some(pack::Lookup::Packed(message)) = self.pack().map(|pack| pack.message(seq)) {
+            return Ok(message);
+        }
+        Ok(self.log.event_at(seq)?.message())
     }
 }
 

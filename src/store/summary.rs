@@ -287,6 +287,20 @@ fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Optio
         Err(errno) => return Err(io("open", &path.join(checkpoint::CHECKPOINT_FILE), errno)),
     }
 
+    // The message pack (message-pack.md), a cache: its size only.
+    let pack_path = path.join(super::pack::PACK_FILE);
+    match rustix::fs::openat(&dir, super::pack::PACK_FILE, flags(false), Mode::empty()) {
+        Ok(fd) => {
+            let stat = rustix::fs::fstat(&fd).map_err(|e| io("stat", &pack_path, e))?;
+            if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+                return Err(not_regular(&pack_path));
+            }
+            count(&mut summary, &stat);
+        }
+        Err(Errno::NOENT) => {}
+        Err(errno) => return Err(io("open", &pack_path, errno)),
+    }
+
     // The log's files: one listing, a stat of each relative to the directory.
     let log_path = path.join("log");
     let log = match rustix::fs::openat(&dir, "log", flags(true), Mode::empty()) {

@@ -84,7 +84,7 @@ pub fn each_message<'a>(
     mut visit: impl FnMut(Message<'a>),
 ) -> Result<()> {
     for &seq in surface.nodes() {
-        if let Some(json) = source.event_at(seq)?.message() {
+        if let Some(json) = source.message_at(seq)? {
             visit(Message { seq, json });
         }
     }

@@ -18,6 +18,7 @@ mod index;
 mod layout;
 mod limit;
 mod log;
+mod pack;
 mod records;
 mod report;
 mod segment;
@@ -161,7 +162,8 @@ impl Found {
     }
 }
 
-/// One session: its header, its log, its checkpoint against a fold of the log.
+/// One session: its header, its log, its checkpoint and its message pack against a fold
+/// of the log.
 fn check_session(
     dir: &Path,
     asked: Option<&str>,
@@ -187,6 +189,9 @@ fn check_session(
         &log_dir,
         vocabulary,
     );
+    if log.clean {
+        pack::check_pack(&mut found, dir, &log_dir, vocabulary);
+    }
     let id = asked.map(str::to_owned).or(named).unwrap_or(name);
     Ok(SessionReport {
         id,

@@ -1,0 +1,353 @@
+//! The message pack beside a session's log (`format-spec/message-pack.md`): the message
+//! texts of the surface's nodes as of some seq, together in seq order, so that deriving
+//! all messages reads one contiguous file rather than a record per message.
+#![deny(clippy::indexing_slicing)]
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use memmap2::Mmap;
+
+use crate::event::EventSource;
+use crate::record::{u32_at, u64_at};
+use crate::storage::Storage;
+use crate::surface::Surface;
+
+/// `"surfmsg\0"` (MSP-1).
+pub const PACK_MAGIC: [u8; 8] = *b"surfmsg\0";
+/// The message pack format version (MSP-1).
+pub const PACK_VERSION: u32 = 1;
+/// The pack's file name in a session directory.
+pub const PACK_FILE: &str = "messages";
+/// Where the entries start (MSP-1).
+const ENTRIES_AT: usize = 48;
+/// The bytes of one entry: `(seq, end)`.
+const ENTRY: usize = 16;
+/// The buffer a pack is written through (MSP-6): memory stays bounded whatever the
+/// messages add up to.
+const WRITE_BUFFER: usize = 1 << 20;
+
+/// A checked message pack (MSP-1, MSP-2), mapped.
+#[derive(Debug)]
+pub struct Pack {
+    map: Mmap,
+    seq_next: u64,
+    count: usize,
+    /// The entry after the one last found: the surface asks for its nodes mostly in seq
+    /// order, so this is usually the next one asked for (a guess, checked; never wrong).
+    next: AtomicUsize,
+}
+
+/// What the pack says of a node (MSP-4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup<'a> {
+    /// The pack has no entry for it (or its text is not UTF-8): the log is read.
+    NotPacked,
+    /// The node's message, `None` for a node whose event has none.
+    Packed(Option<&'a str>),
+}
+
+/// Why a pack file is not used: it is a cache, so this is only reported (tracing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unusable {
+    /// No file.
+    Missing,
+    /// A check of MSP-1 failed: the rule's reason.
+    Corrupt(&'static str),
+    /// Another version (MSP-1).
+    Version,
+    /// Written from another log, or a longer one (MSP-2).
+    Stale,
+}
+
+impl Pack {
+    /// Reads, maps and checks the pack of the session directory `dir` against `log`
+    /// (MSP-1, MSP-2).
+    ///
+    /// # Errors
+    /// Why it cannot be used.
+    pub fn load(
+        storage: &dyn Storage,
+        dir: &Path,
+        log: &impl EventSource,
+    ) -> Result<Self, Unusable> {
+        let Ok(file) = storage.open_read(&dir.join(PACK_FILE)) else {
+            return Err(Unusable::Missing);
+        };
+        let len = file
+            .metadata()
+            .map_err(|_| Unusable::Corrupt("cannot stat"))?
+            .len();
+        if len < ENTRIES_AT as u64 {
+            return Err(Unusable::Corrupt("shorter than its fixed fields"));
+        }
+        let map = crate::log::map_file(&file).map_err(|_| Unusable::Corrupt("cannot map"))?;
+        let pack = Self::check(map)?;
+        pack.bind(log)?;
+        Ok(pack)
+    }
+
+    /// MSP-1 over the bytes of a pack file.
+    fn check(map: Mmap) -> Result<Self, Unusable> {
+        let bytes: &[u8] = &map;
+        if bytes.get(..8) != Some(&PACK_MAGIC[..]) {
+            return Err(Unusable::Corrupt("bad magic"));
+        }
+        if u32_at(bytes, 8) != Some(PACK_VERSION) {
+            return Err(Unusable::Version);
+        }
+        let field = |at| u64_at(bytes, at).ok_or(Unusable::Corrupt("short"));
+        let (seq_next, count, text_len) = (field(16)?, field(24)?, field(32)?);
+        let entries_len = usize::try_from(count)
+            .ok()
+            .and_then(|c| c.checked_mul(ENTRY))
+            .ok_or(Unusable::Corrupt("count out of range"))?;
+        let text_at = ENTRIES_AT
+            .checked_add(entries_len)
+            .ok_or(Unusable::Corrupt("count out of range"))?;
+        let expected = usize::try_from(text_len)
+            .ok()
+            .and_then(|t| text_at.checked_add(t));
+        if expected != Some(bytes.len()) {
+            return Err(Unusable::Corrupt(
+                "length is not 48 + 16 × count + text_len",
+            ));
+        }
+        let (Some(fixed), Some(entries), Some(text)) = (
+            bytes.get(..44),
+            bytes.get(ENTRIES_AT..text_at),
+            bytes.get(text_at..),
+        ) else {
+            return Err(Unusable::Corrupt("short"));
+        };
+        if u32_at(bytes, 44) != Some(crc32c::crc32c_append(crc32c::crc32c(fixed), entries)) {
+            return Err(Unusable::Corrupt("crc does not match"));
+        }
+        if u32_at(bytes, 40) != Some(crc32c::crc32c(text)) {
+            return Err(Unusable::Corrupt("text_crc does not match"));
+        }
+        let (mut seq_before, mut end_before) = (None::<u64>, 0);
+        for entry in entries.chunks_exact(ENTRY) {
+            let (seq, end) = (
+                u64_at(entry, 0).unwrap_or_default(),
+                u64_at(entry, 8).unwrap_or_default(),
+            );
+            if seq >= seq_next || seq_before.is_some_and(|before| seq <= before) {
+                return Err(Unusable::Corrupt("seqs not increasing below seq_next"));
+            }
+            if end < end_before || end > text_len {
+                return Err(Unusable::Corrupt("ends decrease or pass text_len"));
+            }
+            (seq_before, end_before) = (Some(seq), end);
+        }
+        if end_before != text_len {
+            return Err(Unusable::Corrupt("the last end is not text_len"));
+        }
+        Ok(Self {
+            map,
+            seq_next,
+            count: entries_len / ENTRY,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// MSP-2: the pack was written from `log`'s first `seq_next` events.
+    fn bind(&self, log: &impl EventSource) -> Result<(), Unusable> {
+        let crc = u32_at(&self.map, 12).unwrap_or_default();
+        let last = self.seq_next.checked_sub(1).ok_or(Unusable::Stale)?;
+        if self.seq_next > log.seq_next() {
+            return Err(Unusable::Stale);
+        }
+        match log.event(last) {
+            Ok(Some(event)) if crc32c::crc32c(event.text().as_bytes()) == crc => Ok(()),
+            _ => Err(Unusable::Stale),
+        }
+    }
+
+    /// The events the pack was written after (MSP-2).
+    pub fn seq_next(&self) -> u64 {
+        self.seq_next
+    }
+
+    /// Every entry in file order (MSP-3): its seq and its text (`None` for a node without a
+    /// message, or text that is not UTF-8, which [`Pack::message`] does not use either).
+    pub fn entries(&self) -> impl Iterator<Item = (u64, Option<&str>)> + '_ {
+        (0..self.count).map(|i| {
+            let seq = self.entry(i).0;
+            (seq, self.lookup(seq).flatten())
+        })
+    }
+
+    /// `(seq, end)` of entry `i`.
+    fn entry(&self, i: usize) -> (u64, u64) {
+        let at = ENTRIES_AT + i * ENTRY;
+        (
+            u64_at(&self.map, at).unwrap_or_default(),
+            u64_at(&self.map, at + 8).unwrap_or_default(),
+        )
+    }
+
+    /// The message of node `seq` as the pack holds it (MSP-4).
+    pub fn message(&self, seq: u64) -> Lookup<'_> {
+        self.lookup(seq).map_or(Lookup::NotPacked, Lookup::Packed)
+    }
+
+    /// [`Pack::message`]: `None` when not packed.
+    #[expect(clippy::option_option, reason = "private; `Lookup` is the public form")]
+    fn lookup(&self, seq: u64) -> Option<Option<&str>> {
+        if seq >= self.seq_next {
+            return None;
+        }
+        let guess = self.next.load(Ordering::Relaxed);
+        let found = if guess < self.count && self.entry(guess).0 == seq {
+            guess
+        } else {
+            self.find(seq)?
+        };
+        self.next.store(found + 1, Ordering::Relaxed);
+        let start = match found.checked_sub(1) {
+            Some(before) => self.entry(before).1,
+            None => 0,
+        };
+        let end = self.entry(found).1;
+        if start == end {
+            return Some(None);
+        }
+        let text_at = ENTRIES_AT + self.count * ENTRY;
+        let range = usize::try_from(start).ok()?..usize::try_from(end).ok()?;
+        let bytes = self.map.get(text_at..)?.get(range)?;
+        std::str::from_utf8(bytes).ok().map(Some)
+    }
+
+    /// The index of the entry of `seq` (binary search).
+    fn find(&self, seq: u64) -> Option<usize> {
+        let (mut low, mut high) = (0, self.count);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match self.entry(mid).0.cmp(&seq) {
+                std::cmp::Ordering::Less => low = mid + 1,
+                std::cmp::Ordering::Greater => high = mid,
+                std::cmp::Ordering::Equal => return Some(mid),
+            }
+        }
+        None
+    }
+}
+
+/// Whether a writer whose pack covers `covered_before` (its `seq_next`, 0 without one)
+/// writes a new one for `surface` (MSP-5).
+pub fn due(surface: &Surface, covered_before: u64, pack_min: u64) -> bool {
+    if pack_min == 0 || surface.nodes_lost() {
+        return false;
+    }
+    let nodes = surface.nodes();
+    let fresh = nodes.iter().filter(|&&seq| seq >= covered_before).count() as u64;
+    let covered = nodes.len() as u64 - fresh;
+    fresh >= pack_min && fresh.saturating_mul(4) >= covered
+}
+
+/// Writes the pack of `surface`, whose messages are read through `messages` (a reader of
+/// the log, or of the current pack and the log), to `dir`'s `messages` file (MSP-3, MSP-6),
+/// and returns its `seq_next`.
+///
+/// # Errors
+/// The error reading a message (`CORRUPT`), or writing, syncing or renaming the file.
+pub fn write<S: EventSource + ?Sized>(
+    storage: &dyn Storage,
+    dir: &Path,
+    surface: &Surface,
+    source: &S,
+    message: impl Fn(&S, u64) -> crate::Result<Option<&str>>,
+) -> crate::Result<u64> {
+    use crate::Error;
+    let seq_next = surface.seq_next();
+    let changed = |reason: &str| -> Error {
+        crate::error::ErrorKind::Corrupt {
+            location: dir.join(PACK_FILE).display().to_string(),
+            reason: reason.to_owned(),
+        }
+        .into()
+    };
+    let last = seq_next
+        .checked_sub(1)
+        .ok_or_else(|| changed("an empty log has no message pack"))?;
+    let last_text_crc = crc32c::crc32c(source.event_at(last)?.text().as_bytes());
+    let mut seqs = surface.nodes().to_vec();
+    seqs.sort_unstable();
+    // Pass 1: the entries (each message read, verified, for its length).
+    let mut entries = Vec::with_capacity(seqs.len() * ENTRY);
+    let mut end = 0u64;
+    for &seq in &seqs {
+        end += message(source, seq)?.map_or(0, |text| text.len() as u64);
+        entries.extend_from_slice(&seq.to_le_bytes());
+        entries.extend_from_slice(&end.to_le_bytes());
+    }
+    let text_len = end;
+    let tmp = dir.join(format!("{PACK_FILE}.tmp"));
+    let path = dir.join(PACK_FILE);
+    let _ = storage.remove_file(&tmp);
+    let file = storage
+        .create_file(&tmp, 0)
+        .map_err(|e| Error::io("create", &tmp, &e))?;
+    let write_at = |offset: u64, bytes: &[u8]| {
+        storage
+            .write_at(&file, offset, bytes)
+            .map_err(|e| Error::io("write", &tmp, &e))
+    };
+    // Pass 2: the texts, streamed, read again (verified again) so that no more than one
+    // buffer of them is held.
+    let text_at = (ENTRIES_AT + entries.len()) as u64;
+    let (mut buffer, mut at, mut text_crc) = (Vec::with_capacity(WRITE_BUFFER), text_at, 0);
+    for &seq in &seqs {
+        if let Some(text) = message(source, seq)? {
+            if buffer.len() + text.len() > WRITE_BUFFER && !buffer.is_empty() {
+                text_crc = crc32c::crc32c_append(text_crc, &buffer);
+                write_at(at, &buffer)?;
+                at += buffer.len() as u64;
+                buffer.clear();
+            }
+            buffer.extend_from_slice(text.as_bytes());
+        }
+    }
+    text_crc = crc32c::crc32c_append(text_crc, &buffer);
+    write_at(at, &buffer)?;
+    at += buffer.len() as u64;
+    if at != text_at + text_len {
+        // The same messages read twice gave other lengths: the log changed under us.
+        let _ = storage.remove_file(&tmp);
+        return Err(changed("the messages changed while they were packed"));
+    }
+    let mut fixed = Vec::with_capacity(ENTRIES_AT);
+    fixed.extend_from_slice(&PACK_MAGIC);
+    fixed.extend_from_slice(&PACK_VERSION.to_le_bytes());
+    fixed.extend_from_slice(&last_text_crc.to_le_bytes());
+    fixed.extend_from_slice(&seq_next.to_le_bytes());
+    fixed.extend_from_slice(&(seqs.len() as u64).to_le_bytes());
+    fixed.extend_from_slice(&text_len.to_le_bytes());
+    fixed.extend_from_slice(&text_crc.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&fixed), &entries);
+    fixed.extend_from_slice(&crc.to_le_bytes());
+    write_at(0, &fixed)?;
+    write_at(ENTRIES_AT as u64, &entries)?;
+    storage
+        .sync_data(&file)
+        .map_err(|e| Error::io("fsync", &tmp, &e))?;
+    drop(file);
+    storage
+        .rename(&tmp, &path)
+        .map_err(|e| Error::io("rename", &path, &e))?;
+    storage
+        .sync_dir(dir)
+        .map_err(|e| Error::io("fsync", dir, &e))?;
+    Ok(seq_next)
+}
+
+/// The `seq_next` of the pack file at `path` when its fixed fields are this version's,
+/// without checking anything else: what salvage and fork need (MSP-6, MSP-7).
+pub fn covered_len(storage: &dyn Storage, path: &Path) -> Option<u64> {
+    use std::io::Read;
+    let mut fixed = [0; 24];
+    storage.open_read(path).ok()?.read_exact(&mut fixed).ok()?;
+    let ours = fixed.get(..8) == Some(&PACK_MAGIC[..]) && u32_at(&fixed, 8) == Some(PACK_VERSION);
+    ours.then(|| u64_at(&fixed, 16))?
+}

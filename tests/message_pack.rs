@@ -1,0 +1,426 @@
+//! The message pack (`format-spec/message-pack.md`, MSP-1 to MSP-7): a cache of the
+//! surface's message texts beside the log. Deriving messages through it gives exactly
+//! what the log gives (a model comparison over random turns, compactions, prunes, flushes
+//! and reopens); a damaged pack, or one bound to another log, is ignored and reported by
+//! `verify`; a pack encoded by hand from the spec is read as written; a fork shares it
+//! and salvage removes one that covers more than the log it keeps.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+mod common;
+
+use proptest::prelude::*;
+use surfacelog::internals::event::MemLog;
+use surfacelog::internals::session::Session;
+use surfacelog::{Boundary, Durability, SessionReport, Severity, Store, StoreOptions};
+
+/// One step of a plan.
+#[derive(Debug, Clone)]
+enum Op {
+    /// A closed turn of `tests/common` (a user message, an assistant message, a result).
+    Turn,
+    /// Compacts the current messages from the one at `a` to the one at `b` (fractions of
+    /// the surface, in 1/256ths).
+    Compact(u8, u8),
+    /// Prunes the `k`-th tool result still on the surface.
+    Prune(u8),
+    /// `Session::flush`: a checkpoint, and a pack when MSP-5 says so.
+    Flush,
+    /// Closes and reopens the stored session.
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => Just(Op::Turn),
+        2 => (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Op::Compact(a, b)),
+        2 => any::<u8>().prop_map(Op::Prune),
+        2 => Just(Op::Flush),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+/// The messages of a session as `(seq, text)`.
+type Messages = Vec<(u64, String)>;
+
+fn messages_of<L: surfacelog::internals::session::SessionLog>(session: &Session<L>) -> Messages {
+    let messages = session.messages().unwrap();
+    messages
+        .iter()
+        .map(|m| (m.seq, m.json.to_owned()))
+        .collect()
+}
+
+fn options(pack_min: u64) -> StoreOptions {
+    common::store_options(Durability::Sync, 1 << 20)
+        .checkpoint_every(37)
+        .message_pack(pack_min)
+}
+
+/// Applies `op` to `session`; `turn` numbers the turns.
+fn apply<L: surfacelog::internals::session::SessionLog>(
+    session: &mut Session<L>,
+    op: &Op,
+    turn: &mut u64,
+) {
+    let current = messages_of(session);
+    match *op {
+        Op::Turn => {
+            *turn += 1;
+            common::numbered_turn(session, *turn);
+        }
+        Op::Compact(a, b) => {
+            // Tool pairing stays balanced (contract §5): the range starts at a user message
+            // (or a summary) and does not end at an assistant message, whose result
+            // follows it.
+            let starts: Vec<usize> = (0..current.len())
+                .filter(|&i| {
+                    !current[i].1.contains(r#""kind":"tool""#) && !is_assistant(&current[i].1)
+                })
+                .collect();
+            let Some(&first) = starts.get(usize::from(a) * starts.len() / 256) else {
+                return;
+            };
+            let ends: Vec<usize> = (first..current.len())
+                .filter(|&j| !is_assistant(&current[j].1))
+                .collect();
+            let j = ends[usize::from(b) * ends.len() / 256];
+            common::compact(session, current[first].0, current[j].0, "summary");
+        }
+        Op::Prune(k) => {
+            let results: Vec<u64> = current
+                .iter()
+                .filter(|(_, text)| text.contains(r#""id":"r"#))
+                .map(|(seq, _)| *seq)
+                .collect();
+            if !results.is_empty() {
+                common::prune_to_empty(session, results[usize::from(k) % results.len()]);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn is_assistant(text: &str) -> bool {
+    text.contains(r#""role":"assistant""#)
+}
+
+/// Runs `plan` on a stored session with `pack_min` and returns the messages seen after
+/// each flush and reopen, and at the end after a last reopen.
+fn run_stored(dir: &Path, plan: &[Op], pack_min: u64) -> Vec<Messages> {
+    let store = Store::open_or_create(dir, options(pack_min)).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    let (mut turn, mut seen) = (0, Vec::new());
+    for op in plan {
+        apply(&mut session, op, &mut turn);
+        match op {
+            Op::Flush => {
+                session.flush().unwrap();
+                seen.push(messages_of(&session));
+            }
+            Op::Reopen => {
+                session.close().unwrap();
+                session = store.open_session("s").unwrap().0;
+                seen.push(messages_of(&session));
+            }
+            _ => {}
+        }
+    }
+    session.close().unwrap();
+    let (session, _) = store.open_session("s").unwrap();
+    seen.push(messages_of(&session));
+    seen
+}
+
+/// The same plan on an in-memory session: the messages at the same points.
+fn run_in_memory(plan: &[Op]) -> Vec<Messages> {
+    let mut session: Session<MemLog> = Session::in_memory("s", &options(0)).unwrap();
+    let (mut turn, mut seen) = (0, Vec::new());
+    for op in plan {
+        apply(&mut session, op, &mut turn);
+        if matches!(op, Op::Flush | Op::Reopen) {
+            seen.push(messages_of(&session));
+        }
+    }
+    seen.push(messages_of(&session));
+    seen
+}
+
+fn session_report(store: &Store) -> SessionReport {
+    let report = store.verify(None).unwrap();
+    assert!(report.store.is_empty(), "{:?}", report.store);
+    report.sessions.into_iter().next().expect("one session")
+}
+
+fn pack_path(dir: &Path) -> PathBuf {
+    let sessions = dir.join("sessions");
+    let session = std::fs::read_dir(&sessions)
+        .unwrap()
+        .next()
+        .expect("one session")
+        .unwrap()
+        .path();
+    session.join("messages")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// MSP-4: with a pack written at every chance (`pack_min` 1), or with none, a stored
+    /// session derives the same messages as an in-memory one, after every flush and
+    /// reopen; `verify` finds the pack's entries equal to a fold of the log (MSP-3).
+    #[test]
+    fn messages_through_the_pack_equal_the_log_s(plan in proptest::collection::vec(op(), 1..48)) {
+        let model = run_in_memory(&plan);
+        for pack_min in [1, 3, 0] {
+            let dir = common::scratch("message_pack", "model");
+            let seen = run_stored(dir.as_ref(), &plan, pack_min);
+            prop_assert_eq!(&seen, &model, "pack_min {}", pack_min);
+            let store = Store::open_or_create(dir.as_ref(), options(pack_min)).unwrap();
+            let report = session_report(&store);
+            prop_assert!(report.problems.is_empty(), "{:?}", report.problems);
+            let packed = pack_path(dir.as_ref()).exists();
+            let any_turn = plan.iter().any(|op| matches!(op, Op::Turn));
+            // MSP-5: `pack_min` 1 packs at the last close at the latest; 0 never packs.
+            match pack_min {
+                0 => prop_assert!(!packed),
+                1 => prop_assert_eq!(packed, any_turn),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A closed session of `turns` turns, packed, in `dir`; its messages (from the log: the
+/// pack removed and put back).
+fn packed_session(dir: &Path, turns: u64) -> (Store, Messages, Vec<u8>) {
+    let store = Store::open_or_create(dir, options(1)).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    for turn in 1..=turns {
+        common::numbered_turn(&mut session, turn);
+    }
+    common::compact(&mut session, 1, 11, "early turns");
+    session.close().unwrap();
+    let path = pack_path(dir);
+    let pack = std::fs::read(&path).expect("a pack was written at close");
+    std::fs::remove_file(&path).unwrap();
+    let truth = messages_of(&store.open_session("s").unwrap().0);
+    std::fs::write(&path, &pack).unwrap();
+    (store, truth, pack)
+}
+
+/// The spec's fields of a pack (MSP-1), read independently of the engine.
+struct Fields {
+    seq_next: u64,
+    entries: Vec<(u64, u64)>,
+    text: Vec<u8>,
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+fn parse(pack: &[u8]) -> Fields {
+    assert_eq!(&pack[..8], b"surfmsg\0");
+    assert_eq!(u32::from_le_bytes(pack[8..12].try_into().unwrap()), 1);
+    let (seq_next, count, text_len) = (u64_at(pack, 16), u64_at(pack, 24), u64_at(pack, 32));
+    let count = usize::try_from(count).unwrap();
+    let entries = (0..count)
+        .map(|i| (u64_at(pack, 48 + 16 * i), u64_at(pack, 56 + 16 * i)))
+        .collect();
+    let text = pack[48 + 16 * count..].to_vec();
+    assert_eq!(text.len() as u64, text_len);
+    Fields {
+        seq_next,
+        entries,
+        text,
+    }
+}
+
+/// The bytes of a pack per MSP-1, CRCs computed here.
+fn encode(last_text_crc: u32, fields: &Fields) -> Vec<u8> {
+    let mut out = b"surfmsg\0".to_vec();
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&last_text_crc.to_le_bytes());
+    out.extend_from_slice(&fields.seq_next.to_le_bytes());
+    out.extend_from_slice(&(fields.entries.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(fields.text.len() as u64).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&fields.text).to_le_bytes());
+    let mut entries = Vec::new();
+    for (seq, end) in &fields.entries {
+        entries.extend_from_slice(&seq.to_le_bytes());
+        entries.extend_from_slice(&end.to_le_bytes());
+    }
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&out), &entries);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&entries);
+    out.extend_from_slice(&fields.text);
+    out
+}
+
+fn has_problem(report: &SessionReport, rule: &str, severity: Severity) -> bool {
+    report
+        .problems
+        .iter()
+        .any(|p| p.rule == rule && p.severity == severity)
+}
+
+/// MSP-1: any flipped bit, a cut and an extension make the pack ignored whole: the
+/// messages come from the log, and `verify` reports an error.
+#[test]
+fn a_damaged_pack_is_ignored_and_reported() {
+    let dir = common::scratch("message_pack", "damage");
+    let (store, truth, pack) = packed_session(dir.as_ref(), 12);
+    let path = pack_path(dir.as_ref());
+    let mut damaged: Vec<Vec<u8>> = Vec::new();
+    let step = (pack.len() / 97).max(1);
+    for at in (0..48).chain((48..pack.len()).step_by(step)) {
+        for bit in [0, 5] {
+            let mut bytes = pack.clone();
+            bytes[at] ^= 1 << bit;
+            damaged.push(bytes);
+        }
+    }
+    damaged.push(pack[..pack.len() - 1].to_vec());
+    damaged.push(pack[..47].to_vec());
+    damaged.push([&pack[..], b"x"].concat());
+    for bytes in damaged {
+        std::fs::write(&path, &bytes).unwrap();
+        let (session, _) = store.open_session("s").unwrap();
+        assert_eq!(messages_of(&session), truth);
+        drop(session);
+        let report = session_report(&store);
+        // The version field changed is "another version": a warning; the rest errors.
+        let version_changed = bytes.len() == pack.len() && bytes[8..12] != pack[8..12];
+        let expected = if version_changed {
+            Severity::Warning
+        } else {
+            Severity::Error
+        };
+        assert!(
+            has_problem(&report, "MSP-1", expected),
+            "{:?}",
+            report.problems
+        );
+    }
+}
+
+/// MSP-1 to MSP-4 from the reader's side: a pack encoded here by the spec is read as
+/// written (one message text changed shows through, and `verify` reports that text as
+/// not its record's, MSP-3); bound to another log's last event (MSP-2) or covering more
+/// events than the log holds, it is ignored.
+#[test]
+fn a_pack_encoded_by_the_spec_is_read_as_written_and_bound_to_its_log() {
+    let dir = common::scratch("message_pack", "spec");
+    let (store, truth, pack) = packed_session(dir.as_ref(), 6);
+    let path = pack_path(dir.as_ref());
+    let last_text_crc = u32::from_le_bytes(pack[12..16].try_into().unwrap());
+    let fields = parse(&pack);
+    assert_eq!(
+        encode(last_text_crc, &fields),
+        pack,
+        "the writer follows MSP-1"
+    );
+
+    // The text of turn 3's user message, `u3` changed to `U3` (the same length).
+    let shown = truth
+        .iter()
+        .position(|m| m.1.contains(r#""id":"u3""#))
+        .unwrap();
+    let (seq, _) = truth[shown];
+    let index = fields.entries.iter().position(|e| e.0 == seq).unwrap();
+    let start = if index == 0 {
+        0
+    } else {
+        fields.entries[index - 1].1
+    };
+    let start = usize::try_from(start).unwrap();
+    let end = usize::try_from(fields.entries[index].1).unwrap();
+    let original = String::from_utf8(fields.text[start..end].to_vec()).unwrap();
+    assert_eq!(original, truth[shown].1);
+    let changed = original.replace("u3", "U3");
+    assert_ne!(changed, original);
+    let mut text = fields.text.clone();
+    text[start..end].copy_from_slice(changed.as_bytes());
+    let altered = Fields {
+        text,
+        entries: fields.entries.clone(),
+        ..fields
+    };
+    std::fs::write(&path, encode(last_text_crc, &altered)).unwrap();
+    let (session, _) = store.open_session("s").unwrap();
+    let read = messages_of(&session);
+    assert_eq!(read[shown].1, changed, "the pack is what the reader read");
+    assert_eq!(read[..shown], truth[..shown]);
+    assert_eq!(read[shown + 1..], truth[shown + 1..]);
+    drop(session);
+    assert!(has_problem(
+        &session_report(&store),
+        "MSP-3",
+        Severity::Error
+    ));
+
+    // MSP-2: another log's last event; then more events than the log holds.
+    let fields = parse(&encode(last_text_crc, &altered));
+    std::fs::write(&path, encode(last_text_crc ^ 1, &fields)).unwrap();
+    assert_eq!(messages_of(&store.open_session("s").unwrap().0), truth);
+    assert!(has_problem(
+        &session_report(&store),
+        "MSP-2",
+        Severity::Warning
+    ));
+    let longer = Fields {
+        seq_next: fields.seq_next + 1,
+        ..fields
+    };
+    std::fs::write(&path, encode(last_text_crc, &longer)).unwrap();
+    assert_eq!(messages_of(&store.open_session("s").unwrap().0), truth);
+}
+
+/// MSP-6: a fork at or past the pack's `seq_next` shares it by a hard link, and its
+/// messages are the source's prefix; a fork before it gets none. MSP-7: salvage of a log
+/// cut before the pack's `seq_next` removes the pack.
+#[test]
+fn a_fork_shares_the_pack_and_salvage_removes_a_longer_one() {
+    let dir = common::scratch("message_pack", "fork");
+    let (store, truth, pack) = packed_session(dir.as_ref(), 8);
+    let path = pack_path(dir.as_ref());
+    let seq_next = parse(&pack).seq_next;
+    drop(store.fork("s", Boundary::Last, "child").unwrap());
+    let child_pack = dir.as_ref().join("sessions/child/messages");
+    assert_eq!(
+        std::fs::metadata(&child_pack).unwrap().ino(),
+        std::fs::metadata(&path).unwrap().ino()
+    );
+    let (child, _) = store.open_session("child").unwrap();
+    assert_eq!(messages_of(&child), truth);
+    drop(child);
+    // The child, closed, writes a pack of its own (`pack_min` 1), not the source's.
+    drop(
+        store
+            .fork("s", Boundary::Seq(seq_next - 3), "early")
+            .unwrap(),
+    );
+    let early = dir.as_ref().join("sessions/early/messages");
+    let ino = std::fs::metadata(&path).unwrap().ino();
+    if let Ok(own) = std::fs::read(&early) {
+        assert_ne!(std::fs::metadata(&early).unwrap().ino(), ino);
+        assert!(parse(&own).seq_next < seq_next);
+    }
+
+    // Cut the log's last record short: salvage keeps the events before it.
+    let log = path.with_file_name("log");
+    let segment = common::files_ending(&log, ".seg").pop().unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let end = bytes.iter().rposition(|b| *b != 0).unwrap();
+    bytes[end] ^= 0xff;
+    std::fs::write(&segment, &bytes).unwrap();
+    let salvaged = store.salvage("s").unwrap();
+    assert!(salvaged.log.seq_next < seq_next);
+    assert!(
+        !path.exists(),
+        "MSP-7: the pack covered events salvage set aside"
+    );
+    assert!(dir.as_ref().join("sessions/child/messages").exists());
+}
