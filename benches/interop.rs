@@ -16,7 +16,8 @@
 //! 1. `import_jsonl`: [`jsonl::import_jsonl`] into an empty store (the session is removed,
 //!    untimed, after each run, and the removal is synced so that its cost does not land in
 //!    the next run). It includes the scan, the import-path checks of every event, the log
-//!    writes, the checkpoint and the final fsync. Target ≥ 150 MB/s.
+//!    writes, the checkpoint, the message pack and the final fsync. Target ≥ 150 MB/s.
+//!    `import_jsonl_no_pack`: the same with `StoreOptions::message_pack(0)`, side by side.
 //! 2. `export_jsonl`: [`jsonl::write_jsonl`] of the stored session, packing on, through
 //!    [`jsonl::export_file`] (temporary file, fsync, rename). Target ≥ 200 MB/s.
 //! 3. `import_sqlite`: [`import_sqlite`] of a schema-17 database holding the same session
@@ -153,9 +154,14 @@ fn write_workload_turns(dir: &Path, turns: u64) -> (PathBuf, u64, u64) {
 /// mounted with `discard`, freeing the last run's ~220 MB makes the device busy for a while,
 /// which is the cleanup's cost, not the import's.
 fn fresh_store(dir: &Path) -> Store {
+    fresh_store_with(dir, StoreOptions::default())
+}
+
+/// [`fresh_store`] with `options`.
+fn fresh_store_with(dir: &Path, options: StoreOptions) -> Store {
     let _ = std::fs::remove_dir_all(dir);
     rustix::fs::sync();
-    Store::open_or_create(dir, StoreOptions::default()).unwrap()
+    Store::open_or_create(dir, options).unwrap()
 }
 
 fn bench(c: &mut Criterion) {
@@ -172,19 +178,30 @@ fn bench(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(20));
     group.throughput(Throughput::Bytes(bytes));
     let scratch = root.join("import-store");
-    group.bench_function("import_jsonl", |b| {
-        b.iter_batched(
-            || fresh_store(&scratch),
-            |store| {
-                let (imported, _) =
-                    jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {})
-                        .unwrap();
-                assert_eq!(imported.events, events);
-                store
-            },
-            criterion::BatchSize::PerIteration,
-        );
-    });
+    // The import writes the session's message pack at its end (message-pack.md MSP-5);
+    // `import_jsonl_no_pack` is the same with packs off, for the pack's cost side by side.
+    for (name, pack_min) in [("import_jsonl", None), ("import_jsonl_no_pack", Some(0))] {
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    let options = StoreOptions::default();
+                    let options = match pack_min {
+                        Some(min) => options.message_pack(min),
+                        None => options,
+                    };
+                    fresh_store_with(&scratch, options)
+                },
+                |store| {
+                    let (imported, _) =
+                        jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {})
+                            .unwrap();
+                    assert_eq!(imported.events, events);
+                    store
+                },
+                criterion::BatchSize::PerIteration,
+            );
+        });
+    }
 
     let store = fresh_store(&root.join("store"));
     jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {}).unwrap();

@@ -267,7 +267,7 @@ fn has_problem(report: &SessionReport, rule: &str, severity: Severity) -> bool {
 }
 
 /// MSP-1: any flipped bit, a cut and an extension make the pack ignored whole: the
-/// messages come from the log, and `verify` reports an error.
+/// messages come from the log, and `verify` reports it (a warning: a crash may tear it).
 #[test]
 fn a_damaged_pack_is_ignored_and_reported() {
     let dir = common::scratch("message_pack", "damage");
@@ -291,17 +291,18 @@ fn a_damaged_pack_is_ignored_and_reported() {
         assert_eq!(messages_of(&session), truth);
         drop(session);
         let report = session_report(&store);
-        // The version field changed is "another version": a warning; the rest errors.
-        let version_changed = bytes.len() == pack.len() && bytes[8..12] != pack[8..12];
-        let expected = if version_changed {
-            Severity::Warning
-        } else {
-            Severity::Error
-        };
+        // A warning: the pack is a cache written without a sync, which a crash may tear
+        // (MSP-6).
         assert!(
-            has_problem(&report, "MSP-1", expected),
+            has_problem(&report, "MSP-1", Severity::Warning),
             "{:?}",
             report.problems
+        );
+        assert!(
+            report
+                .problems
+                .iter()
+                .all(|p| p.severity == Severity::Warning)
         );
     }
 }

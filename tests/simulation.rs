@@ -3,7 +3,8 @@
 //! filesystem and checked: every session whose creation was acknowledged opens (never
 //! `CORRUPT`), every event acknowledged durable is there byte for byte, nothing is there
 //! beyond what was appended but the repair closers of an interrupted turn, the surface
-//! equals a fold from scratch, an acknowledged delete stays done, and `verify` passes.
+//! equals a fold from scratch, its messages (read through the message pack, MSP-4) are
+//! the log's, an acknowledged delete stays done, and `verify` passes.
 //! The workloads import DSH JSONL fixtures too (`Durability::Staged`, sealed segments
 //! synced on a background thread, DUR-6, which the simulated disk keeps deterministic:
 //! `SEAL_THREAD`): an import is there whole or not at all (STORE-14).
@@ -185,6 +186,9 @@ fn options(storage: Arc<dyn Storage>, durability: Durability) -> StoreOptions {
             chunk_records: true,
         })
         .checkpoint_every(9)
+        // A message pack at nearly every checkpoint (MSP-5), so that its writes are crashed
+        // and failed too.
+        .message_pack(2)
 }
 
 /// The run's state: the store, the open session `s` and what is expected.
@@ -801,6 +805,7 @@ fn check(
                 "{id}: the surface differs from a fold from scratch"
             ));
         }
+        check_messages(id, &session, &folded)?;
         drop(session);
     }
     // Sessions present but not in the model (a fork cut short after its publish).
@@ -812,6 +817,33 @@ fn check(
         }
     }
     check_verify(&store)
+}
+
+/// MSP-4: the messages of `session`, read through its message pack when one is usable,
+/// are those of the log's records for the nodes of `folded`, a fold from scratch.
+fn check_messages(id: &str, session: &StoredSession, folded: &Surface) -> Result<(), String> {
+    let mut from_log = Vec::new();
+    for &seq in folded.nodes() {
+        let event = session
+            .event(seq)
+            .map_err(|error| format!("{id}: event {seq}: {error}"))?
+            .ok_or_else(|| format!("{id}: node {seq} missing"))?;
+        if let Some(message) = event.message() {
+            from_log.push((seq, message.to_owned()));
+        }
+    }
+    let messages = session
+        .messages()
+        .map_err(|error| format!("{id}: messages: {error}"))?;
+    let read: Vec<(u64, String)> = messages
+        .iter()
+        .map(|m| (m.seq, m.json.to_owned()))
+        .collect();
+    if read == from_log {
+        Ok(())
+    } else {
+        Err(format!("{id}: the messages differ from the log's"))
+    }
 }
 
 /// Flips one bit, chosen by `seed`, among the bytes of the segments of session `s`

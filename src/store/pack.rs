@@ -251,7 +251,7 @@ pub fn due(surface: &Surface, covered_before: u64, pack_min: u64) -> bool {
 /// and returns its `seq_next`.
 ///
 /// # Errors
-/// The error reading a message (`CORRUPT`), or writing, syncing or renaming the file.
+/// The error reading a message (`CORRUPT`), or writing or renaming the file.
 pub fn write<S: EventSource + ?Sized>(
     storage: &dyn Storage,
     dir: &Path,
@@ -261,28 +261,15 @@ pub fn write<S: EventSource + ?Sized>(
 ) -> crate::Result<u64> {
     use crate::Error;
     let seq_next = surface.seq_next();
-    let changed = |reason: &str| -> Error {
-        crate::error::ErrorKind::Corrupt {
+    let last = seq_next.checked_sub(1).ok_or_else(|| {
+        Error::from(crate::error::ErrorKind::Corrupt {
             location: dir.join(PACK_FILE).display().to_string(),
-            reason: reason.to_owned(),
-        }
-        .into()
-    };
-    let last = seq_next
-        .checked_sub(1)
-        .ok_or_else(|| changed("an empty log has no message pack"))?;
+            reason: "an empty log has no message pack".to_owned(),
+        })
+    })?;
     let last_text_crc = crc32c::crc32c(source.event_at(last)?.text().as_bytes());
     let mut seqs = surface.nodes().to_vec();
     seqs.sort_unstable();
-    // Pass 1: the entries (each message read, verified, for its length).
-    let mut entries = Vec::with_capacity(seqs.len() * ENTRY);
-    let mut end = 0u64;
-    for &seq in &seqs {
-        end += message(source, seq)?.map_or(0, |text| text.len() as u64);
-        entries.extend_from_slice(&seq.to_le_bytes());
-        entries.extend_from_slice(&end.to_le_bytes());
-    }
-    let text_len = end;
     let tmp = dir.join(format!("{PACK_FILE}.tmp"));
     let path = dir.join(PACK_FILE);
     let _ = storage.remove_file(&tmp);
@@ -294,29 +281,30 @@ pub fn write<S: EventSource + ?Sized>(
             .write_at(&file, offset, bytes)
             .map_err(|e| Error::io("write", &tmp, &e))
     };
-    // Pass 2: the texts, streamed, read again (verified again) so that no more than one
-    // buffer of them is held.
-    let text_at = (ENTRIES_AT + entries.len()) as u64;
-    let (mut buffer, mut at, mut text_crc) = (Vec::with_capacity(WRITE_BUFFER), text_at, 0);
+    // One pass: each message read (verified, REC-4) once, its text streamed through a
+    // bounded buffer into the text area, which starts after the entries (their number is
+    // the surface's), and its entry kept; the entries and the fixed fields are written
+    // last.
+    let text_at = (ENTRIES_AT + seqs.len() * ENTRY) as u64;
+    let mut entries = Vec::with_capacity(seqs.len() * ENTRY);
+    let (mut buffer, mut written, mut text_crc) = (Vec::with_capacity(WRITE_BUFFER), 0u64, 0);
     for &seq in &seqs {
         if let Some(text) = message(source, seq)? {
             if buffer.len() + text.len() > WRITE_BUFFER && !buffer.is_empty() {
                 text_crc = crc32c::crc32c_append(text_crc, &buffer);
-                write_at(at, &buffer)?;
-                at += buffer.len() as u64;
+                write_at(text_at + written, &buffer)?;
+                written += buffer.len() as u64;
                 buffer.clear();
             }
             buffer.extend_from_slice(text.as_bytes());
         }
+        let end = written + buffer.len() as u64;
+        entries.extend_from_slice(&seq.to_le_bytes());
+        entries.extend_from_slice(&end.to_le_bytes());
     }
     text_crc = crc32c::crc32c_append(text_crc, &buffer);
-    write_at(at, &buffer)?;
-    at += buffer.len() as u64;
-    if at != text_at + text_len {
-        // The same messages read twice gave other lengths: the log changed under us.
-        let _ = storage.remove_file(&tmp);
-        return Err(changed("the messages changed while they were packed"));
-    }
+    write_at(text_at + written, &buffer)?;
+    let text_len = written + buffer.len() as u64;
     let mut fixed = Vec::with_capacity(ENTRIES_AT);
     fixed.extend_from_slice(&PACK_MAGIC);
     fixed.extend_from_slice(&PACK_VERSION.to_le_bytes());
@@ -327,18 +315,14 @@ pub fn write<S: EventSource + ?Sized>(
     fixed.extend_from_slice(&text_crc.to_le_bytes());
     let crc = crc32c::crc32c_append(crc32c::crc32c(&fixed), &entries);
     fixed.extend_from_slice(&crc.to_le_bytes());
-    write_at(0, &fixed)?;
     write_at(ENTRIES_AT as u64, &entries)?;
-    storage
-        .sync_data(&file)
-        .map_err(|e| Error::io("fsync", &tmp, &e))?;
+    write_at(0, &fixed)?;
     drop(file);
+    // MSP-6: no sync (a cache, as an index is, IDX-2): a crash may leave the file torn
+    // under its name, which MSP-1 refuses, or the old pack, still bound to its log.
     storage
         .rename(&tmp, &path)
         .map_err(|e| Error::io("rename", &path, &e))?;
-    storage
-        .sync_dir(dir)
-        .map_err(|e| Error::io("fsync", dir, &e))?;
     Ok(seq_next)
 }
 

@@ -13,8 +13,9 @@ use crate::store::pack::{PACK_FILE, Pack, Unusable};
 use crate::surface::Surface;
 
 /// Checks the pack of the session directory `dir` whose log (in `log_dir`) checked out.
-/// A pack that is damaged is an error (it is written whole and synced before its rename,
-/// MSP-6); one of another version or bound to another log is a warning (open ignores it).
+/// Every failure of MSP-1 and MSP-2 is a warning: the pack is a cache written without a
+/// sync (MSP-6), so a crash may tear it, and open then ignores it. A pack that checks out
+/// and is bound to the log but holds other texts (MSP-3) is an error: open would use it.
 pub(super) fn check_pack(found: &mut Found, dir: &Path, log_dir: &Path, vocabulary: &Vocabulary) {
     let path = dir.join(PACK_FILE);
     let Ok(reader) = LogReader::open_with(log_dir, Arc::new(FsStorage)) else {
@@ -24,7 +25,8 @@ pub(super) fn check_pack(found: &mut Found, dir: &Path, log_dir: &Path, vocabula
         Ok(pack) => pack,
         Err(Unusable::Missing) => return,
         Err(Unusable::Corrupt(why)) => {
-            found.error(&path, None, "MSP-1", why.to_owned());
+            let message = format!("{why}: open ignores it and reads messages from the log");
+            found.warning(&path, None, "MSP-1", message);
             return;
         }
         Err(Unusable::Version) => {
