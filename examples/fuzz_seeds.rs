@@ -1,6 +1,7 @@
 //! Writes the seed corpora of the fuzz targets into `fuzz/corpus/<target>/` (run from the
 //! repository's root: `cargo run --example fuzz_seeds`): real segments, indexes and
-//! checkpoints of a small stored session, the specification's vector records, and
+//! checkpoints and the message pack of a small stored session, the specification's vector
+//! records, and
 //! operation programs that reach every operation of the `session_model` target. The seeds
 //! are committed; libFuzzer grows its own corpus elsewhere (`.ci/run`).
 
@@ -18,7 +19,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let scratch = tempfile::tempdir()?;
     // A fixed clock: the events' times, so the seeds, are the same at each run (but for
     // the log's random identity).
-    let options = StoreOptions::new().clock(Arc::new(ManualClock::new(1_000)));
+    let options = StoreOptions::new()
+        .clock(Arc::new(ManualClock::new(1_000)))
+        .message_pack(1);
     let store = Store::open_or_create(scratch.path(), options)?;
     let mut session = store.create("seed", None, None)?;
     for turn in 1..=3u64 {
@@ -52,6 +55,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let session_dir = find(scratch.path(), "checkpoint")?;
     let checkpoint = std::fs::read(&session_dir)?;
+    // pack: the session's message pack (MSP-1), whole and cut after its fixed fields.
+    let pack = std::fs::read(find(scratch.path(), "messages")?)?;
+    write(out, "pack", "whole", &pack)?;
+    write(out, "pack", "fixed", pack.get(..48).unwrap_or(&pack))?;
     let log_dir = find(scratch.path(), "log")?;
     let segment = records_of(&std::fs::read(
         log_dir.join(surfacelog::internals::log::segment::segment_name(0)),

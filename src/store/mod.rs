@@ -10,7 +10,7 @@ mod escape;
 mod follow;
 mod fork;
 mod import;
-pub(crate) mod pack;
+pub mod pack;
 mod shared;
 mod stored_log;
 mod summary;

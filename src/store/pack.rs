@@ -27,10 +27,28 @@ const ENTRY: usize = 16;
 /// messages add up to.
 const WRITE_BUFFER: usize = 1 << 20;
 
-/// A checked message pack (MSP-1, MSP-2), mapped.
+/// A pack file's bytes: mapped (a session's), or on the heap (a fuzz target's).
+#[derive(Debug)]
+enum Bytes {
+    Map(Mmap),
+    Heap(Box<[u8]>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Self::Map(map) => map,
+            Self::Heap(bytes) => bytes,
+        }
+    }
+}
+
+/// A checked message pack (MSP-1; MSP-2 too when loaded for a log), mapped.
 #[derive(Debug)]
 pub struct Pack {
-    map: Mmap,
+    map: Bytes,
     seq_next: u64,
     count: usize,
     /// The entry after the one last found: the surface asks for its nodes mostly in seq
@@ -82,13 +100,22 @@ impl Pack {
             return Err(Unusable::Corrupt("shorter than its fixed fields"));
         }
         let map = crate::log::map_file(&file).map_err(|_| Unusable::Corrupt("cannot map"))?;
-        let pack = Self::check(map)?;
+        let pack = Self::check(Bytes::Map(map))?;
         pack.bind(log)?;
         Ok(pack)
     }
 
+    /// A pack of `bytes` checked as MSP-1 says, not bound to any log (MSP-2): what a fuzz
+    /// target reads.
+    ///
+    /// # Errors
+    /// Why it cannot be used.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, Unusable> {
+        Self::check(Bytes::Heap(bytes.into_boxed_slice()))
+    }
+
     /// MSP-1 over the bytes of a pack file.
-    fn check(map: Mmap) -> Result<Self, Unusable> {
+    fn check(map: Bytes) -> Result<Self, Unusable> {
         let bytes: &[u8] = &map;
         if bytes.get(..8) != Some(&PACK_MAGIC[..]) {
             return Err(Unusable::Corrupt("bad magic"));
