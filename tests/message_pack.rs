@@ -2,8 +2,9 @@
 //! surface's message texts beside the log. Deriving messages through it gives exactly
 //! what the log gives (a model comparison over random turns, compactions, prunes, flushes
 //! and reopens); a damaged pack, or one bound to another log, is ignored and reported by
-//! `verify`; a pack encoded by hand from the spec is read as written; a fork shares it
-//! and salvage removes one that covers more than the log it keeps.
+//! `verify`; a pack encoded by hand from the spec is read as written, by a writer and by a
+//! read-only inspection; a fork shares it and salvage removes one that covers more than
+//! the log it keeps.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -130,6 +131,10 @@ fn run_stored(dir: &Path, plan: &[Op], pack_min: u64) -> Vec<Messages> {
     session.close().unwrap();
     let (session, _) = store.open_session("s").unwrap();
     seen.push(messages_of(&session));
+    drop(session);
+    // MSP-4 for a read-only inspection: the same messages.
+    let inspected = messages_of(&store.inspect("s").unwrap());
+    assert_eq!(Some(&inspected), seen.last());
     seen
 }
 
@@ -356,6 +361,8 @@ fn a_pack_encoded_by_the_spec_is_read_as_written_and_bound_to_its_log() {
     assert_eq!(read[..shown], truth[..shown]);
     assert_eq!(read[shown + 1..], truth[shown + 1..]);
     drop(session);
+    // A read-only inspection reads through it too, and changes nothing.
+    assert_eq!(messages_of(&store.inspect("s").unwrap()), read);
     assert!(has_problem(
         &session_report(&store),
         "MSP-3",

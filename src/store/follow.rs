@@ -1,6 +1,7 @@
 //! Followers: read-only handles that see events as a writer, in this process or another,
 //! commits them (`store.md` STORE-11).
 
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::Store;
@@ -77,6 +78,12 @@ pub struct ReadOnlyLog {
     /// The repair state after the events before `observed`.
     repair: RepairState,
     observed: u64,
+    /// The session directory and the storage its message pack is read through.
+    dir: std::path::PathBuf,
+    storage: Arc<dyn crate::storage::Storage>,
+    /// The message pack (message-pack.md), read and checked against the events on disk
+    /// on the first message read; `None` inside when there is none usable.
+    pack: OnceLock<Option<super::pack::Pack>>,
 }
 
 impl ReadOnlyLog {
@@ -202,6 +209,9 @@ impl Store {
             },
             repair,
             observed: surface.seq_next(),
+            dir,
+            storage: Arc::clone(&self.options.log.storage),
+            pack: OnceLock::new(),
         };
         Session::over_log_from(header, log, surface, stored, self.options.session.clone())
     }
@@ -512,6 +522,18 @@ impl EventSource for ReadOnlyLog {
 
     fn event(&self, seq: u64) -> Result<Option<EventRef<'_>>> {
         self.log.event(seq)
+    }
+
+    /// MSP-4: from the pack when it has the node (a node of the events on disk; the pack
+    /// is bound to them, MSP-2), from the log record otherwise.
+    fn message_at(&self, seq: u64) -> Result<Option<&str>> {
+        let pack = self
+            .pack
+            .get_or_init(|| super::pack::load_traced(&*self.storage, &self.dir, &self.log.base));
+        if let Some(super::pack::Lookup::Packed(message)) = pack.as_ref().map(|p| p.message(seq)) {
+            return Ok(message);
+        }
+        Ok(self.log.event_at(seq)?.message())
     }
 }
 

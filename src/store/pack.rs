@@ -261,6 +261,28 @@ impl Pack {
     }
 }
 
+/// [`Pack::load`], what a session reads its messages through: `None` when there is no
+/// usable pack, the reason traced (`warn`) when there is a file that is not used.
+pub(crate) fn load_traced(
+    storage: &dyn Storage,
+    dir: &Path,
+    log: &impl EventSource,
+) -> Option<Pack> {
+    match Pack::load(storage, dir, log) {
+        Ok(pack) => Some(pack),
+        Err(Unusable::Missing) => None,
+        Err(why) => {
+            tracing::warn!(
+                target: "surfacelog",
+                dir = %dir.display(),
+                ?why,
+                "message pack ignored (message-pack.md MSP-1, MSP-2)"
+            );
+            None
+        }
+    }
+}
+
 /// Whether a writer whose pack covers `covered_before` (its `seq_next`, 0 without one)
 /// writes a new one for `surface` (MSP-5).
 pub fn due(surface: &Surface, covered_before: u64, pack_min: u64) -> bool {

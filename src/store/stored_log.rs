@@ -101,21 +101,7 @@ impl StoredLog {
     /// The message pack, read and checked (MSP-1, MSP-2) the first time it is asked for.
     fn pack(&self) -> Option<&Pack> {
         self.pack
-            .get_or_init(
-                || match Pack::load(&*self.storage, self.session_dir(), &self.log) {
-                    Ok(pack) => Some(pack),
-                    Err(pack::Unusable::Missing) => None,
-                    Err(why) => {
-                        tracing::warn!(
-                            target: "surfacelog",
-                            dir = %self.session_dir().display(),
-                            ?why,
-                            "message pack ignored (message-pack.md MSP-1, MSP-2)"
-                        );
-                        None
-                    }
-                },
-            )
+            .get_or_init(|| pack::load_traced(&*self.storage, self.session_dir(), &self.log))
             .as_ref()
     }
 
