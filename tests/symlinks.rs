@@ -214,6 +214,16 @@ fn store_1_a_linked_checkpoint_tmp_is_refused() {
     check("checkpoint-tmp", "sessions/s/checkpoint.tmp", &SESSION_OPS);
 }
 
+#[test]
+fn store_1_a_linked_message_pack_is_refused() {
+    check("pack", "sessions/s/messages", &SESSION_OPS);
+}
+
+#[test]
+fn store_1_a_linked_message_pack_tmp_is_refused() {
+    check("pack-tmp", "sessions/s/messages.tmp", &SESSION_OPS);
+}
+
 /// The last segment is opened for writing by recovery (which would zero a torn tail
 /// through the link) and read by readers; delete moves the link itself, and purge removes
 /// it without touching its target.
@@ -251,6 +261,44 @@ fn store_1_a_checkpoint_tmp_planted_under_a_writer_is_not_followed() {
     let (session, opened) = store.open_session("s").unwrap();
     assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
     drop(session);
+}
+
+/// A `messages.tmp` link planted while a writer has the session open: the message pack
+/// written at flush (MSP-6) replaces the link, never writes through it.
+#[test]
+fn store_1_a_message_pack_tmp_planted_under_a_writer_is_not_followed() {
+    let scratch = common::scratch("symlinks", "pack-tmp-live");
+    let outside = common::scratch("symlinks", "pack-tmp-live-outside");
+    let dir = scratch.join("store");
+    drop(store_with_session(&dir));
+    let store = Store::open_or_create(&dir, options().message_pack(1)).unwrap();
+    let (mut session, _) = store.open_session("s").unwrap();
+    let link = plant(&dir, Path::new("sessions/s/messages.tmp"), &outside);
+    let before = snapshot(&outside);
+    common::numbered_turn(&mut session, 2);
+    session.flush().unwrap();
+    let messages: Vec<String> = session
+        .messages()
+        .unwrap()
+        .iter()
+        .map(|m| m.json.to_owned())
+        .collect();
+    session.close().unwrap();
+    assert_eq!(snapshot(&outside), before);
+    assert!(
+        std::fs::symlink_metadata(&link).is_err(),
+        "renamed into place"
+    );
+    let pack = dir.join("sessions/s/messages");
+    assert!(std::fs::symlink_metadata(&pack).unwrap().is_file());
+    let (session, _) = store.open_session("s").unwrap();
+    let read: Vec<String> = session
+        .messages()
+        .unwrap()
+        .iter()
+        .map(|m| m.json.to_owned())
+        .collect();
+    assert_eq!(read, messages);
 }
 
 /// A store directory given as a link is the caller's path, not one inside the store.
