@@ -36,14 +36,14 @@
 //! rewritten, the last kept), which took 1.2 to 2.3 s (each segment is checked, then
 //! checked again right before its rewrite, so that one is open at a time).
 //!
-//! With the message pack (`format-spec/message-pack.md`), in one run (2026-12-04, same
+//! With the message pack (`format-spec/message-pack.md`), two runs (2026-12-04, same
 //! machine, criterion medians; `log` is the same session with its pack moved aside, so
-//! every message comes from its record as before):
+//! every message comes from its record as before; each run side by side):
 //!
 //! | | pack | log |
 //! |---|---|---|
-//! | open + all 57,596 messages, warm | 3.81 ms | 43.2 ms |
-//! | open + all 57,596 messages, cold | 29.6 ms | 191.9 ms |
+//! | open + all 57,596 messages, warm | 3.81 / 3.64 ms | 43.2 / 34.1 ms |
+//! | open + all 57,596 messages, cold | 29.6 / 27.2 ms | 191.9 / 157.8 ms |
 //!
 //! The pack is 25.1 MB (57,596 entries and 24.2 MB of message text), so the session is
 //! 196.2 MB on disk (2.12x the JSONL) with it, 171.1 MB without (`message_pack(0)`).
