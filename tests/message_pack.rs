@@ -292,10 +292,13 @@ fn a_damaged_pack_is_ignored_and_reported() {
     damaged.push([&pack[..], b"x"].concat());
     for bytes in damaged {
         std::fs::write(&path, &bytes).unwrap();
+        // Read-only first (a writer's open removes a pack whose `seq_next` a flipped bit
+        // put ahead of the log, MSP-7), then through a writer.
+        assert_eq!(messages_of(&store.inspect("s").unwrap()), truth);
+        let report = session_report(&store);
         let (session, _) = store.open_session("s").unwrap();
         assert_eq!(messages_of(&session), truth);
         drop(session);
-        let report = session_report(&store);
         // A warning: the pack is a cache written without a sync, which a crash may tear
         // (MSP-6).
         assert!(
@@ -383,7 +386,15 @@ fn a_pack_encoded_by_the_spec_is_read_as_written_and_bound_to_its_log() {
         ..fields
     };
     std::fs::write(&path, encode(last_text_crc, &longer)).unwrap();
+    // A read-only inspection ignores it and changes nothing; a writer's open removes it
+    // (MSP-7), before anything is appended.
+    assert_eq!(messages_of(&store.inspect("s").unwrap()), truth);
+    assert!(path.exists());
     assert_eq!(messages_of(&store.open_session("s").unwrap().0), truth);
+    assert!(
+        !path.exists(),
+        "MSP-7: a pack ahead of the log is removed at open"
+    );
 }
 
 /// MSP-6: a fork at or past the pack's `seq_next` shares it by a hard link, and its
@@ -417,18 +428,35 @@ fn a_fork_shares_the_pack_and_salvage_removes_a_longer_one() {
         assert!(parse(&own).seq_next < seq_next);
     }
 
-    // Cut the log's last record short: salvage keeps the events before it.
-    let log = path.with_file_name("log");
-    let segment = common::files_ending(&log, ".seg").pop().unwrap();
-    let mut bytes = std::fs::read(&segment).unwrap();
-    let end = bytes.iter().rposition(|b| *b != 0).unwrap();
-    bytes[end] ^= 0xff;
-    std::fs::write(&segment, &bytes).unwrap();
-    let salvaged = store.salvage("s").unwrap();
-    assert!(salvaged.log.seq_next < seq_next);
-    assert!(
-        !path.exists(),
-        "MSP-7: the pack covered events salvage set aside"
-    );
+    let damage_last_record = || {
+        let log = path.with_file_name("log");
+        let segment = common::files_ending(&log, ".seg").pop().unwrap();
+        let mut bytes = std::fs::read(&segment).unwrap();
+        let end = bytes.iter().rposition(|b| *b != 0).unwrap();
+        bytes[end] ^= 0xff;
+        std::fs::write(&segment, &bytes).unwrap();
+    };
+    // Events after the pack (appended by a writer that packs nothing), then the last
+    // record damaged: salvage keeps the pack's events, and the pack.
+    drop(store);
+    let unpacked = Store::open_or_create(dir.as_ref(), options(0)).unwrap();
+    let mut session = unpacked.open_session("s").unwrap().0;
+    common::numbered_turn(&mut session, 9);
+    session.close().unwrap();
+    damage_last_record();
+    let salvaged = unpacked.salvage("s").unwrap();
+    assert!(salvaged.log.seq_next >= seq_next);
+    assert_eq!(parse(&std::fs::read(&path).unwrap()).seq_next, seq_next);
+    // Then cut, record by record, under it: the pack goes as soon as it covers more.
+    let mut kept = salvaged.log.seq_next;
+    while kept >= seq_next {
+        damage_last_record();
+        kept = unpacked.salvage("s").unwrap().log.seq_next;
+        assert_eq!(
+            path.exists(),
+            kept >= seq_next,
+            "MSP-7 with {kept} events kept"
+        );
+    }
     assert!(dir.as_ref().join("sessions/child/messages").exists());
 }

@@ -559,6 +559,10 @@ impl<S: EventSource + ?Sized> EventSource for &S {
     fn event(&self, seq: u64) -> crate::Result<Option<EventRef<'_>>> {
         (**self).event(seq)
     }
+
+    fn message_at(&self, seq: u64) -> crate::Result<Option<&str>> {
+        (**self).message_at(seq)
+    }
 }
 
 /// A log followed by events kept in memory: a batch being admitted, or the repair

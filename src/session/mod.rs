@@ -678,7 +678,10 @@ impl<L: SessionLog> Session<L> {
     ///
     /// # Errors
     /// `CORRUPT` (with the file and offset) when a node's record cannot be read back: a
-    /// message is never left out silently.
+    /// message is never left out silently. A stored session reads the messages of the
+    /// nodes its message pack holds from the pack instead (`format-spec/message-pack.md`,
+    /// checked whole by its own CRCs and bound to the log): damage to those records is
+    /// found by the reads that need them, and by `verify`.
     pub fn messages(&self) -> Result<Vec<Message<'_>>> {
         surface::messages(&self.surface, &self.log).map_err(|e| e.in_session(self.header.id()))
     }

@@ -1156,6 +1156,19 @@ impl Store {
         let checkpoint = dir.join(checkpoint::CHECKPOINT_FILE);
         let mut checkpoint_removed = false;
         let log = crate::log::salvage(storage, &dir.join("log"), |kept| {
+            // MSP-7: a message pack of a longer log goes too, and first: should its removal
+            // fail (or a crash come) before the checkpoint's, the checkpoint still ahead of
+            // the log makes the next open refuse it (CKP-3) until salvage runs again, so a
+            // log regrown past the pack never meets it.
+            let pack = dir.join(pack::PACK_FILE);
+            if pack::covered_len(storage, &pack).is_some_and(|len| len > kept.seq_next) {
+                storage
+                    .remove_file(&pack)
+                    .map_err(|e| Error::io("remove", &pack, &e))?;
+                storage
+                    .sync_dir(&dir)
+                    .map_err(|e| Error::io("fsync", &dir, &e))?;
+            }
             if checkpoint::covered_len(storage, &checkpoint).is_some_and(|len| len > kept.seq_next)
             {
                 storage
@@ -1165,17 +1178,6 @@ impl Store {
                     .sync_dir(&dir)
                     .map_err(|e| Error::io("fsync", &dir, &e))?;
                 checkpoint_removed = true;
-            }
-            // MSP-7: a message pack of a longer log goes too (a cache; it would be ignored,
-            // MSP-2, but it should not outlive the events it was written from).
-            let pack = dir.join(pack::PACK_FILE);
-            if pack::covered_len(storage, &pack).is_some_and(|len| len > kept.seq_next) {
-                storage
-                    .remove_file(&pack)
-                    .map_err(|e| Error::io("remove", &pack, &e))?;
-                storage
-                    .sync_dir(&dir)
-                    .map_err(|e| Error::io("fsync", &dir, &e))?;
             }
             Ok(())
         })

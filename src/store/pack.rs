@@ -181,13 +181,10 @@ impl Pack {
     /// MSP-2: the pack was written from `log`'s first `seq_next` events.
     fn bind(&self, log: &impl EventSource) -> Result<(), Unusable> {
         let crc = u32_at(&self.map, 12).unwrap_or_default();
-        let last = self.seq_next.checked_sub(1).ok_or(Unusable::Stale)?;
-        if self.seq_next > log.seq_next() {
-            return Err(Unusable::Stale);
-        }
-        match log.event(last) {
-            Ok(Some(event)) if crc32c::crc32c(event.text().as_bytes()) == crc => Ok(()),
-            _ => Err(Unusable::Stale),
+        if bound(log, self.seq_next, crc) {
+            Ok(())
+        } else {
+            Err(Unusable::Stale)
         }
     }
 
@@ -322,13 +319,45 @@ pub fn write<S: EventSource + ?Sized>(
     let tmp = dir.join(format!("{PACK_FILE}.tmp"));
     let path = dir.join(PACK_FILE);
     let _ = storage.remove_file(&tmp);
+    let written = write_tmp(
+        storage,
+        &tmp,
+        &seqs,
+        seq_next,
+        last_text_crc,
+        source,
+        message,
+    );
+    // A temporary file is never left behind (it would hold the texts until the next pack).
+    let renamed = written.and_then(|()| {
+        storage
+            .rename(&tmp, &path)
+            .map_err(|e| Error::io("rename", &path, &e))
+    });
+    if renamed.is_err() {
+        let _ = storage.remove_file(&tmp);
+    }
+    renamed.map(|()| seq_next)
+}
+
+/// The pack of the nodes `seqs` (sorted) into the new file `tmp` (MSP-1, MSP-3).
+fn write_tmp<S: EventSource + ?Sized>(
+    storage: &dyn Storage,
+    tmp: &Path,
+    seqs: &[u64],
+    seq_next: u64,
+    last_text_crc: u32,
+    source: &S,
+    message: impl Fn(&S, u64) -> crate::Result<Option<&str>>,
+) -> crate::Result<()> {
+    use crate::Error;
     let file = storage
-        .create_file(&tmp, 0)
-        .map_err(|e| Error::io("create", &tmp, &e))?;
+        .create_file(tmp, 0)
+        .map_err(|e| Error::io("create", tmp, &e))?;
     let write_at = |offset: u64, bytes: &[u8]| {
         storage
             .write_at(&file, offset, bytes)
-            .map_err(|e| Error::io("write", &tmp, &e))
+            .map_err(|e| Error::io("write", tmp, &e))
     };
     // One pass: each message read (verified, REC-4) once, its text streamed through a
     // bounded buffer into the text area, which starts after the entries (their number is
@@ -337,7 +366,7 @@ pub fn write<S: EventSource + ?Sized>(
     let text_at = (ENTRIES_AT + seqs.len() * ENTRY) as u64;
     let mut entries = Vec::with_capacity(seqs.len() * ENTRY);
     let (mut buffer, mut written, mut text_crc) = (Vec::with_capacity(WRITE_BUFFER), 0u64, 0);
-    for &seq in &seqs {
+    for &seq in seqs {
         if let Some(text) = message(source, seq)? {
             if buffer.len() + text.len() > WRITE_BUFFER && !buffer.is_empty() {
                 text_crc = crc32c::crc32c_append(text_crc, &buffer);
@@ -365,22 +394,67 @@ pub fn write<S: EventSource + ?Sized>(
     let crc = crc32c::crc32c_append(crc32c::crc32c(&fixed), &entries);
     fixed.extend_from_slice(&crc.to_le_bytes());
     write_at(ENTRIES_AT as u64, &entries)?;
-    write_at(0, &fixed)?;
-    drop(file);
     // MSP-6: no sync (a cache, as an index is, IDX-2): a crash may leave the file torn
     // under its name, which MSP-1 refuses, or the old pack, still bound to its log.
-    storage
-        .rename(&tmp, &path)
-        .map_err(|e| Error::io("rename", &path, &e))?;
-    Ok(seq_next)
+    write_at(0, &fixed)
+}
+
+/// MSP-2: a pack of `seq_next` events whose last text has the CRC `last_text_crc` was
+/// written from `log`'s first events.
+fn bound(log: &impl EventSource, seq_next: u64, last_text_crc: u32) -> bool {
+    let Some(last) = seq_next.checked_sub(1) else {
+        return false;
+    };
+    if seq_next > log.seq_next() {
+        return false;
+    }
+    matches!(
+        log.event(last),
+        Ok(Some(event)) if crc32c::crc32c(event.text().as_bytes()) == last_text_crc
+    )
+}
+
+/// `seq_next` and `last_text_crc` of the pack file at `path` when its fixed fields are
+/// this version's, nothing else checked.
+fn header(storage: &dyn Storage, path: &Path) -> Option<(u64, u32)> {
+    use std::io::Read;
+    let mut fixed = [0; 24];
+    storage.open_read(path).ok()?.read_exact(&mut fixed).ok()?;
+    let ours = fixed.get(..8) == Some(&PACK_MAGIC[..]) && u32_at(&fixed, 8) == Some(PACK_VERSION);
+    if !ours {
+        return None;
+    }
+    Some((u64_at(&fixed, 16)?, u32_at(&fixed, 12)?))
 }
 
 /// The `seq_next` of the pack file at `path` when its fixed fields are this version's,
 /// without checking anything else: what salvage and fork need (MSP-6, MSP-7).
 pub fn covered_len(storage: &dyn Storage, path: &Path) -> Option<u64> {
-    use std::io::Read;
-    let mut fixed = [0; 24];
-    storage.open_read(path).ok()?.read_exact(&mut fixed).ok()?;
-    let ours = fixed.get(..8) == Some(&PACK_MAGIC[..]) && u32_at(&fixed, 8) == Some(PACK_VERSION);
-    ours.then(|| u64_at(&fixed, 16))?
+    header(storage, path).map(|(seq_next, _)| seq_next)
+}
+
+/// The `seq_next` of the pack of session directory `dir` when it is bound to `log`
+/// (MSP-2, its fixed fields read, one event of the log read), 0 otherwise: what the
+/// writer's MSP-5 counts from.
+pub(crate) fn bound_len(storage: &dyn Storage, dir: &Path, log: &impl EventSource) -> u64 {
+    match header(storage, &dir.join(PACK_FILE)) {
+        Some((seq_next, crc)) if bound(log, seq_next, crc) => seq_next,
+        _ => 0,
+    }
+}
+
+/// MSP-7: a writer opening a log of `len` events removes a pack written from a longer
+/// one (a salvage cut the log under it), before anything is appended, so that a log
+/// regrown past the pack never meets it.
+///
+/// # Errors
+/// The error removing it (`IO`): opening the log fails rather than keep it.
+pub(crate) fn remove_if_ahead(storage: &dyn Storage, dir: &Path, len: u64) -> crate::Result<()> {
+    let path = dir.join(PACK_FILE);
+    if covered_len(storage, &path).is_some_and(|covered| covered > len) {
+        storage
+            .remove_file(&path)
+            .map_err(|e| crate::Error::io("remove", &path, &e))?;
+    }
+    Ok(())
 }

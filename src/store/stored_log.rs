@@ -79,6 +79,9 @@ impl StoredLog {
     ) -> Result<Self> {
         repair.observe_from(&log, from)?;
         let observed = log.seq_next();
+        if let Some(dir) = checkpoint_path.parent() {
+            pack::remove_if_ahead(&*storage, dir, observed)?;
+        }
         Ok(Self {
             log,
             repair,
@@ -111,11 +114,11 @@ impl StoredLog {
         if self.pack_min == 0 {
             return;
         }
-        let covers = self.pack_covers.unwrap_or_else(|| {
-            let path = self.session_dir().join(pack::PACK_FILE);
-            pack::covered_len(&*self.storage, &path).unwrap_or(0)
-        });
-        // A pack found unusable covers nothing.
+        // What the pack on disk covers when it is bound to this log (MSP-2); one found
+        // unusable when read covers nothing.
+        let covers = self
+            .pack_covers
+            .unwrap_or_else(|| pack::bound_len(&*self.storage, self.session_dir(), &self.log));
         let covers = match self.pack.get() {
             Some(None) => 0,
             _ => covers,
@@ -124,12 +127,14 @@ impl StoredLog {
         if !pack::due(surface, covers, self.pack_min) {
             return;
         }
+        // MSP-3: every text read from its log record, verified, never from the old pack:
+        // each pack is derived from the log alone.
         let written = pack::write(
             &*self.storage,
             self.session_dir(),
             surface,
-            self,
-            |log: &Self, seq| log.message_at(seq),
+            &self.log,
+            |log: &DiskLog, seq| Ok(log.event_at(seq)?.message()),
         );
         if let Ok(covers) = written {
             self.pack_covers = Some(covers);
