@@ -237,16 +237,21 @@ fn store_1_a_linked_last_segment_is_refused() {
     check("segment", rel, &["open", "inspect"]);
 }
 
-/// A `checkpoint.tmp` link planted while a writer has the session open: the checkpoint
-/// written at flush replaces the link, never writes through it.
-#[test]
-fn store_1_a_checkpoint_tmp_planted_under_a_writer_is_not_followed() {
-    let scratch = common::scratch("symlinks", "ckp-tmp-live");
-    let outside = common::scratch("symlinks", "ckp-tmp-live-outside");
+/// A `<cache>.tmp` link planted while a writer has the session open (its store packing
+/// messages at every chance): the `<cache>` file written at flush replaces the link, never
+/// writes through it. Returns the store, to check what was written, and its scratch.
+fn flush_past_a_planted_tmp(cache: &str) -> (Store, common::Scratch) {
+    let scratch = common::scratch("symlinks", &format!("{cache}-tmp-live"));
+    let outside = common::scratch("symlinks", &format!("{cache}-tmp-live-outside"));
     let dir = scratch.join("store");
-    let store = store_with_session(&dir);
+    drop(store_with_session(&dir));
+    let store = Store::open_or_create(&dir, options().message_pack(1)).unwrap();
     let (mut session, _) = store.open_session("s").unwrap();
-    let link = plant(&dir, Path::new("sessions/s/checkpoint.tmp"), &outside);
+    let link = plant(
+        &dir,
+        &Path::new("sessions/s").join(format!("{cache}.tmp")),
+        &outside,
+    );
     let before = snapshot(&outside);
     common::numbered_turn(&mut session, 2);
     session.flush().unwrap();
@@ -256,49 +261,27 @@ fn store_1_a_checkpoint_tmp_planted_under_a_writer_is_not_followed() {
         std::fs::symlink_metadata(&link).is_err(),
         "renamed into place"
     );
-    let checkpoint = dir.join("sessions/s/checkpoint");
-    assert!(std::fs::symlink_metadata(&checkpoint).unwrap().is_file());
+    let written = dir.join("sessions/s").join(cache);
+    assert!(std::fs::symlink_metadata(&written).unwrap().is_file());
+    (store, scratch)
+}
+
+#[test]
+fn store_1_a_checkpoint_tmp_planted_under_a_writer_is_not_followed() {
+    let (store, _scratch) = flush_past_a_planted_tmp("checkpoint");
     let (session, opened) = store.open_session("s").unwrap();
     assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
     drop(session);
 }
 
-/// A `messages.tmp` link planted while a writer has the session open: the message pack
-/// written at flush (MSP-6) replaces the link, never writes through it.
+/// The message pack is written at flush (MSP-6) like the checkpoint, and read back.
 #[test]
 fn store_1_a_message_pack_tmp_planted_under_a_writer_is_not_followed() {
-    let scratch = common::scratch("symlinks", "pack-tmp-live");
-    let outside = common::scratch("symlinks", "pack-tmp-live-outside");
-    let dir = scratch.join("store");
-    drop(store_with_session(&dir));
-    let store = Store::open_or_create(&dir, options().message_pack(1)).unwrap();
-    let (mut session, _) = store.open_session("s").unwrap();
-    let link = plant(&dir, Path::new("sessions/s/messages.tmp"), &outside);
-    let before = snapshot(&outside);
-    common::numbered_turn(&mut session, 2);
-    session.flush().unwrap();
-    let messages: Vec<String> = session
-        .messages()
-        .unwrap()
-        .iter()
-        .map(|m| m.json.to_owned())
-        .collect();
-    session.close().unwrap();
-    assert_eq!(snapshot(&outside), before);
-    assert!(
-        std::fs::symlink_metadata(&link).is_err(),
-        "renamed into place"
-    );
-    let pack = dir.join("sessions/s/messages");
-    assert!(std::fs::symlink_metadata(&pack).unwrap().is_file());
+    let (store, _scratch) = flush_past_a_planted_tmp("messages");
     let (session, _) = store.open_session("s").unwrap();
-    let read: Vec<String> = session
-        .messages()
-        .unwrap()
-        .iter()
-        .map(|m| m.json.to_owned())
-        .collect();
-    assert_eq!(read, messages);
+    let texts: Vec<&str> = session.messages().unwrap().iter().map(|m| m.json).collect();
+    assert_eq!(texts.len(), 6, "two turns of three messages");
+    assert!(texts[5].contains("output of c2"), "{texts:?}");
 }
 
 /// A store directory given as a link is the caller's path, not one inside the store.

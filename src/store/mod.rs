@@ -1155,6 +1155,15 @@ impl Store {
         let storage = &*self.options.log.storage;
         let checkpoint = dir.join(checkpoint::CHECKPOINT_FILE);
         let mut checkpoint_removed = false;
+        // A cache file covering more than the log keeps is removed, the removal synced.
+        let remove_synced = |path: &Path| -> Result<()> {
+            storage
+                .remove_file(path)
+                .map_err(|e| Error::io("remove", path, &e))?;
+            storage
+                .sync_dir(&dir)
+                .map_err(|e| Error::io("fsync", &dir, &e))
+        };
         let log = crate::log::salvage(storage, &dir.join("log"), |kept| {
             // MSP-7: a message pack of a longer log goes too, and first: should its removal
             // fail (or a crash come) before the checkpoint's, the checkpoint still ahead of
@@ -1162,21 +1171,11 @@ impl Store {
             // log regrown past the pack never meets it.
             let pack = dir.join(pack::PACK_FILE);
             if pack::covered_len(storage, &pack).is_some_and(|len| len > kept.seq_next) {
-                storage
-                    .remove_file(&pack)
-                    .map_err(|e| Error::io("remove", &pack, &e))?;
-                storage
-                    .sync_dir(&dir)
-                    .map_err(|e| Error::io("fsync", &dir, &e))?;
+                remove_synced(&pack)?;
             }
             if checkpoint::covered_len(storage, &checkpoint).is_some_and(|len| len > kept.seq_next)
             {
-                storage
-                    .remove_file(&checkpoint)
-                    .map_err(|e| Error::io("remove", &checkpoint, &e))?;
-                storage
-                    .sync_dir(&dir)
-                    .map_err(|e| Error::io("fsync", &dir, &e))?;
+                remove_synced(&checkpoint)?;
                 checkpoint_removed = true;
             }
             Ok(())
