@@ -193,7 +193,7 @@ impl StoreOptions {
     /// When a session's message texts are packed together beside its log
     /// (`format-spec/message-pack.md`), so that [`Session::messages`](crate::Session::messages)
     /// reads one contiguous file instead of one record per message scattered across the
-    /// log: with a checkpoint, once at least `min_nodes` nodes of the surface are not in
+    /// log: on flush and close, once at least `min_nodes` nodes of the surface are not in
     /// the pack and they are at least a quarter of those that are (MSP-5). The pack is a
     /// cache of about the size of the messages (4% of the log on a session of streamed
     /// turns); 0 writes none. Default: 1,024.

@@ -142,9 +142,10 @@ impl StoredLog {
         }
     }
 
-    /// Writes the checkpoint of `surface` now (CKP-5). A failure is ignored: the checkpoint
-    /// is a cache, rebuilt at open when missing or stale.
-    pub(crate) fn write_checkpoint(&mut self, surface: &Surface) {
+    /// Writes the checkpoint of `surface` now (CKP-5), and with `pack` the message pack
+    /// when MSP-5 says so. A failure is ignored: both are caches, rebuilt when missing or
+    /// stale.
+    pub(crate) fn write_checkpoint(&mut self, surface: &Surface, pack: bool) {
         self.since = 0;
         // CKP-2: a surface whose checkpointed nodes were lost is never checkpointed (the
         // first read of its nodes, here, decides).
@@ -163,7 +164,9 @@ impl StoredLog {
         checkpoint.chain = RecordedChain::of(&self.log);
         let bytes = checkpoint.encode();
         let _ = write_atomically(&*self.storage, &self.checkpoint_path, &bytes);
-        self.write_pack(surface);
+        if pack {
+            self.write_pack(surface);
+        }
     }
 }
 
@@ -225,14 +228,15 @@ impl SessionLog for StoredLog {
         // CKP-5, RCV-14: a checkpoint covers only durable events, so the log is flushed
         // first (in `Sync` durability that waits for nothing). A failed flush poisons the
         // writer, which the next append reports; no checkpoint is written then.
+        // MSP-5: no message pack here, inside an append: its rewrite costs about its size.
         if self.since >= self.every && self.log.sync().is_ok() {
-            self.write_checkpoint(surface);
+            self.write_checkpoint(surface, false);
         }
     }
 
     fn sync(&mut self, surface: &Surface) -> Result<()> {
         self.log.flush()?;
-        self.write_checkpoint(surface);
+        self.write_checkpoint(surface, true);
         Ok(())
     }
 }

@@ -68,28 +68,47 @@ try {
   const events = [];
   let turn = 0;
   let messages = 0;
+  // Each event's data serialized with JSON.stringify, as a host does: a flat string.
+  // (Template literals give V8 rope strings, which the first write to the engine
+  // flattens: built that way, the same workload measured 441k events/s on its first run
+  // against 534k with JSON.stringify's strings, one run each, 2026-12-04.)
+  const data = (value) => JSON.stringify(value);
   while (events.length < EVENTS) {
     turn += 1;
-    events.push({ type: 'turn/start', data: `{"turn":${turn}}` });
+    events.push({ type: 'turn/start', data: data({ turn }) });
     events.push({
       type: 'user/message',
-      data: `{"id":"u${turn}","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"question ${turn}"}]}`,
+      data: data({
+        id: `u${turn}`,
+        role: 'user',
+        source: { kind: 'user' },
+        content: [{ type: 'text', text: `question ${turn}` }],
+      }),
       surfaceOp: 'append',
     });
-    events.push({ type: 'step/start', data: `{"turn":${turn},"step":1}` });
+    events.push({ type: 'step/start', data: data({ turn, step: 1 }) });
     for (let i = 0; i < 30; i += 1) {
       events.push({
         type: 'assistant/chunk',
-        data: `{"turn":${turn},"step":1,"chunk":{"type":"text-delta","index":0,"text":"word${i} "}}`,
+        data: data({ turn, step: 1, chunk: { type: 'text-delta', index: 0, text: `word${i} ` } }),
       });
     }
     events.push({
       type: 'assistant/message',
-      data: `{"turn":${turn},"step":1,"message":{"id":"a${turn}","role":"assistant","source":{"kind":"model","provider":"p","model":"m"},"content":[{"type":"text","text":"answer ${turn}"}]}}`,
+      data: data({
+        turn,
+        step: 1,
+        message: {
+          id: `a${turn}`,
+          role: 'assistant',
+          source: { kind: 'model', provider: 'p', model: 'm' },
+          content: [{ type: 'text', text: `answer ${turn}` }],
+        },
+      }),
       surfaceOp: 'append',
     });
-    events.push({ type: 'step/end', data: `{"turn":${turn},"step":1}` });
-    events.push({ type: 'turn/end', data: `{"turn":${turn},"reason":{"kind":"completed"}}` });
+    events.push({ type: 'step/end', data: data({ turn, step: 1 }) });
+    events.push({ type: 'turn/end', data: data({ turn, reason: { kind: 'completed' } }) });
     messages += 2;
   }
   const started = performance.now();
