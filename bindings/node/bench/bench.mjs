@@ -15,6 +15,11 @@
 // - 539,450–572,138 events/s in batches of 512; open 0.15 ms;
 // - open + all 55,556 messages 1.16–1.30x Rust (at the 1.3x target, not reliably under it);
 // - the last 50 events 0.11–0.13 ms; fork 2.7–3.0 ms.
+// With the message pack (same machine, later, three runs of the final code):
+// - append 1.14–1.16x the floor; 498k–522k events/s in batches of 512; open 0.19–0.23 ms;
+// - open + all messages: Node 6.2–6.4 ms, Rust 1.7–2.3 ms, 2.7–3.8x (Rust reads them from the
+//   pack; what Node adds, the copy out and a Message per message, is now most of the time);
+// - the last 50 events 0.11–0.12 ms; fork 2.7–3.2 ms.
 import { createRequire } from 'node:module';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
