@@ -458,3 +458,57 @@ pub(crate) fn remove_if_ahead(storage: &dyn Storage, dir: &Path, len: u64) -> cr
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// MSP-5's claims, on a surface that only grows (one node per event, the seqs
+    /// `0..n`), flushed every `step` events: the texts written over the session's life add
+    /// up to about five times its final pack (a geometric series of ratio 4/5, plus what
+    /// `pack_min` and the flush interval round up), and once past `pack_min` nodes, at most
+    /// a fifth of them (plus one flush's worth) is ever outside the pack.
+    #[test]
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "ratios of counts far below 2^52"
+    )]
+    fn a_growing_surface_is_packed_a_bounded_number_of_times() {
+        // (pack_min, flush interval, final length): each flush builds a surface, so the
+        // length is kept to a few thousand flushes.
+        let runs = [
+            (1_024, 97, 100_000),
+            (16, 5, 10_000),
+            (1, 1, 3_000),
+            (1_024, 10_000, 500_000),
+        ];
+        for (pack_min, step, end) in runs {
+            let (mut covered, mut written) = (0u64, 0u64);
+            let mut n = 0;
+            while n < end {
+                n = (n + step).min(end);
+                let surface = Surface::from_parts((0..n).collect(), Vec::new(), 0, n).unwrap();
+                if due(&surface, covered, pack_min) {
+                    written += n;
+                    covered = n;
+                }
+                let fresh = n - covered;
+                if n >= 5 * pack_min {
+                    assert!(
+                        fresh <= n / 5 + step,
+                        "{fresh} of {n} nodes unpacked (pack_min {pack_min}, step {step})"
+                    );
+                }
+            }
+            let amplification = written as f64 / covered as f64;
+            assert!(
+                amplification <= 5.5,
+                "{amplification:.2}x (pack_min {pack_min}, step {step})"
+            );
+        }
+        // 0 never packs; a surface whose nodes were lost never does either (CKP-2).
+        let surface = Surface::from_parts((0..5_000).collect(), Vec::new(), 0, 5_000).unwrap();
+        assert!(!due(&surface, 0, 0));
+        assert!(due(&surface, 0, 1_024));
+    }
+}
