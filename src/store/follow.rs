@@ -1,7 +1,7 @@
 //! Followers: read-only handles that see events as a writer, in this process or another,
 //! commits them (`store.md` STORE-11).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Store;
@@ -82,8 +82,8 @@ pub struct ReadOnlyLog {
     dir: std::path::PathBuf,
     storage: Arc<dyn crate::storage::Storage>,
     /// The message pack (message-pack.md), read and checked against the events on disk
-    /// on the first message read; `None` inside when there is none usable.
-    pack: OnceLock<Option<super::pack::Pack>>,
+    /// on the first message read.
+    pack: super::pack::LazyPack,
 }
 
 impl ReadOnlyLog {
@@ -211,7 +211,7 @@ impl Store {
             observed: surface.seq_next(),
             dir,
             storage: Arc::clone(&self.options.log.storage),
-            pack: OnceLock::new(),
+            pack: super::pack::LazyPack::default(),
         };
         Session::over_log_from(header, log, surface, stored, self.options.session.clone())
     }
@@ -527,13 +527,11 @@ impl EventSource for ReadOnlyLog {
     /// MSP-4: from the pack when it has the node (a node of the events on disk; the pack
     /// is bound to them, MSP-2), from the log record otherwise.
     fn message_at(&self, seq: u64) -> Result<Option<&str>> {
-        let pack = self
-            .pack
-            .get_or_init(|| super::pack::load_traced(&*self.storage, &self.dir, &self.log.base));
-        if let Some(super::pack::Lookup::Packed(message)) = pack.as_ref().map(|p| p.message(seq)) {
-            return Ok(message);
+        if seq >= self.log.base.seq_next() {
+            return Ok(self.log.event_at(seq)?.message());
         }
-        Ok(self.log.event_at(seq)?.message())
+        self.pack
+            .message_at(&*self.storage, &self.dir, &self.log.base, seq)
     }
 }
 

@@ -196,9 +196,9 @@ impl Pack {
     /// Every entry in file order (MSP-3): its seq and its text (`None` for a node without a
     /// message, or text that is not UTF-8, which [`Pack::message`] does not use either).
     pub fn entries(&self) -> impl Iterator<Item = (u64, Option<&str>)> + '_ {
-        (0..self.count).map(|i| {
-            let seq = self.entry(i).0;
-            (seq, self.lookup(seq).flatten())
+        (0..self.count).map(|i| match self.text_of(i) {
+            Lookup::Packed(text) => (self.entry(i).0, text),
+            Lookup::NotPacked => (self.entry(i).0, None),
         })
     }
 
@@ -213,34 +213,42 @@ impl Pack {
 
     /// The message of node `seq` as the pack holds it (MSP-4).
     pub fn message(&self, seq: u64) -> Lookup<'_> {
-        self.lookup(seq).map_or(Lookup::NotPacked, Lookup::Packed)
-    }
-
-    /// [`Pack::message`]: `None` when not packed.
-    #[expect(clippy::option_option, reason = "private; `Lookup` is the public form")]
-    fn lookup(&self, seq: u64) -> Option<Option<&str>> {
         if seq >= self.seq_next {
-            return None;
+            return Lookup::NotPacked;
         }
         let guess = self.next.load(Ordering::Relaxed);
         let found = if guess < self.count && self.entry(guess).0 == seq {
             guess
         } else {
-            self.find(seq)?
+            match self.find(seq) {
+                Some(found) => found,
+                None => return Lookup::NotPacked,
+            }
         };
         self.next.store(found + 1, Ordering::Relaxed);
-        let start = match found.checked_sub(1) {
+        self.text_of(found)
+    }
+
+    /// The text of entry `i` (MSP-3): empty for a node without a message; text that is not
+    /// UTF-8 is left to the log.
+    fn text_of(&self, i: usize) -> Lookup<'_> {
+        let start = match i.checked_sub(1) {
             Some(before) => self.entry(before).1,
             None => 0,
         };
-        let end = self.entry(found).1;
+        let end = self.entry(i).1;
         if start == end {
-            return Some(None);
+            return Lookup::Packed(None);
         }
         let text_at = ENTRIES_AT + self.count * ENTRY;
-        let range = usize::try_from(start).ok()?..usize::try_from(end).ok()?;
-        let bytes = self.map.get(text_at..)?.get(range)?;
-        std::str::from_utf8(bytes).ok().map(Some)
+        let bytes = usize::try_from(start)
+            .ok()
+            .zip(usize::try_from(end).ok())
+            .and_then(|(start, end)| self.map.get(text_at..)?.get(start..end));
+        match bytes.map(std::str::from_utf8) {
+            Some(Ok(text)) => Lookup::Packed(Some(text)),
+            _ => Lookup::NotPacked,
+        }
     }
 
     /// The index of the entry of `seq` (binary search).
@@ -258,13 +266,40 @@ impl Pack {
     }
 }
 
-/// [`Pack::load`], what a session reads its messages through: `None` when there is no
-/// usable pack, the reason traced (`warn`) when there is a file that is not used.
-pub(crate) fn load_traced(
-    storage: &dyn Storage,
-    dir: &Path,
-    log: &impl EventSource,
-) -> Option<Pack> {
+/// A session's message pack as its log reads it (MSP-4): read and checked against the
+/// log on the first message asked for, `None` inside when there is none usable.
+#[derive(Debug, Default)]
+pub(crate) struct LazyPack(std::sync::OnceLock<Option<Pack>>);
+
+impl LazyPack {
+    /// The message of node `seq` of `log`: from the pack of session directory `dir` when it
+    /// has the node, from the log record otherwise.
+    ///
+    /// # Errors
+    /// The error reading the record.
+    pub(crate) fn message_at<'a>(
+        &'a self,
+        storage: &dyn Storage,
+        dir: &Path,
+        log: &'a impl EventSource,
+        seq: u64,
+    ) -> crate::Result<Option<&'a str>> {
+        let pack = self.0.get_or_init(|| load_traced(storage, dir, log));
+        if let Some(Lookup::Packed(message)) = pack.as_ref().map(|p| p.message(seq)) {
+            return Ok(message);
+        }
+        Ok(log.event_at(seq)?.message())
+    }
+
+    /// Whether the pack was read and found unusable.
+    pub(crate) fn unusable(&self) -> bool {
+        matches!(self.0.get(), Some(None))
+    }
+}
+
+/// [`Pack::load`]: `None` when there is no usable pack, the reason traced (`warn`) when
+/// there is a file that is not used.
+fn load_traced(storage: &dyn Storage, dir: &Path, log: &impl EventSource) -> Option<Pack> {
     match Pack::load(storage, dir, log) {
         Ok(pack) => Some(pack),
         Err(Unusable::Missing) => None,
@@ -292,18 +327,17 @@ pub fn due(surface: &Surface, covered_before: u64, pack_min: u64) -> bool {
     fresh >= pack_min && fresh.saturating_mul(4) >= covered
 }
 
-/// Writes the pack of `surface`, whose messages are read through `messages` (a reader of
-/// the log, or of the current pack and the log), to `dir`'s `messages` file (MSP-3, MSP-6),
-/// and returns its `seq_next`.
+/// Writes the pack of `surface`, every message read from its record in `log` (MSP-3:
+/// never through another pack), to `dir`'s `messages` file (MSP-6), and returns its
+/// `seq_next`.
 ///
 /// # Errors
 /// The error reading a message (`CORRUPT`), or writing or renaming the file.
-pub fn write<S: EventSource + ?Sized>(
+pub fn write(
     storage: &dyn Storage,
     dir: &Path,
     surface: &Surface,
-    source: &S,
-    message: impl Fn(&S, u64) -> crate::Result<Option<&str>>,
+    log: &impl EventSource,
 ) -> crate::Result<u64> {
     use crate::Error;
     let seq_next = surface.seq_next();
@@ -313,21 +347,13 @@ pub fn write<S: EventSource + ?Sized>(
             reason: "an empty log has no message pack".to_owned(),
         })
     })?;
-    let last_text_crc = crc32c::crc32c(source.event_at(last)?.text().as_bytes());
+    let last_text_crc = crc32c::crc32c(log.event_at(last)?.text().as_bytes());
     let mut seqs = surface.nodes().to_vec();
     seqs.sort_unstable();
     let tmp = dir.join(format!("{PACK_FILE}.tmp"));
     let path = dir.join(PACK_FILE);
     let _ = storage.remove_file(&tmp);
-    let written = write_tmp(
-        storage,
-        &tmp,
-        &seqs,
-        seq_next,
-        last_text_crc,
-        source,
-        message,
-    );
+    let written = write_tmp(storage, &tmp, &seqs, seq_next, last_text_crc, log);
     // A temporary file is never left behind (it would hold the texts until the next pack).
     let renamed = written.and_then(|()| {
         storage
@@ -341,14 +367,13 @@ pub fn write<S: EventSource + ?Sized>(
 }
 
 /// The pack of the nodes `seqs` (sorted) into the new file `tmp` (MSP-1, MSP-3).
-fn write_tmp<S: EventSource + ?Sized>(
+fn write_tmp(
     storage: &dyn Storage,
     tmp: &Path,
     seqs: &[u64],
     seq_next: u64,
     last_text_crc: u32,
-    source: &S,
-    message: impl Fn(&S, u64) -> crate::Result<Option<&str>>,
+    log: &impl EventSource,
 ) -> crate::Result<()> {
     use crate::Error;
     let file = storage
@@ -367,7 +392,7 @@ fn write_tmp<S: EventSource + ?Sized>(
     let mut entries = Vec::with_capacity(seqs.len() * ENTRY);
     let (mut buffer, mut written, mut text_crc) = (Vec::with_capacity(WRITE_BUFFER), 0u64, 0);
     for &seq in seqs {
-        if let Some(text) = message(source, seq)? {
+        if let Some(text) = log.event_at(seq)?.message() {
             if buffer.len() + text.len() > WRITE_BUFFER && !buffer.is_empty() {
                 text_crc = crc32c::crc32c_append(text_crc, &buffer);
                 write_at(text_at + written, &buffer)?;

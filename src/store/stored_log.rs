@@ -3,10 +3,10 @@
 //! message pack (`format-spec/message-pack.md`).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use super::checkpoint::{Checkpoint, RecordedChain};
-use super::pack::{self, Pack};
+use super::pack::{self, LazyPack};
 use crate::error::Result;
 use crate::event::{Event, EventRef, EventSource};
 use crate::log::DiskLog;
@@ -33,9 +33,8 @@ pub struct StoredLog {
     storage: Arc<dyn Storage>,
     every: u64,
     since: u64,
-    /// The message pack, read and checked on the first message read (MSP-1, MSP-2);
-    /// `None` inside when there is none usable.
-    pack: OnceLock<Option<Pack>>,
+    /// The message pack, read and checked on the first message read (MSP-1, MSP-2).
+    pack: LazyPack,
     /// The `seq_next` of the pack file as this writer knows it (0: none), for MSP-5;
     /// `None` until first needed.
     pack_covers: Option<u64>,
@@ -90,7 +89,7 @@ impl StoredLog {
             storage,
             every: every.max(1),
             since: 0,
-            pack: OnceLock::new(),
+            pack: LazyPack::default(),
             pack_covers: None,
             pack_min,
         })
@@ -99,13 +98,6 @@ impl StoredLog {
     /// The session directory: where the checkpoint and the pack are.
     fn session_dir(&self) -> &Path {
         self.checkpoint_path.parent().unwrap_or(Path::new("."))
-    }
-
-    /// The message pack, read and checked (MSP-1, MSP-2) the first time it is asked for.
-    fn pack(&self) -> Option<&Pack> {
-        self.pack
-            .get_or_init(|| pack::load_traced(&*self.storage, self.session_dir(), &self.log))
-            .as_ref()
     }
 
     /// Writes a message pack of `surface` when MSP-5 says so. A failure is ignored: the pack
@@ -119,26 +111,16 @@ impl StoredLog {
         let covers = self
             .pack_covers
             .unwrap_or_else(|| pack::bound_len(&*self.storage, self.session_dir(), &self.log));
-        let covers = match self.pack.get() {
-            Some(None) => 0,
-            _ => covers,
-        };
+        let covers = if self.pack.unusable() { 0 } else { covers };
         self.pack_covers = Some(covers);
         if !pack::due(surface, covers, self.pack_min) {
             return;
         }
-        // MSP-3: every text read from its log record, verified, never from the old pack:
-        // each pack is derived from the log alone.
-        let written = pack::write(
-            &*self.storage,
-            self.session_dir(),
-            surface,
-            &self.log,
-            |log: &DiskLog, seq| Ok(log.event_at(seq)?.message()),
-        );
+        // MSP-3: every text read from its log record, never from the old pack.
+        let written = pack::write(&*self.storage, self.session_dir(), surface, &self.log);
         if let Ok(covers) = written {
             self.pack_covers = Some(covers);
-            self.pack = OnceLock::new();
+            self.pack = LazyPack::default();
         }
     }
 
@@ -181,10 +163,8 @@ impl EventSource for StoredLog {
 
     /// MSP-4: from the pack when it has the node, from the log record otherwise.
     fn message_at(&self, seq: u64) -> Result<Option<&str>> {
-        if let Some(pack::Lookup::Packed(message)) = self.pack().map(|pack| pack.message(seq)) {
-            return Ok(message);
-        }
-        Ok(self.log.event_at(seq)?.message())
+        self.pack
+            .message_at(&*self.storage, self.session_dir(), &self.log, seq)
     }
 }
 
