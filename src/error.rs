@@ -539,6 +539,14 @@ impl Error {
         self
     }
 
+    /// The error of an append whose records were taken back after it failed
+    /// (`log-format.md` DUR-12): nothing of it is on disk any more.
+    #[must_use]
+    pub(crate) fn restored(mut self) -> Self {
+        self.0.fate_unknown = false;
+        self
+    }
+
     /// An `IO` error for `op` on `path`; `UNSAFE_PATH` naming `path` for the `ELOOP` of an
     /// open that follows no symbolic link (`store.md` STORE-1), for the `EXDEV` of a path
     /// that would leave the store's directory (`RESOLVE_BENEATH`), and for a file that must

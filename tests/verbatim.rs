@@ -528,3 +528,213 @@ fn vbt_6_concurrent_appends_and_reads() {
     }
     store.close().unwrap();
 }
+
+/// [`snapshot`] without the indexes, caches a restore may remove (log-format IDX-2,
+/// DUR-12), and with each segment's trailing zeros cut: a segment grows ahead of its
+/// records (SEG-6) and keeps its length when they are taken back (SEG-8).
+fn data_snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = snapshot(dir);
+    files.retain(|(path, _)| path.extension().is_none_or(|e| e != "idx"));
+    for (path, bytes) in &mut files {
+        if path.extension().is_some_and(|e| e == "seg") {
+            let end = bytes.iter().rposition(|b| *b != 0).map_or(0, |at| at + 1);
+            bytes.truncate(end);
+        }
+    }
+    files
+}
+
+/// A verbatim store over a filesystem whose writes and syncs fail as planned, with small
+/// segments so that a batch spans several.
+fn faulty_store(
+    root: &Path,
+) -> (
+    VerbatimStore,
+    std::sync::Arc<surfacelog::internals::storage::faulty::Faults>,
+) {
+    let storage = surfacelog::internals::storage::faulty::FaultyStorage::default();
+    let faults = std::sync::Arc::clone(&storage.faults);
+    let options = LogOptions {
+        segment_bytes: 2048,
+        storage: std::sync::Arc::new(storage),
+        ..LogOptions::default()
+    };
+    (VerbatimStore::with_options(root, options), faults)
+}
+
+/// A batch of `n` events from seq `first`, each of about 150 bytes: a batch of 20 spans
+/// two segments of 2,048 bytes.
+fn sized_batch(first: u64, n: usize) -> Vec<String> {
+    let kinds: Vec<(u8, String)> = (0..n)
+        .map(|i| {
+            (
+                u8::try_from(i % 5).unwrap(),
+                format!("payload {i} {}", "x".repeat(60)),
+            )
+        })
+        .collect();
+    batch(first, &kinds)
+}
+
+/// DUR-12, VBT-6 (the DSH hook's "on failure restore the prior state, then reject",
+/// PERS-16): every write and every sync of a batch that spans segments is failed in turn,
+/// a write also torn after some of its bytes. Each failed append is refused with `IO`,
+/// says that nothing was written, and leaves the session as it was: the same events and
+/// revision, no torn tail, the same bytes in every file but the indexes (caches); the same
+/// batch then appends. A failure while the restore runs leaves the error's fate unknown,
+/// and the log holds its events and a prefix of the batch, never anything else.
+#[test]
+fn dur_12_a_failed_append_is_taken_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, faults) = faulty_store(dir.path());
+    let mut all = sized_batch(0, 5);
+    store.create("s", r#"{"id":"s"}"#, &refs(&all)).unwrap();
+    let mut failed = 0;
+    for (plan, torn) in [("write", 0), ("write", 7), ("write", 300), ("sync", 0)] {
+        for n in 1.. {
+            // Closed so that the last segment has an index, which the restore must drop.
+            store.close().unwrap();
+            let before = store.load("s", 0).unwrap().unwrap();
+            let files = data_snapshot(dir.path());
+            let next = sized_batch(all.len() as u64, 20);
+            if plan == "write" {
+                faults.fail_write(n, torn);
+            } else {
+                faults.fail_sync(n);
+            }
+            match store.append("s", all.len() as u64, &refs(&next)) {
+                Ok(()) => {
+                    all.extend(next);
+                    break;
+                }
+                Err(error) => {
+                    failed += 1;
+                    assert_eq!(error.code(), "IO", "{plan} {n}: {error}");
+                    assert_eq!(
+                        error.outcome(),
+                        surfacelog::Outcome::NothingWritten,
+                        "{plan} {n}: {error}"
+                    );
+                    assert_eq!(store.load("s", 0).unwrap().unwrap(), before, "{plan} {n}");
+                    assert_eq!(data_snapshot(dir.path()), files, "{plan} {n}");
+                    store.append("s", all.len() as u64, &refs(&next)).unwrap();
+                    all.extend(next);
+                }
+            }
+        }
+    }
+    assert!(failed >= 8, "only {failed} failures planned");
+    let read = store.load("s", 0).unwrap().unwrap();
+    assert_eq!(read.events, array(&all));
+    // The restore's own sync fails too: the append's error keeps its fate unknown, and
+    // the log then holds its events and a prefix of the batch, whole.
+    store.close().unwrap();
+    let next = sized_batch(all.len() as u64, 20);
+    faults.fail_write(1, 300);
+    faults.fail_sync(1);
+    let error = store
+        .append("s", all.len() as u64, &refs(&next))
+        .unwrap_err();
+    assert!(error.is_fate_unknown(), "{error}");
+    let read = store.load("s", 0).unwrap().unwrap();
+    let kept = usize::try_from(read.count).unwrap() - all.len();
+    assert!(kept <= next.len());
+    all.extend_from_slice(&next[..kept]);
+    assert_eq!(read.events, array(&all));
+}
+
+/// One run of [`dur_12_restores_survive_power_loss`]: batches appended to session `s` (as
+/// [`created`] makes it) over `sim`, with faults injected and the power going at I/O point `crash` (if any). Returns
+/// the events acknowledged, the batch in flight when the run ended (another batch is
+/// appended after a restored failure, none after one whose fate is unknown), and how many
+/// failures were restored.
+fn faulty_run(
+    root: &Path,
+    sim: &std::sync::Arc<surfacelog::internals::storage::sim::SimStorage>,
+    seed: u64,
+) -> (Vec<String>, Vec<String>, usize) {
+    let options = LogOptions {
+        segment_bytes: 1024,
+        storage: std::sync::Arc::clone(sim) as _,
+        ..LogOptions::default()
+    };
+    let store = VerbatimStore::with_options(root, options);
+    let mut acked = sized_batch(0, 3);
+    let mut in_flight = Vec::new();
+    let mut restored = 0;
+    for round in 0..12u64 {
+        // After a restored failure, a batch of other texts goes to the same seqs: the
+        // failed one must never come back.
+        let n = 1 + usize::try_from((seed + round * 7) % 9).unwrap();
+        in_flight = sized_batch(acked.len() as u64, n)
+            .into_iter()
+            .map(|text| text.replace("payload", &format!("round {round}")))
+            .collect();
+        match store.append("s", acked.len() as u64, &refs(&in_flight)) {
+            Ok(()) => {
+                acked.append(&mut in_flight);
+            }
+            Err(error) if error.outcome() == surfacelog::Outcome::NothingWritten => {
+                restored += 1;
+            }
+            Err(_) => break,
+        }
+    }
+    (acked, in_flight, restored)
+}
+
+/// Session `s` of three events created in `root`, durably, through the real filesystem:
+/// the simulated disk then takes it as its durable image. (Creation publishes by a rename
+/// the `Storage` trait does not model, VBT-5.)
+fn created(root: &Path) {
+    let store = VerbatimStore::new(root);
+    store
+        .create("s", r#"{"id":"s"}"#, &refs(&sized_batch(0, 3)))
+        .unwrap();
+}
+
+/// DUR-12 under power loss: appends with injected faults (writes, syncs, renames,
+/// listings fail or tear) and the power going at chosen I/O points, then the disk as a
+/// crash could leave it, recovered by a repair. The session then holds every acknowledged event, followed by a
+/// prefix of the batch in flight at most: a batch whose failure was restored (nothing
+/// written) never comes back, and nothing else appears.
+#[test]
+fn dur_12_restores_survive_power_loss() {
+    use surfacelog::internals::storage::sim::SimStorage;
+    let mut restored = 0;
+    for seed in 0..64u64 {
+        let scratch = tempfile::tempdir().unwrap();
+        let root = scratch.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        created(&root);
+        let points = {
+            let probe = tempfile::tempdir().unwrap();
+            created(probe.path());
+            let sim = std::sync::Arc::new(SimStorage::new(probe.path(), seed).unwrap());
+            sim.set_fault_rate(30_000);
+            faulty_run(probe.path(), &sim, seed);
+            sim.points()
+        };
+        let sim = std::sync::Arc::new(SimStorage::new(&root, seed).unwrap());
+        sim.set_fault_rate(30_000);
+        sim.crash_at(1 + (seed * 7919) % points.max(1));
+        let (acked, in_flight, restores) = faulty_run(&root, &sim, seed);
+        restored += restores;
+        sim.crash().unwrap();
+        // As a host does after a crash: a writer's recovery drops a torn tail (log-format
+        // §7; a reader may refuse some torn shapes, RD-6), then the session is read.
+        let store = VerbatimStore::new(&root);
+        store.repair("s", &[]).unwrap();
+        let read = store.load("s", 0).unwrap().unwrap();
+        let kept = usize::try_from(read.count).unwrap();
+        assert!(
+            kept >= acked.len() && kept <= acked.len() + in_flight.len(),
+            "seed {seed}: {kept} events, {} acknowledged, {} in flight",
+            acked.len(),
+            in_flight.len()
+        );
+        let expected = [&acked[..], &in_flight[..kept - acked.len()]].concat();
+        assert_eq!(read.events, array(&expected), "seed {seed}");
+    }
+    assert!(restored >= 20, "only {restored} failures restored");
+}

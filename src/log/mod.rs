@@ -13,6 +13,7 @@ pub mod limit;
 mod map;
 mod quarantine;
 mod reader;
+mod restore;
 mod scan;
 pub mod segment;
 mod writer;

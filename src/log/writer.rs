@@ -368,6 +368,26 @@ impl LogWriter {
         state.seq_next - state.pending
     }
 
+    /// DUR-12: after an append of `batch` failed with its fate unknown (DUR-10), takes the
+    /// log back to its first `seq_next` events (the batch's first seq), durably, while this
+    /// poisoned writer still holds the lock: the batch's records and bytes are undone, as if
+    /// the append had written nothing. The writer stays poisoned; the caller drops it and
+    /// the next writer opens the restored log.
+    ///
+    /// # Errors
+    /// `POISONED` when the writer is not poisoned (nothing failed, nothing to undo);
+    /// `CORRUPT` when the log does not hold exactly its first `seq_next` events and a part
+    /// of the batch; `IO`. The log is then as the failure left it (DUR-10), or, after a
+    /// failed step, as recovery takes it.
+    pub(crate) fn restore(&self, seq_next: u64, batch: &[Event]) -> Result<()> {
+        // Held throughout: no append, flush or index write of this writer runs meanwhile.
+        let state = self.shared.lock_state();
+        if !state.poisoned {
+            return Err(ErrorKind::Poisoned.into());
+        }
+        super::restore::restore(&*self.shared.storage, &self.shared.dir, seq_next, batch)
+    }
+
     /// The log's directory.
     pub fn dir(&self) -> &Path {
         &self.shared.dir

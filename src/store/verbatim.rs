@@ -219,8 +219,32 @@ impl VerbatimStore {
         let events = admit_all(events, first_seq)?;
         self.with_writer(id, |writer| {
             check_next(id, first_seq, writer.seq_next())?;
-            writer.append(&events).map(|_| ())
+            self.append_or_restore(id, writer, &events)
         })
+    }
+
+    /// Appends `events` with `writer`; when the append fails with its fate unknown (a
+    /// write or sync failed, log-format DUR-10), takes the log back to where it was
+    /// (DUR-12) before returning the error, which then says that nothing was written
+    /// (`Outcome::NothingWritten`). A restore that fails leaves the error as it was
+    /// (`FateUnknown`): the next append re-checks the stored next seq (VBT-6).
+    fn append_or_restore(&self, id: &str, writer: &LogWriter, events: &[Event]) -> Result<()> {
+        let seq_next = writer.seq_next();
+        let Err(error) = writer.append(events) else {
+            return Ok(());
+        };
+        if !error.is_fate_unknown() {
+            return Err(error);
+        }
+        let dir = self.locate(id);
+        self.readers.forget(&dir);
+        match writer.restore(seq_next, events) {
+            Ok(()) => Err(error.restored()),
+            Err(failed) => {
+                tracing::warn!(session = id, seq_next, %error, %failed, "restoring the log after a failed append failed");
+                Err(error)
+            }
+        }
     }
 
     /// Commits a repair (VBT-9): opens the log for writing, which drops a torn tail
@@ -244,7 +268,7 @@ impl VerbatimStore {
         self.with_fresh_writer(id, true, |writer| {
             if !closers.is_empty() {
                 let events = admit_all(closers, writer.seq_next())?;
-                writer.append(&events)?;
+                self.append_or_restore(id, writer, &events)?;
             }
             Ok(())
         })
@@ -463,6 +487,7 @@ impl VerbatimStore {
         };
         let log = dir.join("log");
         let opened_in = identity(&log);
+        let restores = self.readers.restores();
         let reader = match self.readers.take(dir, opened_in) {
             Some(mut reader) => {
                 reader.refresh()?;
@@ -477,7 +502,8 @@ impl VerbatimStore {
         let writing = || self.writers.holds(dir);
         let result = read(header, &reader, &writing)?;
         if let Some(opened_in) = opened_in {
-            self.readers.put(dir, opened_in, reader, READERS_KEPT);
+            self.readers
+                .put(dir, opened_in, reader, READERS_KEPT, restores);
         }
         Ok(Some(result))
     }

@@ -157,6 +157,9 @@ impl Writers {
 #[derive(Debug, Default)]
 pub(super) struct Readers {
     slots: Mutex<Vec<(PathBuf, DirIdentity, LogReader)>>,
+    /// Counts the restores (log-format DUR-12) this store made: a reader taken before one
+    /// may hold records it undid, so it is not kept ([`Readers::put`]).
+    restores: std::sync::atomic::AtomicU64,
 }
 
 impl Readers {
@@ -173,10 +176,37 @@ impl Readers {
         (Some(opened_in) == log).then_some(reader)
     }
 
-    /// Keeps `reader` for the session in `dir` (replacing one another thread kept
-    /// meanwhile), dropping the least recently used beyond `kept`.
-    pub(super) fn put(&self, dir: &Path, log: DirIdentity, reader: LogReader, kept: usize) {
+    /// How many restores this store made so far: taken before a reader is, and handed to
+    /// [`Readers::put`].
+    pub(super) fn restores(&self) -> u64 {
+        self.restores.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Drops the reader kept for the session in `dir`, and any taken out now, which is
+    /// not kept when put back: the session's log was taken back (log-format DUR-12), and
+    /// a reader does not read again what it has read once (RD-2).
+    pub(super) fn forget(&self, dir: &Path) {
         let mut slots = self.lock();
+        self.restores
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        slots.retain(|(known, _, _)| known != dir);
+    }
+
+    /// Keeps `reader` for the session in `dir` (replacing one another thread kept
+    /// meanwhile), dropping the least recently used beyond `kept`; not when a restore was
+    /// made since `restores` ([`Readers::restores`]) was read, before it was taken.
+    pub(super) fn put(
+        &self,
+        dir: &Path,
+        log: DirIdentity,
+        reader: LogReader,
+        kept: usize,
+        restores: u64,
+    ) {
+        let mut slots = self.lock();
+        if self.restores() != restores {
+            return;
+        }
         slots.retain(|(known, _, _)| known != dir);
         slots.push((dir.to_owned(), log, reader));
         let excess = slots.len().saturating_sub(kept);

@@ -1,0 +1,337 @@
+//! DUR-12: a log taken back to where it was before an append that failed with its fate
+//! unknown (DUR-10), for a caller that promises "a failed write leaves storage unchanged"
+//! (the verbatim store, `verbatim-store.md` VBT-6).
+#![deny(clippy::indexing_slicing)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::reader::{corrupt, read_error};
+use super::scan::{FileBytes, Source, Stop, nonzero_end, read_range, scan};
+use super::segment::{
+    SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_first_seq, parse_segment_name,
+    seq_file_path,
+};
+use super::writer::data_regions;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::record::decode;
+use crate::storage::Storage;
+
+/// What the failed batch left in one segment, to be undone.
+#[derive(Debug)]
+struct Left {
+    path: PathBuf,
+    first_seq: u64,
+    /// Where the batch's bytes start in it: after the records kept.
+    from: usize,
+    /// Just past its last non-zero byte.
+    to: usize,
+}
+
+/// DUR-12: takes the log in `dir` back to its first `seq_next` events after an append of
+/// `batch` (whose first event has seq `seq_next`) failed. The caller holds the log's lock
+/// through the failed writer, so nothing else wrote since; still, every record found at or
+/// after `seq_next` must be the batch's event of that seq, and the records before it must
+/// all be there, or nothing is changed (`CORRUPT`).
+///
+/// Steps, each durable before the next, so that a crash between them leaves a log that
+/// recovery (§7) opens with the events before `seq_next` and, of the batch, a prefix
+/// (the outcome DUR-10 allows after a failure): segments that begin after `seq_next`
+/// removed, the last first, with their indexes, and the directory synced; the index of the
+/// segment holding `seq_next` removed (it may list the batch's records and would make
+/// them a durable mark, RCV-13), the directory synced; the batch's bytes in that segment
+/// overwritten with zeros (the file keeps its length, SEG-8) and synced.
+///
+/// # Errors
+/// `CORRUPT` when the log does not hold the events before `seq_next` or holds an event the
+/// batch does not; `IO`.
+pub(crate) fn restore(
+    storage: &dyn Storage,
+    dir: &Path,
+    seq_next: u64,
+    batch: &[Event],
+) -> Result<()> {
+    let names = storage
+        .list_dir(dir)
+        .map_err(|e| Error::io("list", dir, &e))?;
+    let mut firsts: Vec<u64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
+    firsts.sort_unstable();
+    let limits: BTreeSet<u64> = names
+        .iter()
+        .filter_map(|n| parse_first_seq(n.strip_suffix(".lim")?))
+        .collect();
+    let keep = firsts
+        .iter()
+        .rposition(|&first| first < seq_next || first == 0)
+        .ok_or_else(|| corrupt(dir, 0, "no segment holds the log's first events (DUR-12)"))?;
+    let (kept, later) = firsts.split_at(keep + 1);
+    // Checked first, changed after: a refusal changes nothing.
+    let mut removed = Vec::new();
+    for &first in later {
+        let path = seq_file_path(dir, first, ".seg");
+        if limits.contains(&first) {
+            return Err(corrupt(
+                &path,
+                0,
+                "a fork's limited segment after the restored end (DUR-12)",
+            ));
+        }
+        batch_records(storage, &path, first, seq_next, batch, true)?;
+        removed.push(first);
+    }
+    let first = kept.last().copied().unwrap_or_default();
+    let left = if limits.contains(&first) {
+        // A limited segment is never appended to (LIM-4): the batch began after it.
+        None
+    } else {
+        let path = seq_file_path(dir, first, ".seg");
+        batch_records(storage, &path, first, seq_next, batch, false)?
+    };
+    for &first in removed.iter().rev() {
+        for path in [
+            seq_file_path(dir, first, ".idx"),
+            seq_file_path(dir, first, ".seg"),
+        ] {
+            remove(storage, &path)?;
+        }
+    }
+    if !removed.is_empty() {
+        sync_dir(storage, dir)?;
+    }
+    if let Some(left) = left {
+        remove(storage, &dir.join(index_name(left.first_seq)))?;
+        sync_dir(storage, dir)?;
+        let file = storage
+            .open_file(&left.path, true)
+            .map_err(|e| Error::io("open", &left.path, &e))?;
+        storage
+            .write_at(&file, left.from as u64, &vec![0; left.to - left.from])
+            .map_err(|e| Error::io("write", &left.path, &e))?;
+        storage
+            .sync_data(&file)
+            .map_err(|e| Error::io("fsync", &left.path, &e))?;
+    }
+    Ok(())
+}
+
+/// The batch's part of segment `path` (starting at seq `first`): `None` when it holds
+/// nothing at or after seq `seq_next` (no record, no stray byte). Every record at or after
+/// `seq_next` must be the batch's event of that seq; the records before `seq_next` in it
+/// must all check out (REC-4). A segment `after` the restored end whose header does not
+/// check out holds no record any reader takes (SEG-2): the failed writer created it and
+/// was stopped before its header was written whole; it is removed whole like the others.
+///
+/// # Errors
+/// `CORRUPT` for a header that does not check out, a missing event before `seq_next`, or
+/// an event the batch does not hold; `IO`.
+fn batch_records(
+    storage: &dyn Storage,
+    path: &Path,
+    first: u64,
+    seq_next: u64,
+    batch: &[Event],
+    after: bool,
+) -> Result<Option<Left>> {
+    let file = storage
+        .open_file(path, false)
+        .map_err(|e| Error::io("open", path, &e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", path, &e))?
+        .len();
+    let source = FileBytes {
+        file: &file,
+        len: usize::try_from(len).unwrap_or(usize::MAX),
+    };
+    let mut header = [0; SEGMENT_HEADER_LEN];
+    let checks = len >= SEGMENT_HEADER_LEN as u64 && {
+        source
+            .read_at(0, &mut header)
+            .map_err(|e| read_error(path, 0, &e))?;
+        SegmentHeader::decode(&header).is_ok_and(|header| header.first_seq == first)
+    };
+    if !checks {
+        if after {
+            return Ok(None);
+        }
+        return Err(corrupt(
+            path,
+            0,
+            "a segment header that does not check out (DUR-12)",
+        ));
+    }
+    let found = scan(&source, SEGMENT_HEADER_LEN, first).map_err(|e| read_error(path, 0, &e))?;
+    if found.seq_next < seq_next {
+        let at = match found.stop {
+            Stop::Invalid { offset, .. } | Stop::WrongSeq { offset, .. } => offset,
+            Stop::End | Stop::Full => found.end,
+        };
+        return Err(corrupt(
+            path,
+            at,
+            &format!(
+                "event {} of the log is not there to restore to (DUR-12)",
+                found.seq_next
+            ),
+        ));
+    }
+    let batch_end = seq_next.saturating_add(batch.len() as u64);
+    if found.seq_next > batch_end {
+        return Err(corrupt(
+            path,
+            found.end,
+            &format!(
+                "the log holds events past the failed batch's last, {} (DUR-12)",
+                batch_end - 1
+            ),
+        ));
+    }
+    // Where the batch's records start: after the records before `seq_next`.
+    let skip = usize::try_from(seq_next.saturating_sub(first)).unwrap_or(usize::MAX);
+    let offsets = found.offsets.get(skip..).unwrap_or_default();
+    let from = offsets.first().map_or(found.end, |&at| at as usize);
+    let start = first.max(seq_next);
+    for (k, &at) in offsets.iter().enumerate() {
+        let at = at as usize;
+        let seq = start + k as u64;
+        let next = offsets.get(k + 1).map_or(found.end, |&n| n as usize);
+        let bytes = read_range(&source, at, next).map_err(|e| read_error(path, at, &e))?;
+        let expected = usize::try_from(seq - seq_next)
+            .ok()
+            .and_then(|i| batch.get(i));
+        let same = decode(&bytes)
+            .ok()
+            .zip(expected)
+            .is_some_and(|((stored, _), event)| stored == event.as_ref());
+        if !same {
+            return Err(corrupt(
+                path,
+                at,
+                &format!("event {seq} is not the failed batch's (DUR-12)"),
+            ));
+        }
+    }
+    let regions = data_regions(&file, from, source.len);
+    let to = nonzero_end(&source, from, &regions).map_err(|e| read_error(path, from, &e))?;
+    Ok((to > from).then(|| Left {
+        path: path.to_owned(),
+        first_seq: first,
+        from,
+        to,
+    }))
+}
+
+/// Removes `path`; one that is not there is fine.
+fn remove(storage: &dyn Storage, path: &Path) -> Result<()> {
+    match storage.remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", path, &e)),
+        _ => Ok(()),
+    }
+}
+
+fn sync_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    storage
+        .sync_dir(dir)
+        .map_err(|e| Error::io("fsync", dir, &e))
+}
+
+#[cfg(test)]
+mod tests {
+    #![expect(
+        clippy::indexing_slicing,
+        clippy::case_sensitive_file_extension_comparisons,
+        reason = "tests slice their own vectors and name their own files"
+    )]
+    use std::path::Path;
+
+    use super::restore;
+    use crate::event::{Event, EventFields};
+    use crate::log::{Durability, LogOptions, LogReader, LogWriter};
+    use crate::storage::FsStorage;
+
+    fn event(seq: u64, tag: &str) -> Event {
+        let text =
+            format!(r#"{{"type":"plugin/t","seq":{seq},"time":0,"data":{{"tag":"{tag}"}}}}"#);
+        let data = text.find("{\"tag\"").unwrap_or_default()..text.len() - 1;
+        let fields = EventFields {
+            event_type: "plugin/t".into(),
+            seq,
+            time: 0,
+            surface_op: None,
+            sources: None,
+            ignorable: false,
+        };
+        Event::new(text, data, None, fields)
+    }
+
+    fn events(seqs: std::ops::Range<u64>, tag: &str) -> Vec<Event> {
+        seqs.map(|seq| event(seq, &format!("{tag}{}", "y".repeat(80))))
+            .collect()
+    }
+
+    /// Every file of `dir` with its bytes.
+    fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| {
+                let path = entry.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read(&path).unwrap())
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// Every event of the log in `dir`, each checked (REC-4).
+    fn read(dir: &Path) -> Vec<Event> {
+        let reader = LogReader::open(dir).unwrap();
+        reader.iter_from(0).map(|e| e.unwrap().to_event()).collect()
+    }
+
+    /// DUR-12's guards: a restore that would drop an event the failed batch does not
+    /// hold, or that finds an event before the restored end missing, changes nothing; one
+    /// over exactly the batch's events takes the log back, segments removed, and the log
+    /// appends again from there.
+    #[test]
+    fn restores_only_the_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = LogOptions {
+            segment_bytes: 1024,
+            durability: Durability::Sync,
+            ..LogOptions::default()
+        };
+        let all = events(0..30, "a");
+        let (writer, _) = LogWriter::open(dir.path(), options.clone()).unwrap();
+        writer.append(&all).unwrap();
+        writer.close().unwrap();
+        let before = files(dir.path());
+        let segments = before.iter().filter(|(n, _)| n.ends_with(".seg")).count();
+        assert!(segments >= 4, "{segments} segments");
+        let refusals: [(u64, Vec<Event>); 3] = [
+            // Another event at seq 20 than the log holds.
+            (10, [&all[10..20], &events(20..30, "b")[..]].concat()),
+            // The log holds events past the batch's last.
+            (10, all[10..29].to_vec()),
+            // Not a batch of this log's end at all.
+            (40, events(40..45, "a")),
+        ];
+        for (seq_next, batch) in refusals {
+            let error = restore(&FsStorage, dir.path(), seq_next, &batch).unwrap_err();
+            assert_eq!(error.code(), "CORRUPT", "{error}");
+            assert_eq!(files(dir.path()), before);
+        }
+        restore(&FsStorage, dir.path(), 10, &all[10..]).unwrap();
+        assert_eq!(read(dir.path()), all[..10]);
+        let (writer, report) = LogWriter::open(dir.path(), options).unwrap();
+        assert!(report.torn_tail.is_none(), "{report:?}");
+        assert_eq!(writer.seq_next(), 10);
+        writer.append(&events(10..30, "c")).unwrap();
+        writer.close().unwrap();
+        assert_eq!(
+            read(dir.path()),
+            [&all[..10], &events(10..30, "c")[..]].concat()
+        );
+    }
+}
