@@ -695,13 +695,14 @@ fn created(root: &Path) {
 
 /// DUR-12 under power loss: appends with injected faults (writes, syncs, renames,
 /// listings fail or tear) and the power going at chosen I/O points, then the disk as a
-/// crash could leave it, recovered by a repair. The session then holds every acknowledged event, followed by a
+/// crash could leave it, read (a torn tail is reported, RD-6, VBT-7), then recovered by a
+/// repair. The session then holds every acknowledged event, followed by a
 /// prefix of the batch in flight at most: a batch whose failure was restored (nothing
 /// written) never comes back, and nothing else appears.
 #[test]
 fn dur_12_restores_survive_power_loss() {
     use surfacelog::internals::storage::sim::SimStorage;
-    let mut restored = 0;
+    let (mut restored, mut tails) = (0, 0);
     for seed in 0..64u64 {
         let scratch = tempfile::tempdir().unwrap();
         let root = scratch.path().join("root");
@@ -721,11 +722,23 @@ fn dur_12_restores_survive_power_loss() {
         let (acked, in_flight, restores) = faulty_run(&root, &sim, seed);
         restored += restores;
         sim.crash().unwrap();
-        // As a host does after a crash: a writer's recovery drops a torn tail (log-format
-        // §7; a reader may refuse some torn shapes, RD-6), then the session is read.
+        // Read as the crash left it (a torn tail reported, never taken for damage, VBT-7),
+        // then as a repair leaves it (log-format §7 drops the torn tail): the same events.
         let store = VerbatimStore::new(&root);
+        let torn = store.load("s", 0).unwrap().unwrap();
+        assert_eq!(
+            torn.revision.ends_with(":torn"),
+            torn.torn.is_some(),
+            "seed {seed}"
+        );
         store.repair("s", &[]).unwrap();
         let read = store.load("s", 0).unwrap().unwrap();
+        assert_eq!(
+            (&read.events, read.torn.is_none()),
+            (&torn.events, true),
+            "seed {seed}"
+        );
+        tails += usize::from(torn.torn.is_some());
         let kept = usize::try_from(read.count).unwrap();
         assert!(
             kept >= acked.len() && kept <= acked.len() + in_flight.len(),
@@ -737,4 +750,5 @@ fn dur_12_restores_survive_power_loss() {
         assert_eq!(read.events, array(&expected), "seed {seed}");
     }
     assert!(restored >= 20, "only {restored} failures restored");
+    assert!(tails >= 3, "only {tails} torn tails");
 }

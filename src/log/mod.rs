@@ -90,7 +90,7 @@ impl DiskLog {
         let storage = Arc::clone(&options.storage);
         let (writer, report, segments) =
             LogWriter::open_recovered_from(dir, options, chain, known, durable_seq)?;
-        let reader = LogReader::from_recovered(dir, storage, segments, false)?;
+        let reader = LogReader::from_recovered(dir, storage, segments, false, false)?;
         Ok((
             Self {
                 writer,

@@ -37,6 +37,9 @@ pub struct LogReader {
     /// on to the next segment, the one it leaves is released (RD-4). Only a hint for that
     /// release, never a correctness fact, so relaxed loads and stores suffice.
     cursor: AtomicUsize,
+    /// RD-6: RCV-4's shape at the end of the last segment is taken for a torn tail, not
+    /// damage ([`LogReader::open_reporting_torn`]).
+    torn_tails: bool,
 }
 
 /// One segment as a reader holds it.
@@ -231,6 +234,25 @@ impl LogReader {
     /// # Errors
     /// As [`LogReader::open`].
     pub fn open_with(dir: &Path, storage: Arc<dyn Storage>) -> Result<Self> {
+        Self::open_in(dir, storage, false)
+    }
+
+    /// [`LogReader::open_with`] for a reader that reports a torn tail where a writer's
+    /// recovery would drop one (the verbatim store's, `verbatim-store.md` VBT-7): RCV-4's
+    /// shape (an end marker or an invalid frame followed by a valid record) past the
+    /// durable marks, in the last segment when no later segment file exists, ends the
+    /// records instead of being refused as damage (RD-6), and
+    /// [`LogReader::unrecovered_tail`] reports the bytes from there. A record with the wrong
+    /// seq (RCV-5) or a bad body (RCV-8), and anything under a durable mark (RCV-13), stay
+    /// `CORRUPT`, as they do for recovery.
+    ///
+    /// # Errors
+    /// As [`LogReader::open`].
+    pub fn open_reporting_torn(dir: &Path, storage: Arc<dyn Storage>) -> Result<Self> {
+        Self::open_in(dir, storage, true)
+    }
+
+    fn open_in(dir: &Path, storage: Arc<dyn Storage>, torn_tails: bool) -> Result<Self> {
         let chain = open_chain(&*storage, dir, false)?;
         if chain.segments.is_empty() && chain.unborn.is_none() {
             let path = dir.join(super::segment::segment_name(0));
@@ -275,7 +297,7 @@ impl LogReader {
         if let Some(last) = segments.last_mut().filter(|s| s.count.is_none()) {
             last.durable = vouched;
         }
-        let reader = Self::from_recovered(dir, storage, segments, true)?;
+        let reader = Self::from_recovered(dir, storage, segments, true, torn_tails)?;
         if let Some((first, end)) = durable_end
             && let Some(segment) = reader.segments.iter().find(|s| s.first_seq == first)
             && segment.count.is_none()
@@ -304,6 +326,7 @@ impl LogReader {
         storage: Arc<dyn Storage>,
         segments: Vec<Segment>,
         check_end: bool,
+        torn_tails: bool,
     ) -> Result<Self> {
         let log_id = segments
             .last()
@@ -319,6 +342,7 @@ impl LogReader {
             segments,
             seq_next,
             cursor: AtomicUsize::new(0),
+            torn_tails,
         };
         reader.refresh_checked(check_end)?;
         // RD-4: what recovery scanned (and the last record of a vouched prefix, IDX-5) is
@@ -363,7 +387,13 @@ impl LogReader {
                         len: mapped.map.len(),
                     };
                     let found = if check_end {
-                        scan_checked(path, &source, last.end, self.seq_next)?
+                        let first = last.first_seq;
+                        let torn = self.torn_tails.then(|| Later {
+                            storage: &*self.storage,
+                            dir: &self.dir,
+                            first,
+                        });
+                        scan_checked(path, &source, last.end, self.seq_next, torn.as_ref())?
                     } else {
                         scan(&source, last.end, self.seq_next)
                             .map_err(|e| read_error(path, last.end, &e))?
@@ -1185,7 +1215,9 @@ impl LogReader {
 /// an invalid position, it reads that position once more: the writer writes records in
 /// order (RD-3), so a record after it that was complete before this second look means
 /// the position was complete too, unless it is damage. If the position now holds the
-/// next record, the writer was completing it, and the scan goes on from there.
+/// next record, the writer was completing it, and the scan goes on from there. With
+/// `torn` (a reader reporting torn tails), RCV-4's shape that stays is the end of the
+/// records when no segment file follows the last one.
 ///
 /// # Errors
 /// `CORRUPT` with `path` and the offset, `IO`.
@@ -1194,14 +1226,21 @@ fn scan_checked(
     source: &FileBytes<'_>,
     from: usize,
     seq_next: u64,
+    torn: Option<&Later<'_>>,
 ) -> Result<super::scan::Scan> {
     let read = |from: usize, seq_next: u64| {
         scan(source, from, seq_next).map_err(|e| read_error(path, from, &e))
     };
     let mut found = read(from, seq_next)?;
-    while let Some(damage) = damage_at(path, source, found.stop, found.end)? {
+    while let Some((damage, shape)) = damage_at(path, source, found.stop, found.end)? {
         let again = read(found.end, found.seq_next)?;
         if again.offsets.is_empty() {
+            if shape == Shape::Torn
+                && let Some(later) = torn
+                && !later.exists()?
+            {
+                return Ok(found);
+            }
             return Err(damage);
         }
         found.offsets.extend_from_slice(&again.offsets);
@@ -1210,9 +1249,43 @@ fn scan_checked(
     Ok(found)
 }
 
+/// The segments after the last one a reader holds, asked about only when its end has
+/// RCV-4's shape ([`LogReader::open_reporting_torn`]).
+struct Later<'a> {
+    storage: &'a dyn Storage,
+    dir: &'a Path,
+    /// The last segment's `first_seq`.
+    first: u64,
+}
+
+impl Later<'_> {
+    /// Whether a segment file named after the last one's exists: then the last one is not
+    /// the last, and its end is damage (RCV-6), not a torn tail.
+    fn exists(&self) -> Result<bool> {
+        let names = self
+            .storage
+            .list_dir(self.dir)
+            .map_err(|e| Error::io("list", self.dir, &e))?;
+        Ok(names
+            .iter()
+            .filter_map(|n| super::segment::parse_segment_name(n))
+            .any(|first| first > self.first))
+    }
+}
+
+/// Which damage [`damage_at`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// RCV-4's shape: an end marker or an invalid frame followed by a valid record, which a
+    /// power cut leaves above the durable marks (a later sector kept, an earlier lost).
+    Torn,
+    /// A record with the wrong seq (RCV-5) or a bad body (RCV-8): never a power cut's.
+    Changed,
+}
+
 /// RD-6: whether a scan of the last segment that stopped at `stop`, just past the valid
 /// records ending at `end`, stopped at damage rather than at the end of what was written:
-/// `Some(CORRUPT)` for a record with the wrong seq (RCV-5) or a bad body (RCV-8), and for
+/// `Some(CORRUPT)`, with its [`Shape`], for a record with the wrong seq (RCV-5) or a bad body (RCV-8), and for
 /// any other stop followed by a valid record (RCV-4's shape); `None` for zeros, or for
 /// bytes that no valid record follows (a record being written, or a torn tail that only a
 /// writer's recovery drops, §7). Only the file's data regions are read (holes read as
@@ -1220,22 +1293,24 @@ fn scan_checked(
 ///
 /// # Errors
 /// `IO` or `CORRUPT` (a file shorter than it was) when the bytes cannot be read (RD-8).
-fn damage_at(path: &Path, source: &FileBytes<'_>, stop: Stop, end: usize) -> Result<Option<Error>> {
+fn damage_at(
+    path: &Path,
+    source: &FileBytes<'_>,
+    stop: Stop,
+    end: usize,
+) -> Result<Option<(Error, Shape)>> {
     let (offset, reason) = match stop {
         Stop::Full => return Ok(None),
         Stop::WrongSeq { offset, .. } => {
-            return Ok(Some(corrupt(
-                path,
-                offset,
-                "a record with the wrong seq (RCV-5)",
-            )));
+            let reason = "a record with the wrong seq (RCV-5)";
+            return Ok(Some((corrupt(path, offset, reason), Shape::Changed)));
         }
         Stop::Invalid {
             offset,
             error: crate::record::RecordError::Body(_),
         } => {
             let reason = "a record whose body breaks REC-5/REC-6 (RCV-8)";
-            return Ok(Some(corrupt(path, offset, reason)));
+            return Ok(Some((corrupt(path, offset, reason), Shape::Changed)));
         }
         Stop::Invalid { offset, .. } => {
             (offset, "an invalid record followed by valid records (RD-6)")
@@ -1250,7 +1325,7 @@ fn damage_at(path: &Path, source: &FileBytes<'_>, stop: Stop, end: usize) -> Res
     {
         return Ok(None);
     }
-    Ok(Some(corrupt(path, offset, reason)))
+    Ok(Some((corrupt(path, offset, reason), Shape::Torn)))
 }
 
 /// `CORRUPT` at a file and offset.

@@ -493,7 +493,7 @@ impl VerbatimStore {
                 reader.refresh()?;
                 reader
             }
-            None => match LogReader::open_with(&log, Arc::clone(&self.options.storage)) {
+            None => match LogReader::open_reporting_torn(&log, Arc::clone(&self.options.storage)) {
                 Ok(reader) => reader,
                 Err(_) if gone() => return Ok(None),
                 Err(error) => return Err(error),
