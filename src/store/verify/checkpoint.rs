@@ -15,6 +15,7 @@ use crate::session::Prefix;
 use crate::session::repair::RepairState;
 use crate::storage::FsStorage;
 use crate::store::checkpoint::{self, CHECKPOINT_MAGIC, CHECKPOINT_VERSION};
+use crate::store::pack::Pack;
 use crate::surface::Surface;
 
 /// The checkpoint's fields (CKP-1, the `nodes_crc` of CKP-2, CKP-4, CKP-8), or `None`
@@ -61,15 +62,18 @@ pub(super) fn read_checkpoint(
 }
 
 /// CKP-2, CKP-3, CKP-4, CKP-8 and contract §4: the checkpoint against the log and a
-/// fresh fold of it; the fold of the whole log (only when the log checked out).
+/// fresh fold of it; the fold of the whole log (only when the log checked out), which also
+/// checks the message pack of the session directory `dir` on its way (MSP-1 to MSP-3).
 pub(super) fn check_checkpoint(
     found: &mut Found,
     path: &Path,
     checkpoint: Option<&checkpoint::Fields>,
     log: &LogSummary,
-    log_dir: &Path,
+    dir: &Path,
     vocabulary: &Vocabulary,
 ) {
+    let log_dir = dir.join("log");
+    let log_dir = log_dir.as_path();
     if let Some(cp) = checkpoint {
         if Surface::from_parts(
             cp.nodes.clone(),
@@ -90,19 +94,30 @@ pub(super) fn check_checkpoint(
         check_chain(found, path, cp, log, log_dir);
     }
     if log.clean {
-        fold(found, path, checkpoint, log, log_dir, vocabulary);
+        fold(found, path, checkpoint, log, dir, vocabulary);
     }
 }
 
-/// The fold of the whole log, compared with the checkpoint at its `seq_next`.
+/// Where the fold of the whole log stops on its way to compare.
+enum Stop<'a> {
+    /// The checkpoint, at its `seq_next` (CKP-2, CKP-4).
+    Checkpoint(&'a checkpoint::Fields),
+    /// The message pack, at its `seq_next` (MSP-3).
+    Pack(&'a Pack),
+}
+
+/// The fold of the whole log of the session directory `dir`, compared on its way with the
+/// checkpoint and with the message pack, each at its `seq_next`: one fold for the three.
 fn fold(
     found: &mut Found,
     path: &Path,
     checkpoint: Option<&checkpoint::Fields>,
     log: &LogSummary,
-    log_dir: &Path,
+    dir: &Path,
     vocabulary: &Vocabulary,
 ) {
+    let log_dir = dir.join("log");
+    let log_dir = log_dir.as_path();
     let reader = match LogReader::open_with(log_dir, Arc::new(FsStorage)) {
         Ok(reader) => reader,
         Err(error) => {
@@ -128,12 +143,18 @@ fn fold(
         );
         return;
     }
-    let mut surface = Surface::new();
+    let pack = super::pack::load_pack(found, dir, &reader);
+    let mut stops: Vec<(u64, Stop<'_>)> = Vec::new();
     if let Some(cp) = checkpoint.filter(|cp| cp.seq_next <= total) {
-        let prefix = Prefix {
-            log: &reader,
-            len: cp.seq_next,
-        };
+        stops.push((cp.seq_next, Stop::Checkpoint(cp)));
+    }
+    if let Some(pack) = pack.as_ref().filter(|p| p.seq_next() <= total) {
+        stops.push((pack.seq_next(), Stop::Pack(pack)));
+    }
+    stops.sort_by_key(|(at, _)| *at);
+    let mut surface = Surface::new();
+    for (len, stop) in stops {
+        let prefix = Prefix { log: &reader, len };
         if let Err(error) = surface.catch_up(&prefix, vocabulary) {
             found.error(
                 log_dir,
@@ -143,7 +164,10 @@ fn fold(
             );
             return;
         }
-        compare(found, path, cp, &surface, &prefix);
+        match stop {
+            Stop::Checkpoint(cp) => compare(found, path, cp, &surface, &prefix),
+            Stop::Pack(pack) => super::pack::compare_pack(found, dir, pack, &surface, &reader),
+        }
     }
     if let Err(error) = surface.catch_up(&reader, vocabulary) {
         found.error(

@@ -186,12 +186,9 @@ fn check_session(
         &checkpoint_path,
         checkpoint.as_ref(),
         &log,
-        &log_dir,
+        dir,
         vocabulary,
     );
-    if log.clean {
-        pack::check_pack(&mut found, dir, &log_dir, vocabulary);
-    }
     let id = asked.map(str::to_owned).or(named).unwrap_or(name);
     Ok(SessionReport {
         id,

@@ -1,53 +1,54 @@
 //! The message pack (message-pack.md MSP-1 to MSP-3): its format, its binding to the log,
-//! and its entries against a fresh fold of the log's first `seq_next` events.
+//! and its entries against a fresh fold of the log's first `seq_next` events (the fold the
+//! checkpoint's check runs, stopped there on its way: `checkpoint::fold`).
 
 use std::path::Path;
-use std::sync::Arc;
 
 use super::Found;
-use crate::event::{EventSource, Vocabulary};
+use crate::event::EventSource;
 use crate::log::LogReader;
-use crate::session::Prefix;
 use crate::storage::FsStorage;
 use crate::store::pack::{PACK_FILE, Pack, Unusable};
 use crate::surface::Surface;
 
-/// Checks the pack of the session directory `dir` whose log (in `log_dir`) checked out.
-/// Every failure of MSP-1 and MSP-2 is a warning: the pack is a cache written without a
-/// sync (MSP-6), so a crash may tear it, and open then ignores it. A pack that checks out
-/// and is bound to the log but holds other texts (MSP-3) is an error: open would use it.
-pub(super) fn check_pack(found: &mut Found, dir: &Path, log_dir: &Path, vocabulary: &Vocabulary) {
+/// The pack of the session directory `dir`, read and bound to the log `reader` reads
+/// (MSP-1, MSP-2), for [`compare_pack`]; `None` when there is none, or when it does not
+/// check out or is not bound, which is a warning: the pack is a cache written without a
+/// sync (MSP-6), so a crash may tear it, and open then ignores it.
+pub(super) fn load_pack(found: &mut Found, dir: &Path, reader: &LogReader) -> Option<Pack> {
     let path = dir.join(PACK_FILE);
-    let Ok(reader) = LogReader::open_with(log_dir, Arc::new(FsStorage)) else {
-        return; // The log's own check reports it.
+    let (rule, message) = match Pack::load(&FsStorage, dir, reader) {
+        Ok(pack) => return Some(pack),
+        Err(Unusable::Missing) => return None,
+        Err(Unusable::Corrupt(why)) => (
+            "MSP-1",
+            format!("{why}: open ignores it and reads messages from the log"),
+        ),
+        Err(Unusable::Version) => (
+            "MSP-1",
+            "another version: open ignores it and reads messages from the log".to_owned(),
+        ),
+        Err(Unusable::Stale) => (
+            "MSP-2",
+            "written from another log or a longer one: open ignores it".to_owned(),
+        ),
     };
-    let pack = match Pack::load(&FsStorage, dir, &reader) {
-        Ok(pack) => pack,
-        Err(Unusable::Missing) => return,
-        Err(Unusable::Corrupt(why)) => {
-            let message = format!("{why}: open ignores it and reads messages from the log");
-            found.warning(&path, None, "MSP-1", message);
-            return;
-        }
-        Err(Unusable::Version) => {
-            let message = "another version: open ignores it and reads messages from the log";
-            found.warning(&path, None, "MSP-1", message.to_owned());
-            return;
-        }
-        Err(Unusable::Stale) => {
-            let message = "written from another log or a longer one: open ignores it";
-            found.warning(&path, None, "MSP-2", message.to_owned());
-            return;
-        }
-    };
-    let prefix = Prefix {
-        log: &reader,
-        len: pack.seq_next(),
-    };
-    let mut surface = Surface::new();
-    if surface.catch_up(&prefix, vocabulary).is_err() {
-        return; // The fold of the whole log reports it.
-    }
+    found.warning(&path, None, rule, message);
+    None
+}
+
+/// MSP-3: the entries of `pack` (of the session directory `dir`) against `surface`, a fresh
+/// fold of the first `pack.seq_next()` events of the log `reader` reads, and each entry's
+/// text against its record's message. A pack that checks out and is bound to the log but
+/// holds other texts is an error: open would use it.
+pub(super) fn compare_pack(
+    found: &mut Found,
+    dir: &Path,
+    pack: &Pack,
+    surface: &Surface,
+    reader: &LogReader,
+) {
+    let path = dir.join(PACK_FILE);
     let mut nodes = surface.nodes().to_vec();
     nodes.sort_unstable();
     let mut entries = pack.entries();
@@ -72,7 +73,7 @@ pub(super) fn check_pack(found: &mut Found, dir: &Path, log_dir: &Path, vocabula
                 found.error(&path, None, "MSP-3", message);
                 return;
             }
-            Err(_) => return, // The log's own check reports it.
+            Err(_) => return, // The fold of the whole log reports it.
         }
     }
     if let Some((seq, _)) = entries.next() {
