@@ -326,6 +326,67 @@ test('PERS-16: an append is visible to another reader once it resolves; a failed
   assert.deepEqual(await files(root), before);
 });
 
+test('PERS-16, §3.3 appendBatch: a write that fails is restored before the append rejects', async (t) => {
+  // A batch appended by a process whose file-size limit (RLIMIT_FSIZE, `ulimit -f`) lies
+  // inside the segment: the write of its records stops at the limit, part of them on
+  // disk, and the next write fails (EFBIG). The append rejects saying nothing was written;
+  // every byte of the log is as before (the indexes, caches, aside); the same batch then
+  // appends.
+  const root = await scratch(t);
+  const segmentBytes = 8192;
+  const store = new VerbatimStore(root, { segmentBytes });
+  const event = (seq) =>
+    JSON.stringify({ type: 'tool/result', seq, time: seq, data: { pad: 'x'.repeat(150), seq } });
+  const first = [...Array(10).keys()].map(event);
+  await store.create('s', JSON.stringify({ id: 's' }), first);
+  await store.close();
+  const before = await store.load('s');
+  const log = join(store.locate('s'), 'log');
+  const data = async () => {
+    const out = {};
+    for (const name of (await readdir(log)).sort()) {
+      if (name.endsWith('.idx') || name === 'LOCK') continue;
+      const bytes = await readFile(join(log, name));
+      let end = bytes.length;
+      while (end > 0 && bytes[end - 1] === 0) end -= 1;
+      out[name] = bytes.subarray(0, end).toString('base64');
+    }
+    return out;
+  };
+  const files = await data();
+  const batch = [...Array(60).keys()].map((i) => event(10 + i));
+  const child = join(root, 'child.cjs');
+  await writeFile(
+    child,
+    `const { VerbatimStore } = require(${JSON.stringify(require.resolve('../index.js'))});
+     const store = new VerbatimStore(process.argv[2], { segmentBytes: ${segmentBytes} });
+     const batch = JSON.parse(process.argv[3]);
+     store.append('s', 10, batch).then(
+       () => console.log(JSON.stringify({ ok: true })),
+       (e) => console.log(JSON.stringify({ code: e.code, outcome: e.outcome, message: e.message })),
+     );`,
+  );
+  // 7 blocks: 3.5 KiB (dash counts 512 bytes) or 7 KiB (bash, 1 KiB), past the first
+  // segment's records (about 3 KiB) and below its 8 KiB: the batch's write stops short at
+  // the limit (part of its records written), the next write fails with EFBIG.
+  const { execFileSync } = await import('node:child_process');
+  const out = execFileSync(
+    'sh',
+    ['-c', 'ulimit -f 7 && exec "$0" "$@"', process.execPath, child, root, JSON.stringify(batch)],
+    { encoding: 'utf8' },
+  );
+  const result = JSON.parse(out.trim().split('\n').pop());
+  assert.equal(result.code, 'IO', out);
+  assert.equal(result.outcome, 'nothingWritten', out);
+  assert.match(result.message, /file too large|EFBIG|os error 27/i);
+  assert.deepEqual(await store.load('s'), before);
+  assert.deepEqual(await data(), files);
+  await store.append('s', 10, batch);
+  const after = await store.load('s');
+  assert.deepEqual(JSON.parse(after.events), [...first, ...batch].map((e) => JSON.parse(e)));
+  await store.close();
+});
+
 test('PERS-17: a reserved preparation blocks append and create', async (t) => {
   const { persistence } = await mount(t, await scratch(t));
   await persistence.create(header('reserved'));
