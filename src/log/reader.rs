@@ -40,6 +40,9 @@ pub struct LogReader {
     /// RD-6: RCV-4's shape at the end of the last segment is taken for a torn tail, not
     /// damage ([`LogReader::open_reporting_torn`]).
     torn_tails: bool,
+    /// Where the last refresh took RCV-4's shape for the end of the records (only when
+    /// `torn_tails`): the last segment's path and the offset ([`LogReader::torn_shape`]).
+    torn_shape: Option<(PathBuf, usize)>,
 }
 
 /// One segment as a reader holds it.
@@ -343,6 +346,7 @@ impl LogReader {
             seq_next,
             cursor: AtomicUsize::new(0),
             torn_tails,
+            torn_shape: None,
         };
         reader.refresh_checked(check_end)?;
         // RD-4: what recovery scanned (and the last record of a vouched prefix, IDX-5) is
@@ -393,7 +397,10 @@ impl LogReader {
                             dir: &self.dir,
                             first,
                         });
-                        scan_checked(path, &source, last.end, self.seq_next, torn.as_ref())?
+                        let (found, shape) =
+                            scan_checked(path, &source, last.end, self.seq_next, torn.as_ref())?;
+                        self.torn_shape = shape.then(|| (path.to_owned(), found.end));
+                        found
                     } else {
                         scan(&source, last.end, self.seq_next)
                             .map_err(|e| read_error(path, last.end, &e))?
@@ -466,6 +473,18 @@ impl LogReader {
     /// The directory of the log.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// For a reader that reports torn tails ([`LogReader::open_reporting_torn`]): the
+    /// `CORRUPT` a strict reader reports where its last refresh took RCV-4's shape for the
+    /// end of the records (RD-6), or `None`. A caller that knows no append can be in
+    /// progress there, and no writer's recovery can have left the shape (the verbatim
+    /// store while it holds the log's writer, VBT-7), reports it as damage.
+    pub fn torn_shape(&self) -> Option<Error> {
+        let (path, offset) = self.torn_shape.as_ref()?;
+        let reason = "an end marker or an invalid record followed by valid records, while \
+                      the log's writer is open (RD-6, VBT-7)";
+        Some(corrupt(path, *offset, reason))
     }
 
     /// The log's identity: the `log_id` of its segments (SEG-1), random per log.
@@ -873,15 +892,22 @@ impl LogReader {
 
     /// `true` when a segment file starting after `first_seq` exists.
     fn later_segment_exists(&self, first_seq: u64) -> Result<bool> {
-        let names = self
-            .storage
-            .list_dir(&self.dir)
-            .map_err(|e| Error::io("list", &self.dir, &e))?;
-        Ok(names
-            .iter()
-            .filter_map(|n| parse_segment_name(n))
-            .any(|first| first > first_seq))
+        later_segment_exists(&*self.storage, &self.dir, first_seq)
     }
+}
+
+/// `true` when a segment file starting after `first_seq` exists in the log directory `dir`.
+///
+/// # Errors
+/// `IO` when the directory cannot be listed.
+fn later_segment_exists(storage: &dyn Storage, dir: &Path, first_seq: u64) -> Result<bool> {
+    let names = storage
+        .list_dir(dir)
+        .map_err(|e| Error::io("list", dir, &e))?;
+    Ok(names
+        .iter()
+        .filter_map(|n| parse_segment_name(n))
+        .any(|first| first > first_seq))
 }
 
 impl Segment {
@@ -1220,57 +1246,49 @@ impl LogReader {
 /// records when no segment file follows the last one.
 ///
 /// # Errors
-/// `CORRUPT` with `path` and the offset, `IO`.
+/// `CORRUPT` with `path` and the offset, `IO`. With the scan, whether its end is RCV-4's
+/// shape taken for a torn tail.
 fn scan_checked(
     path: &Path,
     source: &FileBytes<'_>,
     from: usize,
     seq_next: u64,
     torn: Option<&Later<'_>>,
-) -> Result<super::scan::Scan> {
+) -> Result<(super::scan::Scan, bool)> {
     let read = |from: usize, seq_next: u64| {
         scan(source, from, seq_next).map_err(|e| read_error(path, from, &e))
     };
     let mut found = read(from, seq_next)?;
-    while let Some((damage, shape)) = damage_at(path, source, found.stop, found.end)? {
+    while let Some((damage, _)) = damage_at(path, source, found.stop, found.end)? {
         let again = read(found.end, found.seq_next)?;
         if again.offsets.is_empty() {
-            if shape == Shape::Torn
-                && let Some(later) = torn
-                && !later.exists()?
-            {
-                return Ok(found);
+            // Decided on the second look's bytes: the first look's shape may be gone.
+            if let Some(later) = torn {
+                let now = damage_at(path, source, again.stop, again.end)?;
+                let changed = matches!(now, Some((_, Shape::Changed)));
+                if !changed && !later_segment_exists(later.storage, later.dir, later.first)? {
+                    return Ok((found, now.is_some()));
+                }
+                if let Some((error, _)) = now {
+                    return Err(error);
+                }
             }
             return Err(damage);
         }
         found.offsets.extend_from_slice(&again.offsets);
         (found.end, found.seq_next, found.stop) = (again.end, again.seq_next, again.stop);
     }
-    Ok(found)
+    Ok((found, false))
 }
 
 /// The segments after the last one a reader holds, asked about only when its end has
-/// RCV-4's shape ([`LogReader::open_reporting_torn`]).
+/// RCV-4's shape ([`LogReader::open_reporting_torn`]): when one exists, the last one is not
+/// the last, and its end is damage (RCV-6), not a torn tail.
 struct Later<'a> {
     storage: &'a dyn Storage,
     dir: &'a Path,
     /// The last segment's `first_seq`.
     first: u64,
-}
-
-impl Later<'_> {
-    /// Whether a segment file named after the last one's exists: then the last one is not
-    /// the last, and its end is damage (RCV-6), not a torn tail.
-    fn exists(&self) -> Result<bool> {
-        let names = self
-            .storage
-            .list_dir(self.dir)
-            .map_err(|e| Error::io("list", self.dir, &e))?;
-        Ok(names
-            .iter()
-            .filter_map(|n| super::segment::parse_segment_name(n))
-            .any(|first| first > self.first))
-    }
 }
 
 /// Which damage [`damage_at`] found.

@@ -375,14 +375,17 @@ impl LogWriter {
     /// the next writer opens the restored log.
     ///
     /// # Errors
-    /// `POISONED` when the writer is not poisoned (nothing failed, nothing to undo);
+    /// `POISONED` when the writer is not poisoned (nothing failed, nothing to undo) or not
+    /// in `Sync` durability (earlier appends may be unwritten too);
     /// `CORRUPT` when the log does not hold exactly its first `seq_next` events and a part
     /// of the batch; `IO`. The log is then as the failure left it (DUR-10), or, after a
     /// failed step, as recovery takes it.
     pub(crate) fn restore(&self, seq_next: u64, batch: &[Event]) -> Result<()> {
         // Held throughout: no append, flush or index write of this writer runs meanwhile.
         let state = self.shared.lock_state();
-        if !state.poisoned {
+        // Only in `Sync` is every event before `seq_next` acknowledged durable, and nothing
+        // but the batch after it.
+        if !state.poisoned || self.shared.options.durability != Durability::Sync {
             return Err(ErrorKind::Poisoned.into());
         }
         super::restore::restore(&*self.shared.storage, &self.shared.dir, seq_next, batch)

@@ -236,9 +236,11 @@ impl VerbatimStore {
         if !error.is_fate_unknown() {
             return Err(error);
         }
-        let dir = self.locate(id);
-        self.readers.forget(&dir);
-        match writer.restore(seq_next, events) {
+        let restored = writer.restore(seq_next, events);
+        // After the restore, whatever its outcome: a reader opened or refreshed before it
+        // ends may hold records it undid, and is not kept (`Readers::put`).
+        self.readers.forget(&self.locate(id));
+        match restored {
             Ok(()) => Err(error.restored()),
             Err(failed) => {
                 tracing::warn!(session = id, seq_next, %error, %failed, "restoring the log after a failed append failed");
@@ -531,14 +533,28 @@ fn torn_tail(
     reader: &LogReader,
     writing: &dyn Fn() -> bool,
 ) -> Result<Option<(PathBuf, std::ops::Range<usize>)>> {
-    if reader.unrecovered_tail()?.is_none() || writing() {
+    if reader.unrecovered_tail()?.is_none() {
         return Ok(None);
+    }
+    if writing() {
+        return in_progress(reader);
     }
     let again = reader.unrecovered_tail()?;
     if again.is_some() && writing() {
-        return Ok(None);
+        return in_progress(reader);
     }
     Ok(again)
+}
+
+/// The bytes past `reader`'s end while this store holds the log's writer: its append in
+/// progress, unless they have RCV-4's shape (a valid record after the end, still there at
+/// the reader's second look, RD-6), which no append in progress leaves and no recovery
+/// can have left under that writer: damage, `CORRUPT`, never a shorter log.
+fn in_progress(reader: &LogReader) -> Result<Option<(PathBuf, std::ops::Range<usize>)>> {
+    match reader.torn_shape() {
+        Some(damage) => Err(damage),
+        None => Ok(None),
+    }
 }
 
 /// VBT-8: `surfacelog:<log_id>:<seq_next>`, and `:torn` while a torn tail waits.

@@ -184,7 +184,8 @@ impl Readers {
 
     /// Drops the reader kept for the session in `dir`, and any taken out now, which is
     /// not kept when put back: the session's log was taken back (log-format DUR-12), and
-    /// a reader does not read again what it has read once (RD-2).
+    /// a reader does not read again what it has read once (RD-2). Called once the restore
+    /// is over, so that a reader opened while it ran is not kept either.
     pub(super) fn forget(&self, dir: &Path) {
         let mut slots = self.lock();
         self.restores
@@ -216,5 +217,33 @@ impl Readers {
     /// Drops every kept reader.
     pub(super) fn clear(&self) {
         self.lock().clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Readers, identity};
+    use crate::log::{LogOptions, LogReader, LogWriter};
+
+    /// A reader taken out, or opened, before a restore ends is not kept: `put` with the
+    /// count of restores read before it was taken, once `forget` ran, drops it; one
+    /// taken after is kept.
+    #[test]
+    fn readers_from_before_a_restore_are_not_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("s");
+        let log = dir.join("log");
+        let (writer, _) = LogWriter::open(&log, LogOptions::default()).unwrap();
+        writer.close().unwrap();
+        let opened_in = identity(&log).unwrap();
+        let readers = Readers::default();
+        let before = readers.restores();
+        let reader = LogReader::open(&log).unwrap();
+        readers.forget(&dir);
+        readers.put(&dir, opened_in, reader, 32, before);
+        assert!(readers.take(&dir, Some(opened_in)).is_none());
+        let after = readers.restores();
+        readers.put(&dir, opened_in, LogReader::open(&log).unwrap(), 32, after);
+        assert!(readers.take(&dir, Some(opened_in)).is_some());
     }
 }
