@@ -372,6 +372,8 @@ impl LogReader {
     /// [`LogReader::refresh`]; `check_end` is `false` only for the first refresh of the
     /// reader beside a writer whose recovery has just decided the same tail (§7).
     fn refresh_checked(&mut self, check_end: bool) -> Result<u64> {
+        // Found again by this refresh's scan of the last segment, if it is still there.
+        self.torn_shape = None;
         loop {
             if let Some(last) = self.segments.last_mut() {
                 // LIM-4: nothing after a limit belongs to this log; the next segment may.

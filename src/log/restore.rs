@@ -19,6 +19,9 @@ use crate::event::Event;
 use crate::record::decode;
 use crate::storage::Storage;
 
+/// The largest write of zeros a restore makes (step 3).
+const ZEROS_MAX: usize = 64 << 10;
+
 /// What the failed batch left in one segment, to be undone.
 #[derive(Debug)]
 struct Left {
@@ -109,9 +112,18 @@ pub(crate) fn restore(
         let file = storage
             .open_file(&left.path, true)
             .map_err(|e| Error::io("open", &left.path, &e))?;
-        storage
-            .write_at(&file, left.from as u64, &vec![0; left.to - left.from])
-            .map_err(|e| Error::io("write", &left.path, &e))?;
+        // In steps of at most 64 KiB: the bytes may run to the segment's capacity.
+        let zeros = vec![0; (left.to - left.from).min(ZEROS_MAX)];
+        let mut at = left.from;
+        while at < left.to {
+            let step = zeros
+                .get(..(left.to - at).min(zeros.len()))
+                .unwrap_or_default();
+            storage
+                .write_at(&file, at as u64, step)
+                .map_err(|e| Error::io("write", &left.path, &e))?;
+            at += step.len();
+        }
         storage
             .sync_data(&file)
             .map_err(|e| Error::io("fsync", &left.path, &e))?;
@@ -323,38 +335,56 @@ mod tests {
             ..LogOptions::default()
         };
         let all = events(0..20, "a");
+        // Inside the first segment (its index lists records of the batch), and at the
+        // start of the third (the kept segment's index lists kept records only, and nothing
+        // of it is zeroed).
+        let boundary = {
+            let root = tempfile::tempdir().unwrap();
+            let (writer, _) = LogWriter::open(root.path(), options.clone()).unwrap();
+            writer.append(&all).unwrap();
+            writer.close().unwrap();
+            let mut firsts: Vec<u64> = std::fs::read_dir(root.path())
+                .unwrap()
+                .filter_map(|e| {
+                    let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                    crate::log::segment::parse_segment_name(&name)
+                })
+                .collect();
+            firsts.sort_unstable();
+            firsts[2]
+        };
         let mut crashes = 0;
-        for seed in 0..24 {
-            for k in 1.. {
-                let root = tempfile::tempdir().unwrap();
-                let dir = root.path().join("log");
-                let (writer, _) = LogWriter::open(&dir, options.clone()).unwrap();
-                writer.append(&all).unwrap();
-                writer.close().unwrap();
-                let sim = SimStorage::new(root.path(), seed).unwrap();
-                sim.crash_at(k);
-                let done = restore(&sim, &dir, 5, &all[5..]).is_ok();
-                let points = sim.points();
-                sim.crash().unwrap();
-                let (writer, _) = LogWriter::open(&dir, options.clone())
-                    .unwrap_or_else(|e| panic!("seed {seed}, point {k}: {e}"));
-                drop(writer);
-                let kept = read(&dir);
-                assert!(
-                    kept.len() >= 5,
-                    "seed {seed}, point {k}: {} events",
-                    kept.len()
-                );
-                assert_eq!(kept, all[..kept.len()], "seed {seed}, point {k}");
-                if done {
-                    assert_eq!(kept.len(), 5, "seed {seed}, point {k}");
-                    assert!(points < k, "the restore ended before the power went");
-                    break;
+        for seq_next in [5, boundary] {
+            let back = usize::try_from(seq_next).unwrap();
+            for seed in 0..24 {
+                for k in 1.. {
+                    let at = format!("seq_next {seq_next}, seed {seed}, point {k}");
+                    let root = tempfile::tempdir().unwrap();
+                    let dir = root.path().join("log");
+                    let (writer, _) = LogWriter::open(&dir, options.clone()).unwrap();
+                    writer.append(&all).unwrap();
+                    writer.close().unwrap();
+                    let sim = SimStorage::new(root.path(), seed).unwrap();
+                    sim.crash_at(k);
+                    let done = restore(&sim, &dir, seq_next, &all[back..]).is_ok();
+                    let points = sim.points();
+                    sim.crash().unwrap();
+                    let (writer, _) = LogWriter::open(&dir, options.clone())
+                        .unwrap_or_else(|e| panic!("{at}: {e}"));
+                    drop(writer);
+                    let kept = read(&dir);
+                    assert!(kept.len() >= back, "{at}: {} events", kept.len());
+                    assert_eq!(kept, all[..kept.len()], "{at}");
+                    if done {
+                        assert_eq!(kept.len(), back, "{at}");
+                        assert!(points < k, "the restore ended before the power went");
+                        break;
+                    }
+                    crashes += 1;
                 }
-                crashes += 1;
             }
         }
-        assert!(crashes > 24 * 10, "{crashes} crash points");
+        assert!(crashes > 2 * 24 * 5, "{crashes} crash points");
     }
 
     /// Every event of the log in `dir`, each checked (REC-4).

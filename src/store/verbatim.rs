@@ -16,7 +16,7 @@ use crate::log::{Durability, LogOptions, LogReader, LogWriter};
 use crate::storage::Storage;
 
 use super::escape_id;
-use super::verbatim_handles::{DirIdentity, Readers, Writers, identity};
+use super::verbatim_handles::{DirIdentity, Opened, Readers, Writers, identity};
 
 /// The header file of a verbatim session (VBT-2).
 const HEADER_FILE: &str = "dsh-header.json";
@@ -322,6 +322,7 @@ impl VerbatimStore {
             }
             Some((writer, opened_in)) => {
                 // Replaced or removed behind the store's back (VBT-6), or a repair's.
+                self.writers.set_recovered(&dir, None);
                 let closed = if identity(&log) == Some(opened_in) {
                     writer.close()
                 } else {
@@ -338,7 +339,9 @@ impl VerbatimStore {
         };
         let opened = match reusable {
             Some(kept) => Ok(kept),
-            None => self.writer(id, &dir),
+            None => self.writer(id, &dir).inspect(|(_, opened_in)| {
+                self.writers.set_recovered(&dir, Some(*opened_in));
+            }),
         };
         let (writer, opened_in) = match opened {
             Ok(opened) => opened,
@@ -472,7 +475,7 @@ impl VerbatimStore {
     fn with_reader<T>(
         &self,
         dir: &Path,
-        read: impl FnOnce(String, &LogReader, &dyn Fn() -> bool) -> Result<T>,
+        read: impl FnOnce(String, &LogReader, &Writing<'_>) -> Result<T>,
     ) -> Result<Option<T>> {
         let gone = || {
             std::fs::symlink_metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
@@ -490,6 +493,8 @@ impl VerbatimStore {
         let log = dir.join("log");
         let opened_in = identity(&log);
         let restores = self.readers.restores();
+        // Before the reader reads: a recovery that ran since may have changed the tail.
+        let recovered = self.writers.recovered(dir);
         let reader = match self.readers.take(dir, opened_in) {
             Some(mut reader) => {
                 reader.refresh()?;
@@ -501,7 +506,11 @@ impl VerbatimStore {
                 Err(error) => return Err(error),
             },
         };
-        let writing = || self.writers.holds(dir);
+        let writing = Writing {
+            writers: &self.writers,
+            dir,
+            recovered: recovered.filter(|(log, _)| Some(*log) == opened_in),
+        };
         let result = read(header, &reader, &writing)?;
         if let Some(opened_in) = opened_in {
             self.readers
@@ -525,35 +534,63 @@ impl VerbatimStore {
     }
 }
 
-/// VBT-7: the torn tail `reader` sees, unless this store has a writer of the log
-/// (`writing`, asked after the tail was read, since a writer may start meanwhile): then the
+/// What a read knows of this store's writer of the session it reads (VBT-7).
+struct Writing<'a> {
+    writers: &'a Writers,
+    dir: &'a Path,
+    /// The writer's opening, when one was open with its recovery done in the log read
+    /// before the reader read.
+    recovered: Option<Opened>,
+}
+
+impl Writing<'_> {
+    /// Whether the store has a writer of the session now (asked after the tail was read,
+    /// since a writer may start meanwhile).
+    fn holds(&self) -> bool {
+        self.writers.holds(self.dir)
+    }
+
+    /// Whether one writer, its recovery done before the reader read, has been open in the
+    /// log read from before the read until now: no recovery changed its tail meanwhile.
+    fn settled(&self) -> bool {
+        self.recovered
+            .is_some_and(|opened| self.writers.recovered(self.dir) == Some(opened))
+    }
+}
+
+/// VBT-7: the torn tail `reader` sees, unless this store has a writer of the log: then the
 /// bytes past the end are that writer's append in progress. A tail seen while no writer was
 /// there is read again, in case a writer completed its records and went away in between.
 fn torn_tail(
     reader: &LogReader,
-    writing: &dyn Fn() -> bool,
+    writing: &Writing<'_>,
 ) -> Result<Option<(PathBuf, std::ops::Range<usize>)>> {
     if reader.unrecovered_tail()?.is_none() {
         return Ok(None);
     }
-    if writing() {
-        return in_progress(reader);
+    if writing.holds() {
+        return in_progress(reader, writing);
     }
     let again = reader.unrecovered_tail()?;
-    if again.is_some() && writing() {
-        return in_progress(reader);
+    if again.is_some() && writing.holds() {
+        return in_progress(reader, writing);
     }
     Ok(again)
 }
 
 /// The bytes past `reader`'s end while this store holds the log's writer: its append in
 /// progress, unless they have RCV-4's shape (a valid record after the end, still there at
-/// the reader's second look, RD-6), which no append in progress leaves and no recovery
-/// can have left under that writer: damage, `CORRUPT`, never a shorter log.
-fn in_progress(reader: &LogReader) -> Result<Option<(PathBuf, std::ops::Range<usize>)>> {
+/// the reader's second look, RD-6) while one writer, its recovery done, was open from
+/// before the read until now: no append in progress leaves that shape and no recovery ran
+/// meanwhile, so it is damage, `CORRUPT`, never a shorter log. Otherwise (a writer being
+/// opened, whose recovery may be dropping a tail a crash left) nothing is reported.
+fn in_progress(
+    reader: &LogReader,
+    writing: &Writing<'_>,
+) -> Result<Option<(PathBuf, std::ops::Range<usize>)>> {
     match reader.torn_shape() {
-        Some(damage) => Err(damage),
-        None => Ok(None),
+        Some(damage) if writing.settled() => Err(damage),
+        _ => Ok(None),
     }
 }
 

@@ -34,13 +34,22 @@ struct WriterSlot {
     log: DirIdentity,
     /// `None` while a thread uses (or closes) the writer: the slot is busy.
     writer: Option<LogWriter>,
+    /// The log's identity and a number unique to this opening while the slot's writer is
+    /// open with its recovery done (log-format §7), in use or idle; `None` before that (a
+    /// writer being opened, its recovery perhaps changing the tail) and once it is closed.
+    recovered: Option<Opened>,
 }
+
+/// A writer's opening: its log's identity and a number no other opening of this store has.
+pub(super) type Opened = (DirIdentity, u64);
 
 /// The writers kept between appends, the most recently used last.
 #[derive(Debug, Default)]
 pub(super) struct Writers {
     slots: Mutex<Vec<WriterSlot>>,
     freed: Condvar,
+    /// The last number handed to an opening ([`Writers::recovered`]).
+    openings: std::sync::atomic::AtomicU64,
 }
 
 /// What [`Writers::take`] hands over: the session's kept writer, if one can be reused.
@@ -62,6 +71,7 @@ impl Writers {
                     dir: dir.to_owned(),
                     log: (0, 0),
                     writer: None,
+                    recovered: None,
                 });
                 return None;
             };
@@ -143,6 +153,31 @@ impl Writers {
             .retain(|s| s.writer.is_some() || !dirs.contains(&s.dir));
         self.freed.notify_all();
         first
+    }
+
+    /// Records, for the busy slot of the session in `dir`, that its writer is open in the log
+    /// directory `log` with its recovery done (`Some`), or that it has none (`None`: closed,
+    /// dropped, or being opened).
+    pub(super) fn set_recovered(&self, dir: &Path, log: Option<DirIdentity>) {
+        let opened = log.map(|log| {
+            let n = self
+                .openings
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            (log, n + 1)
+        });
+        if let Some(slot) = self.lock().iter_mut().find(|s| s.dir == dir) {
+            slot.recovered = opened;
+        }
+    }
+
+    /// The opening of this store's writer of the session in `dir` while it is open with its
+    /// recovery done (VBT-7): a reader that finds the same one before it reads and after,
+    /// in the log it reads, knows that no recovery changed that log's tail meanwhile.
+    pub(super) fn recovered(&self, dir: &Path) -> Option<Opened> {
+        self.lock()
+            .iter()
+            .find(|s| s.dir == dir)
+            .and_then(|s| s.recovered)
     }
 
     /// Whether this store has a writer of the session in `dir`, idle or in use: while it does, no
