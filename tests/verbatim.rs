@@ -760,6 +760,25 @@ fn dur_12_restores_survive_power_loss() {
     assert!(tails >= 3, "only {tails} torn tails");
 }
 
+/// Flips a bit of the checksum of the `n`-th record (from 0) of the segment file `segment`,
+/// found by walking the frames from the header (REC-1, REC-3); returns its offset.
+fn damage_record(segment: &Path, n: usize) -> usize {
+    use std::os::unix::fs::FileExt;
+    let bytes = std::fs::read(segment).unwrap();
+    let mut at = 64;
+    for _ in 0..n {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        at += (8 + len).next_multiple_of(8);
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(segment)
+        .unwrap();
+    file.write_all_at(&[bytes[at + 5] ^ 0x40], at as u64 + 5)
+        .unwrap();
+    at
+}
+
 /// Stops a reading thread however the test's thread leaves its scope, a panic included, so
 /// that the scope's join cannot wait for ever.
 struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
@@ -783,23 +802,8 @@ fn damage_under_a_kept_writer_is_refused() {
     store.create("s", r#"{"id":"s"}"#, &refs(&first)).unwrap();
     store.close().unwrap();
     store.append("s", 3, &refs(&sized_batch(3, 5))).unwrap();
-    // The frame of record 4: walk the frames (REC-1, REC-3) from the segment's header.
     let segment = last_segment(&store, "s");
-    let bytes = std::fs::read(&segment).unwrap();
-    let mut at = 64;
-    for _ in 0..4 {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        at += (8 + len).next_multiple_of(8);
-    }
-    {
-        use std::os::unix::fs::FileExt;
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&segment)
-            .unwrap();
-        file.write_all_at(&[bytes[at + 5] ^ 0x40], at as u64 + 5)
-            .unwrap();
-    }
+    let at = damage_record(&segment, 4);
     let error = store.load("s", 0).unwrap_err();
     assert_eq!(error.code(), "CORRUPT", "{error}");
     assert!(
@@ -955,21 +959,7 @@ fn reads_while_a_writer_recovers_a_torn_tail() {
     // 4's frame damaged: records 5 to 7 follow it, RCV-4's shape above the mark.
     std::fs::write(&index, vouching_three).unwrap();
     let segment = last_segment(&store, "s");
-    let bytes = std::fs::read(&segment).unwrap();
-    let mut at = 64;
-    for _ in 0..4 {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        at += (8 + len).next_multiple_of(8);
-    }
-    {
-        use std::os::unix::fs::FileExt;
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&segment)
-            .unwrap();
-        file.write_all_at(&[bytes[at + 5] ^ 0x40], at as u64 + 5)
-            .unwrap();
-    }
+    let at = damage_record(&segment, 4);
     let torn = store.load("s", 0).unwrap().unwrap();
     assert_eq!(
         (torn.count, torn.torn.as_ref().map(|t| t.1.start)),

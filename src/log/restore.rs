@@ -282,29 +282,15 @@ mod tests {
     )]
     use std::path::Path;
 
+    use super::super::scan::tests::event;
     use super::restore;
-    use crate::event::{Event, EventFields};
+    use crate::event::Event;
     use crate::log::{Durability, LogOptions, LogReader, LogWriter};
     use crate::storage::FsStorage;
 
-    fn event(seq: u64, tag: &str) -> Event {
-        let text =
-            format!(r#"{{"type":"plugin/t","seq":{seq},"time":0,"data":{{"tag":"{tag}"}}}}"#);
-        let data = text.find("{\"tag\"").unwrap_or_default()..text.len() - 1;
-        let fields = EventFields {
-            event_type: "plugin/t".into(),
-            seq,
-            time: 0,
-            surface_op: None,
-            sources: None,
-            ignorable: false,
-        };
-        Event::new(text, data, None, fields)
-    }
-
-    fn events(seqs: std::ops::Range<u64>, tag: &str) -> Vec<Event> {
-        seqs.map(|seq| event(seq, &format!("{tag}{}", "y".repeat(80))))
-            .collect()
+    /// Events of `seqs` whose data is `pad` bytes of padding: logs differ by `pad` alone.
+    fn events(seqs: std::ops::Range<u64>, pad: usize) -> Vec<Event> {
+        seqs.map(|seq| event(seq, pad)).collect()
     }
 
     /// Every file of `dir` with its bytes.
@@ -334,7 +320,7 @@ mod tests {
             durability: Durability::Sync,
             ..LogOptions::default()
         };
-        let all = events(0..20, "a");
+        let all = events(0..20, 80);
         // Inside the first segment (its index lists records of the batch), and at the
         // start of the third (the kept segment's index lists kept records only, and nothing
         // of it is zeroed).
@@ -405,7 +391,7 @@ mod tests {
             durability: Durability::Sync,
             ..LogOptions::default()
         };
-        let all = events(0..30, "a");
+        let all = events(0..30, 80);
         let (writer, _) = LogWriter::open(dir.path(), options.clone()).unwrap();
         writer.append(&all).unwrap();
         writer.close().unwrap();
@@ -414,11 +400,11 @@ mod tests {
         assert!(segments >= 4, "{segments} segments");
         let refusals: [(u64, Vec<Event>); 3] = [
             // Another event at seq 20 than the log holds.
-            (10, [&all[10..20], &events(20..30, "b")[..]].concat()),
+            (10, [&all[10..20], &events(20..30, 81)[..]].concat()),
             // The log holds events past the batch's last.
             (10, all[10..29].to_vec()),
             // Not a batch of this log's end at all.
-            (40, events(40..45, "a")),
+            (40, events(40..45, 80)),
         ];
         for (seq_next, batch) in refusals {
             let error = restore(&FsStorage, dir.path(), seq_next, &batch).unwrap_err();
@@ -430,11 +416,11 @@ mod tests {
         let (writer, report) = LogWriter::open(dir.path(), options).unwrap();
         assert!(report.torn_tail.is_none(), "{report:?}");
         assert_eq!(writer.seq_next(), 10);
-        writer.append(&events(10..30, "c")).unwrap();
+        writer.append(&events(10..30, 82)).unwrap();
         writer.close().unwrap();
         assert_eq!(
             read(dir.path()),
-            [&all[..10], &events(10..30, "c")[..]].concat()
+            [&all[..10], &events(10..30, 82)[..]].concat()
         );
     }
 }

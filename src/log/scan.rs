@@ -316,7 +316,7 @@ pub(crate) fn valid_record_after<S: Source + ?Sized>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     #![expect(
         clippy::indexing_slicing,
         reason = "tests index their own fixed buffers"
@@ -328,7 +328,9 @@ mod tests {
     use crate::event::{Event, EventFields};
     use crate::record::encode_event;
 
-    fn event(seq: u64, pad: usize) -> Event {
+    /// A `plugin/t` event of `seq` whose data is `{"pad":"xxx…"}` with `pad` bytes of
+    /// padding (also the restore's tests').
+    pub(crate) fn event(seq: u64, pad: usize) -> Event {
         let text = format!(
             r#"{{"type":"plugin/t","seq":{seq},"time":0,"data":{{"pad":"{}"}}}}"#,
             "x".repeat(pad)
