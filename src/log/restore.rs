@@ -41,11 +41,12 @@ struct Left {
 ///
 /// Steps, each durable before the next, so that a crash between them leaves a log that
 /// recovery (§7) opens with the events before `seq_next` and, of the batch, a prefix
-/// (the outcome DUR-10 allows after a failure): segments that begin after `seq_next`
-/// removed, the last first, with their indexes, and the directory synced; the index of the
-/// segment holding `seq_next` removed (it may list the batch's records and would make
-/// them a durable mark, RCV-13), the directory synced; the batch's bytes in that segment
-/// overwritten with zeros (the file keeps its length, SEG-8) and synced.
+/// (the outcome DUR-10 allows after a failure): segments that begin at or after
+/// `seq_next` removed one at a time, the last first, each with its index and followed by a
+/// directory sync; the index of the kept last segment removed, and the directory synced,
+/// when it may list the batch's records (it would make them a durable mark, RCV-13, once
+/// zeroed); the batch's bytes in that segment overwritten with zeros (the file keeps its
+/// length, SEG-8) and synced.
 ///
 /// # Errors
 /// `CORRUPT` when the log does not hold the events before `seq_next` or holds an event the
