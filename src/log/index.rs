@@ -104,6 +104,13 @@ fn header(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<Header> {
     })
 }
 
+/// How many records the index whose header starts `bytes` lists, when that header is an
+/// index of this segment (`log_id`, `first_seq`; IDX-1, IDX-4); its offsets and checksum
+/// are not read.
+pub(crate) fn listed_count(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<usize> {
+    header(bytes, log_id, first_seq).map(|h| h.count)
+}
+
 /// The index held in `bytes`, when its header, checksum, identity and first seq check
 /// out (IDX-2); `None` otherwise (the caller rebuilds by scanning).
 pub fn decode(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<Index> {

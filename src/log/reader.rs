@@ -40,9 +40,9 @@ pub struct LogReader {
     /// RD-6: RCV-4's shape at the end of the last segment is taken for a torn tail, not
     /// damage ([`LogReader::open_reporting_torn`]).
     torn_tails: bool,
-    /// Where the last refresh took RCV-4's shape for the end of the records (only when
-    /// `torn_tails`): the last segment's path and the offset ([`LogReader::torn_shape`]).
-    torn_shape: Option<(PathBuf, usize)>,
+    /// Where in the last segment the last refresh took RCV-4's shape for the end of the
+    /// records (only when `torn_tails`; [`LogReader::torn_shape`]).
+    torn_shape: Option<usize>,
 }
 
 /// One segment as a reader holds it.
@@ -394,14 +394,14 @@ impl LogReader {
                     };
                     let found = if check_end {
                         let first = last.first_seq;
-                        let torn = self.torn_tails.then(|| Later {
-                            storage: &*self.storage,
-                            dir: &self.dir,
-                            first,
-                        });
+                        // Is the last segment the last? Asked only of RCV-4's shape.
+                        let later = || later_segment_exists(&*self.storage, &self.dir, first);
+                        let torn = self
+                            .torn_tails
+                            .then_some(&later as &dyn Fn() -> Result<bool>);
                         let (found, shape) =
-                            scan_checked(path, &source, last.end, self.seq_next, torn.as_ref())?;
-                        self.torn_shape = shape.then(|| (path.to_owned(), found.end));
+                            scan_checked(path, &source, last.end, self.seq_next, torn)?;
+                        self.torn_shape = shape.then_some(found.end);
                         found
                     } else {
                         scan(&source, last.end, self.seq_next)
@@ -483,10 +483,11 @@ impl LogReader {
     /// progress there, and no writer's recovery can have left the shape (the verbatim
     /// store while it holds the log's writer, VBT-7), reports it as damage.
     pub fn torn_shape(&self) -> Option<Error> {
-        let (path, offset) = self.torn_shape.as_ref()?;
+        let offset = self.torn_shape?;
+        let path = self.segments.last()?.path(&self.dir);
         let reason = "an end marker or an invalid record followed by valid records, while \
                       the log's writer is open (RD-6, VBT-7)";
-        Some(corrupt(path, *offset, reason))
+        Some(corrupt(path, offset, reason))
     }
 
     /// The log's identity: the `log_id` of its segments (SEG-1), random per log.
@@ -1245,7 +1246,7 @@ impl LogReader {
 /// the position was complete too, unless it is damage. If the position now holds the
 /// next record, the writer was completing it, and the scan goes on from there. With
 /// `torn` (a reader reporting torn tails), RCV-4's shape that stays is the end of the
-/// records when no segment file follows the last one.
+/// records when no segment file follows the last one (`torn` says whether one does).
 ///
 /// # Errors
 /// `CORRUPT` with `path` and the offset, `IO`. With the scan, whether its end is RCV-4's
@@ -1255,7 +1256,7 @@ fn scan_checked(
     source: &FileBytes<'_>,
     from: usize,
     seq_next: u64,
-    torn: Option<&Later<'_>>,
+    torn: Option<&dyn Fn() -> Result<bool>>,
 ) -> Result<(super::scan::Scan, bool)> {
     let read = |from: usize, seq_next: u64| {
         scan(source, from, seq_next).map_err(|e| read_error(path, from, &e))
@@ -1268,7 +1269,7 @@ fn scan_checked(
             if let Some(later) = torn {
                 let now = damage_at(path, source, again.stop, again.end)?;
                 let changed = matches!(now, Some((_, Shape::Changed)));
-                if !changed && !later_segment_exists(later.storage, later.dir, later.first)? {
+                if !changed && !later()? {
                     return Ok((found, now.is_some()));
                 }
                 if let Some((error, _)) = now {
@@ -1283,16 +1284,6 @@ fn scan_checked(
     Ok((found, false))
 }
 
-/// The segments after the last one a reader holds, asked about only when its end has
-/// RCV-4's shape ([`LogReader::open_reporting_torn`]): when one exists, the last one is not
-/// the last, and its end is damage (RCV-6), not a torn tail.
-struct Later<'a> {
-    storage: &'a dyn Storage,
-    dir: &'a Path,
-    /// The last segment's `first_seq`.
-    first: u64,
-}
-
 /// Which damage [`damage_at`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Shape {
@@ -1305,11 +1296,11 @@ enum Shape {
 
 /// RD-6: whether a scan of the last segment that stopped at `stop`, just past the valid
 /// records ending at `end`, stopped at damage rather than at the end of what was written:
-/// `Some(CORRUPT)`, with its [`Shape`], for a record with the wrong seq (RCV-5) or a bad body (RCV-8), and for
-/// any other stop followed by a valid record (RCV-4's shape); `None` for zeros, or for
-/// bytes that no valid record follows (a record being written, or a torn tail that only a
-/// writer's recovery drops, §7). Only the file's data regions are read (holes read as
-/// zeros), so the sparse rest of the segment costs nothing.
+/// `Some(CORRUPT)`, with its [`Shape`], for a record with the wrong seq (RCV-5) or a bad
+/// body (RCV-8), and for any other stop followed by a valid record (RCV-4's shape); `None`
+/// for zeros, or for bytes that no valid record follows (a record being written, or a torn
+/// tail that only a writer's recovery drops, §7). Only the file's data regions are read
+/// (holes read as zeros), so the sparse rest of the segment costs nothing.
 ///
 /// # Errors
 /// `IO` or `CORRUPT` (a file shorter than it was) when the bytes cannot be read (RD-8).

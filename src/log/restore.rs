@@ -6,14 +6,14 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::index::INDEX_MAGIC;
+use super::index::{INDEX_HEADER_LEN, listed_count};
 use super::reader::{corrupt, read_error};
-use super::scan::{FileBytes, Source, Stop, nonzero_end, read_range, scan};
+use super::scan::{FileBytes, Source, nonzero_end, read_range, scan};
 use super::segment::{
-    SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_first_seq, parse_segment_name,
+    LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_first_seq, parse_segment_name,
     seq_file_path,
 };
-use super::writer::data_regions;
+use super::writer::{data_regions, stop_offset};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::record::decode;
@@ -27,6 +27,8 @@ const ZEROS_MAX: usize = 64 << 10;
 struct Left {
     path: PathBuf,
     first_seq: u64,
+    /// The log's identity, from the segment's header (SEG-1).
+    log_id: LogId,
     /// Where the batch's bytes start in it: after the records kept.
     from: usize,
     /// Just past its last non-zero byte.
@@ -106,7 +108,7 @@ pub(crate) fn restore(
     }
     if let Some(left) = left {
         let index = dir.join(index_name(left.first_seq));
-        if lists_past(storage, &index, left.first_seq, seq_next) {
+        if lists_past(storage, &index, &left, seq_next) {
             remove(storage, &index)?;
             sync_dir(storage, dir)?;
         }
@@ -162,13 +164,17 @@ fn batch_records(
         len: usize::try_from(len).unwrap_or(usize::MAX),
     };
     let mut header = [0; SEGMENT_HEADER_LEN];
-    let checks = len >= SEGMENT_HEADER_LEN as u64 && {
+    let decoded = if len >= SEGMENT_HEADER_LEN as u64 {
         source
             .read_at(0, &mut header)
             .map_err(|e| read_error(path, 0, &e))?;
-        SegmentHeader::decode(&header).is_ok_and(|header| header.first_seq == first)
+        SegmentHeader::decode(&header)
+            .ok()
+            .filter(|header| header.first_seq == first)
+    } else {
+        None
     };
-    if !checks {
+    let Some(header) = decoded else {
         if after {
             return Ok(None);
         }
@@ -177,16 +183,12 @@ fn batch_records(
             0,
             "a segment header that does not check out (DUR-12)",
         ));
-    }
+    };
     let found = scan(&source, SEGMENT_HEADER_LEN, first).map_err(|e| read_error(path, 0, &e))?;
     if found.seq_next < seq_next {
-        let at = match found.stop {
-            Stop::Invalid { offset, .. } | Stop::WrongSeq { offset, .. } => offset,
-            Stop::End | Stop::Full => found.end,
-        };
         return Err(corrupt(
             path,
-            at,
+            stop_offset(found.stop, found.end),
             &format!(
                 "event {} of the log is not there to restore to (DUR-12)",
                 found.seq_next
@@ -233,30 +235,28 @@ fn batch_records(
     Ok((to > from).then(|| Left {
         path: path.to_owned(),
         first_seq: first,
+        log_id: header.log_id,
         from,
         to,
     }))
 }
 
-/// Whether the index file `path` of the segment starting at `first` may list a record at
-/// or after `seq_next`: its `count` (IDX-1, at offset 12 in both versions, IDX-4) says
-/// more records than the segment keeps, or it cannot be read as an index. One that lists
-/// only kept records stays: it is their durable mark (IDX-5, RCV-13). A missing one lists
-/// nothing.
-fn lists_past(storage: &dyn Storage, path: &Path, first: u64, seq_next: u64) -> bool {
-    let Ok(file) = storage.open_file(path, false) else {
-        return !crate::log::chain::is_absent(storage, path);
-    };
-    let mut head = [0; 16];
-    let read = std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0);
-    let count = head
-        .get(12..16)
-        .and_then(|b| <[u8; 4]>::try_from(b).ok())
-        .map(u32::from_le_bytes);
-    let ours = read.is_ok() && head.get(..8) == Some(&INDEX_MAGIC[..]);
-    match count {
-        Some(count) if ours => first.saturating_add(u64::from(count)) > seq_next,
-        _ => true,
+/// Whether the index file `path` of the segment `left` holds may list a record at or after
+/// `seq_next`: its `count` (IDX-1) says more records than the segment keeps, or it is not
+/// an index of that segment (IDX-4: a cache, removed). One that lists only kept records
+/// stays: it is their durable mark (IDX-5, RCV-13). A missing one lists nothing.
+fn lists_past(storage: &dyn Storage, path: &Path, left: &Left, seq_next: u64) -> bool {
+    use std::io::Read;
+    // The header alone: the offsets are not needed.
+    let mut head = Vec::with_capacity(INDEX_HEADER_LEN);
+    let read = storage
+        .open_read(path)
+        .and_then(|file| file.take(INDEX_HEADER_LEN as u64).read_to_end(&mut head));
+    match read {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(_) => true,
+        Ok(_) => listed_count(&head, &left.log_id, left.first_seq)
+            .is_none_or(|count| left.first_seq.saturating_add(count as u64) > seq_next),
     }
 }
 

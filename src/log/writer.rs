@@ -1360,7 +1360,8 @@ fn zero_tail(
         .map_err(|e| Error::io("fsync", path, &e))
 }
 
-fn stop_offset(stop: Stop, end: usize) -> usize {
+/// Where a scan that stopped at `stop`, its valid records ending at `end`, stopped.
+pub(super) fn stop_offset(stop: Stop, end: usize) -> usize {
     match stop {
         Stop::Invalid { offset, .. } | Stop::WrongSeq { offset, .. } => offset,
         Stop::End | Stop::Full => end,

@@ -34,10 +34,10 @@ struct WriterSlot {
     log: DirIdentity,
     /// `None` while a thread uses (or closes) the writer: the slot is busy.
     writer: Option<LogWriter>,
-    /// The log's identity and a number unique to this opening while the slot's writer is
-    /// open with its recovery done (log-format §7), in use or idle; `None` before that (a
-    /// writer being opened, its recovery perhaps changing the tail) and once it is closed.
-    recovered: Option<Opened>,
+    /// A number unique to this opening of the writer in `log` while it is open with its
+    /// recovery done (log-format §7), in use or idle; `None` before that (a writer being
+    /// opened, its recovery perhaps changing the tail) and once it is closed.
+    opening: Option<u64>,
 }
 
 /// A writer's opening: its log's identity and a number no other opening of this store has.
@@ -71,7 +71,7 @@ impl Writers {
                     dir: dir.to_owned(),
                     log: (0, 0),
                     writer: None,
-                    recovered: None,
+                    opening: None,
                 });
                 return None;
             };
@@ -159,14 +159,13 @@ impl Writers {
     /// directory `log` with its recovery done (`Some`), or that it has none (`None`: closed,
     /// dropped, or being opened).
     pub(super) fn set_recovered(&self, dir: &Path, log: Option<DirIdentity>) {
-        let opened = log.map(|log| {
-            let n = self
-                .openings
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            (log, n + 1)
-        });
         if let Some(slot) = self.lock().iter_mut().find(|s| s.dir == dir) {
-            slot.recovered = opened;
+            slot.opening = log.map(|log| {
+                slot.log = log;
+                self.openings
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                    + 1
+            });
         }
     }
 
@@ -177,7 +176,7 @@ impl Writers {
         self.lock()
             .iter()
             .find(|s| s.dir == dir)
-            .and_then(|s| s.recovered)
+            .and_then(|s| s.opening.map(|n| (s.log, n)))
     }
 
     /// Whether this store has a writer of the session in `dir`, idle or in use: while it does, no
