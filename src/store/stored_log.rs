@@ -29,6 +29,9 @@ pub struct StoredLog {
     repair: RepairState,
     observed: u64,
     checkpoint_path: PathBuf,
+    /// The session directory, where the checkpoint and the pack are: made once, not per
+    /// message read.
+    dir: PathBuf,
     /// The storage the checkpoint is written through (no-follow opens, STORE-1).
     storage: Arc<dyn Storage>,
     every: u64,
@@ -78,14 +81,17 @@ impl StoredLog {
     ) -> Result<Self> {
         repair.observe_from(&log, from)?;
         let observed = log.seq_next();
-        if let Some(dir) = checkpoint_path.parent() {
-            pack::remove_if_ahead(&*storage, dir, observed)?;
-        }
+        let dir = checkpoint_path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        pack::remove_if_ahead(&*storage, &dir, observed)?;
         Ok(Self {
             log,
             repair,
             observed,
             checkpoint_path,
+            dir,
             storage,
             every: every.max(1),
             since: 0,
@@ -97,7 +103,7 @@ impl StoredLog {
 
     /// The session directory: where the checkpoint and the pack are.
     fn session_dir(&self) -> &Path {
-        self.checkpoint_path.parent().unwrap_or(Path::new("."))
+        &self.dir
     }
 
     /// Writes a message pack of `surface` when MSP-5 says so. A failure is ignored: the pack
