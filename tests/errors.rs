@@ -418,3 +418,67 @@ fn dur_10_a_stored_session_reports_a_failed_append_as_fate_unknown() {
         messages.len()
     );
 }
+
+#[test]
+fn a_batch_that_is_not_written_leaves_the_surface_as_it_was() {
+    use surfacelog::internals::session::{Compaction, SurfaceIntent};
+    // A batch of appends (its steps taken back by a cut), and a compaction, a batch with a
+    // replace (taken back from the copy made before it): the write of each fails.
+    for replace in [false, true] {
+        let dir = scratch("errors", if replace { "batch-replace" } else { "batch" });
+        let storage = FaultyStorage::default();
+        let faults = Arc::clone(&storage.faults);
+        let options = store_options(Durability::Sync, 64 << 10).storage(Arc::new(storage));
+        let store = Store::open_or_create(&dir, options).unwrap();
+        let mut session = store.create("s", None, None).unwrap();
+        let first = common::numbered_turn(&mut session, 1);
+        common::numbered_turn(&mut session, 2);
+        let nodes = session.surface().nodes().to_vec();
+        let generation = session.surface().replace_generation();
+        let seq_next = session.surface().seq_next();
+        let messages: Vec<String> = session
+            .messages()
+            .unwrap()
+            .iter()
+            .map(|m| m.json.to_owned())
+            .collect();
+        faults.fail_sync(1);
+        let error = if replace {
+            let message = common::user("summary");
+            session
+                .compact(&Compaction {
+                    compaction_id: "k",
+                    turn: None,
+                    start: first.user,
+                    end: first.result,
+                    summary: "[]",
+                    summary_extra: None,
+                    message: &message,
+                })
+                .map(|_| ())
+        } else {
+            session
+                .append_all(&[
+                    ("turn/start", r#"{"turn":3}"#, None),
+                    (
+                        "user/message",
+                        &common::user("u3"),
+                        Some(SurfaceIntent::append()),
+                    ),
+                ])
+                .map(|_| ())
+        }
+        .unwrap_err();
+        assert_eq!(error.code(), "IO", "{error}");
+        assert_eq!(session.surface().nodes(), &nodes[..]);
+        assert_eq!(session.surface().replace_generation(), generation);
+        assert_eq!(session.surface().seq_next(), seq_next);
+        let after: Vec<String> = session
+            .messages()
+            .unwrap()
+            .iter()
+            .map(|m| m.json.to_owned())
+            .collect();
+        assert_eq!(after, messages);
+    }
+}

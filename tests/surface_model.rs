@@ -851,6 +851,167 @@ fn incremental_fold_equals_naive_rebuild() {
 }
 
 // ---------------------------------------------------------------------------------------
+// 1b. batches: each event against the state the ones before it leave; all or nothing
+// ---------------------------------------------------------------------------------------
+
+/// One batch: its actions, where an event that is refused goes into it (if one does), and
+/// which entry point takes it (`append_all` or `append_all_json`).
+type Batch = (Vec<(Action, u8)>, Option<u16>, bool);
+
+/// How often a batch took each way through the engine, so that the test cannot pass
+/// without exercising them.
+#[derive(Debug, Default)]
+struct BatchCoverage {
+    committed_with_replace: AtomicUsize,
+    refused_after_replace: AtomicUsize,
+    refused_after_no_replace: AtomicUsize,
+    refused_first: AtomicUsize,
+}
+
+/// What a session shows: its stored texts, surface, messages and transcript.
+type Snapshot = (Vec<String>, Surface, Vec<(u64, String)>, Vec<u64>);
+
+/// What a session shows, to compare before and after a refusal.
+fn snapshot(session: &Session) -> Snapshot {
+    (
+        texts(session.log()),
+        session.surface().clone(),
+        pairs(&session.messages().unwrap()),
+        session.transcript().unwrap(),
+    )
+}
+
+fn check_batches(batches: &[Batch], time: i64, seen: &BatchCoverage) -> Result<(), TestCaseError> {
+    let bump = |counter: &AtomicUsize| counter.fetch_add(1, Ordering::Relaxed);
+    let mut session = Session::create("s", None, None, options(time)).map_err(|e| fail(&e))?;
+    let mut model = Model::default();
+    for (actions, refused_at, typed) in batches {
+        // Planned against the model as the batch's events before each leave it, so that a
+        // replace may take off nodes the same batch appended.
+        let mut after = model.clone();
+        let mut planned = Vec::new();
+        for (action, spelling) in actions {
+            let plan = after.plan(action, *spelling);
+            after.apply(&plan);
+            planned.push(plan);
+        }
+        let refused = refused_at.map(|at| usize::from(at) % (planned.len() + 1));
+        let ops: Vec<Option<String>> = planned
+            .iter()
+            .map(|p| p.op.map(|op| op_json(op, p.spelling)))
+            .collect();
+        let sources: Vec<Option<String>> = planned
+            .iter()
+            .map(|p| p.sources.as_ref().map(|s| sources_json(s, p.spelling)))
+            .collect();
+        let mut json: Vec<(&str, &str, Option<&str>, Option<&str>)> = planned
+            .iter()
+            .zip(ops.iter().zip(&sources))
+            .map(|(p, (op, s))| (p.event_type, p.data.as_str(), op.as_deref(), s.as_deref()))
+            .collect();
+        let mut intents: Vec<(&str, &str, Option<SurfaceIntent>)> = planned
+            .iter()
+            .map(|p| {
+                let intent = p.op.map(|op| SurfaceIntent {
+                    op,
+                    sources: p.sources.clone(),
+                });
+                (p.event_type, p.data.as_str(), intent)
+            })
+            .collect();
+        if let Some(at) = refused {
+            json.insert(at, ("user/message", "{", Some(r#""append""#), None));
+            intents.insert(at, ("user/message", "{", Some(SurfaceIntent::append())));
+        }
+        let before = snapshot(&session);
+        let result = if *typed {
+            session.append_all(&intents)
+        } else {
+            session.append_all_json(&json)
+        };
+        let replaces_before = |n: usize| {
+            planned[..n]
+                .iter()
+                .any(|p| matches!(p.op, Some(SurfaceOp::Replace { .. })))
+        };
+        if let Some(at) = refused {
+            let error = result
+                .err()
+                .ok_or_else(|| fail(&"a batch with a bad event was taken"))?;
+            prop_assert_eq!(error.code(), "DATA_INVALID_JSON");
+            prop_assert_eq!(error.seq(), Some(model.seq_next() + to_u64(at)));
+            prop_assert_eq!(&snapshot(&session), &before, "a refused batch left a trace");
+            if replaces_before(at) {
+                bump(&seen.refused_after_replace);
+            } else if at > 0 {
+                bump(&seen.refused_after_no_replace);
+            } else {
+                bump(&seen.refused_first);
+            }
+        } else {
+            let seqs = result.map_err(|e| fail(&format!("valid batch refused: {e}")))?;
+            prop_assert_eq!(
+                seqs,
+                (model.seq_next()..after.seq_next()).collect::<Vec<_>>()
+            );
+            if replaces_before(planned.len()) {
+                bump(&seen.committed_with_replace);
+            }
+            model = after;
+        }
+        check_surface(session.surface(), &model)?;
+        prop_assert_eq!(pairs(&session.messages().unwrap()), model.messages());
+        prop_assert_eq!(session.transcript().unwrap(), model.transcript());
+    }
+    // What the batches left is what a fold of the log gives.
+    let folded = Surface::fold(session.log(), &Vocabulary::dsh_v0()).map_err(|e| fail(&e))?;
+    prop_assert_eq!(&folded, session.surface());
+    Ok(())
+}
+
+#[test]
+fn batches_equal_their_events_one_by_one_or_leave_no_trace() {
+    let config = Config {
+        cases: 64,
+        source_file: Some(file!()),
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let seen = BatchCoverage::default();
+    let batch = (
+        vec(action(), 1..12),
+        proptest::option::of(any::<u16>()),
+        any::<bool>(),
+    );
+    let strategy = (vec(batch, 1..10), time());
+    let result = runner.run(&strategy, |(batches, time)| {
+        check_batches(&batches, time, &seen)
+    });
+    if let Err(error) = result {
+        panic!("{error}");
+    }
+    eprintln!("coverage: {seen:?}");
+    let counters = [
+        (
+            "committed batches with a replace",
+            &seen.committed_with_replace,
+        ),
+        ("refusals after a replace", &seen.refused_after_replace),
+        (
+            "refusals after events without a replace",
+            &seen.refused_after_no_replace,
+        ),
+        ("refusals of a batch's first event", &seen.refused_first),
+    ];
+    for (what, counter) in counters {
+        assert!(
+            counter.load(Ordering::Relaxed) > 0,
+            "the generator produced no {what}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // 2. a refused event leaves the session unchanged
 // ---------------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ use crate::error::{ErrorKind, Result};
 use crate::event::header::NegativeZero;
 use crate::event::{Event, EventRef, EventSource, Field, Header, MemLog, Overlay, Vocabulary};
 use crate::limits::{MAX_EVENT_BYTES_DEFAULT, SAFE_INTEGER_MAX};
-use crate::surface::{self, Message, Surface};
+use crate::surface::{self, Message, Savepoint, Surface};
 
 /// The type of the end-seed marker (contract §5).
 pub const END_SEED_TYPE: &str = "session/end-seed";
@@ -481,7 +481,40 @@ impl<L: SessionLog> Session<L> {
         admit: impl Fn(&Self, &Ctx<'_>, &T, i64) -> Result<Admitted>,
     ) -> Result<Vec<u64>> {
         let time = now_ms(&*self.options.clock);
-        let mut surface = self.surface.clone();
+        // The batch's steps go onto the session's own surface as its events are admitted,
+        // and are taken back if it is refused or not written (or a bug panics): a copy of
+        // the surface per batch would make every batch cost the session's size.
+        let mut savepoint = self.surface.savepoint();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.stage_batch(events, &admit, time, &mut savepoint)
+        }));
+        match outcome {
+            Ok(Ok(seqs)) => {
+                self.log.committed(&self.surface);
+                Ok(seqs)
+            }
+            Ok(Err(error)) => {
+                self.surface.undo(savepoint);
+                Err(error)
+            }
+            Err(panic) => {
+                self.surface.undo(savepoint);
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+
+    /// [`Session::append_batch`]'s work: each event admitted against the surface as the
+    /// ones before it leave it (their steps applied with `savepoint`), then all written;
+    /// the invariant state is replaced only then. On a refusal the surface keeps the steps
+    /// applied so far, for the caller to undo.
+    fn stage_batch<T>(
+        &mut self,
+        events: &[T],
+        admit: &impl Fn(&Self, &Ctx<'_>, &T, i64) -> Result<Admitted>,
+        time: i64,
+        savepoint: &mut Savepoint,
+    ) -> Result<Vec<u64>> {
         let mut invariants = self.invariants.clone();
         let mut staged = Overlay {
             base: &self.log as &dyn EventSource,
@@ -489,13 +522,15 @@ impl<L: SessionLog> Session<L> {
         };
         for event in events {
             let ctx = Ctx {
-                surface: &surface,
+                surface: &self.surface,
                 invariants: invariants.as_ref(),
                 source: &staged,
             };
-            let admitted = admit(self, &ctx, event, time)
-                .map_err(|e| e.in_session(self.header.id()).at_seq(surface.seq_next()))?;
-            surface.apply(admitted.step);
+            let admitted = admit(self, &ctx, event, time).map_err(|e| {
+                e.in_session(self.header.id())
+                    .at_seq(self.surface.seq_next())
+            })?;
+            self.surface.apply_undoable(admitted.step, savepoint);
             if let (Some(state), Some(effect)) = (invariants.as_mut(), admitted.invariants) {
                 state.apply(effect);
             }
@@ -506,9 +541,7 @@ impl<L: SessionLog> Session<L> {
         self.log
             .push_events(staged)
             .map_err(|e| e.in_session(self.header.id()))?;
-        self.surface = surface;
         self.invariants = invariants;
-        self.log.committed(&self.surface);
         Ok(seqs)
     }
 

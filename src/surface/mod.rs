@@ -65,6 +65,25 @@ pub struct Surface {
     history: Option<History>,
 }
 
+/// A surface's state before a batch's steps ([`Surface::savepoint`]).
+#[derive(Debug)]
+pub(crate) struct Savepoint {
+    seq_next: u64,
+    nodes: NodesBefore,
+    /// The whole surface just before the first replace applied since the savepoint.
+    before_replace: Option<Box<Surface>>,
+}
+
+/// A surface's nodes at a savepoint.
+#[derive(Debug)]
+enum NodesBefore {
+    /// Owned: how many there were.
+    Owned(usize),
+    /// Still read in place from a checkpoint (a shared handle, not read by the savepoint):
+    /// put back as they were, checked or not, rather than as the copy a step made.
+    Deferred(Nodes),
+}
+
 /// The nodes of a surface: owned, or read in place from a mapped checkpoint (CKP-7) and
 /// checked on their first read (CKP-2) until the surface first changes, when they are
 /// copied (copy on write). Opening a session then reads and copies none of its nodes; its
@@ -424,6 +443,52 @@ impl Surface {
             "surface keys out of order after seq {}",
             self.seq_next - 1
         );
+    }
+
+    /// Where the surface is now, for [`Surface::undo`] to return to after steps applied
+    /// with [`Surface::apply_undoable`]: a batch admitted event by event, then refused or
+    /// not written, leaves the surface as it was.
+    pub(crate) fn savepoint(&self) -> Savepoint {
+        let nodes = match &self.nodes {
+            Nodes::Owned(nodes) => NodesBefore::Owned(nodes.len()),
+            Nodes::Deferred(_) => NodesBefore::Deferred(self.nodes.clone()),
+        };
+        Savepoint {
+            seq_next: self.seq_next,
+            nodes,
+            before_replace: None,
+        }
+    }
+
+    /// [`Surface::apply`], keeping what [`Surface::undo`] needs in `savepoint`. Appends and
+    /// log-only steps only grow the surface at its end, so taking them back is a cut; the
+    /// first replace after the savepoint copies the surface first (a replace takes nodes
+    /// off, and rewrites the keys and the history). So a batch costs its own size, not the
+    /// surface's, unless it replaces.
+    pub(crate) fn apply_undoable(&mut self, step: Step, savepoint: &mut Savepoint) {
+        if matches!(step, Step::Replace { .. }) && savepoint.before_replace.is_none() {
+            savepoint.before_replace = Some(Box::new(self.clone()));
+        }
+        self.apply(step);
+    }
+
+    /// Takes back every step applied with [`Surface::apply_undoable`] since `savepoint`
+    /// was taken of this surface.
+    pub(crate) fn undo(&mut self, savepoint: Savepoint) {
+        if let Some(before) = savepoint.before_replace {
+            *self = *before;
+        }
+        // Between the savepoint and the first replace (or now), steps only appended nodes
+        // after the savepoint's and counted seqs.
+        match savepoint.nodes {
+            NodesBefore::Deferred(nodes) => self.nodes = nodes,
+            NodesBefore::Owned(len) => {
+                if self.nodes.len() > len {
+                    self.nodes.to_mut().truncate(len);
+                }
+            }
+        }
+        self.seq_next = savepoint.seq_next;
     }
 
     /// The seqs on the surface, in surface order.
