@@ -1129,3 +1129,45 @@ fn idx_5_a_damaged_offset_under_the_vouched_prefix_is_found_on_first_read() {
     assert_reads_back(&dir, 110);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The descriptors this process holds on files under `dir` (`/proc/self/fd`): the tests
+/// running meanwhile open none there.
+#[cfg(target_os = "linux")]
+fn descriptors_under(dir: &Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .count()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn rd_2_readers_following_a_log_hold_no_descriptor_per_segment() {
+    // A writer (and its own reader, RD-5) and a follower in this process, through a dozen
+    // segments: each closes a segment's file once it has moved on to the next (RD-2).
+    let dir = temp_dir("descriptors");
+    let (mut log, _) = DiskLog::open(&dir, options(Durability::Manual, 64 << 10)).unwrap();
+    log.append(&events(0..100)).unwrap();
+    log.flush().unwrap();
+    let mut follower = LogReader::open(&dir).unwrap();
+    let at_start = descriptors_under(&dir);
+    let mut seq = 100;
+    while segments(&dir).len() < 12 {
+        log.append(&events(seq..seq + 200)).unwrap();
+        seq += 200;
+        log.flush().unwrap();
+        assert_eq!(follower.refresh().unwrap(), seq);
+        assert_eq!(log.event_at(seq - 1).unwrap(), event(seq - 1).as_ref());
+    }
+    let held = descriptors_under(&dir);
+    assert!(
+        held <= at_start,
+        "{held} descriptors under the log after 12 segments, {at_start} after the first"
+    );
+    // Every event still reads back, through the maps kept and the names opened again.
+    for (i, read) in follower.iter_from(0).enumerate() {
+        assert_eq!(read.unwrap(), event(i as u64).as_ref(), "seq {i}");
+    }
+    assert_eq!(descriptors_under(&dir), held);
+}

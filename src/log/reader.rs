@@ -794,9 +794,13 @@ impl LogReader {
         if let Some(previous) = self.segments.last_mut() {
             previous.count.get_or_insert(first_seq - previous.first_seq);
             // RD-4: the previous segment is read through; later reads fault it in again.
-            if let Some(mapped) = previous.mapped.get().and_then(|m| m.as_ref().ok()) {
+            if let Some(Ok(mapped)) = previous.mapped.get_mut() {
                 release(&mapped.map, previous.released..mapped.map.len());
                 previous.released = mapped.map.len();
+                // Sealed now (RD-2): its file is no longer read past a verified end (RD-8),
+                // so it is closed, as any sealed segment's is; the map stays. A reader
+                // following a long log holds no descriptor per segment it passed.
+                mapped.file = None;
             }
         }
         self.segments.push(Segment {
