@@ -1595,3 +1595,61 @@ fn follower_events_yields_owned_events_and_ends_at_the_timeout() {
     );
     drop(session);
 }
+
+#[test]
+fn a_refused_batch_leaves_checkpoint_nodes_read_in_place() {
+    use surfacelog::internals::surface::NodeState;
+    // A session opened from its checkpoint reads the surface's nodes in place (CKP-7). A
+    // batch refused after an append (taken back by a cut), or after a replace reaching from
+    // the checkpoint's first node to the batch's own append (taken back from a copy made
+    // before it), leaves them so: the same handle, not a copy of them on the heap.
+    for replace in [false, true] {
+        let name = if replace {
+            "undo-deferred-replace"
+        } else {
+            "undo-deferred"
+        };
+        let (_dir, store) = temp_store(name);
+        let mut session = store.create("s", None, None).unwrap();
+        workload(&mut session, 12);
+        session.close().unwrap();
+        let (mut session, opened) = store.open_session("s").unwrap();
+        assert!(opened.checkpoint.is_ok());
+        assert_eq!(session.surface().node_state(), NodeState::Unchecked);
+        let before = session.surface().clone();
+        let nodes = session.surface().nodes().to_vec();
+        let appended = session.seq_next() + 1;
+        let summary = user("summary");
+        let mut batch = vec![
+            ("turn/start", r#"{"turn":99}"#, None),
+            (
+                "user/message",
+                summary.as_str(),
+                Some(SurfaceIntent::append()),
+            ),
+        ];
+        if replace {
+            let mut sources = nodes.clone();
+            sources.push(appended);
+            let intent = SurfaceIntent::replace(nodes[0], appended, sources);
+            batch.push(("user/message", summary.as_str(), Some(intent)));
+        }
+        batch.push(("user/message", "{", Some(SurfaceIntent::append())));
+        let error = session.append_all(&batch).unwrap_err();
+        assert_eq!(error.code(), "DATA_INVALID_JSON", "{error}");
+        let last = session.seq_next() + batch.len() as u64 - 1;
+        assert_eq!(
+            error.seq(),
+            Some(last),
+            "every event before the bad one admitted"
+        );
+        assert_eq!(session.surface(), &before);
+        assert_eq!(session.surface().node_state(), NodeState::Checked);
+        let keys = std::mem::size_of_val(session.surface().replacement_keys());
+        assert_eq!(
+            session.surface().heap_bytes(),
+            keys,
+            "no copy of the nodes kept"
+        );
+    }
+}

@@ -2,7 +2,8 @@
 //! of contract §5 (JSON rules, envelope, legacy events, shapes, surface, invariants).
 //!
 //! Admission never mutates the session; it checks against a [`Ctx`] (the session's own
-//! state, or a staged copy for a batch) and returns an [`Admitted`] that
+//! state; for a batch, the session's surface with the batch's earlier steps applied, which
+//! are taken back if the batch is refused) and returns an [`Admitted`] that
 //! [`super::Session`] commits, so a refused event leaves no trace.
 
 use std::borrow::Cow;
