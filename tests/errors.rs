@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use surfacelog::internals::event::{Event, EventSource};
 use surfacelog::internals::log::{DiskLog, Durability, LogOptions};
-use surfacelog::internals::session::Boundary;
-use surfacelog::internals::storage::FsStorage;
+use surfacelog::internals::session::{Boundary, Compaction};
 use surfacelog::internals::storage::faulty::{Faults, FaultyStorage};
 use surfacelog::internals::store::Store;
 use surfacelog::{ErrorKind, Outcome};
@@ -420,9 +419,23 @@ fn dur_10_a_stored_session_reports_a_failed_append_as_fate_unknown() {
     );
 }
 
+/// A compaction of `turn`, from its user message to its tool result, into `message`: a
+/// batch with a replace.
+fn compaction_of<'a>(turn: &common::Turn, message: &'a str) -> Compaction<'a> {
+    Compaction {
+        compaction_id: "k",
+        turn: None,
+        start: turn.user,
+        end: turn.result,
+        summary: "[]",
+        summary_extra: None,
+        message,
+    }
+}
+
 #[test]
 fn a_batch_that_is_not_written_leaves_the_surface_as_it_was() {
-    use surfacelog::internals::session::{Compaction, SurfaceIntent};
+    use surfacelog::internals::session::SurfaceIntent;
     // A batch of appends (its steps taken back by a cut), and a compaction, a batch with a
     // replace (taken back from the copy made before it): the write of each fails.
     for replace in [false, true] {
@@ -447,15 +460,7 @@ fn a_batch_that_is_not_written_leaves_the_surface_as_it_was() {
         let error = if replace {
             let message = common::user("summary");
             session
-                .compact(&Compaction {
-                    compaction_id: "k",
-                    turn: None,
-                    start: first.user,
-                    end: first.result,
-                    summary: "[]",
-                    summary_extra: None,
-                    message: &message,
-                })
+                .compact(&compaction_of(&first, &message))
                 .map(|_| ())
         } else {
             session
@@ -484,80 +489,36 @@ fn a_batch_that_is_not_written_leaves_the_surface_as_it_was() {
     }
 }
 
-/// A storage that panics once at its next write when armed (a bug in a host's storage, or
-/// in the engine): otherwise the file system's.
-#[derive(Debug, Default)]
-struct PanicOnWrite {
-    armed: std::sync::atomic::AtomicBool,
-}
-
-impl surfacelog::internals::storage::Storage for PanicOnWrite {
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        FsStorage.list_dir(dir)
-    }
-    fn create_file(&self, path: &Path, len: u64) -> std::io::Result<std::fs::File> {
-        FsStorage.create_file(path, len)
-    }
-    fn open_file(&self, path: &Path, write: bool) -> std::io::Result<std::fs::File> {
-        FsStorage.open_file(path, write)
-    }
-    fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
-        let armed = self.armed.swap(false, std::sync::atomic::Ordering::SeqCst);
-        assert!(!armed, "the storage panics (a bug)");
-        FsStorage.write_at(file, offset, bytes)
-    }
-    fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
-        FsStorage.set_len(file, len)
-    }
-    fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
-        FsStorage.sync_data(file)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.sync_dir(dir)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        FsStorage.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        FsStorage.remove_file(path)
-    }
-}
-
 #[test]
 fn a_batch_that_panics_leaves_the_surface_as_it_was() {
-    use surfacelog::internals::session::Compaction;
     // A compaction is a batch with a replace; the write of its records panics. The panic
     // reaches the caller, and the session's surface is the one before the batch.
     let dir = scratch("errors", "batch-panic");
-    let storage = Arc::new(PanicOnWrite::default());
-    let options = store_options(Durability::Sync, 64 << 10).storage(Arc::clone(&storage) as _);
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hook = {
+        let armed = Arc::clone(&armed);
+        move |path: Option<&Path>| {
+            let write = path.is_none();
+            let armed = write && armed.swap(false, std::sync::atomic::Ordering::SeqCst);
+            assert!(!armed, "the storage panics at a write (a bug)");
+        }
+    };
+    let storage = Arc::new(common::HookedStorage(Box::new(hook)));
+    let options = store_options(Durability::Sync, 64 << 10).storage(storage);
     let store = Store::open_or_create(&dir, options).unwrap();
     let mut session = store.create("s", None, None).unwrap();
     let first = common::numbered_turn(&mut session, 1);
     common::numbered_turn(&mut session, 2);
     let before = session.surface().clone();
-    storage
-        .armed
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
     let message = common::user("summary");
-    let compaction = Compaction {
-        compaction_id: "k",
-        turn: None,
-        start: first.user,
-        end: first.result,
-        summary: "[]",
-        summary_extra: None,
-        message: &message,
-    };
+    let compaction = compaction_of(&first, &message);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         session.compact(&compaction)
     }));
     assert!(outcome.is_err(), "the storage's panic reaches the caller");
     assert!(
-        !storage.armed.load(std::sync::atomic::Ordering::SeqCst),
+        !armed.load(std::sync::atomic::Ordering::SeqCst),
         "it panicked"
     );
     assert_eq!(session.surface(), &before);

@@ -882,55 +882,6 @@ fn dur_12_reads_during_restores_are_not_kept() {
     });
 }
 
-/// The real filesystem, but the first creation of a quarantine file (a writer's recovery
-/// setting a torn tail aside, log-format RCV-12) waits until the test lets it go.
-#[derive(Debug, Default)]
-struct PausingRecovery {
-    paused: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
-    go: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
-}
-
-impl surfacelog::internals::storage::Storage for PausingRecovery {
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        FsStorage.list_dir(dir)
-    }
-    fn create_file(&self, path: &Path, len: u64) -> std::io::Result<std::fs::File> {
-        let paused = path.to_string_lossy().contains(".quarantine");
-        if let Some(paused) = self.paused.lock().unwrap().take_if(|_| paused) {
-            paused.send(()).unwrap();
-            let go = self.go.lock().unwrap().take().unwrap();
-            go.recv().unwrap();
-        }
-        FsStorage.create_file(path, len)
-    }
-    fn open_file(&self, path: &Path, write: bool) -> std::io::Result<std::fs::File> {
-        FsStorage.open_file(path, write)
-    }
-    fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
-        FsStorage.write_at(file, offset, bytes)
-    }
-    fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
-        FsStorage.set_len(file, len)
-    }
-    fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
-        FsStorage.sync_data(file)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.sync_dir(dir)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        FsStorage.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        FsStorage.remove_file(path)
-    }
-}
-
-use surfacelog::internals::storage::FsStorage;
-
 /// VBT-7 while a writer recovers: a torn tail of RCV-4's shape (a record lost, a later one
 /// kept, as a power cut leaves them past the durable marks) is reported by reads while no
 /// writer is open, and while a repair's writer is recovering it, reads neither report it
@@ -938,11 +889,26 @@ use surfacelog::internals::storage::FsStorage;
 /// before the tail remain and no tail is reported.
 #[test]
 fn reads_while_a_writer_recovers_a_torn_tail() {
+    type Slot<T> = std::sync::Arc<std::sync::Mutex<Option<T>>>;
     let dir = tempfile::tempdir().unwrap();
-    let storage = std::sync::Arc::new(PausingRecovery::default());
+    // The first creation of a quarantine file (a writer's recovery setting a torn tail
+    // aside, log-format RCV-12) waits until the test lets it go.
+    let paused_slot: Slot<std::sync::mpsc::Sender<()>> = Slot::default();
+    let go_slot: Slot<std::sync::mpsc::Receiver<()>> = Slot::default();
+    let hook = {
+        let (paused, go) = (paused_slot.clone(), go_slot.clone());
+        move |path: Option<&Path>| {
+            let quarantine = path.is_some_and(|p| p.to_string_lossy().contains(".quarantine"));
+            if let Some(paused) = paused.lock().unwrap().take_if(|_| quarantine) {
+                paused.send(()).unwrap();
+                let go = go.lock().unwrap().take().unwrap();
+                go.recv().unwrap();
+            }
+        }
+    };
     let options = LogOptions {
         segment_bytes: 1 << 20,
-        storage: std::sync::Arc::clone(&storage) as _,
+        storage: std::sync::Arc::new(common::HookedStorage(Box::new(hook))),
         ..LogOptions::default()
     };
     let store = VerbatimStore::with_options(dir.path(), options);
@@ -967,8 +933,8 @@ fn reads_while_a_writer_recovers_a_torn_tail() {
     );
     let (paused_tx, paused) = std::sync::mpsc::channel();
     let (go, go_rx) = std::sync::mpsc::channel();
-    *storage.paused.lock().unwrap() = Some(paused_tx);
-    *storage.go.lock().unwrap() = Some(go_rx);
+    *paused_slot.lock().unwrap() = Some(paused_tx);
+    *go_slot.lock().unwrap() = Some(go_rx);
     std::thread::scope(|scope| {
         let repair = scope.spawn(|| store.repair("s", &[]));
         paused.recv().unwrap();

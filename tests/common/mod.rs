@@ -24,6 +24,7 @@ use surfacelog::internals::session::{
     Compaction, NoSurface, Options, Prune, Session, SessionLog, SurfaceIntent, kinds,
 };
 use surfacelog::internals::storage::faulty::{Faults, FaultyStorage};
+use surfacelog::internals::storage::{FsStorage, Storage};
 use surfacelog::internals::store::StoreOptions;
 
 /// A fresh private directory (mode 0700) under the system's temporary directory, removed
@@ -311,5 +312,53 @@ pub fn scratch_path(file: &str, name: &str) -> ScratchPath {
     ScratchPath {
         _scratch: scratch,
         path,
+    }
+}
+
+/// What a [`HookedStorage`] runs before a file creation (`Some(path)`) and before a write
+/// (`None`): where a test pauses the engine, or makes it panic.
+pub type Hook = Box<dyn Fn(Option<&Path>) + Send + Sync>;
+
+/// The file system's storage, with a hook run before each file creation and each write.
+pub struct HookedStorage(pub Hook);
+
+impl std::fmt::Debug for HookedStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HookedStorage")
+    }
+}
+
+impl Storage for HookedStorage {
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        FsStorage.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        FsStorage.list_dir(dir)
+    }
+    fn create_file(&self, path: &Path, len: u64) -> std::io::Result<std::fs::File> {
+        (self.0)(Some(path));
+        FsStorage.create_file(path, len)
+    }
+    fn open_file(&self, path: &Path, write: bool) -> std::io::Result<std::fs::File> {
+        FsStorage.open_file(path, write)
+    }
+    fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
+        (self.0)(None);
+        FsStorage.write_at(file, offset, bytes)
+    }
+    fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
+        FsStorage.set_len(file, len)
+    }
+    fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
+        FsStorage.sync_data(file)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        FsStorage.sync_dir(dir)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        FsStorage.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        FsStorage.remove_file(path)
     }
 }
