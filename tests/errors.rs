@@ -433,6 +433,14 @@ fn compaction_of<'a>(turn: &common::Turn, message: &'a str) -> Compaction<'a> {
     }
 }
 
+/// The texts of the session's messages, in order.
+fn message_texts<L: surfacelog::internals::session::SessionLog>(
+    session: &surfacelog::internals::session::Session<L>,
+) -> Vec<String> {
+    let messages = session.messages().unwrap();
+    messages.iter().map(|m| m.json.to_owned()).collect()
+}
+
 #[test]
 fn a_batch_that_is_not_written_leaves_the_surface_as_it_was() {
     use surfacelog::internals::session::SurfaceIntent;
@@ -450,12 +458,7 @@ fn a_batch_that_is_not_written_leaves_the_surface_as_it_was() {
         let nodes = session.surface().nodes().to_vec();
         let generation = session.surface().replace_generation();
         let seq_next = session.surface().seq_next();
-        let messages: Vec<String> = session
-            .messages()
-            .unwrap()
-            .iter()
-            .map(|m| m.json.to_owned())
-            .collect();
+        let messages = message_texts(&session);
         faults.fail_sync(1);
         let error = if replace {
             let message = common::user("summary");
@@ -479,13 +482,7 @@ fn a_batch_that_is_not_written_leaves_the_surface_as_it_was() {
         assert_eq!(session.surface().nodes(), &nodes[..]);
         assert_eq!(session.surface().replace_generation(), generation);
         assert_eq!(session.surface().seq_next(), seq_next);
-        let after: Vec<String> = session
-            .messages()
-            .unwrap()
-            .iter()
-            .map(|m| m.json.to_owned())
-            .collect();
-        assert_eq!(after, messages);
+        assert_eq!(message_texts(&session), messages);
     }
 }
 

@@ -817,37 +817,46 @@ fn check_log(actions: &[(Action, u8)], time: i64, seen: &Coverage) -> Result<(),
     Ok(())
 }
 
-#[test]
-fn incremental_fold_equals_naive_rebuild() {
+/// Runs `test` on 64 cases of `strategy` (failures persisted beside this file, replayed
+/// first) and panics with proptest's report on the first failure.
+fn run_cases<S: Strategy>(strategy: &S, test: impl Fn(S::Value) -> Result<(), TestCaseError>) {
     let config = Config {
         cases: 64,
         source_file: Some(file!()),
         ..Config::default()
     };
-    let mut runner = TestRunner::new(config);
-    let seen = Coverage::default();
-    let strategy = (vec(action(), 1..60), time());
-    let result = runner.run(&strategy, |(actions, time)| {
-        check_log(&actions, time, &seen)
-    });
-    if let Err(error) = result {
+    if let Err(error) = TestRunner::new(config).run(strategy, test) {
         panic!("{error}");
     }
-    eprintln!("coverage: {seen:?}");
-    let counters = [
-        ("replaces", &seen.replaces),
-        ("numerically reversed ranges", &seen.numerically_reversed),
-        ("nested replaces", &seen.nested),
-        ("prunes", &seen.prunes),
-        ("silent surface nodes", &seen.silent_nodes),
-        ("source lists longer than 16", &seen.many_sources),
-    ];
+}
+
+/// Fails unless every counter is above zero: a generator that stops producing a shape
+/// fails its test instead of passing without it.
+fn assert_covered(counters: &[(&str, &AtomicUsize)]) {
     for (what, counter) in counters {
         assert!(
             counter.load(Ordering::Relaxed) > 0,
             "the generator produced no {what}"
         );
     }
+}
+
+#[test]
+fn incremental_fold_equals_naive_rebuild() {
+    let seen = Coverage::default();
+    let strategy = (vec(action(), 1..60), time());
+    run_cases(&strategy, |(actions, time)| {
+        check_log(&actions, time, &seen)
+    });
+    eprintln!("coverage: {seen:?}");
+    assert_covered(&[
+        ("replaces", &seen.replaces),
+        ("numerically reversed ranges", &seen.numerically_reversed),
+        ("nested replaces", &seen.nested),
+        ("prunes", &seen.prunes),
+        ("silent surface nodes", &seen.silent_nodes),
+        ("source lists longer than 16", &seen.many_sources),
+    ]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -971,12 +980,6 @@ fn check_batches(batches: &[Batch], time: i64, seen: &BatchCoverage) -> Result<(
 
 #[test]
 fn batches_equal_their_events_one_by_one_or_leave_no_trace() {
-    let config = Config {
-        cases: 64,
-        source_file: Some(file!()),
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
     let seen = BatchCoverage::default();
     let batch = (
         vec(action(), 1..12),
@@ -984,14 +987,11 @@ fn batches_equal_their_events_one_by_one_or_leave_no_trace() {
         any::<bool>(),
     );
     let strategy = (vec(batch, 1..10), time());
-    let result = runner.run(&strategy, |(batches, time)| {
+    run_cases(&strategy, |(batches, time)| {
         check_batches(&batches, time, &seen)
     });
-    if let Err(error) = result {
-        panic!("{error}");
-    }
     eprintln!("coverage: {seen:?}");
-    let counters = [
+    assert_covered(&[
         (
             "committed batches with a replace",
             &seen.committed_with_replace,
@@ -1002,13 +1002,7 @@ fn batches_equal_their_events_one_by_one_or_leave_no_trace() {
             &seen.refused_after_no_replace,
         ),
         ("refusals of a batch's first event", &seen.refused_first),
-    ];
-    for (what, counter) in counters {
-        assert!(
-            counter.load(Ordering::Relaxed) > 0,
-            "the generator produced no {what}"
-        );
-    }
+    ]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1997,12 +1991,6 @@ fn check_refusals(
 
 #[test]
 fn refused_event_leaves_session_unchanged() {
-    let config = Config {
-        cases: 64,
-        source_file: Some(file!()),
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
     let seen = Mutex::new(BTreeSet::new());
     let strategy = (
         vec(action(), 0..40),
@@ -2010,12 +1998,9 @@ fn refused_event_leaves_session_unchanged() {
         time(),
         any::<bool>(),
     );
-    let result = runner.run(&strategy, |(base, steps, time, reseed)| {
+    run_cases(&strategy, |(base, steps, time, reseed)| {
         check_refusals(&base, &steps, time, reseed, &seen)
     });
-    if let Err(error) = result {
-        panic!("{error}");
-    }
     let seen = seen.into_inner().expect("no test case panicked");
     let expected = [
         "SURFACE_OP_INVALID",

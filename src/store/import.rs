@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 
-use super::checkpoint::CHECKPOINT_FILE;
 use super::{Build, Store, StoredLog, StoredSession, write_file_atomically};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::Header;
@@ -133,7 +132,7 @@ impl Import<'_> {
             log,
             RepairState::default(),
             0,
-            self.tmp.join(CHECKPOINT_FILE),
+            self.tmp.clone(),
             std::sync::Arc::clone(&options.log.storage),
             // One checkpoint, at the end: an import cut short is discarded, not reopened.
             u64::MAX,

@@ -902,7 +902,7 @@ impl Store {
             log,
             repair,
             from,
-            dir.join(checkpoint::CHECKPOINT_FILE),
+            dir.clone(),
             std::sync::Arc::clone(&self.options.log.storage),
             self.options.checkpoint_every,
             self.options.message_pack,

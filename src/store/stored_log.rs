@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::checkpoint::{Checkpoint, RecordedChain};
+use super::checkpoint::{CHECKPOINT_FILE, Checkpoint, RecordedChain};
 use super::pack::{self, LazyPack};
 use crate::error::Result;
 use crate::event::{Event, EventRef, EventSource};
@@ -28,9 +28,8 @@ pub struct StoredLog {
     /// The repair state after the events before `observed`.
     repair: RepairState,
     observed: u64,
-    checkpoint_path: PathBuf,
-    /// The session directory, where the checkpoint and the pack are: made once, not per
-    /// message read.
+    /// The session directory, where the checkpoint (`checkpoint.md`) and the message pack
+    /// are.
     dir: PathBuf,
     /// The storage the checkpoint is written through (no-follow opens, STORE-1).
     storage: Arc<dyn Storage>,
@@ -65,8 +64,8 @@ impl StoredLog {
     }
 
     /// Wraps `log`, whose first `from` events `repair` has observed; its checkpoint is
-    /// written to `checkpoint_path` through `storage`, and a message pack beside it
-    /// whenever MSP-5 says, with `pack_min`.
+    /// written into the session directory `dir` through `storage`, and a message pack
+    /// beside it whenever MSP-5 says, with `pack_min`.
     ///
     /// # Errors
     /// The error reading an event after `from` (`CORRUPT` with the file and offset).
@@ -74,23 +73,18 @@ impl StoredLog {
         log: DiskLog,
         mut repair: RepairState,
         from: u64,
-        checkpoint_path: PathBuf,
+        dir: PathBuf,
         storage: Arc<dyn Storage>,
         every: u64,
         pack_min: u64,
     ) -> Result<Self> {
         repair.observe_from(&log, from)?;
         let observed = log.seq_next();
-        let dir = checkpoint_path
-            .parent()
-            .unwrap_or(Path::new("."))
-            .to_path_buf();
         pack::remove_if_ahead(&*storage, &dir, observed)?;
         Ok(Self {
             log,
             repair,
             observed,
-            checkpoint_path,
             dir,
             storage,
             every: every.max(1),
@@ -151,7 +145,8 @@ impl StoredLog {
         };
         checkpoint.chain = RecordedChain::of(&self.log);
         let bytes = checkpoint.encode();
-        let _ = write_atomically(&*self.storage, &self.checkpoint_path, &bytes);
+        let path = self.dir.join(CHECKPOINT_FILE);
+        let _ = write_atomically(&*self.storage, &path, &bytes);
         if pack {
             self.write_pack(surface);
         }
