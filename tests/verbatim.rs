@@ -17,8 +17,11 @@ fn small_segments(root: &Path) -> VerbatimStore {
 }
 
 /// An event text as a DSH host might hand it over: any type, any data, key orders and
-/// number spellings of its own.
+/// number spellings of its own. Where the payload becomes a key, it is prefixed so that
+/// it never repeats one of the object's fixed keys (`"s"`, `"big"`): the store would
+/// rightly refuse that text (`DATA_DUPLICATE_KEY`).
 fn event(seq: u64, kind: u8, payload: &str) -> String {
+    let key = quote(&format!("k{payload}"));
     let payload = quote(payload);
     match kind % 5 {
         0 => format!(
@@ -32,7 +35,7 @@ fn event(seq: u64, kind: u8, payload: &str) -> String {
         ),
         3 => format!(r#"{{"type":"x","seq":{seq},"time":0,"ignorable":true}}"#),
         _ => format!(
-            r#"{{"type":"tool/result","seq":{seq},"time":9007199254740991,"data":{{"big":123456789012345678901234567890,"s":"\ud800",{payload}:null}}}}"#
+            r#"{{"type":"tool/result","seq":{seq},"time":9007199254740991,"data":{{"big":123456789012345678901234567890,"s":"\ud800",{key}:null}}}}"#
         ),
     }
 }
