@@ -53,7 +53,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use surfacelog::internals::adapters::jsonl::{self, Compression};
 use surfacelog::internals::json::Json;
-use surfacelog::{Durability, Store, StoreOptions};
+use surfacelog::internals::log::LogReader;
+use surfacelog::{CompactOptions, Durability, Store, StoreOptions};
 
 /// The fixture whose turn is repeated.
 const FIXTURE: &str = "tests/data/dsh-sessions/acp-agent--fs-delete-recreate--session.jsonl";
@@ -275,8 +276,82 @@ fn benches(c: &mut Criterion) {
     }
     std::fs::rename(&aside, &pack).expect("puts the pack back");
     group.finish();
+    compressed(c, &store, &id, events, messages, jsonl_bytes, zstd);
     drop(store);
     let _ = std::fs::remove_dir_all(scratch.path());
+}
+
+/// Every event of the session's log read by a fresh reader (its text's length summed):
+/// the whole log, sealed segments first accessed (decompressed when compressed, CZ-4).
+fn read_all(log: &std::path::Path, events: u64) {
+    let reader = LogReader::open(log).expect("opens the log");
+    let mut bytes = 0;
+    for seq in 0..events {
+        bytes += reader.event_at(seq).expect("reads").text().len();
+    }
+    assert!(bytes > 0);
+}
+
+/// 5. log-format.md §14: the session's sealed segments compressed by `compact --compress`
+/// (CZ-5): the bytes on disk before and after and the time it took (printed), then, side
+/// by side, `open+messages` (the pack is unchanged) and a read of every event of the log
+/// by a fresh reader, plain (a copy of the log made before) and compressed.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "ratios printed with one or two decimals"
+)]
+fn compressed(
+    c: &mut Criterion,
+    store: &Store,
+    id: &str,
+    events: u64,
+    messages: usize,
+    jsonl_bytes: u64,
+    zstd: u64,
+) {
+    let log = store.dir().join("sessions").join(id).join("log");
+    let plain = store.dir().join("plain-log");
+    std::fs::create_dir_all(&plain).expect("a copy of the log");
+    for entry in std::fs::read_dir(&log).expect("lists the log") {
+        let entry = entry.expect("an entry");
+        std::fs::copy(entry.path(), plain.join(entry.file_name())).expect("copies");
+    }
+    let before = store.summarize(id).expect("summarizes");
+    let started = Instant::now();
+    let report = store
+        .compact_log_with(id, CompactOptions::new().compress(true))
+        .expect("compresses");
+    let took = started.elapsed();
+    let after = store.summarize(id).expect("summarizes");
+    let pack = std::fs::metadata(store.dir().join("sessions").join(id).join("messages"))
+        .map_or(0, |m| m.len());
+    eprintln!(
+        "footprint: compressed {} sealed segments ({} kept) in {took:.1?}: {} B -> {} B on disk          ({:.2}x the JSONL, {:.2}x its zstd); without the message pack ({pack} B) {} B",
+        report.rewritten.len(),
+        report.kept.len(),
+        before.bytes,
+        after.bytes,
+        after.bytes as f64 / jsonl_bytes as f64,
+        after.bytes as f64 / zstd as f64,
+        after.bytes.saturating_sub(pack),
+    );
+    let mut group = c.benchmark_group("compressed");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(10));
+    group.bench_function(format!("open+messages/warm/{events}ev"), |b| {
+        b.iter(|| {
+            let (session, _) = store.open_session(id).expect("opens");
+            assert_eq!(session.messages().expect("messages").len(), messages);
+        });
+    });
+    group.bench_function(format!("read-all-events/plain/{events}ev"), |b| {
+        b.iter(|| read_all(&plain, events));
+    });
+    group.bench_function(format!("read-all-events/compressed/{events}ev"), |b| {
+        b.iter(|| read_all(&log, events));
+    });
+    group.finish();
 }
 
 /// The same log imported by a writer without chunk records (a log of an older build),

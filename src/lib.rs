@@ -85,7 +85,7 @@ pub(crate) use internals::{
 pub use internals::error::{Error, ErrorKind, Outcome, Result};
 pub use internals::event::{Event, EventRef, Header, Seqs, SurfaceOp};
 pub use internals::log::{
-    Durability, KeptReason, LogCompaction, OpenReport, RewrittenSegment, TornTail,
+    CompactOptions, Durability, KeptReason, LogCompaction, OpenReport, RewrittenSegment, TornTail,
 };
 pub use internals::session::{
     Boundary, Compacted, Compaction, EventKind, NoSurface, Prune, Session, Snapshot, SurfaceIntent,

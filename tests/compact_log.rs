@@ -416,7 +416,8 @@ type Slot =
 #[test]
 fn cmp_3_a_compaction_failing_at_any_step_leaves_the_same_events() {
     use std::sync::atomic::Ordering;
-    use surfacelog::internals::log::{DiskLog, LogOptions, compact};
+    use surfacelog::CompactOptions;
+    use surfacelog::internals::log::{DiskLog, LogOptions, compact_with};
     use surfacelog::internals::storage::FsStorage;
     use surfacelog::internals::storage::faulty::FaultyStorage;
 
@@ -436,34 +437,53 @@ fn cmp_3_a_compaction_failing_at_any_step_leaves_the_same_events() {
         ("sync_dir", |s| &s.faults.sync_dir),
     ];
     let mut failures = 0;
+    // With the `compress` feature, each fault also under a compressing compaction (CZ-5).
+    let modes = if cfg!(feature = "compress") {
+        &[false, true][..]
+    } else {
+        &[false][..]
+    };
     for (kind, slot) in kinds {
         for n in 1..=4 * sealed as u64 + 4 {
-            let scratch = tempfile::tempdir().unwrap();
-            let dir = scratch.path().join("log");
-            copy_dir(&source, &dir);
-            let storage = FaultyStorage::default();
-            slot(&storage).store(n, Ordering::SeqCst);
-            if compact(&storage, &dir).is_err() {
-                failures += 1;
+            for &compress in modes {
+                #[cfg(feature = "compress")]
+                let options = CompactOptions::new().compress(compress);
+                #[cfg(not(feature = "compress"))]
+                let options = {
+                    let _ = compress;
+                    CompactOptions::new()
+                };
+                let compact = |storage: &dyn surfacelog::internals::storage::Storage,
+                               dir: &Path| {
+                    compact_with(storage, dir, options)
+                };
+                let scratch = tempfile::tempdir().unwrap();
+                let dir = scratch.path().join("log");
+                copy_dir(&source, &dir);
+                let storage = FaultyStorage::default();
+                slot(&storage).store(n, Ordering::SeqCst);
+                if compact(&storage, &dir).is_err() {
+                    failures += 1;
+                }
+                let after: Vec<String> = events(&dir).into_iter().map(|e| e.0).collect();
+                assert_eq!(
+                    after, before,
+                    "{kind} #{n}: every event reads back as before"
+                );
+                let (log, report) = DiskLog::open(&dir, LogOptions::default()).unwrap();
+                assert!(
+                    report.torn_tail.is_none(),
+                    "{kind} #{n}: nothing to recover"
+                );
+                log.close().unwrap();
+                compact(&FsStorage, &dir).unwrap();
+                let again: Vec<String> = events(&dir).into_iter().map(|e| e.0).collect();
+                assert_eq!(again, before, "{kind} #{n}: a second compaction finishes");
+                assert!(
+                    compact(&FsStorage, &dir).unwrap().rewritten.is_empty(),
+                    "{kind} #{n}: nothing left to rewrite"
+                );
             }
-            let after: Vec<String> = events(&dir).into_iter().map(|e| e.0).collect();
-            assert_eq!(
-                after, before,
-                "{kind} #{n}: every event reads back as before"
-            );
-            let (log, report) = DiskLog::open(&dir, LogOptions::default()).unwrap();
-            assert!(
-                report.torn_tail.is_none(),
-                "{kind} #{n}: nothing to recover"
-            );
-            log.close().unwrap();
-            compact(&FsStorage, &dir).unwrap();
-            let again: Vec<String> = events(&dir).into_iter().map(|e| e.0).collect();
-            assert_eq!(again, before, "{kind} #{n}: a second compaction finishes");
-            assert!(
-                compact(&FsStorage, &dir).unwrap().rewritten.is_empty(),
-                "{kind} #{n}: nothing left to rewrite"
-            );
         }
     }
     assert!(
@@ -478,5 +498,232 @@ fn copy_dir(from: &Path, to: &Path) {
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
         std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// Compressed sealed segments (log-format.md §14): the tests below need the `compress`
+/// feature; without it a compressed segment is refused at its header (SEG-9).
+#[cfg(feature = "compress")]
+mod compressed {
+    use super::*;
+    use surfacelog::CompactOptions;
+    use surfacelog::internals::log::segment::COMPRESSED;
+
+    fn compress() -> CompactOptions {
+        CompactOptions::new().compress(true)
+    }
+
+    /// The names of the log's segment files, in log order.
+    fn segment_names(dir: &Path) -> Vec<String> {
+        files(dir)
+            .into_keys()
+            .filter(|n| has_extension(n, "seg"))
+            .collect()
+    }
+
+    /// The offset of the first block of a compressed segment (CZ-3).
+    fn first_block(bytes: &[u8]) -> usize {
+        let count = u32::from_le_bytes(bytes[68..72].try_into().unwrap()) as usize;
+        (64 + 8 + 12 * count + 4).next_multiple_of(8)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+        /// CZ-1, CZ-5: every sealed segment that may be rewritten is compressed (or kept
+        /// when it would not shrink), the last stays plain; every event reads back as the
+        /// same text, the session has the same messages and verifies; a second compaction
+        /// changes nothing; the session takes appends again; a fork at any seq holds the
+        /// same first events; a reader opened before reads the same events after (CMP-4).
+        #[test]
+        fn cz_5_a_compressed_log_holds_the_same_events(
+            turns in 2u64..10,
+            chunks in 0u64..10,
+            segment_bytes in 2000u64..6000,
+            chunk_records: bool,
+            fork_at in any::<prop::sample::Index>(),
+        ) {
+            let root = tempfile::tempdir().unwrap();
+            let old = store(root.path(), chunk_records, segment_bytes);
+            fill(&old, "s", turns, chunks);
+            let dir = log_dir(&old, "s");
+            let before = events(&dir);
+            let messages_before = messages(&old, "s");
+            let segments_before = segments(&dir);
+            let early = LogReader::open(&dir).unwrap();
+            prop_assert_eq!(early.event_at(0).unwrap().text(), before[0].0.as_str());
+
+            let new = store(root.path(), true, segment_bytes);
+            let report = new.compact_log_with("s", compress()).unwrap();
+            prop_assert_eq!(report.rewritten.len() + report.kept.len(), segments_before.len());
+            prop_assert_eq!(report.kept.last().map(|k| k.1), Some(KeptReason::Last));
+            prop_assert!(report.kept.iter().all(|k| matches!(k.1, KeptReason::Last | KeptReason::NoGain)), "{:?}", report);
+            prop_assert!(report.rewritten.iter().all(|s| s.compressed && s.bytes_after < s.bytes_before));
+            prop_assert!(segments_before.len() < 3 || !report.rewritten.is_empty(), "{:?}", report);
+            let segments_after = segments(&dir);
+            for (header, len) in &segments_after {
+                let rewritten = report.rewritten.iter().find(|s| s.first_seq == header.first_seq);
+                prop_assert_eq!(header.incompat_features & COMPRESSED != 0, rewritten.is_some());
+                if let Some(s) = rewritten {
+                    prop_assert_eq!(s.bytes_after, *len);
+                    prop_assert_eq!(header.incompat_features & CHUNK_RECORDS, CHUNK_RECORDS);
+                }
+            }
+            let after = events(&dir);
+            prop_assert_eq!(
+                after.iter().map(|e| &e.0).collect::<Vec<_>>(),
+                before.iter().map(|e| &e.0).collect::<Vec<_>>()
+            );
+            for (seq, (text, _)) in before.iter().enumerate() {
+                prop_assert_eq!(early.event_at(seq as u64).unwrap().text(), text.as_str(), "seq {}", seq);
+            }
+            prop_assert_eq!(messages(&new, "s"), messages_before.clone());
+            let verified = new.verify(Some(&["s"])).unwrap();
+            prop_assert!(verified.ok(), "{:?}", verified);
+            prop_assert!(files(&dir).keys().all(|n| !has_extension(n, "tmp")));
+            // CMP-6, CZ-5: nothing more to do.
+            let again = new.compact_log_with("s", compress()).unwrap();
+            prop_assert!(again.rewritten.is_empty(), "{:?}", again);
+            prop_assert!(again.kept.iter().all(|k| matches!(k.1, KeptReason::Compressed | KeptReason::Last | KeptReason::NoGain)));
+            prop_assert!(new.compact_log("s").unwrap().rewritten.is_empty());
+
+            // A fork at any turn's end shares compressed segments, whole or as its
+            // boundary.
+            let ends: Vec<u64> = before
+                .iter()
+                .enumerate()
+                .filter(|(_, (text, _))| text.contains(r#""type":"turn/end""#))
+                .map(|(seq, _)| seq as u64)
+                .collect();
+            let at = ends[fork_at.index(ends.len())];
+            new.fork("s", Boundary::Seq(at), "child").unwrap().close().unwrap();
+            let child = events(&log_dir(&new, "child"));
+            prop_assert!(child.len() as u64 > at);
+            for (seq, (text, _)) in before.iter().enumerate().take(usize::try_from(at).unwrap() + 1) {
+                prop_assert_eq!(&child[seq].0, text, "child seq {}", seq);
+            }
+            let verified = new.verify(Some(&["child"])).unwrap();
+            prop_assert!(verified.ok(), "{:?}", verified);
+
+            // The writer appends after the compressed segments, and everything reads back.
+            let (mut session, _) = new.resume("s").unwrap();
+            common::turn_start(&mut session, turns + 1);
+            common::user_message(&mut session, "after compression");
+            session.close().unwrap();
+            let grown = events(&dir);
+            let texts = |events: &[(String, bool)]| events.iter().map(|e| e.0.clone()).collect::<Vec<_>>();
+            prop_assert_eq!(texts(&grown[..before.len()]), texts(&before));
+            prop_assert!(grown[before.len()..].iter().any(|e| e.0.contains("after compression")));
+        }
+    }
+
+    /// CZ-3, RD-6: a damaged byte anywhere in a compressed segment's table or blocks is
+    /// `CORRUPT` naming the segment, for a read of any of its events, for `verify` and for
+    /// compaction; the events of the other segments still read back; a writer still
+    /// opens (sealed segments are read on access); salvage keeps the segments before it
+    /// and sets the rest aside.
+    #[test]
+    fn cz_3_damage_in_a_compressed_segment_is_an_error_naming_it() {
+        let root = tempfile::tempdir().unwrap();
+        let s = store(root.path(), true, 4096);
+        fill(&s, "s", 8, 8);
+        let dir = log_dir(&s, "s");
+        let before = events(&dir);
+        assert!(s.compact_log_with("s", compress()).unwrap().rewritten.len() > 3);
+        let names = segment_names(&dir);
+        let victim = dir.join(&names[2]);
+        let pristine = std::fs::read(&victim).unwrap();
+        let header = SegmentHeader::decode(&pristine).unwrap();
+        let next = SegmentHeader::decode(&std::fs::read(dir.join(&names[3])).unwrap())
+            .unwrap()
+            .first_seq;
+        let block = first_block(&pristine);
+        for at in [64, 70, 80, block - 4, block, block + 7, pristine.len() - 1] {
+            let mut bytes = pristine.clone();
+            bytes[at] ^= 0x10;
+            std::fs::write(&victim, &bytes).unwrap();
+            let reader = LogReader::open(&dir).unwrap();
+            for seq in [header.first_seq, next - 1] {
+                let error = reader.event_at(seq).unwrap_err();
+                assert_eq!(error.code(), "CORRUPT", "byte {at}, seq {seq}: {error}");
+                assert!(error.to_string().contains(&names[2]), "byte {at}: {error}");
+            }
+            for seq in (0..header.first_seq).chain(next..before.len() as u64) {
+                assert_eq!(
+                    reader.event_at(seq).unwrap().text(),
+                    before[usize::try_from(seq).unwrap()].0
+                );
+            }
+            let verified = s.verify(Some(&["s"])).unwrap();
+            assert!(!verified.ok(), "byte {at}: verify finds it");
+            let error = s.compact_log_with("s", compress()).unwrap_err();
+            assert_eq!(error.code(), "CORRUPT", "byte {at}: {error}");
+            let (session, _) = s.open_session("s").unwrap();
+            session.close().unwrap();
+        }
+        std::fs::write(dir.join(&names[2]).with_extension("seg"), {
+            let mut bytes = pristine.clone();
+            bytes[block + 3] ^= 0x01;
+            bytes
+        })
+        .unwrap();
+        let report = s.salvage("s").unwrap();
+        let kept = events(&dir);
+        assert_eq!(kept.len() as u64, header.first_seq, "{report:?}");
+        for (seq, (text, _)) in kept.iter().enumerate() {
+            assert_eq!(text, &before[seq].0);
+        }
+    }
+
+    /// CZ-6: a log whose last segment is compressed (the plain one after it removed) is
+    /// refused at open, by a writer and by a reader, naming the segment.
+    #[test]
+    fn cz_6_a_compressed_segment_is_never_the_last() {
+        let root = tempfile::tempdir().unwrap();
+        let s = store(root.path(), true, 4096);
+        fill(&s, "s", 4, 8);
+        let dir = log_dir(&s, "s");
+        s.compact_log_with("s", compress()).unwrap();
+        let names = segment_names(&dir);
+        let last = dir.join(names.last().unwrap());
+        std::fs::remove_file(&last).unwrap();
+        let _ = std::fs::remove_file(last.with_extension("idx"));
+        let _ = std::fs::remove_file(dir.parent().unwrap().join("checkpoint"));
+        let error = LogReader::open(&dir).unwrap_err();
+        assert_eq!(error.code(), "CORRUPT", "{error}");
+        assert!(error.to_string().contains("CZ-6"), "{error}");
+        let error = s.open_session("s").map(|_| ()).unwrap_err();
+        assert_eq!(error.code(), "CORRUPT", "{error}");
+    }
+
+    /// CZ-5, CZ-6: with the last segment's header not written (being created, or torn:
+    /// RCV-7), the segment before it could become the last, so it stays plain.
+    #[test]
+    fn cz_5_the_segment_before_an_unborn_last_stays_plain() {
+        let root = tempfile::tempdir().unwrap();
+        let s = store(root.path(), true, 4096);
+        fill(&s, "s", 4, 8);
+        let dir = log_dir(&s, "s");
+        let names = segment_names(&dir);
+        let seq_next = events(&dir).len();
+        // A next segment with no header yet: its creation cut short (SEG-6, RCV-7).
+        let unborn = dir.join(format!("{seq_next:020}.seg"));
+        std::fs::write(&unborn, vec![0; 65536]).unwrap();
+        let report = s.compact_log_with("s", compress()).unwrap();
+        let before_last =
+            SegmentHeader::decode(&std::fs::read(dir.join(names.last().unwrap())).unwrap())
+                .unwrap();
+        assert!(
+            report
+                .kept
+                .contains(&(before_last.first_seq, KeptReason::BeforeUnbornLast)),
+            "{report:?}"
+        );
+        assert_eq!(before_last.incompat_features & COMPRESSED, 0);
+        assert!(report.rewritten.iter().all(|r| r.compressed));
+        // RCV-7 makes it the last again: the session opens and appends.
+        let (mut session, _) = s.resume("s").unwrap();
+        common::user_message(&mut session, "after");
+        session.close().unwrap();
     }
 }

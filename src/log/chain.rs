@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
+use super::compressed::is_compressed;
 use super::limit::{Limit, limit_name};
 use super::map::{FileIdentity, identity, map};
 use super::reader::corrupt;
@@ -164,6 +165,13 @@ pub(crate) fn open_chain_listed(
         check_limits(dir, &chain, &limits)?;
         return Ok(chain);
     };
+    if is_compressed(&header) {
+        return Err(corrupt(
+            &path,
+            0,
+            "the last segment is compressed: a segment after it is missing (CZ-6)",
+        ));
+    }
     let log_id = header.log_id;
     if header.index != last_at as u64 || Some(&header.first_seq) != firsts.get(last_at) {
         return Err(discontinued(&path));
@@ -234,7 +242,11 @@ pub(crate) fn open_chain_known(
     let path = seq_file_path(dir, last.first_seq, ".seg");
     let (file, map) = open_mapped(storage, &path, true).ok()?;
     let header = SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN)).ok()?;
-    if header.index != before.len() as u64 || header.first_seq != last.first_seq {
+    // CZ-6: a compressed segment is never the last; listing the directory finds why.
+    if header.index != before.len() as u64
+        || header.first_seq != last.first_seq
+        || is_compressed(&header)
+    {
         return None;
     }
     let mut chain = Chain {
@@ -313,11 +325,18 @@ pub(crate) fn open_sealed(
         }
         Err(error) => return Err(Error::io("open", path, &error)),
     };
-    let map = map(&file).map_err(|e| Error::io("mmap", path, &e))?;
     let header = checked_header(&super::map::read_head(&file, SEGMENT_HEADER_LEN), path)?;
     if header.log_id != *log_id || header.index != index || header.first_seq != first_seq {
         return Err(discontinued(path));
     }
+    let map = if is_compressed(&header) {
+        // CZ-4: the logical segment, every block checked, in a file of its own; the
+        // identity kept is the compressed file's, under the segment's name (RD-1, CMP-4).
+        let dir = path.parent().unwrap_or(Path::new("."));
+        super::compressed::materialize(dir, path, &file, &header)?.1
+    } else {
+        map(&file).map_err(|e| Error::io("mmap", path, &e))?
+    };
     Ok((header, map, identity(&file)))
 }
 

@@ -1,11 +1,13 @@
 //! Compaction (log-format.md §13, CMP-1 to CMP-6): an explicit rewrite of a log's sealed
-//! segments written before chunk records (§4.1) into segments that use them. Every event
-//! keeps its seq and its text byte for byte; only the form of its record changes.
+//! segments written before chunk records (§4.1) into segments that use them, and, when
+//! asked, into compressed segments (§14, CZ-5). Every event keeps its seq and its text byte
+//! for byte; only the form of its record, and of the file, changes.
 #![deny(clippy::indexing_slicing)]
 
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 
+use super::compressed::is_compressed;
 use super::quarantine::{Examined, Opened, examine, locked_listing};
 use super::reader::read_error;
 use super::scan::{FileBytes, read_range};
@@ -45,8 +47,11 @@ pub struct RewrittenSegment {
     /// The file's length before (its records, padding and the zeros up to its growth
     /// step, SEG-6).
     pub bytes_before: u64,
-    /// The file's length after: its header and records, nothing more.
+    /// The file's length after: its header and records, nothing more, or its compressed
+    /// form (§14).
     pub bytes_after: u64,
+    /// Whether it is now a compressed segment (CZ-5).
+    pub compressed: bool,
 }
 
 /// Why [`compact`] left a segment as it was (CMP-1, CMP-6).
@@ -74,8 +79,55 @@ pub enum KeptReason {
     Shared,
     /// It already sets `CHUNK_RECORDS` (SEG-9): its writer chose each record's form.
     AlreadyCompact,
-    /// None of its events is stored differently as a chunk record.
+    /// None of its events is stored differently as a chunk record, or, when compressing,
+    /// its compressed form would not be smaller than its file (CZ-5).
     NoGain,
+    /// Already compressed (CZ-5): a compressed segment is never rewritten.
+    Compressed,
+    /// Not compressed: the last segment's header does not check out, so this one could
+    /// become the last (RCV-7), and a compressed segment is never the last (CZ-6).
+    BeforeUnbornLast,
+}
+
+/// How [`compact_with`] rewrites a log.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)?;
+/// # s.close()?;
+/// use surfacelog::CompactOptions;
+/// let report = store.compact_log_with("s", CompactOptions::new().compress(true))?;
+/// assert!(report.rewritten.is_empty()); // one segment: the last, left as it is
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactOptions {
+    compress: bool,
+}
+
+impl CompactOptions {
+    /// Chunk records only (CMP-1 to CMP-6), as [`compact`] does.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self { compress: false }
+    }
+
+    /// Whether sealed segments are also compressed (log-format.md §14, CZ-5). Only in a
+    /// build with the `compress` feature.
+    #[cfg(feature = "compress")]
+    #[must_use]
+    pub const fn compress(mut self, compress: bool) -> Self {
+        self.compress = compress;
+        self
+    }
+
+    /// Whether sealed segments are also compressed.
+    #[must_use]
+    pub const fn compresses(&self) -> bool {
+        self.compress
+    }
 }
 
 /// What [`compact`] did, segment by segment, in log order.
@@ -134,6 +186,20 @@ const READ_WINDOW_BYTES: usize = 8 << 20;
 /// `FORMAT_VERSION`, `IO`. A failure part-way leaves every segment either as it was or
 /// rewritten whole (CMP-3), each holding the same events.
 pub fn compact(storage: &dyn Storage, dir: &Path) -> Result<LogCompaction> {
+    compact_with(storage, dir, CompactOptions::new())
+}
+
+/// [`compact`], and with [`CompactOptions::compress`] each sealed segment it would rewrite,
+/// and each that already uses chunk records, rewritten as a compressed segment instead
+/// (log-format.md §14, CZ-5).
+///
+/// # Errors
+/// As [`compact`].
+pub fn compact_with(
+    storage: &dyn Storage,
+    dir: &Path,
+    options: CompactOptions,
+) -> Result<LogCompaction> {
     let (_lock, firsts, limits) = locked_listing(storage, dir)?;
     let mut report = LogCompaction::default();
     // CMP-2: every sealed segment checks out before anything is written. Each is closed
@@ -167,15 +233,27 @@ pub fn compact(storage: &dyn Storage, dir: &Path) -> Result<LogCompaction> {
             "the segment does not continue the log (LOG-2, SEG-3); nothing was compacted (CMP-2)",
         ));
     }
+    // CZ-5, CZ-6: whether the last segment's header checks out; if not, RCV-7 would make
+    // the segment before it the last, which must then stay plain.
+    let last_born = firsts.last().is_none_or(|&last| {
+        let path = seq_file_path(dir, last, ".seg");
+        storage.open_file(&path, false).is_ok_and(|file| {
+            SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN)).is_ok()
+        })
+    });
     for place in checked {
         let (opened, offsets, end, _) = examined(storage, dir, &place, log_id)?;
         let first = place.first;
         let why = if opened.limit.is_some() {
             Some(KeptReason::Limited)
-        } else if opened.header.incompat_features & CHUNK_RECORDS != 0 {
+        } else if is_compressed(&opened.header) {
+            Some(KeptReason::Compressed)
+        } else if opened.header.incompat_features & CHUNK_RECORDS != 0 && !options.compress {
             Some(KeptReason::AlreadyCompact)
         } else if links(&opened, dir)? > 1 {
             Some(KeptReason::Shared)
+        } else if options.compress && !last_born && place.next == firsts.last().copied() {
+            Some(KeptReason::BeforeUnbornLast)
         } else {
             None
         };
@@ -183,7 +261,7 @@ pub fn compact(storage: &dyn Storage, dir: &Path) -> Result<LogCompaction> {
             report.kept.push((first, why));
             continue;
         }
-        match rewrite(storage, dir, &opened, &offsets, end)? {
+        match rewrite(storage, dir, &opened, &offsets, end, options.compress)? {
             Some(rewritten) => report.rewritten.push(rewritten),
             None => report.kept.push((first, KeptReason::NoGain)),
         }
@@ -255,15 +333,16 @@ fn links(opened: &Opened, dir: &Path) -> Result<u64> {
 }
 
 /// CMP-3: the segment `opened`, whose records checked out at `offsets` up to `end`,
-/// rebuilt with chunk records in a `.tmp` file, synced, read back and compared, then put
-/// in place of the old one by rename, with its index. `None` when no record would change
-/// (CMP-6): nothing is written.
+/// rebuilt with chunk records (and, when `compress`, compressed, CZ-5) in a `.tmp` file,
+/// synced, read back and compared, then put in place of the old one by rename, with its
+/// index. `None` when it would not gain (CMP-6, CZ-5): nothing is written.
 fn rewrite(
     storage: &dyn Storage,
     dir: &Path,
     opened: &Opened,
     offsets: &[u32],
     end: usize,
+    compress: bool,
 ) -> Result<Option<RewrittenSegment>> {
     let first = opened.header.first_seq;
     let path = seq_file_path(dir, first, ".seg");
@@ -272,20 +351,37 @@ fn rewrite(
         ..opened.header
     };
     let built = build(&path, opened, offsets, end, &header)?;
-    if built.chunk_records == 0 {
+    let before = opened.map.len() as u64;
+    let packed = if compress {
+        match compressed(&path, &built.bytes)? {
+            Some(packed) if (packed.len() as u64) < before => Some(packed),
+            _ => return Ok(None),
+        }
+    } else if built.chunk_records == 0 {
         return Ok(None);
-    }
-    let bytes = built.bytes;
+    } else {
+        None
+    };
+    let logical = built.bytes;
+    let bytes = packed.as_deref().unwrap_or(&logical);
     let tmp = dir.join(seq_file_name(first, ".seg.tmp"));
     let _ = storage.remove_file(&tmp);
     let file = storage
         .create_file(&tmp, bytes.len() as u64)
         .map_err(|e| Error::io("create", &tmp, &e))?;
     let written = storage
-        .write_at(&file, 0, &bytes)
+        .write_at(&file, 0, bytes)
         .and_then(|()| storage.sync_data(&file))
         .map_err(|e| Error::io("write", &tmp, &e))
-        .and_then(|()| read_back(&file, &tmp, &bytes));
+        .and_then(|()| read_back(&file, &tmp, bytes))
+        .and_then(|()| {
+            // CZ-5: the compressed file decompresses to the logical segment, byte for byte.
+            if packed.is_some() {
+                unpacks_to(&file, &tmp, &header, &logical)
+            } else {
+                Ok(())
+            }
+        });
     if let Err(error) = written {
         let _ = storage.remove_file(&tmp);
         return Err(error);
@@ -297,13 +393,14 @@ fn rewrite(
     storage
         .rename(&tmp, &path)
         .map_err(|e| Error::io("rename", &path, &e))?;
-    // IDX-1: a cache, written through a `.tmp` file; a failure costs a scan later.
-    let data = bytes.get(SEGMENT_HEADER_LEN..).unwrap_or_default();
+    // IDX-1: a cache, written through a `.tmp` file; a failure costs a scan later. Its
+    // offsets and `data_crc` are the logical segment's (CZ-1).
+    let data = logical.get(SEGMENT_HEADER_LEN..).unwrap_or_default();
     let index = super::index::encode(
         &header.log_id,
         first,
         &built.offsets,
-        u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+        u32::try_from(logical.len()).unwrap_or(u32::MAX),
         crc32c::crc32c(data),
     );
     let index_tmp = dir.join(seq_file_name(first, ".idx.tmp"));
@@ -316,9 +413,44 @@ fn rewrite(
         first_seq: first,
         events: offsets.len() as u64,
         chunk_records: built.chunk_records,
-        bytes_before: opened.map.len() as u64,
+        bytes_before: before,
         bytes_after: bytes.len() as u64,
+        compressed: packed.is_some(),
     }))
+}
+
+/// CZ-5: the compressed form of the logical segment `logical`, in blocks of 1 MiB at
+/// Zstandard's level 3.
+#[cfg(feature = "compress")]
+fn compressed(path: &Path, logical: &[u8]) -> Result<Option<Vec<u8>>> {
+    super::compressed::compress(logical, super::compressed::BLOCK_BYTES, 3)
+        .map_err(|e| Error::io("compress", path, &e))
+}
+
+/// Without the `compress` feature [`compact_with`] refuses compression first.
+#[cfg(not(feature = "compress"))]
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "the signature of the `compress` feature's function"
+)]
+fn compressed(_path: &Path, _logical: &[u8]) -> Result<Option<Vec<u8>>> {
+    Ok(None)
+}
+
+/// CZ-5: the compressed file `file` (at `path`, for the segment whose logical header is
+/// `header`) decompresses, every block checked, to `logical` exactly.
+fn unpacks_to(
+    file: &std::fs::File,
+    path: &Path,
+    header: &SegmentHeader,
+    logical: &[u8],
+) -> Result<()> {
+    let stored = SegmentHeader {
+        incompat_features: header.incompat_features | super::segment::COMPRESSED,
+        capacity: logical.len() as u64,
+        ..*header
+    };
+    super::compressed::check_unpacks_to(file, path, &stored, logical)
 }
 
 /// A segment rebuilt in memory.

@@ -7,6 +7,7 @@
 
 mod chain;
 mod compact;
+mod compressed;
 mod group_commit;
 mod index;
 pub mod limit;
@@ -20,7 +21,9 @@ mod writer;
 
 pub use chain::KnownSegment;
 pub(crate) use chain::{Chain, open_own_segment};
-pub use compact::{KeptReason, LogCompaction, RewrittenSegment, compact};
+pub use compact::{
+    CompactOptions, KeptReason, LogCompaction, RewrittenSegment, compact, compact_with,
+};
 // Hidden: the index codec for the fuzz targets (`fuzz/`), not part of the API.
 #[doc(hidden)]
 pub use index::{Index, decode as decode_index, encode as encode_index};

@@ -226,11 +226,27 @@ pub fn salvage(
         }
     }
     report.seq_next = seq;
+    // CZ-6, CZ-7: the segment left last, when compressed, becomes its plain logical
+    // segment (a cut inside a segment writes it plain already).
+    let last = match &cut {
+        None => firsts.last().copied(),
+        Some(Cut::Before { position }) => position
+            .checked_sub(1)
+            .and_then(|at| firsts.get(at).copied()),
+        Some(Cut::Inside { .. }) => None,
+    };
+    let mut changed = false;
     if let Some(cut) = cut {
         set_aside(storage, dir, &firsts, &limits, cut, &mut report)?;
         if !report.set_aside.is_empty() {
             report.first_lost_seq = Some(seq);
         }
+        changed = true;
+    }
+    if let Some(first) = last {
+        changed |= make_plain(storage, dir, first)?;
+    }
+    if changed {
         storage
             .sync_dir(dir)
             .map_err(|e| Error::io("fsync", dir, &e))?;
@@ -398,6 +414,14 @@ fn open_checked(
     {
         return Err(at0("the segment does not continue the log (SEG-3)"));
     }
+    // CZ-7: a compressed segment is checked (CZ-3), then examined as its logical segment,
+    // whose bytes (and header, `COMPRESSED` clear) a cut keeps as a plain segment.
+    let (file, map) = if super::compressed::is_compressed(&header) {
+        super::compressed::materialize(dir, path, &file, &header)
+            .map_err(|error| error.to_string())?
+    } else {
+        (file, map)
+    };
     let limit = if limited {
         let limit_path = dir.join(limit_name(first));
         let bytes = crate::storage::read_file(storage, &limit_path).unwrap_or_default();
@@ -455,6 +479,25 @@ fn set_aside(
     Ok(())
 }
 
+/// CZ-6, CZ-7: replaces the segment `first`, when it is compressed, by its logical
+/// segment as a plain file (the same records at the same offsets, so its index stays
+/// valid), by rename. Whether it did. A segment that does not check out is left for the
+/// next open to report.
+fn make_plain(storage: &dyn Storage, dir: &Path, first: u64) -> Result<bool> {
+    let path = seq_file_path(dir, first, ".seg");
+    let file = storage
+        .open_file(&path, false)
+        .map_err(|e| Error::io("open", &path, &e))?;
+    let header = match SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN)) {
+        Ok(header) if super::compressed::is_compressed(&header) => header,
+        _ => return Ok(false),
+    };
+    let (_, logical) = super::compressed::materialize(dir, &path, &file, &header)?;
+    let tmp = dir.join(format!("{}.tmp", seq_file_name(first, ".seg")));
+    crate::storage::replace_file(storage, &tmp, &path, &logical, logical.len() as u64)?;
+    Ok(true)
+}
+
 /// SLV-2: keeps the segment `opened` up to `offset`. Its bytes from there (to the last
 /// non-zero one, or to its limit) go to a quarantine file; then the segment is replaced, by
 /// rename, with a copy of its bytes before `offset` (the same capacity, zeros after): a
@@ -481,7 +524,8 @@ fn cut_segment(
         let regions = data_regions(&opened.file, offset, opened.map.len());
         nonzero_end(&source, offset, &regions).map_err(|e| read_error(&path, offset, &e))?
     };
-    if to <= offset && opened.limit.is_none() {
+    let compressed = super::compressed::is_compressed(&opened.header);
+    if to <= offset && opened.limit.is_none() && !compressed {
         // Nothing after the records: the segment stays as it is (LOG-2 cut).
         return Ok(());
     }

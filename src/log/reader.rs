@@ -159,6 +159,12 @@ impl Mapped {
         bound: usize,
         first: u64,
     ) -> std::io::Result<super::scan::Scan> {
+        if super::compressed::is_compressed(&self.header) {
+            // CZ-4: the map is the logical segment, every byte of it written and checked
+            // before it was mapped; the file under the name is the compressed one.
+            let bytes = self.map.get(..bound).unwrap_or(&self.map);
+            return scan(bytes, SEGMENT_HEADER_LEN, first);
+        }
         let opened;
         let file = if let Some(file) = &self.file {
             file

@@ -32,6 +32,9 @@ pub struct SegmentHeader {
 /// SEG-9 `incompat_features` bit 0: the segment may hold chunk records (§4.1, REC-11).
 pub const CHUNK_RECORDS: u16 = 1 << 0;
 
+/// SEG-9 `incompat_features` bit 1: the file is a compressed sealed segment (§14, CZ-2).
+pub const COMPRESSED: u16 = 1 << 1;
+
 /// The step in which the writer grows a segment file ahead of its records (SEG-6): 64 KiB.
 pub const SEGMENT_GROW_BYTES: u64 = 64 << 10;
 
@@ -70,7 +73,14 @@ pub(crate) fn cut_short(len: u64, capacity: u64) -> String {
 pub const FROZEN_PREFIX_LEN: usize = 12;
 
 /// The incompatible feature bits this build knows in a segment header (SEG-9):
-/// [`CHUNK_RECORDS`]. A header with any other bit set is refused.
+/// [`CHUNK_RECORDS`], and [`COMPRESSED`] with the `compress` feature. A header with any
+/// other bit set is refused.
+#[cfg(feature = "compress")]
+pub const SEGMENT_INCOMPAT_KNOWN: u16 = CHUNK_RECORDS | COMPRESSED;
+/// The incompatible feature bits this build knows in a segment header (SEG-9):
+/// [`CHUNK_RECORDS`] (a build without the `compress` feature refuses [`COMPRESSED`]). A
+/// header with any other bit set is refused.
+#[cfg(not(feature = "compress"))]
 pub const SEGMENT_INCOMPAT_KNOWN: u16 = CHUNK_RECORDS;
 /// The compatible feature bits this build knows in a segment header (SEG-9): none; the
 /// others are ignored.
@@ -306,6 +316,13 @@ pub(crate) fn parse_first_seq(digits: &str) -> Option<u64> {
     (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
         .then(|| digits.parse().ok())?
 }
+
+/// The header bytes of segment `file`, read with `pread` (RD-8); fewer when it is shorter.
+pub(crate) fn read_head(file: &std::fs::File) -> Vec<u8> {
+    super::map::read_head(file, SEGMENT_HEADER_LEN)
+}
+
+pub(crate) use super::compressed::materialize;
 
 #[cfg(test)]
 mod tests {

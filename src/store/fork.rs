@@ -149,7 +149,13 @@ fn write_fork(
                 .open_file(&source_first, false)
                 .and_then(|file| file.read_exact_at(&mut bytes, 0))
                 .map_err(|e| Error::io("read", &source_first, &e))?;
-            SegmentHeader::decode(&bytes).map_err(|_| corrupt_header(&source_first))?
+            let header =
+                SegmentHeader::decode(&bytes).map_err(|_| corrupt_header(&source_first))?;
+            // CZ-6: the child's own segment is plain, whatever the source's first is.
+            SegmentHeader {
+                incompat_features: header.incompat_features & !crate::log::segment::COMPRESSED,
+                ..header
+            }
         }
         Some(boundary) => {
             limit = Some(share_boundary(storage, &log_dir, &boundary, &mut syncs)?);

@@ -1125,12 +1125,31 @@ impl Store {
     /// and offset of damage (nothing changed), `FORMAT_VERSION`, `IO` (every segment is
     /// then as it was or rewritten whole, CMP-3).
     pub fn compact_log(&self, id: &str) -> Result<crate::log::LogCompaction> {
+        self.compact_log_with(id, crate::log::CompactOptions::new())
+    }
+
+    /// [`Store::compact_log`] with options: with [`CompactOptions::compress`], every
+    /// sealed segment it may rewrite (the last, limited and shared ones stay as they are)
+    /// is also compressed (log-format.md §14, CZ-5), those already using chunk records
+    /// included. Readers decompress a compressed segment, every block checked, on their
+    /// first access into it (CZ-4); the writer never appends to one (CZ-6).
+    ///
+    /// [`CompactOptions::compress`]: crate::CompactOptions::compress
+    ///
+    /// # Errors
+    /// As [`Store::compact_log`].
+    pub fn compact_log_with(
+        &self,
+        id: &str,
+        options: crate::log::CompactOptions,
+    ) -> Result<crate::log::LogCompaction> {
         check_id(id)?;
         let dir = self.session_dir(id);
         Self::read_header(&*self.options.log.storage, id, &dir)?;
-        let report = crate::log::compact(&*self.options.log.storage, &dir.join("log"))
-            .map_err(|e| Self::unless_deleted(id, &dir, e).in_session(id))
-            .inspect_err(|error| trace_refusal("compact", id, error))?;
+        let report =
+            crate::log::compact_with(&*self.options.log.storage, &dir.join("log"), options)
+                .map_err(|e| Self::unless_deleted(id, &dir, e).in_session(id))
+                .inspect_err(|error| trace_refusal("compact", id, error))?;
         tracing::info!(
             session = id,
             rewritten = report.rewritten.len(),

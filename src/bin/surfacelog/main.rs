@@ -224,10 +224,16 @@ enum Command {
     },
     /// Rewrite a session's log in the compact record encoding (chunk records): the same
     /// events, byte for byte, in fewer bytes. Not the conversation's compaction.
-    #[command(after_help = "Examples:\n  surfacelog compact s1\n  surfacelog --json compact s1")]
+    #[command(
+        after_help = "Examples:\n  surfacelog compact s1\n  surfacelog compact --compress s1\n  surfacelog --json compact s1"
+    )]
     Compact {
         /// The session id.
         id: String,
+        /// Also compress the sealed segments (zstd, log-format.md §14); the segment the
+        /// writer appends to stays plain.
+        #[arg(long)]
+        compress: bool,
     },
     /// Read a log directory without a lock and print its length.
     #[command(after_help = "Examples:\n  surfacelog log ./surfacelog-data/sessions/s1/log")]
@@ -342,7 +348,7 @@ fn main() -> ExitCode {
             Err(error) => Err(error),
         },
         Command::Salvage { id } => sessions::salvage(&ctx, &id),
-        Command::Compact { id } => sessions::compact(&ctx, &id),
+        Command::Compact { id, compress } => sessions::compact(&ctx, &id, compress),
         Command::Log { dir, check_writer } => read::log_info(&ctx, &dir, check_writer),
         Command::Completions { shell } => {
             clap_complete::generate(

@@ -503,15 +503,19 @@ pub fn salvage(ctx: &Ctx, id: &str) -> Result<()> {
     Ok(())
 }
 
-/// `surfacelog compact ID`: the log rewritten with chunk records (log-format.md §13).
-pub fn compact(ctx: &Ctx, id: &str) -> Result<()> {
-    let report = ctx.open()?.compact_log(id)?;
+/// `surfacelog compact [--compress] ID`: the log rewritten with chunk records
+/// (log-format.md §13), and compressed (§14).
+pub fn compact(ctx: &Ctx, id: &str, compress: bool) -> Result<()> {
+    let options = surfacelog::CompactOptions::new().compress(compress);
+    let report = ctx.open()?.compact_log_with(id, options)?;
     let reason = |why: surfacelog::KeptReason| match why {
         surfacelog::KeptReason::Last => "last",
         surfacelog::KeptReason::Limited => "limited",
         surfacelog::KeptReason::Shared => "shared",
         surfacelog::KeptReason::AlreadyCompact => "already-compact",
         surfacelog::KeptReason::NoGain => "no-gain",
+        surfacelog::KeptReason::Compressed => "compressed",
+        surfacelog::KeptReason::BeforeUnbornLast => "before-unborn-last",
         _ => "other",
     };
     if ctx.json {
@@ -523,6 +527,7 @@ pub fn compact(ctx: &Ctx, id: &str) -> Result<()> {
             chunk_records: u64,
             bytes_before: u64,
             bytes_after: u64,
+            compressed: bool,
         }
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
@@ -549,6 +554,7 @@ pub fn compact(ctx: &Ctx, id: &str) -> Result<()> {
                     chunk_records: s.chunk_records,
                     bytes_before: s.bytes_before,
                     bytes_after: s.bytes_after,
+                    compressed: s.compressed,
                 })
                 .collect(),
             kept: report
@@ -564,12 +570,13 @@ pub fn compact(ctx: &Ctx, id: &str) -> Result<()> {
     }
     for s in &report.rewritten {
         out::say!(
-            "rewrote  segment {}: {} events, {} as chunk records, {} -> {} bytes",
+            "rewrote  segment {}: {} events, {} as chunk records, {} -> {} bytes{}",
             s.first_seq,
             s.events,
             s.chunk_records,
             s.bytes_before,
-            s.bytes_after
+            s.bytes_after,
+            if s.compressed { ", compressed" } else { "" }
         )?;
     }
     for &(first_seq, why) in &report.kept {

@@ -39,6 +39,9 @@ pub(super) fn check_segment(
         .metadata()
         .map_err(|e| Error::io("stat", path, &e))?
         .len();
+    let Some((file, file_len)) = logical_segment(found, place, file, file_len) else {
+        return Ok(None);
+    };
     let header = check_segment_header(found, place, &file, file_len, log_id)?;
     let limit = if place.limited {
         check_limit(found, place, header.as_ref())?
@@ -75,6 +78,31 @@ pub(super) fn check_segment(
     }
     let held = records.offsets.len() as u64;
     Ok(records.complete.then_some(place.first + held))
+}
+
+/// CZ-7: the file to check the segment in, with its length: `file` itself, or for a
+/// compressed segment (CZ-2) its logical segment decompressed into a temporary file, every
+/// block checked (CZ-3). `None` when the compressed file does not check out (reported):
+/// its records cannot be followed.
+fn logical_segment(
+    found: &mut Found,
+    place: &SegmentPlace<'_>,
+    file: File,
+    file_len: u64,
+) -> Option<(File, u64)> {
+    let head = crate::log::segment::read_head(&file);
+    let header = match SegmentHeader::decode(&head) {
+        Ok(header) if header.incompat_features & crate::log::segment::COMPRESSED != 0 => header,
+        // Plain, or a header `check_segment_header` reports.
+        _ => return Some((file, file_len)),
+    };
+    match crate::log::segment::materialize(place.log_dir, place.path, &file, &header) {
+        Ok((copy, _)) => Some((copy, header.capacity)),
+        Err(error) => {
+            found.error(place.path, None, "CZ-3", error.to_string());
+            None
+        }
+    }
 }
 
 /// Where the segment's records end and, when known, how many this log has in it.

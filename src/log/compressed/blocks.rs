@@ -1,0 +1,449 @@
+//! The block format of compressed sealed segments (log-format.md §14, CZ-3): the table,
+//! the compression of a logical segment (CZ-5), and its decompression, every block
+//! checked, into an unlinked temporary file that readers map (CZ-4).
+#![deny(clippy::indexing_slicing)]
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use memmap2::Mmap;
+
+use super::super::reader::{corrupt, read_error};
+use super::super::segment::{COMPRESSED, HeaderError, SEGMENT_HEADER_LEN, SegmentHeader};
+use super::is_compressed;
+use crate::error::{Error, Result};
+use crate::record::u32_at;
+
+/// CZ-3: where the block table starts, right after the header.
+const TABLE_AT: usize = SEGMENT_HEADER_LEN;
+/// CZ-3: the smallest `block_bytes`.
+const MIN_BLOCK_BYTES: u32 = 4096;
+/// CZ-3: the largest `block_bytes`, so that a block's buffer stays bounded.
+const MAX_BLOCK_BYTES: u32 = 1 << 26;
+/// The logical bytes per block compaction writes (CZ-5): 1 MiB, large enough for
+/// Zstandard to find the repetition between a session's turns, small enough that a
+/// block's buffer is a small part of a process's memory.
+pub(crate) const BLOCK_BYTES: u32 = 1 << 20;
+
+/// CZ-1: the header of the logical segment a compressed file with `header` stands for.
+fn logical_header(header: &SegmentHeader) -> SegmentHeader {
+    SegmentHeader {
+        incompat_features: header.incompat_features & !COMPRESSED,
+        ..*header
+    }
+}
+
+/// A compressed file's block table (CZ-3), checked against its header and its length.
+struct Table {
+    block_bytes: u32,
+    /// Per block: its compressed length, the CRC-32C of its compressed bytes and that
+    /// of its logical bytes.
+    blocks: Vec<Entry>,
+    /// Where the first block starts.
+    data_at: u64,
+}
+
+impl Table {
+    /// The logical bytes of block `i` of a segment of logical length `capacity`: its offset
+    /// and its length.
+    fn logical(&self, i: usize, capacity: u64) -> (u64, usize) {
+        let at = SEGMENT_HEADER_LEN as u64 + i as u64 * u64::from(self.block_bytes);
+        let len = capacity.saturating_sub(at).min(u64::from(self.block_bytes));
+        (at, usize::try_from(len).unwrap_or(0))
+    }
+}
+
+/// A block's entry in the table (CZ-3).
+#[derive(Clone, Copy)]
+struct Entry {
+    compressed_len: u32,
+    frame_crc: u32,
+    block_crc: u32,
+}
+
+/// The bytes of one entry of the table (CZ-3).
+const ENTRY_LEN: usize = 12;
+
+/// Where the first block starts in a file of `count` blocks: after the header, the table
+/// and its padding (CZ-3).
+fn data_at(count: usize) -> u64 {
+    (TABLE_AT + 8 + ENTRY_LEN * count + 4).next_multiple_of(8) as u64
+}
+
+/// The most bytes a block of `len` logical bytes compresses to: larger is damage (CZ-3),
+/// and the bound keeps the buffer a damaged length would ask for bounded.
+fn compressed_bound(len: usize) -> usize {
+    zstd::zstd_safe::compress_bound(len)
+}
+
+/// CZ-3: reads and checks the block table of the compressed file `file` of `file_len`
+/// bytes whose header `header` checked out.
+///
+/// # Errors
+/// `CORRUPT` naming `path` at offset 64 for a table that does not check out, `IO`.
+fn read_table(file: &File, path: &Path, header: &SegmentHeader, file_len: u64) -> Result<Table> {
+    let bad = |reason: &str| corrupt(path, TABLE_AT, reason);
+    let capacity = header.capacity;
+    let data_len = capacity
+        .checked_sub(SEGMENT_HEADER_LEN as u64)
+        .filter(|&len| len > 0 && u32::try_from(capacity).is_ok())
+        .ok_or_else(|| bad("a compressed segment's capacity must hold records (CZ-1, CZ-3)"))?;
+    let mut head = [0; 8];
+    read_exact(file, path, &mut head, TABLE_AT as u64)?;
+    let block_bytes = u32_at(&head, 0).unwrap_or(0);
+    let count = u32_at(&head, 4).unwrap_or(0);
+    if !(MIN_BLOCK_BYTES..=MAX_BLOCK_BYTES).contains(&block_bytes) {
+        return Err(bad(&format!(
+            "block_bytes {block_bytes} out of range (CZ-3)"
+        )));
+    }
+    if u64::from(count) != data_len.div_ceil(u64::from(block_bytes)) {
+        return Err(bad(&format!(
+            "block_count {count} does not cover the logical segment's {data_len} bytes in \
+             blocks of {block_bytes} (CZ-3)"
+        )));
+    }
+    let count = count as usize;
+    let data_at = data_at(count);
+    if data_at > file_len {
+        return Err(bad("the file ends inside its block table (CZ-3)"));
+    }
+    let table_len = usize::try_from(data_at).unwrap_or(usize::MAX) - TABLE_AT;
+    let mut table = vec![0; table_len];
+    read_exact(file, path, &mut table, TABLE_AT as u64)?;
+    let crc_at = 8 + ENTRY_LEN * count;
+    let covered = table.get(..crc_at).unwrap_or_default();
+    if u32_at(&table, crc_at) != Some(crc32c::crc32c(covered)) {
+        return Err(bad("table_crc does not match (CZ-3)"));
+    }
+    if table
+        .get(crc_at + 4..)
+        .is_some_and(|pad| pad.iter().any(|&b| b != 0))
+    {
+        return Err(bad("non-zero padding after the block table (CZ-3)"));
+    }
+    let mut blocks = Vec::with_capacity(count);
+    let mut end = data_at;
+    let mut table = Table {
+        block_bytes,
+        blocks: Vec::new(),
+        data_at,
+    };
+    for i in 0..count {
+        let entry = 8 + ENTRY_LEN * i;
+        let len = u32_at(covered, entry).unwrap_or(0);
+        let block = Entry {
+            compressed_len: len,
+            frame_crc: u32_at(covered, entry + 4).unwrap_or(0),
+            block_crc: u32_at(covered, entry + 8).unwrap_or(0),
+        };
+        let (_, logical) = table.logical(i, capacity);
+        if len == 0 || len as usize > compressed_bound(logical) {
+            return Err(bad(&format!(
+                "block {i}: compressed_len {len} is not a length {logical} bytes compress to (CZ-3)"
+            )));
+        }
+        blocks.push(block);
+        end += u64::from(len);
+    }
+    if end != file_len {
+        return Err(bad(&format!(
+            "the blocks end at {end}, the file at {file_len} (CZ-3)"
+        )));
+    }
+    table.blocks = blocks;
+    Ok(table)
+}
+
+/// `buf.len()` bytes of `file` at `offset`, with `pread`; a file that ends first is
+/// `CORRUPT` at `offset`.
+fn read_exact(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
+    file.read_exact_at(buf, offset)
+        .map_err(|e| read_error(path, usize::try_from(offset).unwrap_or(usize::MAX), &e))
+}
+
+/// CZ-3, CZ-4: the logical segment of the compressed file `file` (at `path`, its header
+/// `header` checked by SEG-2), every block decompressed and checked, handed to `sink` in
+/// order with its logical offset: first the logical header (CZ-1), then each block.
+///
+/// # Errors
+/// `CORRUPT` naming `path` and the offset of the table or of the block that does not check
+/// out; `IO`; or what `sink` returns.
+fn unpack(
+    file: &File,
+    path: &Path,
+    header: &SegmentHeader,
+    sink: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<()> {
+    let file_len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", path, &e))?
+        .len();
+    let table = read_table(file, path, header, file_len)?;
+    sink(0, &logical_header(header).encode())?;
+    let mut decompressor =
+        zstd::bulk::Decompressor::new().map_err(|e| Error::io("zstd", path, &e))?;
+    let mut compressed = Vec::new();
+    let mut logical = Vec::new();
+    let mut at = table.data_at;
+    for (i, block) in table.blocks.iter().enumerate() {
+        let offset = usize::try_from(at).unwrap_or(usize::MAX);
+        let bad = |reason: &str| corrupt(path, offset, &format!("block {i}: {reason} (CZ-3)"));
+        compressed.resize(block.compressed_len as usize, 0);
+        read_exact(file, path, &mut compressed, at)?;
+        if crc32c::crc32c(&compressed) != block.frame_crc {
+            return Err(bad("its compressed bytes do not match frame_crc"));
+        }
+        let (logical_at, logical_len) = table.logical(i, header.capacity);
+        logical.clear();
+        logical.reserve_exact(logical_len);
+        let n = decompressor
+            .decompress_to_buffer(&compressed[..], &mut logical)
+            .map_err(|e| bad(&format!("does not decompress: {e}")))?;
+        if n != logical_len || logical.len() != logical_len {
+            return Err(bad(&format!(
+                "decompresses to {n} bytes, not {logical_len}"
+            )));
+        }
+        if crc32c::crc32c(&logical) != block.block_crc {
+            return Err(bad("its logical bytes do not match block_crc"));
+        }
+        sink(logical_at, &logical)?;
+        at += u64::from(block.compressed_len);
+    }
+    Ok(())
+}
+
+/// CZ-4: the logical segment of the compressed segment `file` at `path` (header `header`,
+/// checked), decompressed and checked into an unlinked temporary file, and that file's
+/// map: every byte of it written and checked before it is mapped (RD-8). The file lives in
+/// the log's directory `dir` (disk, not memory), or the system's temporary directory when
+/// `dir` cannot hold one (a read-only store).
+///
+/// # Errors
+/// `CORRUPT` naming `path` and the offset of the damage; `IO`.
+pub(crate) fn materialize(
+    dir: &Path,
+    path: &Path,
+    file: &File,
+    header: &SegmentHeader,
+) -> Result<(File, Mmap)> {
+    let copy = tempfile::tempfile_in(dir)
+        .or_else(|_| tempfile::tempfile())
+        .map_err(|e| Error::io("create a decompressed copy of", path, &e))?;
+    let written = |e: std::io::Error| Error::io("write the decompressed copy of", path, &e);
+    copy.set_len(header.capacity).map_err(written)?;
+    unpack(file, path, header, &mut |at, bytes| {
+        copy.write_all_at(bytes, at).map_err(written)
+    })?;
+    let map = super::super::map::map(&copy).map_err(|e| Error::io("mmap", path, &e))?;
+    Ok((copy, map))
+}
+
+/// CZ-5: whether the compressed file `file` (at `path`, header `header`) decompresses,
+/// every block checked, to `logical` byte for byte.
+///
+/// # Errors
+/// `CORRUPT` naming `path` and the offset of the first difference or damage; `IO`.
+pub(crate) fn check_unpacks_to(
+    file: &File,
+    path: &Path,
+    header: &SegmentHeader,
+    logical: &[u8],
+) -> Result<()> {
+    let mut end = 0;
+    unpack(file, path, header, &mut |at, bytes| {
+        let at = usize::try_from(at).unwrap_or(usize::MAX);
+        if at != end || logical.get(at..at + bytes.len()) != Some(bytes) {
+            return Err(corrupt(
+                path,
+                at,
+                "the compressed segment does not decompress to the segment it was made from (CZ-5)",
+            ));
+        }
+        end = at + bytes.len();
+        Ok(())
+    })?;
+    if end != logical.len() {
+        return Err(corrupt(
+            path,
+            end,
+            "the compressed segment ends early (CZ-5)",
+        ));
+    }
+    Ok(())
+}
+
+/// CZ-5: the compressed file for the logical segment `logical` (a plain segment whose
+/// `capacity` is its length, CZ-1), in blocks of `block_bytes`, at Zstandard level `level`.
+/// `None` when `logical` is not such a segment.
+///
+/// # Errors
+/// The compressor's error.
+pub(crate) fn compress(
+    logical: &[u8],
+    block_bytes: u32,
+    level: i32,
+) -> std::io::Result<Option<Vec<u8>>> {
+    let header = match SegmentHeader::decode(logical) {
+        Ok(header)
+            if header.capacity == logical.len() as u64
+                && !is_compressed(&header)
+                && logical.len() > SEGMENT_HEADER_LEN =>
+        {
+            header
+        }
+        Ok(_) | Err(HeaderError::Invalid(_) | HeaderError::Version(_)) => return Ok(None),
+    };
+    let data = logical.get(SEGMENT_HEADER_LEN..).unwrap_or_default();
+    let mut compressor = zstd::bulk::Compressor::new(level)?;
+    let mut blocks = Vec::new();
+    let mut table = Vec::new();
+    table.extend_from_slice(&block_bytes.to_le_bytes());
+    let count = data.len().div_ceil(block_bytes as usize);
+    table.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_le_bytes());
+    for block in data.chunks(block_bytes as usize) {
+        let frame = compressor.compress(block)?;
+        table.extend_from_slice(&u32::try_from(frame.len()).unwrap_or(u32::MAX).to_le_bytes());
+        table.extend_from_slice(&crc32c::crc32c(&frame).to_le_bytes());
+        table.extend_from_slice(&crc32c::crc32c(block).to_le_bytes());
+        blocks.push(frame);
+    }
+    let crc = crc32c::crc32c(&table);
+    table.extend_from_slice(&crc.to_le_bytes());
+    let stored = SegmentHeader {
+        incompat_features: header.incompat_features | COMPRESSED,
+        ..header
+    };
+    let mut out = stored.encode().to_vec();
+    out.extend_from_slice(&table);
+    out.resize(usize::try_from(data_at(count)).unwrap_or(usize::MAX), 0);
+    for frame in blocks {
+        out.extend_from_slice(&frame);
+    }
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    #![expect(clippy::indexing_slicing, reason = "tests index their own buffers")]
+    use super::*;
+
+    /// A logical segment: a header and `data_len` bytes of records-like content.
+    fn logical(data_len: usize, seed: u8) -> Vec<u8> {
+        let header = SegmentHeader {
+            log_id: [seed; 16],
+            index: 3,
+            first_seq: 40,
+            capacity: (SEGMENT_HEADER_LEN + data_len) as u64,
+            incompat_features: super::super::super::segment::CHUNK_RECORDS,
+        };
+        let mut bytes = header.encode().to_vec();
+        bytes.extend((0..data_len).map(|i| {
+            let i = i as u64;
+            u8::try_from((i * 2_654_435_761 % 251 + u64::from(seed)) % 7 * 31 % 256).unwrap_or(0)
+        }));
+        bytes
+    }
+
+    fn unpacked(file: &File, path: &Path) -> Result<Vec<u8>> {
+        let header = SegmentHeader::decode(&super::super::super::map::read_head(file, 64))
+            .map_err(|_| corrupt(path, 0, "header"))?;
+        let mut out = Vec::new();
+        unpack(file, path, &header, &mut |at, bytes| {
+            assert_eq!(at, out.len() as u64);
+            out.extend_from_slice(bytes);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn stored(bytes: &[u8]) -> (tempfile::NamedTempFile, File) {
+        let named = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(named.path(), bytes).unwrap();
+        let file = File::open(named.path()).unwrap();
+        (named, file)
+    }
+
+    #[test]
+    fn a_compressed_segment_unpacks_to_its_logical_segment() {
+        for (len, block) in [
+            (1, 4096),
+            (4096, 4096),
+            (4097, 4096),
+            (100_000, 4096),
+            (300_000, BLOCK_BYTES),
+        ] {
+            let logical = logical(len, 7);
+            let packed = compress(&logical, block, 3).unwrap().unwrap();
+            let header = SegmentHeader::decode(&packed).unwrap();
+            assert!(is_compressed(&header));
+            assert_eq!(logical_header(&header).encode()[..], logical[..64]);
+            let (named, file) = stored(&packed);
+            assert_eq!(
+                unpacked(&file, named.path()).unwrap(),
+                logical,
+                "{len} in {block}"
+            );
+            let (_, map) =
+                materialize(named.path().parent().unwrap(), named.path(), &file, &header).unwrap();
+            assert_eq!(&map[..], &logical[..]);
+        }
+    }
+
+    #[test]
+    fn only_a_plain_segment_whose_capacity_is_its_length_is_compressed() {
+        let plain = logical(5000, 1);
+        let packed = compress(&plain, 4096, 3).unwrap().unwrap();
+        assert_eq!(
+            compress(&packed, 4096, 3).unwrap(),
+            None,
+            "already compressed"
+        );
+        let mut longer = plain.clone();
+        longer.push(0);
+        assert_eq!(
+            compress(&longer, 4096, 3).unwrap(),
+            None,
+            "capacity is not its length"
+        );
+        assert_eq!(compress(&plain[..64], 4096, 3).unwrap(), None, "no records");
+    }
+
+    /// CZ-3: every change to a byte after the header, every cut and every extension is
+    /// refused with `CORRUPT` naming the file, never unpacked to other bytes.
+    #[test]
+    fn every_damage_to_a_compressed_segment_is_refused() {
+        let logical = logical(20_000, 3);
+        let packed = compress(&logical, 4096, 3).unwrap().unwrap();
+        let check = |bytes: &[u8], what: &str| {
+            let (named, file) = stored(bytes);
+            match unpacked(&file, named.path()) {
+                Ok(out) => panic!("{what}: unpacked {} bytes", out.len()),
+                Err(error) => {
+                    assert_eq!(error.code(), "CORRUPT", "{what}: {error}");
+                    assert!(
+                        error
+                            .to_string()
+                            .contains(&named.path().display().to_string()),
+                        "{what}: {error}"
+                    );
+                }
+            }
+        };
+        for at in SEGMENT_HEADER_LEN..packed.len() {
+            for flip in [0x01, 0x80, 0xFF] {
+                let mut damaged = packed.clone();
+                damaged[at] ^= flip;
+                check(&damaged, &format!("byte {at} ^ {flip:#x}"));
+            }
+        }
+        for len in [64, 65, 72, 100, packed.len() - 1] {
+            check(&packed[..len], &format!("cut to {len}"));
+        }
+        let mut longer = packed.clone();
+        longer.push(0);
+        check(&longer, "one byte more");
+    }
+}
