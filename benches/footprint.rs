@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use surfacelog::internals::adapters::jsonl::{self, Compression};
+use surfacelog::internals::event::EventSource;
 use surfacelog::internals::json::Json;
 use surfacelog::internals::log::LogReader;
 use surfacelog::{CompactOptions, Durability, Store, StoreOptions};
@@ -292,7 +293,7 @@ fn read_all(log: &std::path::Path, events: u64) {
     assert!(bytes > 0);
 }
 
-/// 5. log-format.md §14: the session's sealed segments compressed by `compact --compress`
+/// log-format.md §14: the session's sealed segments compressed by `compact --compress`
 /// (CZ-5): the bytes on disk before and after and the time it took (printed), then, side
 /// by side, `open+messages` (the pack is unchanged) and a read of every event of the log
 /// by a fresh reader, plain (a copy of the log made before) and compressed.
@@ -326,7 +327,8 @@ fn compressed(
     let pack = std::fs::metadata(store.dir().join("sessions").join(id).join("messages"))
         .map_or(0, |m| m.len());
     eprintln!(
-        "footprint: compressed {} sealed segments ({} kept) in {took:.1?}: {} B -> {} B on disk          ({:.2}x the JSONL, {:.2}x its zstd); without the message pack ({pack} B) {} B",
+        "footprint: compressed {} sealed segments ({} kept) in {took:.1?}: {} B -> {} B on disk \
+         ({:.2}x the JSONL, {:.2}x its zstd); without the message pack ({pack} B) {} B",
         report.rewritten.len(),
         report.kept.len(),
         before.bytes,
@@ -335,6 +337,11 @@ fn compressed(
         after.bytes as f64 / zstd as f64,
         after.bytes.saturating_sub(pack),
     );
+    eprintln!(
+        "footprint: by file kind, {}",
+        by_kind(log.parent().expect("the session"))
+    );
+    trade_offs(&plain);
     let mut group = c.benchmark_group("compressed");
     group
         .sample_size(10)
@@ -352,6 +359,108 @@ fn compressed(
         b.iter(|| read_all(&log, events));
     });
     group.finish();
+}
+
+/// The bytes of the session directory `dir`'s files on disk, by kind: compressed and plain
+/// segments, indexes, the message pack, the rest.
+fn by_kind(dir: &std::path::Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mut kinds = std::collections::BTreeMap::<&str, (u64, u64)>::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("lists") {
+            let path = entry.expect("an entry").path();
+            let meta = std::fs::metadata(&path).expect("stats");
+            if meta.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let name = path
+                .file_name()
+                .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+            let extension = path
+                .extension()
+                .and_then(|e| e.to_str())
+                .unwrap_or_default();
+            let kind = if extension == "seg" {
+                let head = std::fs::read(&path)
+                    .expect("reads")
+                    .get(58)
+                    .copied()
+                    .unwrap_or(0);
+                if head & 0x02 == 0 {
+                    "plain segments"
+                } else {
+                    "compressed segments"
+                }
+            } else if extension == "idx" {
+                "indexes"
+            } else if name == "messages" {
+                "message pack"
+            } else {
+                "other"
+            };
+            let slot = kinds.entry(kind).or_default();
+            slot.0 += 1;
+            slot.1 += meta.blocks() * 512;
+        }
+    }
+    kinds
+        .iter()
+        .map(|(kind, (n, bytes))| format!("{kind}: {n} files, {bytes} B"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// CZ-5's parameters: the first sealed segment of the plain log `plain` compressed at
+/// several Zstandard levels and block sizes, each with its size and the time to compress
+/// and to decompress it (one run each: a trade-off table, not a measurement).
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "ratios printed with two decimals"
+)]
+fn trade_offs(plain: &std::path::Path) {
+    use surfacelog::internals::log::segment::{
+        SEGMENT_HEADER_LEN, SegmentHeader, compress, decompress, segment_name,
+    };
+    let Ok(bytes) = std::fs::read(plain.join(segment_name(0))) else {
+        return;
+    };
+    let mut end = SEGMENT_HEADER_LEN;
+    while let Some(Ok((_, len))) = bytes.get(end..).map(surfacelog::internals::record::decode) {
+        end += len;
+    }
+    let Ok(header) = SegmentHeader::decode(&bytes) else {
+        return;
+    };
+    let mut logical = bytes[..end].to_vec();
+    logical[..SEGMENT_HEADER_LEN].copy_from_slice(
+        &SegmentHeader {
+            capacity: end as u64,
+            ..header
+        }
+        .encode(),
+    );
+    for level in [1, 3, 9, 19] {
+        for block in [256 << 10, 1 << 20, 4 << 20] {
+            let started = Instant::now();
+            let packed = compress(&logical, block, level)
+                .expect("compresses")
+                .expect("a logical segment");
+            let compressing = started.elapsed();
+            let started = Instant::now();
+            let back = decompress(&packed, plain).expect("decompresses");
+            let decompressing = started.elapsed();
+            assert_eq!(back, logical);
+            eprintln!(
+                "footprint: segment 0 ({end} B) at level {level}, blocks of {} KiB: {} B \
+                 ({:.2}%), compressed in {compressing:.1?}, decompressed in {decompressing:.1?}",
+                block >> 10,
+                packed.len(),
+                packed.len() as f64 * 100.0 / end as f64,
+            );
+        }
+    }
 }
 
 /// The same log imported by a writer without chunk records (a log of an older build),

@@ -727,3 +727,55 @@ mod compressed {
         session.close().unwrap();
     }
 }
+
+/// `surfacelog compact --compress --level N ID` compresses the sealed segments (CZ-5) and
+/// says so; a second run keeps them (`compressed`); a level out of 1..=22 is refused
+/// before anything is done.
+#[cfg(all(feature = "cli", feature = "compress"))]
+#[test]
+fn the_cli_compresses_a_session() {
+    let root = tempfile::tempdir().unwrap();
+    let old = store(root.path(), true, 2048);
+    fill(&old, "s", 3, 6);
+    let dir = log_dir(&old, "s");
+    let before = events(&dir);
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_surfacelog"))
+            .arg("--store")
+            .arg(root.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let refused = run(&["compact", "--compress", "--level", "23", "s"]);
+    assert!(!refused.status.success());
+    assert!(segments(&dir).iter().all(|(h, _)| h.incompat_features & 2 == 0));
+    let output = run(&["--json", "compact", "--compress", "--level", "19", "s"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let rewritten = report["rewritten"].as_array().unwrap();
+    assert!(!rewritten.is_empty(), "{report}");
+    assert!(rewritten.iter().all(|s| s["compressed"] == true), "{report}");
+    assert_eq!(events(&dir), before);
+    // CZ-5: a compressed segment has no index.
+    let names = files(&dir);
+    for s in rewritten {
+        let first = s["firstSeq"].as_u64().unwrap();
+        assert!(!names.contains_key(&format!("{first:020}.idx")), "{first}");
+    }
+    let again = run(&["--json", "compact", "--compress", "s"]);
+    let report: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert!(report["rewritten"].as_array().unwrap().is_empty(), "{report}");
+    assert!(
+        report["kept"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["reason"] == "compressed"),
+        "{report}"
+    );
+}

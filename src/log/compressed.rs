@@ -17,7 +17,9 @@ use crate::error::Result;
 mod blocks;
 
 #[cfg(feature = "compress")]
-pub(crate) use blocks::{BLOCK_BYTES, check_unpacks_to, compress, materialize};
+pub(crate) use blocks::{BLOCK_BYTES, check_unpacks_to, materialize};
+#[cfg(feature = "compress")]
+pub use blocks::{compress, decompress};
 
 /// Whether a segment's header says its file is compressed (SEG-9, CZ-2).
 pub(crate) fn is_compressed(header: &SegmentHeader) -> bool {

@@ -323,6 +323,10 @@ pub(crate) fn read_head(file: &std::fs::File) -> Vec<u8> {
 }
 
 pub(crate) use super::compressed::materialize;
+/// A logical segment compressed (§14, CZ-5), and a compressed segment file's logical
+/// segment, every block checked (CZ-3).
+#[cfg(feature = "compress")]
+pub use super::compressed::{compress, decompress};
 
 #[cfg(test)]
 mod tests {

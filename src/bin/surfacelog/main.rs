@@ -225,7 +225,7 @@ enum Command {
     /// Rewrite a session's log in the compact record encoding (chunk records): the same
     /// events, byte for byte, in fewer bytes. Not the conversation's compaction.
     #[command(
-        after_help = "Examples:\n  surfacelog compact s1\n  surfacelog compact --compress s1\n  surfacelog --json compact s1"
+        after_help = "Examples:\n  surfacelog compact s1\n  surfacelog compact --compress s1\n  surfacelog compact --compress --level 19 s1\n  surfacelog --json compact s1"
     )]
     Compact {
         /// The session id.
@@ -234,6 +234,9 @@ enum Command {
         /// writer appends to stays plain.
         #[arg(long)]
         compress: bool,
+        /// The zstd level for --compress, 1 to 22: higher is smaller and slower to write.
+        #[arg(long, requires = "compress", value_parser = clap::value_parser!(i32).range(1..=22))]
+        level: Option<i32>,
     },
     /// Read a log directory without a lock and print its length.
     #[command(after_help = "Examples:\n  surfacelog log ./surfacelog-data/sessions/s1/log")]
@@ -348,7 +351,11 @@ fn main() -> ExitCode {
             Err(error) => Err(error),
         },
         Command::Salvage { id } => sessions::salvage(&ctx, &id),
-        Command::Compact { id, compress } => sessions::compact(&ctx, &id, compress),
+        Command::Compact {
+            id,
+            compress,
+            level,
+        } => sessions::compact(&ctx, &id, compress, level),
         Command::Log { dir, check_writer } => read::log_info(&ctx, &dir, check_writer),
         Command::Completions { shell } => {
             clap_complete::generate(

@@ -505,8 +505,11 @@ pub fn salvage(ctx: &Ctx, id: &str) -> Result<()> {
 
 /// `surfacelog compact [--compress] ID`: the log rewritten with chunk records
 /// (log-format.md §13), and compressed (§14).
-pub fn compact(ctx: &Ctx, id: &str, compress: bool) -> Result<()> {
-    let options = surfacelog::CompactOptions::new().compress(compress);
+pub fn compact(ctx: &Ctx, id: &str, compress: bool, level: Option<i32>) -> Result<()> {
+    let options = match level {
+        Some(level) if compress => surfacelog::CompactOptions::new().compression_level(level),
+        _ => surfacelog::CompactOptions::new().compress(compress),
+    };
     let report = ctx.open()?.compact_log_with(id, options)?;
     let reason = |why: surfacelog::KeptReason| match why {
         surfacelog::KeptReason::Last => "last",

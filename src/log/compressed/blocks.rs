@@ -10,6 +10,7 @@ use std::path::Path;
 use memmap2::Mmap;
 
 use super::super::reader::{corrupt, read_error};
+use super::super::scan::{FileBytes, Source};
 use super::super::segment::{COMPRESSED, HeaderError, SEGMENT_HEADER_LEN, SegmentHeader};
 use super::is_compressed;
 use crate::error::{Error, Result};
@@ -77,12 +78,13 @@ fn compressed_bound(len: usize) -> usize {
     zstd::zstd_safe::compress_bound(len)
 }
 
-/// CZ-3: reads and checks the block table of the compressed file `file` of `file_len`
-/// bytes whose header `header` checked out.
+/// CZ-3: reads and checks the block table of the compressed file `file` whose header
+/// `header` checked out.
 ///
 /// # Errors
 /// `CORRUPT` naming `path` at offset 64 for a table that does not check out, `IO`.
-fn read_table(file: &File, path: &Path, header: &SegmentHeader, file_len: u64) -> Result<Table> {
+fn read_table<S: Source + ?Sized>(file: &S, path: &Path, header: &SegmentHeader) -> Result<Table> {
+    let file_len = file.len() as u64;
     let bad = |reason: &str| corrupt(path, TABLE_AT, reason);
     let capacity = header.capacity;
     let data_len = capacity
@@ -156,11 +158,19 @@ fn read_table(file: &File, path: &Path, header: &SegmentHeader, file_len: u64) -
     Ok(table)
 }
 
-/// `buf.len()` bytes of `file` at `offset`, with `pread`; a file that ends first is
-/// `CORRUPT` at `offset`.
-fn read_exact(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
-    file.read_exact_at(buf, offset)
-        .map_err(|e| read_error(path, usize::try_from(offset).unwrap_or(usize::MAX), &e))
+/// `buf.len()` bytes of `file` at `offset` (with `pread` for a file); a file that ends
+/// first is `CORRUPT` at `offset`.
+fn read_exact<S: Source + ?Sized>(
+    file: &S,
+    path: &Path,
+    buf: &mut [u8],
+    offset: u64,
+) -> Result<()> {
+    let at = usize::try_from(offset).unwrap_or(usize::MAX);
+    if at.saturating_add(buf.len()) > file.len() {
+        return Err(corrupt(path, at, "the file ends early (CZ-3)"));
+    }
+    file.read_at(at, buf).map_err(|e| read_error(path, at, &e))
 }
 
 /// CZ-3, CZ-4: the logical segment of the compressed file `file` (at `path`, its header
@@ -170,17 +180,13 @@ fn read_exact(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<(
 /// # Errors
 /// `CORRUPT` naming `path` and the offset of the table or of the block that does not check
 /// out; `IO`; or what `sink` returns.
-fn unpack(
-    file: &File,
+fn unpack<S: Source + ?Sized>(
+    file: &S,
     path: &Path,
     header: &SegmentHeader,
     sink: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    let file_len = file
-        .metadata()
-        .map_err(|e| Error::io("stat", path, &e))?
-        .len();
-    let table = read_table(file, path, header, file_len)?;
+    let table = read_table(file, path, header)?;
     sink(0, &logical_header(header).encode())?;
     let mut decompressor =
         zstd::bulk::Decompressor::new().map_err(|e| Error::io("zstd", path, &e))?;
@@ -215,6 +221,44 @@ fn unpack(
     Ok(())
 }
 
+/// The whole of `file` at `path`, read with `pread` (RD-8).
+///
+/// # Errors
+/// `IO` when its length cannot be read.
+fn whole<'a>(file: &'a File, path: &Path) -> Result<FileBytes<'a>> {
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", path, &e))?
+        .len();
+    Ok(FileBytes {
+        file,
+        len: usize::try_from(len).unwrap_or(usize::MAX),
+    })
+}
+
+/// CZ-3: the logical segment of the compressed segment file whose bytes are `bytes`, every
+/// block checked (CZ-1: its header with `COMPRESSED` clear). What the fuzz target drives.
+///
+/// # Errors
+/// `CORRUPT` naming `path` and the offset of what does not check out; `FORMAT_VERSION`
+/// for a header of another version.
+pub fn decompress(bytes: &[u8], path: &Path) -> Result<Vec<u8>> {
+    let header = match SegmentHeader::decode(bytes) {
+        Ok(header) if is_compressed(&header) => header,
+        Ok(_) => return Err(corrupt(path, 0, "not a compressed segment (CZ-2)")),
+        Err(HeaderError::Version(found)) => {
+            return Err(super::super::segment::version_error(found));
+        }
+        Err(HeaderError::Invalid(reason)) => return Err(corrupt(path, 0, reason)),
+    };
+    let mut out = Vec::new();
+    unpack(bytes, path, &header, &mut |_, block| {
+        out.extend_from_slice(block);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
 /// CZ-4: the logical segment of the compressed segment `file` at `path` (header `header`,
 /// checked), decompressed and checked into an unlinked temporary file, and that file's
 /// map: every byte of it written and checked before it is mapped (RD-8). The file lives in
@@ -234,7 +278,7 @@ pub(crate) fn materialize(
         .map_err(|e| Error::io("create a decompressed copy of", path, &e))?;
     let written = |e: std::io::Error| Error::io("write the decompressed copy of", path, &e);
     copy.set_len(header.capacity).map_err(written)?;
-    unpack(file, path, header, &mut |at, bytes| {
+    unpack(&whole(file, path)?, path, header, &mut |at, bytes| {
         copy.write_all_at(bytes, at).map_err(written)
     })?;
     let map = super::super::map::map(&copy).map_err(|e| Error::io("mmap", path, &e))?;
@@ -253,7 +297,7 @@ pub(crate) fn check_unpacks_to(
     logical: &[u8],
 ) -> Result<()> {
     let mut end = 0;
-    unpack(file, path, header, &mut |at, bytes| {
+    unpack(&whole(file, path)?, path, header, &mut |at, bytes| {
         let at = usize::try_from(at).unwrap_or(usize::MAX);
         if at != end || logical.get(at..at + bytes.len()) != Some(bytes) {
             return Err(corrupt(
@@ -281,11 +325,7 @@ pub(crate) fn check_unpacks_to(
 ///
 /// # Errors
 /// The compressor's error.
-pub(crate) fn compress(
-    logical: &[u8],
-    block_bytes: u32,
-    level: i32,
-) -> std::io::Result<Option<Vec<u8>>> {
+pub fn compress(logical: &[u8], block_bytes: u32, level: i32) -> std::io::Result<Option<Vec<u8>>> {
     let header = match SegmentHeader::decode(logical) {
         Ok(header)
             if header.capacity == logical.len() as u64
@@ -351,11 +391,17 @@ mod tests {
         let header = SegmentHeader::decode(&super::super::super::map::read_head(file, 64))
             .map_err(|_| corrupt(path, 0, "header"))?;
         let mut out = Vec::new();
-        unpack(file, path, &header, &mut |at, bytes| {
+        unpack(&whole(file, path)?, path, &header, &mut |at, bytes| {
             assert_eq!(at, out.len() as u64);
             out.extend_from_slice(bytes);
             Ok(())
         })?;
+        let bytes = std::fs::read(path).unwrap();
+        assert_eq!(
+            decompress(&bytes, path).as_ref().ok(),
+            Some(&out),
+            "the same from memory"
+        );
         Ok(out)
     }
 
