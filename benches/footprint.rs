@@ -352,6 +352,17 @@ fn compressed(
             assert_eq!(session.messages().expect("messages").len(), messages);
         });
     });
+    // One event in the middle of the log by a fresh reader: the cost of a first access into
+    // a sealed segment (a compressed one is decompressed whole, CZ-4).
+    let middle = events / 2;
+    for (name, dir) in [("plain", &plain), ("compressed", &log)] {
+        group.bench_function(format!("open+one-event/{name}/{events}ev"), |b| {
+            b.iter(|| {
+                let reader = LogReader::open(dir).expect("opens the log");
+                assert!(!reader.event_at(middle).expect("reads").text().is_empty());
+            });
+        });
+    }
     group.bench_function(format!("read-all-events/plain/{events}ev"), |b| {
         b.iter(|| read_all(&plain, events));
     });
@@ -359,6 +370,20 @@ fn compressed(
         b.iter(|| read_all(&log, events));
     });
     group.finish();
+    // The plain copy of the log compressed at level 19 (CZ-5: smaller, slower to write).
+    let started = Instant::now();
+    let report = surfacelog::internals::log::compact_with(
+        &surfacelog::internals::storage::FsStorage,
+        &plain,
+        CompactOptions::new().compression_level(19),
+    )
+    .expect("compresses at level 19");
+    eprintln!(
+        "footprint: the log alone compressed at level 19 ({} segments) in {:.1?}: {}",
+        report.rewritten.len(),
+        started.elapsed(),
+        by_kind(&plain),
+    );
 }
 
 /// The bytes of the session directory `dir`'s files on disk, by kind: compressed and plain

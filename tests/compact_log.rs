@@ -749,7 +749,11 @@ fn the_cli_compresses_a_session() {
     };
     let refused = run(&["compact", "--compress", "--level", "23", "s"]);
     assert!(!refused.status.success());
-    assert!(segments(&dir).iter().all(|(h, _)| h.incompat_features & 2 == 0));
+    assert!(
+        segments(&dir)
+            .iter()
+            .all(|(h, _)| h.incompat_features & 2 == 0)
+    );
     let output = run(&["--json", "compact", "--compress", "--level", "19", "s"]);
     assert!(
         output.status.success(),
@@ -759,7 +763,10 @@ fn the_cli_compresses_a_session() {
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let rewritten = report["rewritten"].as_array().unwrap();
     assert!(!rewritten.is_empty(), "{report}");
-    assert!(rewritten.iter().all(|s| s["compressed"] == true), "{report}");
+    assert!(
+        rewritten.iter().all(|s| s["compressed"] == true),
+        "{report}"
+    );
     assert_eq!(events(&dir), before);
     // CZ-5: a compressed segment has no index.
     let names = files(&dir);
@@ -769,7 +776,10 @@ fn the_cli_compresses_a_session() {
     }
     let again = run(&["--json", "compact", "--compress", "s"]);
     let report: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
-    assert!(report["rewritten"].as_array().unwrap().is_empty(), "{report}");
+    assert!(
+        report["rewritten"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
     assert!(
         report["kept"]
             .as_array()

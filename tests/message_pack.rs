@@ -460,3 +460,100 @@ fn a_fork_shares_the_pack_and_salvage_removes_a_longer_one() {
     }
     assert!(dir.as_ref().join("sessions/child/messages").exists());
 }
+
+/// MSP-8: a compaction that compresses the log compresses the pack (version 2, its fixed
+/// fields kept but for the version), and a reader reads through it what the version 1 pack
+/// held: a text changed in the pack before compression shows through (and `verify` says
+/// so, MSP-3), the true pack compressed gives the log's messages with nothing reported,
+/// and a damaged compressed pack is ignored (MSP-1) with the messages read from the log.
+#[cfg(feature = "compress")]
+#[test]
+fn msp_8_a_compressed_pack_is_read_as_the_pack_it_stands_for() {
+    let dir = common::scratch("message_pack", "compressed");
+    let (store, truth, pack) = packed_session(dir.as_ref(), 40);
+    let path = pack_path(dir.as_ref());
+    let last_text_crc = u32::from_le_bytes(pack[12..16].try_into().unwrap());
+    let fields = parse(&pack);
+    let compress = || {
+        store
+            .compact_log_with("s", surfacelog::CompactOptions::new().compress(true))
+            .unwrap()
+            .pack_bytes
+    };
+
+    // Turn 30's user message, `u30` changed to `U30` in the version 1 pack.
+    let shown = truth
+        .iter()
+        .position(|m| m.1.contains(r#""id":"u30""#))
+        .unwrap();
+    let index = fields
+        .entries
+        .iter()
+        .position(|e| e.0 == truth[shown].0)
+        .unwrap();
+    let start = usize::try_from(fields.entries[index - 1].1).unwrap();
+    let end = usize::try_from(fields.entries[index].1).unwrap();
+    let changed = truth[shown].1.replace("u30", "U30");
+    let mut text = fields.text.clone();
+    text[start..end].copy_from_slice(changed.as_bytes());
+    let altered = encode(
+        last_text_crc,
+        &Fields {
+            text,
+            entries: fields.entries.clone(),
+            ..fields
+        },
+    );
+    std::fs::write(&path, &altered).unwrap();
+    let (before, after) = compress().expect("the pack is compressed");
+    assert_eq!(before, altered.len() as u64);
+    let stored = std::fs::read(&path).unwrap();
+    assert_eq!(stored.len() as u64, after);
+    assert!(after < before / 2, "{before} -> {after}");
+    assert_eq!(u32::from_le_bytes(stored[8..12].try_into().unwrap()), 2);
+    assert_eq!(stored[..8], altered[..8]);
+    assert_eq!(stored[12..48], altered[12..48]);
+    let read = messages_of(&store.inspect("s").unwrap());
+    assert_eq!(
+        read[shown].1, changed,
+        "the compressed pack is what was read"
+    );
+    assert_eq!(read[..shown], truth[..shown]);
+    assert_eq!(read[shown + 1..], truth[shown + 1..]);
+    assert!(has_problem(
+        &session_report(&store),
+        "MSP-3",
+        Severity::Error
+    ));
+
+    // The true pack, compressed: the log's messages, nothing reported.
+    std::fs::write(&path, &pack).unwrap();
+    assert!(compress().is_some());
+    assert_eq!(messages_of(&store.open_session("s").unwrap().0), truth);
+    let report = session_report(&store);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(
+        compress(),
+        None,
+        "a compressed pack is not compressed again"
+    );
+
+    // Damage anywhere after the fixed fields: ignored, the messages come from the log.
+    let compressed = std::fs::read(&path).unwrap();
+    for at in [48, 52, 60, compressed.len() / 2, compressed.len() - 1] {
+        let mut bytes = compressed.clone();
+        bytes[at] ^= 0x04;
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(
+            messages_of(&store.inspect("s").unwrap()),
+            truth,
+            "byte {at}"
+        );
+        let report = session_report(&store);
+        assert!(
+            has_problem(&report, "MSP-1", Severity::Warning),
+            "byte {at}: {:?}",
+            report.problems
+        );
+    }
+}

@@ -174,6 +174,9 @@ pub struct LogCompaction {
     pub rewritten: Vec<RewrittenSegment>,
     /// The segments left as they were, each with its first seq and why.
     pub kept: Vec<(u64, KeptReason)>,
+    /// With compression, the session's message pack compressed too (message-pack.md
+    /// MSP-8): its length before and after. `None` when it was not (no pack, or no gain).
+    pub pack_bytes: Option<(u64, u64)>,
 }
 
 impl LogCompaction {
@@ -225,6 +228,21 @@ pub fn compact_with(
     storage: &dyn Storage,
     dir: &Path,
     options: CompactOptions,
+) -> Result<LogCompaction> {
+    compact_then(storage, dir, options, |_| {})
+}
+
+/// [`compact_with`], then `then` with the report, still under the log's lock: where the
+/// store compresses the session's message pack (MSP-8), so that no writer writes one
+/// meanwhile.
+///
+/// # Errors
+/// As [`compact`].
+pub(crate) fn compact_then(
+    storage: &dyn Storage,
+    dir: &Path,
+    options: CompactOptions,
+    then: impl FnOnce(&mut LogCompaction),
 ) -> Result<LogCompaction> {
     let (_lock, firsts, limits) = locked_listing(storage, dir)?;
     let mut report = LogCompaction::default();
@@ -300,6 +318,7 @@ pub fn compact_with(
             .sync_dir(dir)
             .map_err(|e| Error::io("fsync", dir, &e))?;
     }
+    then(&mut report);
     Ok(report)
 }
 

@@ -17,7 +17,10 @@ use crate::error::Result;
 mod blocks;
 
 #[cfg(feature = "compress")]
-pub(crate) use blocks::{BLOCK_BYTES, check_unpacks_to, materialize};
+pub(crate) use blocks::{
+    BLOCK_BYTES, Logical, check_logical, check_unpacks_to, compress_logical, materialize,
+    materialize_logical,
+};
 #[cfg(feature = "compress")]
 pub use blocks::{compress, decompress};
 

@@ -7,7 +7,7 @@
 
 mod chain;
 mod compact;
-mod compressed;
+pub(crate) mod compressed;
 mod group_commit;
 mod index;
 pub mod limit;
@@ -21,6 +21,7 @@ mod writer;
 
 pub use chain::KnownSegment;
 pub(crate) use chain::{Chain, open_own_segment};
+pub(crate) use compact::compact_then;
 pub use compact::{
     CompactOptions, KeptReason, LogCompaction, RewrittenSegment, compact, compact_with,
 };

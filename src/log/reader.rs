@@ -161,9 +161,16 @@ impl Mapped {
     ) -> std::io::Result<super::scan::Scan> {
         if super::compressed::is_compressed(&self.header) {
             // CZ-4: the map is the logical segment, every byte of it written and checked
-            // before it was mapped; the file under the name is the compressed one.
+            // (`block_crc`) before it was mapped; the file under the name is the compressed
+            // one. Its records are found by their frames' lengths (REC-1), as the writer's
+            // own just written ones are (RD-2): each read checks its record again (REC-4).
             let bytes = self.map.get(..bound).unwrap_or(&self.map);
-            return scan(bytes, SEGMENT_HEADER_LEN, first);
+            return Ok(super::scan::walk_written(
+                bytes,
+                SEGMENT_HEADER_LEN,
+                first,
+                u64::MAX,
+            ));
         }
         let opened;
         let file = if let Some(file) = &self.file {

@@ -1146,10 +1146,21 @@ impl Store {
         check_id(id)?;
         let dir = self.session_dir(id);
         Self::read_header(&*self.options.log.storage, id, &dir)?;
-        let report =
-            crate::log::compact_with(&*self.options.log.storage, &dir.join("log"), options)
-                .map_err(|e| Self::unless_deleted(id, &dir, e).in_session(id))
-                .inspect_err(|error| trace_refusal("compact", id, error))?;
+        let storage = &*self.options.log.storage;
+        // MSP-8: the message pack, a cache, compressed with the log it was written from,
+        // under the log's lock (no writer writes one meanwhile); a failure leaves it as it
+        // was.
+        let then = |report: &mut crate::log::LogCompaction| {
+            #[cfg(feature = "compress")]
+            if let Some(level) = options.compresses() {
+                report.pack_bytes = pack::compress(storage, &dir, level).ok().flatten();
+            }
+            #[cfg(not(feature = "compress"))]
+            let _ = report;
+        };
+        let report = crate::log::compact_then(storage, &dir.join("log"), options, then)
+            .map_err(|e| Self::unless_deleted(id, &dir, e).in_session(id))
+            .inspect_err(|error| trace_refusal("compact", id, error))?;
         tracing::info!(
             session = id,
             rewritten = report.rewritten.len(),

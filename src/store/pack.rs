@@ -17,6 +17,9 @@ use crate::surface::Surface;
 pub const PACK_MAGIC: [u8; 8] = *b"surfmsg\0";
 /// The message pack format version (MSP-1).
 pub const PACK_VERSION: u32 = 1;
+/// The version of a compressed pack (MSP-8): a version 1 pack's bytes after its fixed
+/// fields in Zstandard blocks (log-format.md §14, CZ-3).
+pub const PACK_VERSION_COMPRESSED: u32 = 2;
 /// The pack's file name in a session directory.
 pub const PACK_FILE: &str = "messages";
 /// Where the entries start (MSP-1).
@@ -89,7 +92,8 @@ impl Pack {
         dir: &Path,
         log: &impl EventSource,
     ) -> Result<Self, Unusable> {
-        let Ok(file) = storage.open_read(&dir.join(PACK_FILE)) else {
+        let path = dir.join(PACK_FILE);
+        let Ok(file) = storage.open_read(&path) else {
             return Err(Unusable::Missing);
         };
         let len = file
@@ -99,7 +103,12 @@ impl Pack {
         if len < ENTRIES_AT as u64 {
             return Err(Unusable::Corrupt("shorter than its fixed fields"));
         }
-        let map = crate::log::map_file(&file).map_err(|_| Unusable::Corrupt("cannot map"))?;
+        let map = match fixed_fields(&file) {
+            Some(fixed) if u32_at(&fixed, 8) == Some(PACK_VERSION_COMPRESSED) => {
+                unpacked(dir, &path, &file, &fixed)?
+            }
+            _ => crate::log::map_file(&file).map_err(|_| Unusable::Corrupt("cannot map"))?,
+        };
         let pack = Self::check(Bytes::Map(map))?;
         pack.bind(log)?;
         Ok(pack)
@@ -440,16 +449,142 @@ fn bound(log: &impl EventSource, seq_next: u64, last_text_crc: u32) -> bool {
 }
 
 /// `seq_next` and `last_text_crc` of the pack file at `path` when its fixed fields are
-/// this version's, nothing else checked.
+/// this version's, compressed or not (MSP-8), nothing else checked.
 fn header(storage: &dyn Storage, path: &Path) -> Option<(u64, u32)> {
     use std::io::Read;
     let mut fixed = [0; 24];
     storage.open_read(path).ok()?.read_exact(&mut fixed).ok()?;
-    let ours = fixed.get(..8) == Some(&PACK_MAGIC[..]) && u32_at(&fixed, 8) == Some(PACK_VERSION);
+    let ours = fixed.get(..8) == Some(&PACK_MAGIC[..])
+        && matches!(
+            u32_at(&fixed, 8),
+            Some(PACK_VERSION | PACK_VERSION_COMPRESSED)
+        );
     if !ours {
         return None;
     }
     Some((u64_at(&fixed, 16)?, u32_at(&fixed, 12)?))
+}
+
+/// The fixed fields of the pack `file` (its first 48 bytes), read with `pread`.
+fn fixed_fields(file: &std::fs::File) -> Option<[u8; ENTRIES_AT]> {
+    use std::os::unix::fs::FileExt;
+    let mut fixed = [0; ENTRIES_AT];
+    file.read_exact_at(&mut fixed, 0).ok()?;
+    Some(fixed)
+}
+
+/// MSP-8: the version 1 pack a compressed pack stands for: its fixed fields with version
+/// 1, `48 + 16 × count + text_len` bytes in all.
+#[cfg(feature = "compress")]
+fn logical_of(fixed: &[u8; ENTRIES_AT]) -> Option<crate::log::compressed::Logical> {
+    let count = u64_at(fixed, 24)?;
+    let text_len = u64_at(fixed, 32)?;
+    let len = count
+        .checked_mul(ENTRY as u64)?
+        .checked_add(text_len)?
+        .checked_add(ENTRIES_AT as u64)?;
+    let mut head = fixed.to_vec();
+    head.get_mut(8..12)?
+        .copy_from_slice(&PACK_VERSION.to_le_bytes());
+    Some(crate::log::compressed::Logical { head, len })
+}
+
+/// MSP-8: the compressed pack `file` (at `path`, whose fixed fields are `fixed`)
+/// decompressed, every block checked, into an unlinked temporary file in the session
+/// directory `dir`, and that file's map (log-format.md CZ-4): the version 1 pack it stands
+/// for, which MSP-1 then checks as any other.
+///
+/// # Errors
+/// `Corrupt` when it does not decompress and check out.
+#[cfg(feature = "compress")]
+fn unpacked(
+    dir: &Path,
+    path: &Path,
+    file: &std::fs::File,
+    fixed: &[u8; ENTRIES_AT],
+) -> Result<Mmap, Unusable> {
+    let logical = logical_of(fixed).ok_or(Unusable::Corrupt("count or text_len out of range"))?;
+    crate::log::compressed::materialize_logical(dir, path, file, &logical)
+        .map(|(_, map)| map)
+        .map_err(|_| Unusable::Corrupt("a compressed pack that does not decompress (MSP-8)"))
+}
+
+/// Without the `compress` feature a compressed pack is another version (MSP-1).
+#[cfg(not(feature = "compress"))]
+fn unpacked(
+    _dir: &Path,
+    _path: &Path,
+    _file: &std::fs::File,
+    _fixed: &[u8; ENTRIES_AT],
+) -> Result<Mmap, Unusable> {
+    Err(Unusable::Version)
+}
+
+/// MSP-8: replaces the version 1 pack of the session directory `dir`, when it checks out
+/// (MSP-1), by its compressed form at Zstandard level `level`, through `messages.tmp` as
+/// MSP-6 writes one, after reading the new file back and decompressing it to the same
+/// bytes. Its length before and after, or `None` when there is no such pack or it would
+/// not shrink. A failure leaves the old pack (a cache: never an error for the session).
+///
+/// # Errors
+/// `IO`, `CORRUPT` when the written file does not read back.
+#[cfg(feature = "compress")]
+pub(crate) fn compress(
+    storage: &dyn Storage,
+    dir: &Path,
+    level: i32,
+) -> crate::Result<Option<(u64, u64)>> {
+    use crate::Error;
+    let path = dir.join(PACK_FILE);
+    let Ok(bytes) = crate::storage::read_file(storage, &path) else {
+        return Ok(None);
+    };
+    let Some(fixed) = bytes
+        .get(..ENTRIES_AT)
+        .and_then(|b| <[u8; ENTRIES_AT]>::try_from(b).ok())
+    else {
+        return Ok(None);
+    };
+    if Pack::from_bytes(bytes.clone()).is_err() {
+        return Ok(None);
+    }
+    let Some(layout) = logical_of(&fixed) else {
+        return Ok(None);
+    };
+    let mut stored = fixed;
+    if let Some(version) = stored.get_mut(8..12) {
+        version.copy_from_slice(&PACK_VERSION_COMPRESSED.to_le_bytes());
+    }
+    let packed = crate::log::compressed::compress_logical(
+        &stored,
+        &bytes,
+        crate::log::compressed::BLOCK_BYTES,
+        level,
+    )
+    .map_err(|e| Error::io("compress", &path, &e))?;
+    if packed.len() >= bytes.len() {
+        return Ok(None);
+    }
+    let tmp = dir.join(format!("{PACK_FILE}.tmp"));
+    let _ = storage.remove_file(&tmp);
+    let written = storage
+        .create_file(&tmp, 0)
+        .map_err(|e| Error::io("create", &tmp, &e))
+        .and_then(|file| {
+            storage
+                .write_at(&file, 0, &packed)
+                .map_err(|e| Error::io("write", &tmp, &e))?;
+            crate::log::compressed::check_logical(&file, &tmp, &layout, &bytes)
+        })
+        .and_then(|()| {
+            storage
+                .rename(&tmp, &path)
+                .map_err(|e| Error::io("rename", &path, &e))
+        });
+    if written.is_err() {
+        let _ = storage.remove_file(&tmp);
+    }
+    written.map(|()| Some((bytes.len() as u64, packed.len() as u64)))
 }
 
 /// The `seq_next` of the pack file at `path` when its fixed fields are this version's,

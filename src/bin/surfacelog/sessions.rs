@@ -545,6 +545,8 @@ pub fn compact(ctx: &Ctx, id: &str, compress: bool, level: Option<i32>) -> Resul
             rewritten: Vec<Rewritten>,
             kept: Vec<Kept>,
             bytes_saved: u64,
+            /// The message pack's length before and after compression (MSP-8).
+            pack_bytes: Option<[u64; 2]>,
         }
         return out::json(&Compacted {
             id,
@@ -569,6 +571,7 @@ pub fn compact(ctx: &Ctx, id: &str, compress: bool, level: Option<i32>) -> Resul
                 })
                 .collect(),
             bytes_saved: report.bytes_saved(),
+            pack_bytes: report.pack_bytes.map(|(before, after)| [before, after]),
         });
     }
     for s in &report.rewritten {
@@ -584,6 +587,9 @@ pub fn compact(ctx: &Ctx, id: &str, compress: bool, level: Option<i32>) -> Resul
     }
     for &(first_seq, why) in &report.kept {
         out::say!("kept     segment {first_seq} as it is ({})", reason(why))?;
+    }
+    if let Some((before, after)) = report.pack_bytes {
+        out::say!("compressed the message pack: {before} -> {after} bytes")?;
     }
     out::say!("saved    {} bytes", report.bytes_saved())?;
     Ok(())

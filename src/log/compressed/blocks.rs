@@ -1,6 +1,9 @@
-//! The block format of compressed sealed segments (log-format.md §14, CZ-3): the table,
-//! the compression of a logical segment (CZ-5), and its decompression, every block
-//! checked, into an unlinked temporary file that readers map (CZ-4).
+//! The block format of compressed files (log-format.md §14, CZ-3): a header kept as it
+//! is, a checksummed block table, and Zstandard frames of the logical bytes after the
+//! header; the compression of logical bytes (CZ-5) and their decompression, every block
+//! checked, into an unlinked temporary file that readers map (CZ-4). Sealed segments use
+//! it (their logical header is their own with `COMPRESSED` clear), and so do message
+//! packs (message-pack.md MSP-8, their logical header is their own as version 1).
 #![deny(clippy::indexing_slicing)]
 
 use std::fs::File;
@@ -16,8 +19,6 @@ use super::is_compressed;
 use crate::error::{Error, Result};
 use crate::record::u32_at;
 
-/// CZ-3: where the block table starts, right after the header.
-const TABLE_AT: usize = SEGMENT_HEADER_LEN;
 /// CZ-3: the smallest `block_bytes`.
 const MIN_BLOCK_BYTES: u32 = 4096;
 /// CZ-3: the largest `block_bytes`, so that a block's buffer stays bounded.
@@ -27,11 +28,27 @@ const MAX_BLOCK_BYTES: u32 = 1 << 26;
 /// block's buffer is a small part of a process's memory.
 pub(crate) const BLOCK_BYTES: u32 = 1 << 20;
 
-/// CZ-1: the header of the logical segment a compressed file with `header` stands for.
-fn logical_header(header: &SegmentHeader) -> SegmentHeader {
-    SegmentHeader {
+/// What a compressed file stands for (CZ-1): logical bytes that start with `head` (the
+/// file's own first `head.len()` bytes, as the file's kind says to change them), followed
+/// by the blocks' bytes, `len` bytes in all. The block table starts right after the
+/// file's header, at `head.len()`.
+pub(crate) struct Logical {
+    /// The logical bytes' header: as long as the file's.
+    pub head: Vec<u8>,
+    /// The logical bytes' length.
+    pub len: u64,
+}
+
+/// CZ-1: the logical segment a compressed segment with `header` stands for: its header
+/// with `COMPRESSED` clear, `capacity` bytes long.
+fn segment_logical(header: &SegmentHeader) -> Logical {
+    let head = SegmentHeader {
         incompat_features: header.incompat_features & !COMPRESSED,
         ..*header
+    };
+    Logical {
+        head: head.encode().to_vec(),
+        len: header.capacity,
     }
 }
 
@@ -46,11 +63,13 @@ struct Table {
 }
 
 impl Table {
-    /// The logical bytes of block `i` of a segment of logical length `capacity`: its offset
-    /// and its length.
-    fn logical(&self, i: usize, capacity: u64) -> (u64, usize) {
-        let at = SEGMENT_HEADER_LEN as u64 + i as u64 * u64::from(self.block_bytes);
-        let len = capacity.saturating_sub(at).min(u64::from(self.block_bytes));
+    /// The logical bytes of block `i` of `logical`: their offset and length.
+    fn logical(&self, i: usize, logical: &Logical) -> (u64, usize) {
+        let at = logical.head.len() as u64 + i as u64 * u64::from(self.block_bytes);
+        let len = logical
+            .len
+            .saturating_sub(at)
+            .min(u64::from(self.block_bytes));
         (at, usize::try_from(len).unwrap_or(0))
     }
 }
@@ -66,10 +85,10 @@ struct Entry {
 /// The bytes of one entry of the table (CZ-3).
 const ENTRY_LEN: usize = 12;
 
-/// Where the first block starts in a file of `count` blocks: after the header, the table
-/// and its padding (CZ-3).
-fn data_at(count: usize) -> u64 {
-    (TABLE_AT + 8 + ENTRY_LEN * count + 4).next_multiple_of(8) as u64
+/// Where the first block starts in a file whose header is `head_len` bytes and whose table
+/// has `count` blocks: after the header, the table and its padding (CZ-3).
+fn data_at(head_len: usize, count: usize) -> u64 {
+    (head_len + 8 + ENTRY_LEN * count + 4).next_multiple_of(8) as u64
 }
 
 /// The most bytes a block of `len` logical bytes compresses to: larger is damage (CZ-3),
@@ -78,21 +97,23 @@ fn compressed_bound(len: usize) -> usize {
     zstd::zstd_safe::compress_bound(len)
 }
 
-/// CZ-3: reads and checks the block table of the compressed file `file` whose header
-/// `header` checked out.
+/// CZ-3: reads and checks the block table of the compressed file `file` that stands for
+/// `logical`.
 ///
 /// # Errors
-/// `CORRUPT` naming `path` at offset 64 for a table that does not check out, `IO`.
-fn read_table<S: Source + ?Sized>(file: &S, path: &Path, header: &SegmentHeader) -> Result<Table> {
+/// `CORRUPT` naming `path` at the table's offset for a table that does not check out,
+/// `IO`.
+fn read_table<S: Source + ?Sized>(file: &S, path: &Path, logical: &Logical) -> Result<Table> {
     let file_len = file.len() as u64;
-    let bad = |reason: &str| corrupt(path, TABLE_AT, reason);
-    let capacity = header.capacity;
-    let data_len = capacity
-        .checked_sub(SEGMENT_HEADER_LEN as u64)
-        .filter(|&len| len > 0 && u32::try_from(capacity).is_ok())
-        .ok_or_else(|| bad("a compressed segment's capacity must hold records (CZ-1, CZ-3)"))?;
+    let table_at = logical.head.len();
+    let bad = |reason: &str| corrupt(path, table_at, reason);
+    let data_len = logical
+        .len
+        .checked_sub(table_at as u64)
+        .filter(|&len| len > 0)
+        .ok_or_else(|| bad("the logical bytes must go past the header (CZ-1, CZ-3)"))?;
     let mut head = [0; 8];
-    read_exact(file, path, &mut head, TABLE_AT as u64)?;
+    read_exact(file, path, &mut head, table_at as u64)?;
     let block_bytes = u32_at(&head, 0).unwrap_or(0);
     let count = u32_at(&head, 4).unwrap_or(0);
     if !(MIN_BLOCK_BYTES..=MAX_BLOCK_BYTES).contains(&block_bytes) {
@@ -102,18 +123,18 @@ fn read_table<S: Source + ?Sized>(file: &S, path: &Path, header: &SegmentHeader)
     }
     if u64::from(count) != data_len.div_ceil(u64::from(block_bytes)) {
         return Err(bad(&format!(
-            "block_count {count} does not cover the logical segment's {data_len} bytes in \
-             blocks of {block_bytes} (CZ-3)"
+            "block_count {count} does not cover the {data_len} logical bytes after the header \
+             in blocks of {block_bytes} (CZ-3)"
         )));
     }
     let count = count as usize;
-    let data_at = data_at(count);
+    let data_at = data_at(table_at, count);
     if data_at > file_len {
         return Err(bad("the file ends inside its block table (CZ-3)"));
     }
-    let table_len = usize::try_from(data_at).unwrap_or(usize::MAX) - TABLE_AT;
+    let table_len = usize::try_from(data_at).unwrap_or(usize::MAX) - table_at;
     let mut table = vec![0; table_len];
-    read_exact(file, path, &mut table, TABLE_AT as u64)?;
+    read_exact(file, path, &mut table, table_at as u64)?;
     let crc_at = 8 + ENTRY_LEN * count;
     let covered = table.get(..crc_at).unwrap_or_default();
     if u32_at(&table, crc_at) != Some(crc32c::crc32c(covered)) {
@@ -140,10 +161,11 @@ fn read_table<S: Source + ?Sized>(file: &S, path: &Path, header: &SegmentHeader)
             frame_crc: u32_at(covered, entry + 4).unwrap_or(0),
             block_crc: u32_at(covered, entry + 8).unwrap_or(0),
         };
-        let (_, logical) = table.logical(i, capacity);
-        if len == 0 || len as usize > compressed_bound(logical) {
+        let (_, logical_len) = table.logical(i, logical);
+        if len == 0 || len as usize > compressed_bound(logical_len) {
             return Err(bad(&format!(
-                "block {i}: compressed_len {len} is not a length {logical} bytes compress to (CZ-3)"
+                "block {i}: compressed_len {len} is not a length {logical_len} bytes compress \
+                 to (CZ-3)"
             )));
         }
         blocks.push(block);
@@ -173,9 +195,10 @@ fn read_exact<S: Source + ?Sized>(
     file.read_at(at, buf).map_err(|e| read_error(path, at, &e))
 }
 
-/// CZ-3, CZ-4: the logical segment of the compressed file `file` (at `path`, its header
-/// `header` checked by SEG-2), every block decompressed and checked, handed to `sink` in
-/// order with its logical offset: first the logical header (CZ-1), then each block.
+/// CZ-3, CZ-4: the logical bytes `logical` of the compressed file `file` (at `path`, its
+/// header checked by its kind's rules), every block decompressed and checked, handed to
+/// `sink` in order with their logical offset: first the logical header (CZ-1), then each
+/// block.
 ///
 /// # Errors
 /// `CORRUPT` naming `path` and the offset of the table or of the block that does not check
@@ -183,15 +206,15 @@ fn read_exact<S: Source + ?Sized>(
 fn unpack<S: Source + ?Sized>(
     file: &S,
     path: &Path,
-    header: &SegmentHeader,
+    logical: &Logical,
     sink: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    let table = read_table(file, path, header)?;
-    sink(0, &logical_header(header).encode())?;
+    let table = read_table(file, path, logical)?;
+    sink(0, &logical.head)?;
     let mut decompressor =
         zstd::bulk::Decompressor::new().map_err(|e| Error::io("zstd", path, &e))?;
     let mut compressed = Vec::new();
-    let mut logical = Vec::new();
+    let mut bytes = Vec::new();
     let mut at = table.data_at;
     for (i, block) in table.blocks.iter().enumerate() {
         let offset = usize::try_from(at).unwrap_or(usize::MAX);
@@ -201,21 +224,19 @@ fn unpack<S: Source + ?Sized>(
         if crc32c::crc32c(&compressed) != block.frame_crc {
             return Err(bad("its compressed bytes do not match frame_crc"));
         }
-        let (logical_at, logical_len) = table.logical(i, header.capacity);
-        logical.clear();
-        logical.reserve_exact(logical_len);
+        let (block_at, block_len) = table.logical(i, logical);
+        bytes.clear();
+        bytes.reserve_exact(block_len);
         let n = decompressor
-            .decompress_to_buffer(&compressed[..], &mut logical)
+            .decompress_to_buffer(&compressed[..], &mut bytes)
             .map_err(|e| bad(&format!("does not decompress: {e}")))?;
-        if n != logical_len || logical.len() != logical_len {
-            return Err(bad(&format!(
-                "decompresses to {n} bytes, not {logical_len}"
-            )));
+        if n != block_len || bytes.len() != block_len {
+            return Err(bad(&format!("decompresses to {n} bytes, not {block_len}")));
         }
-        if crc32c::crc32c(&logical) != block.block_crc {
+        if crc32c::crc32c(&bytes) != block.block_crc {
             return Err(bad("its logical bytes do not match block_crc"));
         }
-        sink(logical_at, &logical)?;
+        sink(block_at, &bytes)?;
         at += u64::from(block.compressed_len);
     }
     Ok(())
@@ -252,7 +273,7 @@ pub fn decompress(bytes: &[u8], path: &Path) -> Result<Vec<u8>> {
         Err(HeaderError::Invalid(reason)) => return Err(corrupt(path, 0, reason)),
     };
     let mut out = Vec::new();
-    unpack(bytes, path, &header, &mut |_, block| {
+    unpack(bytes, path, &segment_logical(&header), &mut |_, block| {
         out.extend_from_slice(block);
         Ok(())
     })?;
@@ -273,20 +294,35 @@ pub(crate) fn materialize(
     file: &File,
     header: &SegmentHeader,
 ) -> Result<(File, Mmap)> {
+    materialize_logical(dir, path, file, &segment_logical(header))
+}
+
+/// CZ-4: the logical bytes `logical` of the compressed file `file` at `path`, decompressed
+/// and checked into an unlinked temporary file in `dir` (or the system's temporary
+/// directory), and that file's map, as [`materialize`] says.
+///
+/// # Errors
+/// `CORRUPT` naming `path` and the offset of the damage; `IO`.
+pub(crate) fn materialize_logical(
+    dir: &Path,
+    path: &Path,
+    file: &File,
+    logical: &Logical,
+) -> Result<(File, Mmap)> {
     let copy = tempfile::tempfile_in(dir)
         .or_else(|_| tempfile::tempfile())
         .map_err(|e| Error::io("create a decompressed copy of", path, &e))?;
     let written = |e: std::io::Error| Error::io("write the decompressed copy of", path, &e);
-    copy.set_len(header.capacity).map_err(written)?;
-    unpack(&whole(file, path)?, path, header, &mut |at, bytes| {
+    copy.set_len(logical.len).map_err(written)?;
+    unpack(&whole(file, path)?, path, logical, &mut |at, bytes| {
         copy.write_all_at(bytes, at).map_err(written)
     })?;
     let map = super::super::map::map(&copy).map_err(|e| Error::io("mmap", path, &e))?;
     Ok((copy, map))
 }
 
-/// CZ-5: whether the compressed file `file` (at `path`, header `header`) decompresses,
-/// every block checked, to `logical` byte for byte.
+/// CZ-5: whether the compressed segment `file` (at `path`, header `header`) decompresses,
+/// every block checked, to the logical segment `logical` byte for byte.
 ///
 /// # Errors
 /// `CORRUPT` naming `path` and the offset of the first difference or damage; `IO`.
@@ -296,25 +332,38 @@ pub(crate) fn check_unpacks_to(
     header: &SegmentHeader,
     logical: &[u8],
 ) -> Result<()> {
+    check_logical(file, path, &segment_logical(header), logical)
+}
+
+/// CZ-5: whether the compressed file `file` at `path`, standing for `layout`, decompresses,
+/// every block checked, to `expected` byte for byte.
+///
+/// # Errors
+/// `CORRUPT` naming `path` and the offset of the first difference or damage; `IO`.
+pub(crate) fn check_logical(
+    file: &File,
+    path: &Path,
+    layout: &Logical,
+    expected: &[u8],
+) -> Result<()> {
+    let differs = |at: usize| {
+        corrupt(
+            path,
+            at,
+            "the compressed file does not decompress to the bytes it was made from (CZ-5)",
+        )
+    };
     let mut end = 0;
-    unpack(&whole(file, path)?, path, header, &mut |at, bytes| {
+    unpack(&whole(file, path)?, path, layout, &mut |at, bytes| {
         let at = usize::try_from(at).unwrap_or(usize::MAX);
-        if at != end || logical.get(at..at + bytes.len()) != Some(bytes) {
-            return Err(corrupt(
-                path,
-                at,
-                "the compressed segment does not decompress to the segment it was made from (CZ-5)",
-            ));
+        if at != end || expected.get(at..at + bytes.len()) != Some(bytes) {
+            return Err(differs(at));
         }
         end = at + bytes.len();
         Ok(())
     })?;
-    if end != logical.len() {
-        return Err(corrupt(
-            path,
-            end,
-            "the compressed segment ends early (CZ-5)",
-        ));
+    if end != expected.len() {
+        return Err(differs(end));
     }
     Ok(())
 }
@@ -336,7 +385,27 @@ pub fn compress(logical: &[u8], block_bytes: u32, level: i32) -> std::io::Result
         }
         Ok(_) | Err(HeaderError::Invalid(_) | HeaderError::Version(_)) => return Ok(None),
     };
-    let data = logical.get(SEGMENT_HEADER_LEN..).unwrap_or_default();
+    let stored = SegmentHeader {
+        incompat_features: header.incompat_features | COMPRESSED,
+        ..header
+    };
+    compress_logical(&stored.encode(), logical, block_bytes, level).map(Some)
+}
+
+/// CZ-3, CZ-5: the compressed file whose header is `stored_head` for the logical bytes
+/// `logical` (whose own header, as long as `stored_head`, the reader rebuilds from it): the
+/// header, the block table and the blocks of `logical` after its header, in blocks of
+/// `block_bytes`, at Zstandard level `level`.
+///
+/// # Errors
+/// The compressor's error.
+pub(crate) fn compress_logical(
+    stored_head: &[u8],
+    logical: &[u8],
+    block_bytes: u32,
+    level: i32,
+) -> std::io::Result<Vec<u8>> {
+    let data = logical.get(stored_head.len()..).unwrap_or_default();
     let mut compressor = zstd::bulk::Compressor::new(level)?;
     let mut blocks = Vec::new();
     let mut table = Vec::new();
@@ -352,17 +421,16 @@ pub fn compress(logical: &[u8], block_bytes: u32, level: i32) -> std::io::Result
     }
     let crc = crc32c::crc32c(&table);
     table.extend_from_slice(&crc.to_le_bytes());
-    let stored = SegmentHeader {
-        incompat_features: header.incompat_features | COMPRESSED,
-        ..header
-    };
-    let mut out = stored.encode().to_vec();
+    let mut out = stored_head.to_vec();
     out.extend_from_slice(&table);
-    out.resize(usize::try_from(data_at(count)).unwrap_or(usize::MAX), 0);
+    out.resize(
+        usize::try_from(data_at(stored_head.len(), count)).unwrap_or(usize::MAX),
+        0,
+    );
     for frame in blocks {
         out.extend_from_slice(&frame);
     }
-    Ok(Some(out))
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -391,11 +459,16 @@ mod tests {
         let header = SegmentHeader::decode(&super::super::super::map::read_head(file, 64))
             .map_err(|_| corrupt(path, 0, "header"))?;
         let mut out = Vec::new();
-        unpack(&whole(file, path)?, path, &header, &mut |at, bytes| {
-            assert_eq!(at, out.len() as u64);
-            out.extend_from_slice(bytes);
-            Ok(())
-        })?;
+        unpack(
+            &whole(file, path)?,
+            path,
+            &segment_logical(&header),
+            &mut |at, bytes| {
+                assert_eq!(at, out.len() as u64);
+                out.extend_from_slice(bytes);
+                Ok(())
+            },
+        )?;
         let bytes = std::fs::read(path).unwrap();
         assert_eq!(
             decompress(&bytes, path).as_ref().ok(),
@@ -425,7 +498,7 @@ mod tests {
             let packed = compress(&logical, block, 3).unwrap().unwrap();
             let header = SegmentHeader::decode(&packed).unwrap();
             assert!(is_compressed(&header));
-            assert_eq!(logical_header(&header).encode()[..], logical[..64]);
+            assert_eq!(segment_logical(&header).head[..], logical[..64]);
             let (named, file) = stored(&packed);
             assert_eq!(
                 unpacked(&file, named.path()).unwrap(),
