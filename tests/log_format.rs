@@ -242,6 +242,65 @@ fn seg_9_unknown_incompat_features_refuse_and_unknown_compat_features_are_ignore
     writer.close().unwrap();
 }
 
+/// SEG-9, CZ-6: the `COMPRESSED` bit on the only (so the last) segment: a build without
+/// the `compress` feature refuses it as an unknown feature (`FORMAT_VERSION`), one with it
+/// as a compressed last segment, which nothing writes (`CORRUPT`).
+#[test]
+fn seg_9_the_compressed_bit_is_known_only_with_its_feature() {
+    let log = TempLog::with_vector("compressed-bit", |b| {
+        b[58] |= 0x02;
+        reseal_header(b);
+    });
+    for error in open_errors(&log) {
+        if cfg!(feature = "compress") {
+            assert_eq!(error.code(), "CORRUPT", "{error}");
+            assert!(error.to_string().contains("CZ-6"), "{error}");
+        } else {
+            assert_eq!(error.code(), "FORMAT_VERSION", "{error}");
+            assert!(
+                error.to_string().contains("incompat features 0x0002"),
+                "{error}"
+            );
+        }
+    }
+}
+
+/// CZ-1, CZ-3: `segment-v1-compressed.seg` is the worked example's segment compressed (in
+/// 4 KiB blocks at level 3): it decompresses to the example's logical segment (its header
+/// with `capacity` the records' end, its bytes up to there), and this build's compression
+/// of that segment decompresses to the same bytes.
+#[cfg(feature = "compress")]
+#[test]
+fn cz_3_the_compressed_vector_decompresses_to_the_worked_example() {
+    use surfacelog::internals::log::segment::{COMPRESSED, compress, decompress};
+    let bytes = std::fs::read(VECTOR).unwrap();
+    let mut end = SEGMENT_HEADER_LEN;
+    while let Ok((_, len)) = decode(&bytes[end..]) {
+        end += len;
+    }
+    let header = SegmentHeader::decode(&bytes).unwrap();
+    let mut logical = bytes[..end].to_vec();
+    logical[..SEGMENT_HEADER_LEN].copy_from_slice(
+        &SegmentHeader {
+            capacity: end as u64,
+            ..header
+        }
+        .encode(),
+    );
+    let path = Path::new(VECTOR).with_file_name("segment-v1-compressed.seg");
+    let ours = compress(&logical, 4096, 3).unwrap().unwrap();
+    // How the vector was made: `SURFACELOG_WRITE_VECTORS=1 cargo test --test log_format`.
+    if std::env::var_os("SURFACELOG_WRITE_VECTORS").is_some() {
+        std::fs::write(&path, &ours).unwrap();
+    }
+    let compressed = std::fs::read(&path).unwrap();
+    let stored = SegmentHeader::decode(&compressed).unwrap();
+    assert_eq!(stored.incompat_features, COMPRESSED);
+    assert_eq!(stored.capacity, end as u64);
+    assert_eq!(decompress(&compressed, &path).unwrap(), logical);
+    assert_eq!(decompress(&ours, &path).unwrap(), logical);
+}
+
 /// REC-9, RCV-8: a record whose checksum matches but whose implied field disagrees with
 /// its flags (a replace range on a record without the replace flag) is `CORRUPT` at a
 /// writer's open, never decoded, never a torn tail.
