@@ -686,6 +686,10 @@ mod compressed {
         s.compact_log_with("s", compress()).unwrap();
         let names = segment_names(&dir);
         let last = dir.join(names.last().unwrap());
+        let all = events(&dir);
+        let kept = SegmentHeader::decode(&std::fs::read(&last).unwrap())
+            .unwrap()
+            .first_seq;
         std::fs::remove_file(&last).unwrap();
         let _ = std::fs::remove_file(last.with_extension("idx"));
         let _ = std::fs::remove_file(dir.parent().unwrap().join("checkpoint"));
@@ -694,6 +698,21 @@ mod compressed {
         assert!(error.to_string().contains("CZ-6"), "{error}");
         let error = s.open_session("s").map(|_| ()).unwrap_err();
         assert_eq!(error.code(), "CORRUPT", "{error}");
+        let report = s.verify(Some(&["s"])).unwrap();
+        assert!(!report.ok(), "{report:?}");
+        assert!(format!("{report:?}").contains("CZ-6"), "{report:?}");
+        // Salvage makes it the plain segment it stands for: the log opens again, whole.
+        s.salvage("s").unwrap();
+        let after = events(&dir);
+        assert_eq!(after.len() as u64, kept);
+        assert_eq!(after[..], all[..after.len()]);
+        let left = segments(&dir);
+        assert_eq!(left.last().unwrap().0.incompat_features & COMPRESSED, 0);
+        assert!(
+            left.iter()
+                .any(|(h, _)| h.incompat_features & COMPRESSED != 0)
+        );
+        assert!(s.verify(Some(&["s"])).unwrap().ok());
     }
 
     /// CZ-5, CZ-6: with the last segment's header not written (being created, or torn:
@@ -788,4 +807,85 @@ fn the_cli_compresses_a_session() {
             .any(|k| k["reason"] == "compressed"),
         "{report}"
     );
+}
+
+/// CZ-4, CZ-6: a reader opened while segment N was the last, refreshed after the writer
+/// rolled past it and a compaction compressed it, reads on through the compressed segment
+/// into the plain ones after it: every event as appended.
+#[cfg(feature = "compress")]
+#[test]
+fn cz_4_a_reader_refreshes_across_a_segment_compressed_since() {
+    let root = tempfile::tempdir().unwrap();
+    let s = store(root.path(), true, 4096);
+    fill(&s, "s", 3, 8);
+    let dir = log_dir(&s, "s");
+    let mut reader = LogReader::open(&dir).unwrap();
+    let first_count = reader.seq_next();
+    let segments_then = segments(&dir).len();
+    {
+        let (mut session, _) = s.resume("s").unwrap();
+        for turn in 4..=40 {
+            common::turn_start(&mut session, turn);
+            common::user_message(&mut session, &format!("more {turn}"));
+            common::turn_end(&mut session, turn);
+        }
+        session.close().unwrap();
+    }
+    assert!(
+        segments(&dir).len() > segments_then + 1,
+        "the writer rolled past"
+    );
+    let report = s
+        .compact_log_with("s", surfacelog::CompactOptions::new().compress(true))
+        .unwrap();
+    let was_last = segments(&dir)[segments_then - 1].0.first_seq;
+    assert!(
+        report
+            .rewritten
+            .iter()
+            .any(|r| r.first_seq == was_last && r.compressed),
+        "{report:?}"
+    );
+    let all = events(&dir);
+    assert!(all.len() as u64 > first_count);
+    assert_eq!(reader.refresh().unwrap(), all.len() as u64);
+    for (seq, (text, _)) in all.iter().enumerate() {
+        assert_eq!(
+            reader.event_at(seq as u64).unwrap().text(),
+            text.as_str(),
+            "seq {seq}"
+        );
+    }
+}
+
+/// SEG-9, CZ-7: in a build without the `compress` feature, a sealed segment setting
+/// `COMPRESSED` is a segment this build does not read, not damage: salvage and compaction
+/// refuse it with `FORMAT_VERSION` and change no file.
+#[cfg(not(feature = "compress"))]
+#[test]
+fn cz_7_without_the_feature_a_compressed_segment_is_refused_not_cut() {
+    let root = tempfile::tempdir().unwrap();
+    let s = store(root.path(), true, 2048);
+    fill(&s, "s", 4, 6);
+    let dir = log_dir(&s, "s");
+    let names: Vec<String> = files(&dir)
+        .into_keys()
+        .filter(|n| has_extension(n, "seg"))
+        .collect();
+    assert!(names.len() > 2);
+    let victim = dir.join(&names[1]);
+    let mut bytes = std::fs::read(&victim).unwrap();
+    bytes[58] |= 0x02;
+    let crc = crc32c::crc32c(&bytes[..60]);
+    bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&victim, &bytes).unwrap();
+    let before = files(&dir);
+    for error in [
+        s.salvage("s").map(|_| ()).unwrap_err(),
+        s.compact_log("s").map(|_| ()).unwrap_err(),
+    ] {
+        assert_eq!(error.code(), "FORMAT_VERSION", "{error}");
+        assert!(error.to_string().contains("0x0002"), "{error}");
+    }
+    assert_eq!(files(&dir), before, "nothing changed");
 }

@@ -953,3 +953,67 @@ fn reads_while_a_writer_recovers_a_torn_tail() {
     let kept = [sized_batch(0, 3), sized_batch(3, 1)].concat();
     assert_eq!(read.events, array(&kept));
 }
+
+/// DUR-12 next to a compressed segment (log-format.md CZ-6): the log's last segment is an
+/// empty one that begins at the log's end (a roll whose first record was never written),
+/// and the segment before it has been compressed since. A failed append is taken back
+/// without reading the compressed segment as a plain one and without leaving it last: the
+/// empty segment is kept and emptied, the session reads as before, and the same batch then
+/// appends.
+#[cfg(feature = "compress")]
+#[test]
+fn dur_12_a_failed_append_after_a_compressed_segment_is_taken_back() {
+    use surfacelog::internals::log::segment::SegmentHeader;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, faults) = faulty_store(dir.path());
+    let mut all = sized_batch(0, 5);
+    store.create("s", r#"{"id":"s"}"#, &refs(&all)).unwrap();
+    for _ in 0..3 {
+        let next = sized_batch(all.len() as u64, 20);
+        store.append("s", all.len() as u64, &refs(&next)).unwrap();
+        all.extend(next);
+    }
+    store.close().unwrap();
+    let log = store.locate("s").join("log");
+    let last = last_segment(&store, "s");
+    let header = SegmentHeader::decode(&std::fs::read(&last).unwrap()).unwrap();
+    let empty = SegmentHeader {
+        index: header.index + 1,
+        first_seq: all.len() as u64,
+        capacity: 2048,
+        ..header
+    };
+    let mut bytes = empty.encode().to_vec();
+    bytes.resize(2048, 0);
+    std::fs::write(log.join(format!("{:020}.seg", all.len())), &bytes).unwrap();
+    let report = surfacelog::internals::log::compact_with(
+        &surfacelog::internals::storage::FsStorage,
+        &log,
+        surfacelog::CompactOptions::new().compress(true),
+    )
+    .unwrap();
+    assert!(
+        report
+            .rewritten
+            .iter()
+            .any(|r| r.first_seq == header.first_seq && r.compressed),
+        "{report:?}"
+    );
+    let before = store.load("s", 0).unwrap().unwrap();
+    let next = sized_batch(all.len() as u64, 5);
+    faults.fail_sync(1);
+    let error = store
+        .append("s", all.len() as u64, &refs(&next))
+        .unwrap_err();
+    assert_eq!(error.code(), "IO", "{error}");
+    assert_eq!(
+        error.outcome(),
+        surfacelog::Outcome::NothingWritten,
+        "{error}"
+    );
+    assert_eq!(store.load("s", 0).unwrap().unwrap(), before);
+    store.append("s", all.len() as u64, &refs(&next)).unwrap();
+    all.extend(next);
+    store.close().unwrap();
+    assert_eq!(store.load("s", 0).unwrap().unwrap().events, array(&all));
+}

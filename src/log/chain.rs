@@ -340,6 +340,33 @@ pub(crate) fn open_sealed(
     Ok((header, map, identity(&file)))
 }
 
+/// SEG-2, SEG-3 for a sealed segment without mapping it: its header checks out and names
+/// its place in the log. What a fork checks of the segments it links whole (STORE-10): a
+/// compressed one (CZ-4) is not decompressed for it.
+///
+/// # Errors
+/// `CORRUPT` with the segment's path, `FORMAT_VERSION`, `IO`.
+pub(crate) fn check_sealed(
+    storage: &dyn Storage,
+    path: &Path,
+    index: u64,
+    first_seq: u64,
+    log_id: &LogId,
+) -> Result<()> {
+    let file = match storage.open_file(path, false) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(corrupt(path, 0, "a segment of the log is missing (LOG-2)"));
+        }
+        Err(error) => return Err(Error::io("open", path, &error)),
+    };
+    let header = checked_header(&super::map::read_head(&file, SEGMENT_HEADER_LEN), path)?;
+    if header.log_id != *log_id || header.index != index || header.first_seq != first_seq {
+        return Err(discontinued(path));
+    }
+    Ok(())
+}
+
 /// Opens and maps a segment file.
 fn open_mapped(storage: &dyn Storage, path: &Path, write: bool) -> Result<(File, Mmap)> {
     let file = storage

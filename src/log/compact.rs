@@ -283,8 +283,11 @@ pub(crate) fn compact_then(
     // the segment before it the last, which must then stay plain.
     let last_born = firsts.last().is_none_or(|&last| {
         let path = seq_file_path(dir, last, ".seg");
+        // Synced first: a header only in the page cache (a writer killed right after it
+        // created the segment, in `Staged` durability) could still be lost.
         storage.open_file(&path, false).is_ok_and(|file| {
-            SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN)).is_ok()
+            storage.sync_data(&file).is_ok()
+                && SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN)).is_ok()
         })
     });
     for place in checked {
@@ -361,6 +364,7 @@ fn examined(
             seq_next,
             ..
         } => Ok((opened, offsets, end, seq_next)),
+        Examined::Refused { error } => Err(error),
         Examined::Cut { reason, .. } | Examined::Rejected { reason } => Err(ErrorKind::Corrupt {
             location: dir.display().to_string(),
             reason: format!("{reason}; nothing was compacted (CMP-2)"),

@@ -169,6 +169,10 @@ pub(super) enum Examined {
     },
     /// The prefix ends before it: its header, place or limit does not check out.
     Rejected { reason: String },
+    /// It cannot be judged: a version or feature this build does not read (SEG-9,
+    /// `FORMAT_VERSION`), or an I/O failure (`IO`). Not damage: salvage and compaction
+    /// refuse with the error and change nothing.
+    Refused { error: crate::Error },
 }
 
 /// SLV-1 to SLV-4: keeps the longest valid prefix of the log in `dir` (every record checks
@@ -223,6 +227,8 @@ pub fn salvage(
                 cut = Some(Cut::Before { position });
                 break;
             }
+            // Nothing has been changed yet: every segment is examined first.
+            Examined::Refused { error } => return Err(error),
         }
     }
     report.seq_next = seq;
@@ -303,7 +309,8 @@ pub(super) fn examine(
     }
     let opened = match open_checked(storage, dir, &path, position, first, log_id, limited) {
         Ok(opened) => opened,
-        Err(reason) => return Examined::Rejected { reason },
+        Err(Unjudged::Damage(reason)) => return Examined::Rejected { reason },
+        Err(Unjudged::Refused(error)) => return Examined::Refused { error },
     };
     let bound = opened
         .limit
@@ -395,16 +402,17 @@ fn open_checked(
     first: u64,
     log_id: Option<LogId>,
     limited: bool,
-) -> std::result::Result<Opened, String> {
-    let at0 = |reason: &str| format!("{} offset=0: {reason}", path.display());
+) -> std::result::Result<Opened, Unjudged> {
+    let at0 = |reason: &str| Unjudged::Damage(format!("{} offset=0: {reason}", path.display()));
     let (file, map) = storage
         .open_file(path, false)
         .and_then(|file| map(&file).map(|map| (file, map)))
         .map_err(|error| at0(&format!("cannot be read ({error})")))?;
     let header = match SegmentHeader::decode(&map) {
         Ok(header) => header,
+        // SEG-9, VER-1: not damage, a file this build does not read.
         Err(HeaderError::Version(found)) => {
-            return Err(at0(&super::segment::version_error(found).to_string()));
+            return Err(Unjudged::Refused(super::segment::version_error(found)));
         }
         Err(HeaderError::Invalid(why)) => return Err(at0(why)),
     };
@@ -417,22 +425,28 @@ fn open_checked(
     // CZ-7: a compressed segment is checked (CZ-3), then examined as its logical segment,
     // whose bytes (and header, `COMPRESSED` clear) a cut keeps as a plain segment.
     let (file, map) = if super::compressed::is_compressed(&header) {
-        super::compressed::materialize(dir, path, &file, &header)
-            .map_err(|error| error.to_string())?
+        // CZ-3 damage is damage; a failure to write the copy (a full disk) is not.
+        super::compressed::materialize(dir, path, &file, &header).map_err(|error| {
+            if error.code() == "CORRUPT" {
+                Unjudged::Damage(error.to_string())
+            } else {
+                Unjudged::Refused(error)
+            }
+        })?
     } else {
         (file, map)
     };
     let limit = if limited {
         let limit_path = dir.join(limit_name(first));
         let bytes = crate::storage::read_file(storage, &limit_path).unwrap_or_default();
-        let limit = Limit::decode(&bytes, &header, &map).map_err(|why| {
-            let why = match why {
-                super::limit::LimitError::Invalid(reason) => reason.to_owned(),
-                super::limit::LimitError::Version(found) => {
-                    super::segment::version_error(found).to_string()
-                }
-            };
-            format!("{} offset=0: {why}", limit_path.display())
+        let limit = Limit::decode(&bytes, &header, &map).map_err(|why| match why {
+            super::limit::LimitError::Invalid(reason) => {
+                Unjudged::Damage(format!("{} offset=0: {reason}", limit_path.display()))
+            }
+            // LIM-7, VER-1: a limit this build does not read is not damage.
+            super::limit::LimitError::Version(found) => {
+                Unjudged::Refused(super::segment::version_error(found))
+            }
         })?;
         Some(limit)
     } else {
@@ -444,6 +458,14 @@ fn open_checked(
         file,
         limit,
     })
+}
+
+/// Why a segment could not be opened for examination.
+enum Unjudged {
+    /// Damage, with the file and offset: the prefix ends before the segment.
+    Damage(String),
+    /// Not damage (a version or feature this build does not read, an I/O failure): refused.
+    Refused(crate::Error),
 }
 
 /// SLV-2, SLV-3: acts on `cut`.

@@ -391,8 +391,34 @@ impl LogReader {
             if let Some(last) = self.segments.last_mut() {
                 // LIM-4: nothing after a limit belongs to this log; the next segment may.
                 if last.limit.is_none() {
-                    if last.mapped().is_none() {
+                    let Some(mapped) = last.mapped() else {
                         return Ok(self.seq_next);
+                    };
+                    if super::compressed::is_compressed(&mapped.header) {
+                        // CZ-4: sealed whole, every byte checked; its records are found by
+                        // their frames (as `Mapped::scan` finds them), and the log goes on
+                        // in the next segment: a compressed segment is never the last
+                        // (CZ-6).
+                        let found = walk_written(&mapped.map, last.end, self.seq_next, u64::MAX);
+                        let path = last.path(&self.dir).to_owned();
+                        if let Stop::Invalid { offset, .. } = found.stop {
+                            return Err(corrupt(
+                                &path,
+                                offset,
+                                "a record frame does not fit (CZ-4)",
+                            ));
+                        }
+                        last.push_offsets(&found.offsets);
+                        last.end = found.end;
+                        self.seq_next = found.seq_next;
+                        if !self.open_next_segment()? {
+                            return Err(corrupt(
+                                &path,
+                                0,
+                                "the last segment is compressed: a segment after it is missing (CZ-6)",
+                            ));
+                        }
+                        continue;
                     }
                     last.map_grown(&*self.storage, &self.dir)?;
                     let Some(mapped) = last.mapped() else {
@@ -601,8 +627,20 @@ impl LogReader {
             return Ok(prefix);
         };
         let at = self.segment_of(last).unwrap_or(0);
+        // SEG-2, SEG-3 of each segment linked whole, by its header: one not opened yet is
+        // not mapped for it (nor decompressed, CZ-4); the child maps it on first access.
         for segment in self.segments.iter().take(at) {
-            self.open_segment(segment)?;
+            match segment.mapped.get() {
+                None => super::chain::check_sealed(
+                    &*self.storage,
+                    segment.path(&self.dir),
+                    segment.index,
+                    segment.first_seq,
+                    &self.log_id,
+                )?,
+                Some(Err(kind)) => return Err(kind.clone().into()),
+                Some(Ok(_)) => {}
+            }
         }
         prefix.whole = self
             .segments
@@ -791,6 +829,15 @@ impl LogReader {
                 };
             }
         };
+        // CZ-4, CZ-6: a compressed segment (compacted since this reader last looked) is
+        // sealed whole: its logical segment is mapped, never the compressed file, and
+        // `refresh` takes all its records and goes on to the next one.
+        let compressed = super::compressed::is_compressed(&header);
+        let map = if compressed {
+            super::compressed::materialize(&self.dir, &path, &file, &header)?.1
+        } else {
+            map
+        };
         if expected_index == 0 {
             self.log_id = header.log_id;
         }
@@ -824,7 +871,7 @@ impl LogReader {
                 header,
                 map,
                 identity: identity(&file),
-                file: Some(file),
+                file: (!compressed).then_some(file),
             })),
             limit: None,
             count: None,

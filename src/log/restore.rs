@@ -68,10 +68,19 @@ pub(crate) fn restore(
         .iter()
         .filter_map(|n| parse_first_seq(n.strip_suffix(".lim")?))
         .collect();
-    let keep = firsts
+    let mut keep = firsts
         .iter()
         .rposition(|&first| first < seq_next || first == 0)
         .ok_or_else(|| corrupt(dir, 0, "no segment holds the log's first events (DUR-12)"))?;
+    // CZ-6: a compressed segment is sealed whole, before every append of this writer, and
+    // never the last: the segment after it, which begins at `seq_next`, is kept (emptied of
+    // the batch) instead of removed.
+    if let Some(&first) = firsts.get(keep)
+        && is_compressed_segment(storage, &seq_file_path(dir, first, ".seg"))
+        && firsts.get(keep + 1) == Some(&seq_next)
+    {
+        keep += 1;
+    }
     let (kept, later) = firsts.split_at(keep + 1);
     // Checked first, changed after: a refusal changes nothing.
     let mut removed = Vec::new();
@@ -239,6 +248,15 @@ fn batch_records(
         from,
         to,
     }))
+}
+
+/// Whether the segment file at `path` has a header that checks out and sets `COMPRESSED`
+/// (CZ-2).
+fn is_compressed_segment(storage: &dyn Storage, path: &Path) -> bool {
+    storage.open_file(path, false).is_ok_and(|file| {
+        SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN))
+            .is_ok_and(|header| super::compressed::is_compressed(&header))
+    })
 }
 
 /// Whether the index file `path` of the segment `left` holds may list a record at or after

@@ -454,11 +454,12 @@ fn header(storage: &dyn Storage, path: &Path) -> Option<(u64, u32)> {
     use std::io::Read;
     let mut fixed = [0; 24];
     storage.open_read(path).ok()?.read_exact(&mut fixed).ok()?;
-    let ours = fixed.get(..8) == Some(&PACK_MAGIC[..])
-        && matches!(
-            u32_at(&fixed, 8),
-            Some(PACK_VERSION | PACK_VERSION_COMPRESSED)
-        );
+    // MSP-8: a build without the `compress` feature cannot read version 2.
+    let readable = |version| {
+        version == PACK_VERSION
+            || (cfg!(feature = "compress") && version == PACK_VERSION_COMPRESSED)
+    };
+    let ours = fixed.get(..8) == Some(&PACK_MAGIC[..]) && u32_at(&fixed, 8).is_some_and(readable);
     if !ours {
         return None;
     }
@@ -562,7 +563,7 @@ pub(crate) fn compress(
         level,
     )
     .map_err(|e| Error::io("compress", &path, &e))?;
-    if packed.len() >= bytes.len() {
+    if packed.len() >= bytes.len() || layout.len > u64::from(u32::MAX) {
         return Ok(None);
     }
     let tmp = dir.join(format!("{PACK_FILE}.tmp"));

@@ -112,6 +112,7 @@ fn read_table<S: Source + ?Sized>(file: &S, path: &Path, logical: &Logical) -> R
         .checked_sub(table_at as u64)
         .filter(|&len| len > 0)
         .ok_or_else(|| bad("the logical bytes must go past the header (CZ-1, CZ-3)"))?;
+    check_len(logical, path)?;
     let mut head = [0; 8];
     read_exact(file, path, &mut head, table_at as u64)?;
     let block_bytes = u32_at(&head, 0).unwrap_or(0);
@@ -178,6 +179,25 @@ fn read_table<S: Source + ?Sized>(file: &S, path: &Path, logical: &Logical) -> R
     }
     table.blocks = blocks;
     Ok(table)
+}
+
+/// The most logical bytes a compressed file may stand for: a segment's largest capacity
+/// (SEG-7), and the bound on what a reader writes into its temporary copy of one.
+const MAX_LOGICAL_LEN: u64 = u32::MAX as u64;
+
+/// CZ-3: `logical` is at most [`MAX_LOGICAL_LEN`] bytes; `CORRUPT` at the table otherwise.
+fn check_len(logical: &Logical, path: &Path) -> Result<()> {
+    if logical.len > MAX_LOGICAL_LEN {
+        return Err(corrupt(
+            path,
+            logical.head.len(),
+            &format!(
+                "stands for {} logical bytes, more than 2^32 - 1 (CZ-3, SEG-7)",
+                logical.len
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `buf.len()` bytes of `file` at `offset` (with `pread` for a file); a file that ends
@@ -257,8 +277,12 @@ fn whole<'a>(file: &'a File, path: &Path) -> Result<FileBytes<'a>> {
     })
 }
 
+/// The largest logical segment [`decompress`] builds in memory: 256 MiB.
+const DECOMPRESS_MAX: u64 = 1 << 28;
+
 /// CZ-3: the logical segment of the compressed segment file whose bytes are `bytes`, every
-/// block checked (CZ-1: its header with `COMPRESSED` clear). What the fuzz target drives.
+/// block checked (CZ-1: its header with `COMPRESSED` clear), in memory: what the fuzz
+/// target and the tests drive. A logical segment above 256 MiB is refused.
 ///
 /// # Errors
 /// `CORRUPT` naming `path` and the offset of what does not check out; `FORMAT_VERSION`
@@ -272,6 +296,14 @@ pub fn decompress(bytes: &[u8], path: &Path) -> Result<Vec<u8>> {
         }
         Err(HeaderError::Invalid(reason)) => return Err(corrupt(path, 0, reason)),
     };
+    // In memory: bounded well below what a reader's temporary copy may hold.
+    if header.capacity > DECOMPRESS_MAX {
+        return Err(corrupt(
+            path,
+            SEGMENT_HEADER_LEN,
+            "a logical segment larger than `decompress` takes (256 MiB)",
+        ));
+    }
     let mut out = Vec::new();
     unpack(bytes, path, &segment_logical(&header), &mut |_, block| {
         out.extend_from_slice(block);
@@ -313,6 +345,7 @@ pub(crate) fn materialize_logical(
         .or_else(|_| tempfile::tempfile())
         .map_err(|e| Error::io("create a decompressed copy of", path, &e))?;
     let written = |e: std::io::Error| Error::io("write the decompressed copy of", path, &e);
+    check_len(logical, path)?;
     copy.set_len(logical.len).map_err(written)?;
     unpack(&whole(file, path)?, path, logical, &mut |at, bytes| {
         copy.write_all_at(bytes, at).map_err(written)

@@ -39,7 +39,7 @@ pub(super) fn check_segment(
         .metadata()
         .map_err(|e| Error::io("stat", path, &e))?
         .len();
-    let Some((file, file_len)) = logical_segment(found, place, file, file_len) else {
+    let Some((file, file_len)) = logical_segment(found, place, file, file_len)? else {
         return Ok(None);
     };
     let header = check_segment_header(found, place, &file, file_len, log_id)?;
@@ -84,24 +84,36 @@ pub(super) fn check_segment(
 /// compressed segment (CZ-2) its logical segment decompressed into a temporary file, every
 /// block checked (CZ-3). `None` when the compressed file does not check out (reported):
 /// its records cannot be followed.
+///
+/// # Errors
+/// `IO` when the copy cannot be written: not damage.
 fn logical_segment(
     found: &mut Found,
     place: &SegmentPlace<'_>,
     file: File,
     file_len: u64,
-) -> Option<(File, u64)> {
+) -> Result<Option<(File, u64)>> {
     let head = crate::log::segment::read_head(&file);
     let header = match SegmentHeader::decode(&head) {
         Ok(header) if header.incompat_features & crate::log::segment::COMPRESSED != 0 => header,
         // Plain, or a header `check_segment_header` reports.
-        _ => return Some((file, file_len)),
+        _ => return Ok(Some((file, file_len))),
     };
+    if place.next.is_none() {
+        found.error(
+            place.path,
+            Some(58),
+            "CZ-6",
+            "the last segment is compressed: a segment after it is missing",
+        );
+    }
     match crate::log::segment::materialize(place.log_dir, place.path, &file, &header) {
-        Ok((copy, _)) => Some((copy, header.capacity)),
-        Err(error) => {
+        Ok((copy, _)) => Ok(Some((copy, header.capacity))),
+        Err(error) if error.code() == "CORRUPT" => {
             found.error(place.path, None, "CZ-3", error.to_string());
-            None
+            Ok(None)
         }
+        Err(error) => Err(error),
     }
 }
 
