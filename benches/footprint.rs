@@ -507,26 +507,15 @@ fn by_kind(dir: &std::path::Path) -> String {
 )]
 fn trade_offs(plain: &std::path::Path) {
     use surfacelog::internals::log::segment::{
-        SEGMENT_HEADER_LEN, SegmentHeader, compress, decompress, segment_name,
+        compress, decompress, logical_segment, segment_name,
     };
     let Ok(bytes) = std::fs::read(plain.join(segment_name(0))) else {
         return;
     };
-    let mut end = SEGMENT_HEADER_LEN;
-    while let Some(Ok((_, len))) = bytes.get(end..).map(surfacelog::internals::record::decode) {
-        end += len;
-    }
-    let Ok(header) = SegmentHeader::decode(&bytes) else {
+    let Some(logical) = logical_segment(&bytes) else {
         return;
     };
-    let mut logical = bytes[..end].to_vec();
-    logical[..SEGMENT_HEADER_LEN].copy_from_slice(
-        &SegmentHeader {
-            capacity: end as u64,
-            ..header
-        }
-        .encode(),
-    );
+    let end = logical.len();
     for level in [1, 3, 9, 19] {
         for block in [256 << 10, 1 << 20, 4 << 20] {
             let started = Instant::now();

@@ -181,19 +181,11 @@ fn turn_of(
 /// compressed: a pick byte, then the segment's records (the target compresses them as a
 /// logical segment's, CZ-5); and the segment compressed whole (CZ-3).
 fn compressed_seeds(out: &Path, segment: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
-    use surfacelog::internals::log::segment::{SegmentHeader, compress};
+    use surfacelog::internals::log::segment::{compress, logical_segment};
     let mut seed = vec![3u8];
     seed.extend_from_slice(&segment[SEGMENT_HEADER_LEN..]);
     write(out, "compressed", "records", &seed)?;
-    let header = SegmentHeader::decode(segment).map_err(|e| format!("{e:?}"))?;
-    let mut logical = segment.to_vec();
-    logical[..SEGMENT_HEADER_LEN].copy_from_slice(
-        &SegmentHeader {
-            capacity: segment.len() as u64,
-            ..header
-        }
-        .encode(),
-    );
+    let logical = logical_segment(segment).ok_or("the seed segment's header")?;
     if let Some(packed) = compress(&logical, 4096, 3)? {
         write(out, "compressed", "whole", &packed)?;
     }

@@ -272,21 +272,14 @@ fn seg_9_the_compressed_bit_is_known_only_with_its_feature() {
 #[cfg(feature = "compress")]
 #[test]
 fn cz_3_the_compressed_vector_decompresses_to_the_worked_example() {
-    use surfacelog::internals::log::segment::{COMPRESSED, compress, decompress};
+    use surfacelog::internals::log::segment::{COMPRESSED, compress, decompress, logical_segment};
     let bytes = std::fs::read(VECTOR).unwrap();
-    let mut end = SEGMENT_HEADER_LEN;
-    while let Ok((_, len)) = decode(&bytes[end..]) {
-        end += len;
-    }
-    let header = SegmentHeader::decode(&bytes).unwrap();
-    let mut logical = bytes[..end].to_vec();
-    logical[..SEGMENT_HEADER_LEN].copy_from_slice(
-        &SegmentHeader {
-            capacity: end as u64,
-            ..header
-        }
-        .encode(),
-    );
+    let logical = logical_segment(&bytes).unwrap();
+    // The three records, and the header with `capacity` where they end.
+    let end = logical.len();
+    assert_eq!(end, 784);
+    assert_eq!(logical[64..], bytes[64..end]);
+    assert_eq!(SegmentHeader::decode(&logical).unwrap().capacity, 784);
     let path = Path::new(VECTOR).with_file_name("segment-v1-compressed.seg");
     let ours = compress(&logical, 4096, 3).unwrap().unwrap();
     // How the vector was made: `SURFACELOG_WRITE_VECTORS=1 cargo test --test log_format`.

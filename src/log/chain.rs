@@ -316,19 +316,7 @@ pub(crate) fn open_sealed(
     first_seq: u64,
     log_id: &LogId,
 ) -> Result<(SegmentHeader, Mmap, Option<FileIdentity>)> {
-    let file = match storage.open_file(path, false) {
-        Ok(file) => file,
-        // LOG-2: a segment of the chain that is not there (an open from a known chain,
-        // RCV-11, finds it here rather than from the names).
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Err(corrupt(path, 0, "a segment of the log is missing (LOG-2)"));
-        }
-        Err(error) => return Err(Error::io("open", path, &error)),
-    };
-    let header = checked_header(&super::map::read_head(&file, SEGMENT_HEADER_LEN), path)?;
-    if header.log_id != *log_id || header.index != index || header.first_seq != first_seq {
-        return Err(discontinued(path));
-    }
+    let (file, header) = sealed_header(storage, path, index, first_seq, log_id)?;
     let map = if is_compressed(&header) {
         // CZ-4: the logical segment, every block checked, in a file of its own; the
         // identity kept is the compressed file's, under the segment's name (RD-1, CMP-4).
@@ -353,8 +341,25 @@ pub(crate) fn check_sealed(
     first_seq: u64,
     log_id: &LogId,
 ) -> Result<()> {
+    sealed_header(storage, path, index, first_seq, log_id).map(|_| ())
+}
+
+/// The sealed segment at `path` opened, with its header checked (SEG-2) and its place in
+/// the log (SEG-3).
+///
+/// # Errors
+/// As [`open_sealed`].
+fn sealed_header(
+    storage: &dyn Storage,
+    path: &Path,
+    index: u64,
+    first_seq: u64,
+    log_id: &LogId,
+) -> Result<(File, SegmentHeader)> {
     let file = match storage.open_file(path, false) {
         Ok(file) => file,
+        // LOG-2: a segment of the chain that is not there (an open from a known chain,
+        // RCV-11, finds it here rather than from the names).
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             return Err(corrupt(path, 0, "a segment of the log is missing (LOG-2)"));
         }
@@ -364,7 +369,7 @@ pub(crate) fn check_sealed(
     if header.log_id != *log_id || header.index != index || header.first_seq != first_seq {
         return Err(discontinued(path));
     }
-    Ok(())
+    Ok((file, header))
 }
 
 /// Opens and maps a segment file.

@@ -317,6 +317,28 @@ pub(crate) fn parse_first_seq(digits: &str) -> Option<u64> {
         .then(|| digits.parse().ok())?
 }
 
+/// CZ-1: the logical segment of the plain segment `bytes` (a file's bytes): its header,
+/// with `capacity` set to the end of its records, and its records, nothing after them:
+/// what compaction compresses. `None` when its header does not check out.
+#[must_use]
+pub fn logical_segment(bytes: &[u8]) -> Option<Vec<u8>> {
+    let header = SegmentHeader::decode(bytes).ok()?;
+    let mut end = SEGMENT_HEADER_LEN;
+    while let Some(Ok((_, len))) = bytes.get(end..).map(crate::record::decode) {
+        end += len;
+    }
+    let mut logical = bytes.get(..end)?.to_vec();
+    let head = SegmentHeader {
+        capacity: end as u64,
+        ..header
+    }
+    .encode();
+    logical
+        .get_mut(..SEGMENT_HEADER_LEN)?
+        .copy_from_slice(&head);
+    Some(logical)
+}
+
 /// The header bytes of segment `file`, read with `pread` (RD-8); fewer when it is shorter.
 pub(crate) fn read_head(file: &std::fs::File) -> Vec<u8> {
     super::map::read_head(file, SEGMENT_HEADER_LEN)
