@@ -114,9 +114,21 @@ impl CompactOptions {
     /// `benches/footprint.rs` a sealed segment takes 10.1% of its bytes at level 9 (about
     /// 125 MB/s) against 11.4% at Zstandard's own default, 3 (about 800 MB/s), and 8.4% at
     /// 19 (about 3 MB/s); reading is about as fast at any level (4 to 5 ms per 8 MiB).
+    ///
+    /// ```
+    /// use surfacelog::CompactOptions;
+    /// let options = CompactOptions::new().compress(true);
+    /// assert_eq!(options.compresses(), Some(CompactOptions::DEFAULT_LEVEL));
+    /// ```
     pub const DEFAULT_LEVEL: i32 = 9;
 
     /// Chunk records only (CMP-1 to CMP-6), as [`compact`] does.
+    ///
+    /// ```
+    /// use surfacelog::CompactOptions;
+    /// assert_eq!(CompactOptions::new().compresses(), None);
+    /// assert_eq!(CompactOptions::new(), CompactOptions::default());
+    /// ```
     #[must_use]
     pub const fn new() -> Self {
         Self { level: None }
@@ -124,6 +136,12 @@ impl CompactOptions {
 
     /// Whether sealed segments are also compressed (log-format.md §14, CZ-5), at
     /// [`CompactOptions::DEFAULT_LEVEL`]. Only in a build with the `compress` feature.
+    ///
+    /// ```
+    /// use surfacelog::CompactOptions;
+    /// assert_eq!(CompactOptions::new().compress(true).compresses(), Some(9));
+    /// assert_eq!(CompactOptions::new().compress(false).compresses(), None);
+    /// ```
     #[cfg(feature = "compress")]
     #[must_use]
     pub const fn compress(mut self, compress: bool) -> Self {
@@ -138,6 +156,12 @@ impl CompactOptions {
     /// Compresses sealed segments (as [`CompactOptions::compress`]) at Zstandard level
     /// `level`, clamped to 1 ..= 22: higher is smaller and slower to compress, and about
     /// as fast to read (see [`CompactOptions::DEFAULT_LEVEL`]).
+    ///
+    /// ```
+    /// use surfacelog::CompactOptions;
+    /// assert_eq!(CompactOptions::new().compression_level(19).compresses(), Some(19));
+    /// assert_eq!(CompactOptions::new().compression_level(99).compresses(), Some(22));
+    /// ```
     #[cfg(feature = "compress")]
     #[must_use]
     pub const fn compression_level(mut self, level: i32) -> Self {
@@ -152,6 +176,11 @@ impl CompactOptions {
     }
 
     /// The Zstandard level sealed segments are compressed at, or `None` when they are not.
+    ///
+    /// ```
+    /// use surfacelog::CompactOptions;
+    /// assert_eq!(CompactOptions::new().compresses(), None);
+    /// ```
     #[must_use]
     pub const fn compresses(&self) -> Option<i32> {
         self.level

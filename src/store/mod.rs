@@ -1136,6 +1136,24 @@ impl Store {
     ///
     /// [`CompactOptions::compress`]: crate::CompactOptions::compress
     ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// use surfacelog::{CompactOptions, NoSurface, Store, StoreOptions, kinds};
+    /// let store = Store::open_or_create(dir.path(), StoreOptions::new().segment_bytes(4096))?;
+    /// let mut s = store.create("s", None, None)?;
+    /// for turn in 1..=100 {
+    ///     s.append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)?;
+    ///     let end = format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#);
+    ///     s.append::<kinds::TurnEnd>(&end, NoSurface)?;
+    /// }
+    /// s.close()?;
+    /// let report = store.compact_log_with("s", CompactOptions::new().compress(true))?;
+    /// assert!(!report.rewritten.is_empty());
+    /// assert!(report.rewritten.iter().all(|segment| segment.compressed));
+    /// assert!(report.bytes_saved() > 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`Store::compact_log`].
     pub fn compact_log_with(
