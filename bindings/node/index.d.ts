@@ -207,8 +207,10 @@ export class Store {
    * by this process or another. Break out of the loop to stop; a refusal that ends it
    * (the session deleted, damage) is thrown. */
   follow(id: string, options?: { from?: number }): AsyncIterable<StoredEvent>;
-  /** Rewrites session `id`'s older segments with chunk records; resolves with the bytes saved. */
-  compactLog(id: string): Promise<number>;
+  /** Rewrites session `id`'s older segments with chunk records; with `compress: true` also
+   * compressed (Zstandard at `level`, 1 to 22, default 9), its message pack too; the
+   * segment the writer appends to stays plain. Resolves with the bytes saved. */
+  compactLog(id: string, options?: { compress?: boolean; level?: number }): Promise<number>;
 }
 
 /** A verbatim session as read (`format-spec/verbatim-store.md` VBT-7). */

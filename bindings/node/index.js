@@ -276,9 +276,16 @@ class Store {
       },
     };
   }
-  /** Rewrites session `id`'s older segments with chunk records: the bytes saved. */
-  compactLog(id) {
-    return call(() => this.#native.compactLog(id));
+  /** Rewrites session `id`'s older segments with chunk records, and with
+   * `{ compress: true, level? }` compressed (Zstandard, level 9 by default), its message
+   * pack too: the bytes saved. */
+  compactLog(id, options = {}) {
+    const { compress = false, level } = options ?? {};
+    if (typeof compress !== 'boolean') throw new TypeError('compactLog: `compress` is a boolean');
+    if (level !== undefined && (typeof level !== 'number' || !compress)) {
+      throw new TypeError('compactLog: `level` is a number, with `compress: true`');
+    }
+    return call(() => this.#native.compactLog(id, compress ? (level ?? 9) : undefined));
   }
 }
 

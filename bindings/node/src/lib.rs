@@ -18,7 +18,9 @@ use napi_derive::napi;
 use surfacelog::internals::event::EventSource;
 use surfacelog::internals::session::SessionLog;
 use surfacelog::internals::store::ReadOnlyLog;
-use surfacelog::{Boundary, Durability, EventRef, Store, StoreOptions, StoredSession};
+use surfacelog::{
+    Boundary, CompactOptions, Durability, EventRef, Store, StoreOptions, StoredSession,
+};
 
 /// The prefix of a surfacelog refusal's message, before its JSON payload.
 const ERROR_PREFIX: &str = "surfacelog:";
@@ -400,16 +402,41 @@ impl NativeStore {
         )
     }
 
-    /// Rewrites session `id`'s sealed segments with chunk records (log-format.md §13):
-    /// the bytes saved.
+    /// Rewrites session `id`'s sealed segments with chunk records (log-format.md §13),
+    /// and with `level` (a Zstandard level, 1 to 22) also compressed, its message pack too
+    /// (§14, message-pack.md MSP-8): the bytes saved, the pack's included.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` for a level that is not an integer from 1 to 22.
     #[napi(ts_return_type = "Promise<number>")]
-    pub fn compact_log(&self, id: String) -> AsyncTask<Job<u64, f64>> {
-        store_task(
+    pub fn compact_log(&self, id: String, level: Option<f64>) -> Result<AsyncTask<Job<u64, f64>>> {
+        let options = match level {
+            None => CompactOptions::new(),
+            Some(level) if level.fract() == 0.0 && (1.0..=22.0).contains(&level) => {
+                #[expect(clippy::cast_possible_truncation, reason = "an integer from 1 to 22")]
+                let level = level as i32;
+                CompactOptions::new().compression_level(level)
+            }
+            Some(_) => {
+                return Err(misuse(
+                    "INVALID_ARGUMENT",
+                    "level: an integer from 1 to 22 (Zstandard)",
+                ));
+            }
+        };
+        Ok(store_task(
             &self.inner,
-            move |store| store.compact_log(&id).map(|r| r.bytes_saved()),
+            move |store| {
+                store.compact_log_with(&id, options).map(|report| {
+                    let pack = report
+                        .pack_bytes
+                        .map_or(0, |(before, after)| before.saturating_sub(after));
+                    report.bytes_saved() + pack
+                })
+            },
             #[expect(clippy::cast_precision_loss, reason = "a byte count below 2^53")]
             |bytes| bytes as f64,
-        )
+        ))
     }
 }
 

@@ -2,7 +2,7 @@
 // atomic batches, reopening, forks, read-only views, and crash repair seen from Node.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
@@ -133,6 +133,42 @@ test('compactLog rewrites a log written without chunk records, events unchanged'
   assert.deepEqual((await reopened.events()).map((e) => e.text), before);
   await reopened.close();
   assert.equal(await store.compactLog('c'), 0, 'nothing left to rewrite');
+});
+
+test('compactLog compresses the older segments and the message pack, events and messages unchanged', async (t) => {
+  const dir = scratch(t);
+  const store = await Store.open(dir, { segmentBytes: 4096 });
+  const session = await store.create('z');
+  for (let turn = 1; turn <= 40; turn += 1) {
+    await session.append('turn/start', `{"turn":${turn}}`);
+    await session.append(
+      'user/message',
+      `{"id":"u${turn}","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"turn ${turn} of the same question"}]}`,
+      { surfaceOp: 'append' },
+    );
+    await session.append('turn/end', `{"turn":${turn},"reason":{"kind":"completed"}}`);
+  }
+  const events = (await session.events()).map((e) => e.text);
+  const messages = (await session.messages()).map((m) => m.json);
+  await session.close();
+  await assert.rejects(
+    store.compactLog('z', { compress: true, level: 23 }),
+    (error) => error.code === 'INVALID_ARGUMENT',
+  );
+  assert.throws(() => store.compactLog('z', { level: 3 }), TypeError);
+  assert.throws(() => store.compactLog('z', { compress: 'yes' }), TypeError);
+  assert.ok((await store.compactLog('z', { compress: true, level: 19 })) > 0, 'bytes saved');
+  const log = join(dir, 'sessions', 'z', 'log');
+  const compressed = readdirSync(log)
+    .filter((name) => name.endsWith('.seg'))
+    .filter((name) => (readFileSync(join(log, name))[58] & 2) !== 0);
+  assert.ok(compressed.length > 0, 'compressed segments on disk');
+  const reopened = await store.open('z');
+  assert.deepEqual((await reopened.events()).map((e) => e.text), events);
+  assert.deepEqual((await reopened.messages()).map((m) => m.json), messages);
+  await reopened.append('turn/start', '{"turn":41}');
+  await reopened.close();
+  assert.equal(await store.compactLog('z', { compress: true }), 0, 'nothing left to rewrite');
 });
 
 test('a closed session reopens with the same messages; list, fork, inspect, delete', async (t) => {
