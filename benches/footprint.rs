@@ -63,6 +63,7 @@
 //! | open + all 57,596 messages, cold | 36.0 ms | 19.5 ms (0.25 MB of pack read, not 25 MB) |
 //! | open + one event in the middle (a first access into its segment) | 0.082 ms | 5.15 ms (its 8 MiB decompressed) |
 //! | a fresh reader reads all 1,000,076 events | 251 ms | 401 ms |
+//! | fork at the last event | | 2.46 ms (compressed segments linked, not decompressed) |
 //!
 //! Compaction took 2.5 s at level 9 (1.2 s at level 3, where the session is 25.7 MB); the
 //! log alone at level 19 is 20.7 MB (52.7 s).
