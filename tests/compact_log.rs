@@ -462,7 +462,9 @@ fn cmp_3_a_compaction_failing_at_any_step_leaves_the_same_events() {
                 copy_dir(&source, &dir);
                 let storage = FaultyStorage::default();
                 slot(&storage).store(n, Ordering::SeqCst);
-                if compact(&storage, &dir).is_err() {
+                if let Err(error) = compact(&storage, &dir) {
+                    // An I/O failure is never taken for damage (SLV-1, CZ-7).
+                    assert_eq!(error.code(), "IO", "{kind} #{n}: {error}");
                     failures += 1;
                 }
                 let after: Vec<String> = events(&dir).into_iter().map(|e| e.0).collect();
@@ -888,4 +890,37 @@ fn cz_7_without_the_feature_a_compressed_segment_is_refused_not_cut() {
         assert!(error.to_string().contains("0x0002"), "{error}");
     }
     assert_eq!(files(&dir), before, "nothing changed");
+}
+
+/// SLV-1: a failure to open or read a segment while salvage examines the log is `IO`, not
+/// damage: nothing is set aside and no file changes (before, salvage cut the log there).
+#[test]
+fn slv_1_an_io_failure_while_examining_cuts_nothing() {
+    use std::sync::atomic::Ordering;
+    use surfacelog::internals::log::salvage;
+    use surfacelog::internals::storage::faulty::FaultyStorage;
+
+    let root = tempfile::tempdir().unwrap();
+    let old = store(root.path(), true, 2048);
+    fill(&old, "s", 3, 6);
+    let source = log_dir(&old, "s");
+    let before = files(&source);
+    let sealed = segments(&source).len();
+    let mut refused = 0;
+    for n in 1..=sealed as u64 + 2 {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("log");
+        copy_dir(&source, &dir);
+        let storage = FaultyStorage::default();
+        storage.faults.open.store(n, Ordering::SeqCst);
+        match salvage(&storage, &dir, |_| Ok(())) {
+            Err(error) => {
+                assert_eq!(error.code(), "IO", "open #{n}: {error}");
+                assert_eq!(files(&dir), before, "open #{n}: nothing changed");
+                refused += 1;
+            }
+            Ok(report) => assert!(report.set_aside.is_empty(), "open #{n}: {report:?}"),
+        }
+    }
+    assert!(refused > 0, "the faults were met");
 }

@@ -419,10 +419,28 @@ impl Run<'_> {
                 self.after(outcome.map(|_| ()), 4)
             }
             9 | 10 => self.flush(),
+            11 if rng.below(2) == 0 => self.compact_log(),
             11 => self.reopen(),
             12 | 13 => self.fork(),
             _ => self.delete(),
         }
+    }
+
+    /// Closes `s`, compacts its log with compression (log-format.md §13, §14: every sealed
+    /// segment rewritten compressed, the message pack too), and reopens it: the same events,
+    /// whatever the compaction met (a crash, a failed write or sync).
+    fn compact_log(&mut self) -> Step {
+        if let Some(session) = self.session.take() {
+            session.close()?;
+            let s = self.s();
+            s.acked = s.events.len();
+        }
+        #[cfg(feature = "compress")]
+        let options = surfacelog::CompactOptions::new().compress(true);
+        #[cfg(not(feature = "compress"))]
+        let options = surfacelog::CompactOptions::new();
+        self.store.compact_log_with("s", options)?;
+        self.reopen()
     }
 
     /// Forks `s` at its last event into a new child, acknowledged whole when it returns.

@@ -322,10 +322,7 @@ pub(super) fn examine(
     };
     let found = match scan(&source, SEGMENT_HEADER_LEN, first) {
         Ok(found) => found,
-        Err(error) => {
-            let reason = at(SEGMENT_HEADER_LEN, &format!("cannot be read ({error})"));
-            return Examined::Rejected { reason };
-        }
+        Err(error) => return unreadable(&path, SEGMENT_HEADER_LEN, &error),
     };
     let cut = |offset: usize, reason: &str, opened: Opened| Examined::Cut {
         offset,
@@ -363,10 +360,7 @@ pub(super) fn examine(
         };
         let dirty = match nonzero_end(&source, found.end, &regions) {
             Ok(to) => to != found.end,
-            Err(error) => {
-                let reason = at(found.end, &format!("cannot be read ({error})"));
-                return Examined::Rejected { reason };
-            }
+            Err(error) => return unreadable(&path, found.end, &error),
         };
         if dirty {
             return cut(
@@ -404,10 +398,11 @@ fn open_checked(
     limited: bool,
 ) -> std::result::Result<Opened, Unjudged> {
     let at0 = |reason: &str| Unjudged::Damage(format!("{} offset=0: {reason}", path.display()));
+    // An I/O failure is not damage (SLV-1): refused, never a cut.
     let (file, map) = storage
         .open_file(path, false)
         .and_then(|file| map(&file).map(|map| (file, map)))
-        .map_err(|error| at0(&format!("cannot be read ({error})")))?;
+        .map_err(|error| Unjudged::Refused(Error::io("open", path, &error)))?;
     let header = match SegmentHeader::decode(&map) {
         Ok(header) => header,
         // SEG-9, VER-1: not damage, a file this build does not read.
@@ -458,6 +453,23 @@ fn open_checked(
         file,
         limit,
     })
+}
+
+/// A read of segment `path` at `offset` that failed: bytes that end before the file's
+/// length did (another process cut it) are damage, and cut the log there; any other I/O
+/// failure is not (SLV-1), and refuses the salvage or compaction, changing nothing.
+fn unreadable(path: &Path, offset: usize, error: &std::io::Error) -> Examined {
+    if error.kind() == std::io::ErrorKind::UnexpectedEof {
+        let reason = format!(
+            "{} offset={offset}: cannot be read ({error})",
+            path.display()
+        );
+        Examined::Rejected { reason }
+    } else {
+        Examined::Refused {
+            error: Error::io("read", path, error),
+        }
+    }
 }
 
 /// Why a segment could not be opened for examination.
