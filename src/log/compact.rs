@@ -295,7 +295,10 @@ pub(crate) fn compact_then(
         let (opened, _, _, seq_next) = examined(storage, dir, &place, log_id)?;
         seq = seq_next;
         log_id = Some(opened.header.log_id);
-        checked.push(place);
+        // What its checked header already decides: such a segment is not examined (nor
+        // decompressed) a second time.
+        let kept = kept_by_header(&opened, options);
+        checked.push((place, kept));
     }
     if let Some(&last) = firsts.last()
         && firsts.len() > 1
@@ -319,15 +322,15 @@ pub(crate) fn compact_then(
                 && SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN)).is_ok()
         })
     });
-    for place in checked {
-        let (opened, offsets, end, _) = examined(storage, dir, &place, log_id)?;
+    for (place, kept) in checked {
         let first = place.first;
-        let why = if opened.limit.is_some() {
-            Some(KeptReason::Limited)
-        } else if is_compressed(&opened.header) {
-            Some(KeptReason::Compressed)
-        } else if opened.header.incompat_features & CHUNK_RECORDS != 0 && options.level.is_none() {
-            Some(KeptReason::AlreadyCompact)
+        if let Some(why) = kept {
+            report.kept.push((first, why));
+            continue;
+        }
+        let (opened, offsets, end, _) = examined(storage, dir, &place, log_id)?;
+        let why = if let Some(why) = kept_by_header(&opened, options) {
+            Some(why)
         } else if links(&opened, dir)? > 1 {
             Some(KeptReason::Shared)
         } else if options.level.is_some() && !last_born && place.next == firsts.last().copied() {
@@ -354,6 +357,20 @@ pub(crate) fn compact_then(
     }
     then(&mut report);
     Ok(report)
+}
+
+/// Why the checked segment `opened` is kept whatever else holds: its limit (CMP-1), its
+/// compression (CZ-5), or, without compression, its chunk records (CMP-6).
+fn kept_by_header(opened: &Opened, options: CompactOptions) -> Option<KeptReason> {
+    if opened.limit.is_some() {
+        Some(KeptReason::Limited)
+    } else if is_compressed(&opened.header) {
+        Some(KeptReason::Compressed)
+    } else if opened.header.incompat_features & CHUNK_RECORDS != 0 && options.level.is_none() {
+        Some(KeptReason::AlreadyCompact)
+    } else {
+        None
+    }
 }
 
 /// A sealed segment's place in the log: its position and name, the seq it must start at,
