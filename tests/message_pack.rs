@@ -557,3 +557,88 @@ fn msp_8_a_compressed_pack_is_read_as_the_pack_it_stands_for() {
         );
     }
 }
+
+/// `Session::message_texts` lends the pack's text area (MSP-1) as it was checked: every
+/// message the pack holds (MSP-4) is a slice of it, no other is, and the bytes stay as
+/// they were after the session is gone and its pack rewritten (MSP-6), or when they are a
+/// compressed pack's decompressed copy (MSP-8). No usable pack, or an in-memory session:
+/// nothing to lend.
+#[test]
+fn message_texts_lend_the_pack_text_area_and_outlive_the_session() {
+    let dir = common::scratch("message_pack", "lend");
+    let (store, truth, pack) = packed_session(dir.as_ref(), 12);
+    let fields = parse(&pack);
+    let path = pack_path(dir.as_ref());
+
+    let (mut session, _) = store.open_session("s").unwrap();
+    let texts = session.message_texts().expect("a usable pack");
+    assert_eq!(&texts[..], &fields.text[..]);
+    // The spans the pack's entries give, by seq (MSP-1: entry i ends where i + 1 starts).
+    let spans: std::collections::HashMap<u64, std::ops::Range<usize>> = fields
+        .entries
+        .iter()
+        .scan(0, |start, &(seq, end)| {
+            let span = *start..usize::try_from(end).unwrap();
+            *start = span.end;
+            Some((seq, span))
+        })
+        .collect();
+    let mut lent = 0;
+    session
+        .each_message(|m| {
+            let span = texts.span_of(m.json).expect("read from the pack");
+            assert_eq!(span, spans[&m.seq]);
+            assert_eq!(&texts[span], m.json.as_bytes());
+            lent += 1;
+        })
+        .unwrap();
+    assert_eq!(lent, truth.len());
+    assert!(
+        texts.span_of(&truth[0].1).is_none(),
+        "an equal copy elsewhere"
+    );
+
+    // Messages after the pack come from the log: not lent. Closing rewrites the pack (as
+    // many new nodes as it covers, MSP-5).
+    for turn in 13..=24 {
+        common::numbered_turn(&mut session, turn);
+    }
+    let mut after = 0;
+    session
+        .each_message(|m| {
+            if m.seq >= fields.seq_next {
+                assert_eq!(texts.span_of(m.json), None);
+                after += 1;
+            }
+        })
+        .unwrap();
+    assert!(after > 0);
+    session.close().unwrap();
+    assert!(
+        std::fs::read(&path).unwrap() != pack,
+        "a new pack was written"
+    );
+    assert_eq!(&texts[..], &fields.text[..], "the lent bytes are unchanged");
+
+    // A compressed pack lends its decompressed text area, which outlives the session.
+    #[cfg(feature = "compress")]
+    {
+        std::fs::write(&path, &pack).unwrap();
+        store
+            .compact_log_with("s", surfacelog::CompactOptions::new().compress(true))
+            .unwrap();
+        let view = store.inspect("s").unwrap();
+        let decompressed = view.message_texts().expect("the compressed pack is usable");
+        drop(view);
+        assert_eq!(&decompressed[..], &fields.text[..]);
+    }
+
+    // A pack that does not check out (MSP-1) lends nothing; neither does a session in
+    // memory.
+    let mut damaged = pack.clone();
+    *damaged.last_mut().unwrap() ^= 1;
+    std::fs::write(&path, &damaged).unwrap();
+    assert!(store.inspect("s").unwrap().message_texts().is_none());
+    let memory: Session<MemLog> = Session::in_memory("m", &options(0)).unwrap();
+    assert!(memory.message_texts().is_none());
+}

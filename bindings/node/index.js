@@ -60,24 +60,32 @@ function surfaceOpText(value) {
 }
 
 /** A message as stored: its seq and exact JSON text (made a string on first use, from the
- * packed texts it shares with the other messages of its call), with its parsed form on
- * demand. Kept small: a session's messages are tens of thousands of these. */
+ * texts it shares with the session's other messages: most lent by the native module from
+ * the session's message pack without a copy, which only this class may read, hence private
+ * fields), with its parsed form on demand. Kept small: a session's messages are tens of
+ * thousands of these. */
 class Message {
+  #json;
+  #pack;
+  #index;
   constructor(seq, json, pack, index) {
     this.seq = seq;
-    this._json = json;
-    this._pack = pack;
-    this._index = index;
+    this.#json = json;
+    this.#pack = pack;
+    this.#index = index;
   }
   /** The message object's JSON text, exactly as stored. */
   get json() {
-    if (this._json === undefined) {
-      const { text, ends } = this._pack;
-      const start = this._index === 0 ? 0 : ends[this._index - 1];
-      this._json = text.toString('utf8', start, ends[this._index]);
-      this._pack = undefined;
+    if (this.#json === undefined) {
+      const { starts, ends, lentLen, lent, text } = this.#pack;
+      const start = starts[this.#index];
+      const end = ends[this.#index];
+      // A text lies wholly in the lent bytes or wholly in the copied ones after them.
+      this.#json =
+        end <= lentLen ? lent.toString('utf8', start, end) : text.toString('utf8', start - lentLen, end - lentLen);
+      this.#pack = undefined;
     }
-    return this._json;
+    return this.#json;
   }
   /** JSON.parse of the exact text (big integers lose precision: read `json` for those). */
   get message() {
@@ -88,7 +96,7 @@ class Message {
   }
 }
 
-/** Messages from the native module's packed form: seqs, end offsets, one text buffer. */
+/** Messages from the native module's packed form: seqs, spans, the lent and copied texts. */
 function unpack(pack) {
   const { seqs } = pack;
   const out = new Array(seqs.length);

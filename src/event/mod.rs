@@ -11,9 +11,11 @@ pub mod chunk;
 pub mod envelope;
 pub mod header;
 mod seqs;
+mod shared;
 pub mod vocabulary;
 
 pub use seqs::{Seqs, SeqsIter};
+pub use shared::SharedBytes;
 
 pub use envelope::{Candidate, Field};
 pub use header::Header;
@@ -204,6 +206,13 @@ pub trait EventSource {
     /// As [`EventSource::event_at`].
     fn message_at(&self, seq: u64) -> crate::Result<Option<&str>> {
         Ok(self.event_at(seq)?.message())
+    }
+
+    /// The bytes [`EventSource::message_at`] takes messages from when they are not the
+    /// log's own (a stored session's message pack, MSP-4), shared: read and checked now
+    /// when they were not yet. `None` when there are none (the default).
+    fn message_texts(&self) -> Option<SharedBytes> {
+        None
     }
 }
 
@@ -562,6 +571,10 @@ impl<S: EventSource + ?Sized> EventSource for &S {
 
     fn message_at(&self, seq: u64) -> crate::Result<Option<&str>> {
         (**self).message_at(seq)
+    }
+
+    fn message_texts(&self) -> Option<SharedBytes> {
+        (**self).message_texts()
     }
 }
 

@@ -27,7 +27,9 @@ use admit::{Admitted, Ctx, Lossless, SurfaceFields};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{ErrorKind, Result};
 use crate::event::header::NegativeZero;
-use crate::event::{Event, EventRef, EventSource, Field, Header, MemLog, Overlay, Vocabulary};
+use crate::event::{
+    Event, EventRef, EventSource, Field, Header, MemLog, Overlay, SharedBytes, Vocabulary,
+};
 use crate::limits::{MAX_EVENT_BYTES_DEFAULT, SAFE_INTEGER_MAX};
 use crate::surface::{self, Message, Savepoint, Surface};
 
@@ -742,6 +744,30 @@ impl<L: SessionLog> Session<L> {
     pub fn each_message<'a>(&'a self, visit: impl FnMut(Message<'a>)) -> Result<()> {
         surface::each_message(&self.surface, &self.log, visit)
             .map_err(|e| e.in_session(self.header.id()))
+    }
+
+    /// The bytes [`Session::each_message`] and [`Session::messages`] take most messages'
+    /// texts from, shared: the text area of the session's message pack
+    /// (`format-spec/message-pack.md`), read and checked now when no message was read yet
+    /// (MSP-1, MSP-2). `None` for a session without a usable pack (every message then
+    /// comes from its log record) and for an in-memory session. A caller that copies every
+    /// message out can lend these bytes instead and copy only the others: see
+    /// [`SharedBytes::span_of`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new().message_pack(1))?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[]}"#, surfacelog::SurfaceIntent::append())?;
+    /// assert!(s.message_texts().is_none()); // no pack yet: it is written on close
+    /// s.close()?;
+    /// let (s, _) = store.open_session("s")?;
+    /// let texts = s.message_texts().expect("a message pack");
+    /// assert_eq!(&texts[..], s.messages()?[0].json.as_bytes());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn message_texts(&self) -> Option<SharedBytes> {
+        self.log.message_texts()
     }
 
     /// The transcript: seqs of events appended with `surfaceOp: "append"`, in log order.

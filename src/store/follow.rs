@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::Store;
 use super::checkpoint::Checkpoint;
 use crate::error::Result;
-use crate::event::{Event, EventRef, EventSource, Overlay};
+use crate::event::{Event, EventRef, EventSource, Overlay, SharedBytes};
 use crate::log::LogReader;
 use crate::session::repair::RepairState;
 use crate::session::{Session, SessionLog};
@@ -532,6 +532,10 @@ impl EventSource for ReadOnlyLog {
         }
         self.pack
             .message_at(&*self.storage, &self.dir, &self.log.base, seq)
+    }
+
+    fn message_texts(&self) -> Option<SharedBytes> {
+        self.pack.texts(&*self.storage, &self.dir, &self.log.base)
     }
 }
 

@@ -4,11 +4,12 @@
 #![deny(clippy::indexing_slicing)]
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use memmap2::Mmap;
 
-use crate::event::EventSource;
+use crate::event::{EventSource, SharedBytes};
 use crate::record::{u32_at, u64_at};
 use crate::storage::Storage;
 use crate::surface::Surface;
@@ -37,6 +38,12 @@ enum Bytes {
     Heap(Box<[u8]>),
 }
 
+impl AsRef<[u8]> for Bytes {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
 impl std::ops::Deref for Bytes {
     type Target = [u8];
 
@@ -51,7 +58,8 @@ impl std::ops::Deref for Bytes {
 /// A checked message pack (MSP-1; MSP-2 too when loaded for a log), mapped.
 #[derive(Debug)]
 pub struct Pack {
-    map: Bytes,
+    /// Shared: [`Pack::texts`] lends the text area out (a binding's zero-copy read).
+    map: Arc<Bytes>,
     seq_next: u64,
     count: usize,
     /// The entry after the one last found: the surface asks for its nodes mostly in seq
@@ -180,7 +188,7 @@ impl Pack {
             return Err(Unusable::Corrupt("the last end is not text_len"));
         }
         Ok(Self {
-            map,
+            map: Arc::new(map),
             seq_next,
             count: entries_len / ENTRY,
             next: AtomicUsize::new(0),
@@ -195,6 +203,13 @@ impl Pack {
         } else {
             Err(Unusable::Stale)
         }
+    }
+
+    /// The text area (MSP-1), shared: valid as long as it is held, whatever becomes of
+    /// this pack.
+    pub fn texts(&self) -> SharedBytes {
+        let text_at = ENTRIES_AT + self.count * ENTRY;
+        SharedBytes::new(self.map.clone(), text_at..self.map.len())
     }
 
     /// The events the pack was written after (MSP-2).
@@ -298,6 +313,21 @@ impl LazyPack {
             return Ok(message);
         }
         Ok(log.event_at(seq)?.message())
+    }
+
+    /// The text area of the pack of session directory `dir` (read and checked against
+    /// `log` now when it was not yet, as [`LazyPack::message_at`] does), `None` when there
+    /// is no usable pack.
+    pub(crate) fn texts(
+        &self,
+        storage: &dyn Storage,
+        dir: &Path,
+        log: &impl EventSource,
+    ) -> Option<SharedBytes> {
+        self.0
+            .get_or_init(|| load_traced(storage, dir, log))
+            .as_ref()
+            .map(Pack::texts)
     }
 
     /// Whether the pack was read and found unusable.

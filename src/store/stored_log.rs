@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::checkpoint::{CHECKPOINT_FILE, Checkpoint, RecordedChain};
 use super::pack::{self, LazyPack};
 use crate::error::Result;
-use crate::event::{Event, EventRef, EventSource};
+use crate::event::{Event, EventRef, EventSource, SharedBytes};
 use crate::log::DiskLog;
 use crate::session::SessionLog;
 use crate::session::repair::RepairState;
@@ -166,6 +166,11 @@ impl EventSource for StoredLog {
     fn message_at(&self, seq: u64) -> Result<Option<&str>> {
         self.pack
             .message_at(&*self.storage, self.session_dir(), &self.log, seq)
+    }
+
+    fn message_texts(&self) -> Option<SharedBytes> {
+        self.pack
+            .texts(&*self.storage, self.session_dir(), &self.log)
     }
 }
 

@@ -10,6 +10,7 @@
 //! error with those properties.
 
 pub mod dsh;
+mod lend;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -19,7 +20,7 @@ use surfacelog::internals::event::EventSource;
 use surfacelog::internals::session::SessionLog;
 use surfacelog::internals::store::ReadOnlyLog;
 use surfacelog::{
-    Boundary, CompactOptions, Durability, EventRef, Store, StoreOptions, StoredSession,
+    Boundary, CompactOptions, Durability, EventRef, SharedBytes, Store, StoreOptions, StoredSession,
 };
 
 /// The prefix of a surfacelog refusal's message, before its JSON payload.
@@ -494,58 +495,93 @@ pub struct ReplacementOut {
     pub shadowed: Vec<i64>,
 }
 
-/// Messages packed for one crossing into JS: seqs, end offsets and all the texts.
+/// Messages packed for one crossing into JS: seqs, where each text lies, and the texts:
+/// most lent from the session's message pack without a copy ([`SharedBytes`]), the others
+/// copied (those read from log records).
+///
+/// A text's span is an offset pair into `lent` followed by `text`, as if they were one
+/// buffer: a span that ends at or before `lent`'s length lies in `lent`, any other in
+/// `text` (less `lent`'s length). A text never straddles the two.
 pub struct Packed {
     seqs: Vec<f64>,
+    starts: Vec<f64>,
     ends: Vec<f64>,
+    lent: Option<SharedBytes>,
     text: Vec<u8>,
 }
 
 /// [`Packed`] on the JS side.
-#[napi(object)]
+#[napi(object, object_from_js = false)]
 pub struct PackedMessages {
     /// The messages' seqs.
     pub seqs: Float64Array,
-    /// Where each message's text ends in `text` (the next one starts there).
+    /// Where each message's text starts, in `lent` then `text` taken as one.
+    pub starts: Float64Array,
+    /// Where it ends.
     pub ends: Float64Array,
-    /// The messages' exact JSON texts, one after the other (UTF-8).
+    /// The bytes of `lent`: where `text`'s offsets start.
+    pub lent_len: f64,
+    /// The texts lent from the message pack (a `Buffer` JS must only read), if any.
+    #[napi(ts_type = "Buffer | undefined")]
+    pub lent: Option<lend::Lent>,
+    /// The other messages' exact JSON texts, one after the other (UTF-8).
     pub text: Buffer,
 }
 
 impl Packed {
+    #[expect(clippy::cast_precision_loss, reason = "byte offsets stay below 2^53")]
     fn into_js(self) -> PackedMessages {
         PackedMessages {
             seqs: Float64Array::new(self.seqs),
+            starts: Float64Array::new(self.starts),
             ends: Float64Array::new(self.ends),
+            lent_len: self.lent.as_ref().map_or(0, |lent| lent.len()) as f64,
+            lent: self.lent.map(lend::Lent),
             text: Buffer::from(self.text),
         }
     }
 }
 
-/// The surface's messages of `session`, packed.
+/// The surface's messages of `session`, packed: the texts its message pack holds lent, the
+/// others copied.
 #[expect(
     clippy::cast_precision_loss,
     reason = "seqs and byte offsets stay below 2^53"
 )]
 fn packed_messages<L: SessionLog>(session: &surfacelog::Session<L>) -> surfacelog::Result<Packed> {
     let nodes = session.surface().nodes().len();
+    let lent = session.message_texts();
+    let base = lent.as_ref().map_or(0, |lent| lent.len());
     let mut packed = Packed {
         seqs: Vec::with_capacity(nodes),
+        starts: Vec::with_capacity(nodes),
         ends: Vec::with_capacity(nodes),
+        lent: None,
         text: Vec::new(),
     };
-    // Room for messages of 1 KiB on average (at most 1 GiB), reserved, not touched: growing
-    // by doubling would copy (and fault in) the texts about twice over. Best effort: a
-    // reservation the allocator refuses is skipped, and the buffer grows as it must.
-    let _ = packed
-        .text
-        .try_reserve(nodes.saturating_mul(1024).min(1 << 30));
-    // Each message copied as it is read, while its page is mapped (RD-4).
+    // Each message not in the pack copied as it is read, while its page is mapped (RD-4).
     session.each_message(|m| {
+        let span = if let Some(span) = lent.as_ref().and_then(|lent| lent.span_of(m.json)) {
+            span
+        } else {
+            let start = base + packed.text.len();
+            packed.text.extend_from_slice(m.json.as_bytes());
+            start..base + packed.text.len()
+        };
         packed.seqs.push(m.seq as f64);
-        packed.text.extend_from_slice(m.json.as_bytes());
-        packed.ends.push(packed.text.len() as f64);
+        packed.starts.push(span.start as f64);
+        packed.ends.push(span.end as f64);
     })?;
+    // Lent only when a text is in it: a session whose pack holds none of its messages
+    // keeps nothing of it alive.
+    let used = packed.starts.iter().any(|&start| start < base as f64);
+    packed.lent = lent.filter(|_| used);
+    if packed.lent.is_none() && base > 0 {
+        // No text lies in the pack; the offsets of the copied ones start at 0.
+        for offset in packed.starts.iter_mut().chain(packed.ends.iter_mut()) {
+            *offset -= base as f64;
+        }
+    }
     Ok(packed)
 }
 

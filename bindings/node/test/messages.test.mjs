@@ -1,0 +1,105 @@
+// messages() lends the texts of the session's message pack to JS without copying them
+// (message-pack.md; src/lend.rs) and copies the others: the messages are exactly those the
+// surface derives, whichever bytes they come from, and stay readable after the session is
+// closed.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+const { Store } = require('../index.js');
+const native = require('../surfacelog.node');
+
+/** A scratch directory removed when the test ends. */
+function scratch(t) {
+  const dir = mkdtempSync(join(tmpdir(), 'surfacelog-node-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** A user message of `i` whose text has characters of 1 to 4 bytes in UTF-8, so that a
+ * wrong byte offset shows. */
+const user = (i) =>
+  `{"id":"u${i}","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"q${i} é € 𝄞 ${'x'.repeat(i % 7)}"}]}`;
+
+/** The seqs and exact texts of `messages`. */
+const texts = (messages) => messages.map((m) => [m.seq, m.json]);
+
+// More messages than the store's default `pack_min` (1,024 nodes, MSP-5), so that closing
+// writes a pack.
+const PACKED = 1_100;
+
+test('messages() are the surface messages, lent from the pack or copied from the log', async (t) => {
+  const dir = scratch(t);
+  const store = await Store.open(dir, { durability: 'manual' });
+  const first = await store.create('s');
+  const events = [];
+  for (let i = 0; i < PACKED; i += 1) events.push({ type: 'user/message', data: user(i), surfaceOp: 'append' });
+  await first.appendAll(events);
+  await first.close(); // writes the message pack
+
+  const session = await store.open('s');
+  // After the pack: messages it does not hold, and a replacement shadowing packed ones.
+  await session.append('user/message', user(5000), { surfaceOp: 'append' });
+  const summary = await session.append('user/message', user(5001), {
+    surfaceOp: { op: 'replace', start: 10, end: 19 },
+    sourceEventSeqs: Array.from({ length: 10 }, (_, i) => 10 + i),
+  });
+  await session.append('user/message', user(5002), { surfaceOp: 'append' });
+  await session.flush();
+  const last = (await session.seqNext()) - 1;
+
+  const messages = await session.messages();
+  const again = await session.messages(); // two lendings of the same bytes alive at once
+  // The model: the surface as of its last event, derived from the log records alone.
+  const expected = texts(await session.asOf(last));
+  assert.equal(expected.length, PACKED - 10 + 3);
+  assert.deepEqual(texts(messages), expected);
+  assert.deepEqual(texts(again), expected);
+  assert.equal(messages[10].seq, summary);
+  assert.equal(messages[10].json, user(5001));
+  assert.deepEqual(messages[9].message.content[0].text, `q9 é € 𝄞 ${'x'.repeat(2)}`);
+
+  // The native crossing did lend the pack: most texts in `lent`, the later ones copied.
+  const nativeStore = await native.openStore(dir, {});
+  const view = await nativeStore.inspect('s');
+  const packed = await view.messages();
+  await view.close();
+  assert.ok(packed.lent instanceof Buffer, 'the pack texts are lent');
+  assert.equal(packed.lentLen, packed.lent.length);
+  const inLent = [...packed.ends].filter((end) => end <= packed.lentLen).length;
+  assert.equal(inLent, PACKED - 10);
+  const copied = expected.filter(([seq]) => seq >= PACKED).map(([, json]) => json);
+  assert.deepEqual(copied, [user(5001), user(5000), user(5002)]); // in surface order
+  assert.equal(packed.text.toString('utf8'), copied.join(''));
+
+  // The texts outlive the session that lent them.
+  const unread = await session.messages();
+  await session.close();
+  globalThis.gc?.();
+  assert.deepEqual(texts(unread), expected);
+});
+
+test('a session without a pack lends nothing and copies every message', async (t) => {
+  const dir = scratch(t);
+  const store = await Store.open(dir, { durability: 'manual' });
+  const session = await store.create('s');
+  for (let i = 0; i < 3; i += 1) await session.append('user/message', user(i), { surfaceOp: 'append' });
+  await session.close();
+
+  const nativeStore = await native.openStore(dir, {});
+  const view = await nativeStore.inspect('s');
+  const packed = await view.messages();
+  await view.close();
+  assert.equal(packed.lent, undefined);
+  assert.equal(packed.lentLen, 0);
+  assert.deepEqual([...packed.starts], [0, user(0).length, user(0).length + user(1).length].map((n) => Buffer.byteLength(
+    [user(0), user(1), user(2)].join('').slice(0, n),
+  )));
+  const reopened = await store.inspect('s');
+  assert.deepEqual(texts(await reopened.messages()), [0, 1, 2].map((i) => [i, user(i)]));
+  await reopened.close();
+});
