@@ -133,64 +133,11 @@ impl Pack {
 
     /// MSP-1 over the bytes of a pack file.
     fn check(map: Bytes) -> Result<Self, Unusable> {
-        let bytes: &[u8] = &map;
-        if bytes.get(..8) != Some(&PACK_MAGIC[..]) {
-            return Err(Unusable::Corrupt("bad magic"));
-        }
-        if u32_at(bytes, 8) != Some(PACK_VERSION) {
-            return Err(Unusable::Version);
-        }
-        let field = |at| u64_at(bytes, at).ok_or(Unusable::Corrupt("short"));
-        let (seq_next, count, text_len) = (field(16)?, field(24)?, field(32)?);
-        let entries_len = usize::try_from(count)
-            .ok()
-            .and_then(|c| c.checked_mul(ENTRY))
-            .ok_or(Unusable::Corrupt("count out of range"))?;
-        let text_at = ENTRIES_AT
-            .checked_add(entries_len)
-            .ok_or(Unusable::Corrupt("count out of range"))?;
-        let expected = usize::try_from(text_len)
-            .ok()
-            .and_then(|t| text_at.checked_add(t));
-        if expected != Some(bytes.len()) {
-            return Err(Unusable::Corrupt(
-                "length is not 48 + 16 × count + text_len",
-            ));
-        }
-        let (Some(fixed), Some(entries), Some(text)) = (
-            bytes.get(..44),
-            bytes.get(ENTRIES_AT..text_at),
-            bytes.get(text_at..),
-        ) else {
-            return Err(Unusable::Corrupt("short"));
-        };
-        if u32_at(bytes, 44) != Some(crc32c::crc32c_append(crc32c::crc32c(fixed), entries)) {
-            return Err(Unusable::Corrupt("crc does not match"));
-        }
-        if u32_at(bytes, 40) != Some(crc32c::crc32c(text)) {
-            return Err(Unusable::Corrupt("text_crc does not match"));
-        }
-        let (mut seq_before, mut end_before) = (None::<u64>, 0);
-        for entry in entries.chunks_exact(ENTRY) {
-            let (seq, end) = (
-                u64_at(entry, 0).unwrap_or_default(),
-                u64_at(entry, 8).unwrap_or_default(),
-            );
-            if seq >= seq_next || seq_before.is_some_and(|before| seq <= before) {
-                return Err(Unusable::Corrupt("seqs not increasing below seq_next"));
-            }
-            if end < end_before || end > text_len {
-                return Err(Unusable::Corrupt("ends decrease or pass text_len"));
-            }
-            (seq_before, end_before) = (Some(seq), end);
-        }
-        if end_before != text_len {
-            return Err(Unusable::Corrupt("the last end is not text_len"));
-        }
+        let (seq_next, count) = check_bytes(&map)?;
         Ok(Self {
             map: Arc::new(map),
             seq_next,
-            count: entries_len / ENTRY,
+            count,
             next: AtomicUsize::new(0),
         })
     }
@@ -288,6 +235,64 @@ impl Pack {
         }
         None
     }
+}
+
+/// MSP-1 over the bytes of a pack file: its `seq_next` and entry count when they check out.
+fn check_bytes(bytes: &[u8]) -> Result<(u64, usize), Unusable> {
+    if bytes.get(..8) != Some(&PACK_MAGIC[..]) {
+        return Err(Unusable::Corrupt("bad magic"));
+    }
+    if u32_at(bytes, 8) != Some(PACK_VERSION) {
+        return Err(Unusable::Version);
+    }
+    let field = |at| u64_at(bytes, at).ok_or(Unusable::Corrupt("short"));
+    let (seq_next, count, text_len) = (field(16)?, field(24)?, field(32)?);
+    let entries_len = usize::try_from(count)
+        .ok()
+        .and_then(|c| c.checked_mul(ENTRY))
+        .ok_or(Unusable::Corrupt("count out of range"))?;
+    let text_at = ENTRIES_AT
+        .checked_add(entries_len)
+        .ok_or(Unusable::Corrupt("count out of range"))?;
+    let expected = usize::try_from(text_len)
+        .ok()
+        .and_then(|t| text_at.checked_add(t));
+    if expected != Some(bytes.len()) {
+        return Err(Unusable::Corrupt(
+            "length is not 48 + 16 × count + text_len",
+        ));
+    }
+    let (Some(fixed), Some(entries), Some(text)) = (
+        bytes.get(..44),
+        bytes.get(ENTRIES_AT..text_at),
+        bytes.get(text_at..),
+    ) else {
+        return Err(Unusable::Corrupt("short"));
+    };
+    if u32_at(bytes, 44) != Some(crc32c::crc32c_append(crc32c::crc32c(fixed), entries)) {
+        return Err(Unusable::Corrupt("crc does not match"));
+    }
+    if u32_at(bytes, 40) != Some(crc32c::crc32c(text)) {
+        return Err(Unusable::Corrupt("text_crc does not match"));
+    }
+    let (mut seq_before, mut end_before) = (None::<u64>, 0);
+    for entry in entries.chunks_exact(ENTRY) {
+        let (seq, end) = (
+            u64_at(entry, 0).unwrap_or_default(),
+            u64_at(entry, 8).unwrap_or_default(),
+        );
+        if seq >= seq_next || seq_before.is_some_and(|before| seq <= before) {
+            return Err(Unusable::Corrupt("seqs not increasing below seq_next"));
+        }
+        if end < end_before || end > text_len {
+            return Err(Unusable::Corrupt("ends decrease or pass text_len"));
+        }
+        (seq_before, end_before) = (Some(seq), end);
+    }
+    if end_before != text_len {
+        return Err(Unusable::Corrupt("the last end is not text_len"));
+    }
+    Ok((seq_next, entries_len / ENTRY))
 }
 
 /// A session's message pack as its log reads it (MSP-4): read and checked against the
@@ -576,7 +581,7 @@ pub(crate) fn compress(
     else {
         return Ok(None);
     };
-    if Pack::from_bytes(bytes.clone()).is_err() {
+    if check_bytes(&bytes).is_err() {
         return Ok(None);
     }
     let Some(layout) = logical_of(&fixed) else {
