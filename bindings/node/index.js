@@ -59,11 +59,14 @@ function surfaceOpText(value) {
   return value === undefined ? undefined : JSON.stringify(value);
 }
 
+/** How many lent message texts one native call makes (`Message.json`). */
+const TEXT_BLOCK = 64;
+
 /** A message as stored: its seq and exact JSON text (made a string on first use, from the
  * texts it shares with the session's other messages: most lent by the native module from
- * the session's message pack without a copy, which only this class may read, hence private
- * fields), with its parsed form on demand. Kept small: a session's messages are tens of
- * thousands of these. */
+ * the session's message pack without a copy, behind an opaque handle; the others copied),
+ * with its parsed form on demand. Kept small: a session's messages are tens of thousands
+ * of these. */
 class Message {
   #json;
   #pack;
@@ -77,12 +80,20 @@ class Message {
   /** The message object's JSON text, exactly as stored. */
   get json() {
     if (this.#json === undefined) {
-      const { starts, ends, lentLen, lent, text } = this.#pack;
-      const start = starts[this.#index];
-      const end = ends[this.#index];
+      const pack = this.#pack;
+      const i = this.#index;
+      const { starts, ends, lentLen, text } = pack;
       // A text lies wholly in the lent bytes or wholly in the copied ones after them.
-      this.#json =
-        end <= lentLen ? lent.toString('utf8', start, end) : text.toString('utf8', start - lentLen, end - lentLen);
+      if (starts[i] < lentLen) {
+        // Lent texts are made a block at a time (one native call for the block), and kept
+        // for the block's other messages.
+        const blocks = (pack.blocks ??= []);
+        const b = Math.floor(i / TEXT_BLOCK);
+        blocks[b] ??= native.lentTexts(pack.lent, starts, ends, b * TEXT_BLOCK, (b + 1) * TEXT_BLOCK);
+        this.#json = blocks[b][i - b * TEXT_BLOCK];
+      } else {
+        this.#json = text.toString('utf8', starts[i] - lentLen, ends[i] - lentLen);
+      }
       this.#pack = undefined;
     }
     return this.#json;

@@ -102,3 +102,57 @@ impl fmt::Debug for SharedBytes {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes 4..12 of a 16-byte owner, and the owner, to slice texts from.
+    fn shared() -> (SharedBytes, Arc<Vec<u8>>) {
+        let owner = Arc::new(b"0123abcdefgh4567".to_vec());
+        (SharedBytes::new(owner.clone(), 4..12), owner)
+    }
+
+    fn text(owner: &[u8], range: Range<usize>) -> &str {
+        std::str::from_utf8(&owner[range]).unwrap()
+    }
+
+    #[test]
+    fn span_of_is_the_place_of_a_slice_of_these_bytes_only() {
+        let (shared, owner) = shared();
+        assert_eq!(&shared[..], b"abcdefgh");
+        assert_eq!(shared.span_of(text(&owner, 4..12)), Some(0..8));
+        assert_eq!(shared.span_of(text(&owner, 6..9)), Some(2..5));
+        assert_eq!(
+            shared.span_of(text(&owner, 11..12)),
+            Some(7..8),
+            "the last byte"
+        );
+        assert_eq!(
+            shared.span_of(text(&owner, 3..6)),
+            None,
+            "starts a byte before"
+        );
+        assert_eq!(
+            shared.span_of(text(&owner, 10..13)),
+            None,
+            "ends a byte past"
+        );
+        assert_eq!(shared.span_of(text(&owner, 12..14)), None, "after them");
+        assert_eq!(
+            shared.span_of(text(&owner, 12..12)),
+            None,
+            "empty, at their end"
+        );
+        assert_eq!(shared.span_of(text(&owner, 6..6)), None, "empty, inside");
+        assert_eq!(shared.span_of("abcdefgh"), None, "equal bytes elsewhere");
+    }
+
+    #[test]
+    fn a_range_outside_the_owner_lends_nothing() {
+        let owner = Arc::new(vec![1_u8; 4]);
+        let shared = SharedBytes::new(owner, 2..9);
+        assert!(shared.is_empty());
+        assert_eq!(format!("{shared:?}"), "SharedBytes { len: 0, .. }");
+    }
+}

@@ -10,7 +10,6 @@
 //! error with those properties.
 
 pub mod dsh;
-mod lend;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -496,12 +495,14 @@ pub struct ReplacementOut {
 }
 
 /// Messages packed for one crossing into JS: seqs, where each text lies, and the texts:
-/// most lent from the session's message pack without a copy ([`SharedBytes`]), the others
-/// copied (those read from log records).
+/// most lent from the session's message pack without a copy ([`SharedBytes`], which JS
+/// holds as an opaque handle and reads through [`lent_text`]: it never sees the bytes, so
+/// it can never write into the read-only map), the others copied (those read from log
+/// records).
 ///
 /// A text's span is an offset pair into `lent` followed by `text`, as if they were one
-/// buffer: a span that ends at or before `lent`'s length lies in `lent`, any other in
-/// `text` (less `lent`'s length). A text never straddles the two.
+/// buffer: a span that starts before `lent`'s length lies in `lent`, any other in `text`
+/// (less `lent`'s length). A text never straddles the two.
 pub struct Packed {
     seqs: Vec<f64>,
     starts: Vec<f64>,
@@ -521,11 +522,53 @@ pub struct PackedMessages {
     pub ends: Float64Array,
     /// The bytes of `lent`: where `text`'s offsets start.
     pub lent_len: f64,
-    /// The texts lent from the message pack (a `Buffer` JS must only read), if any.
-    #[napi(ts_type = "Buffer | undefined")]
-    pub lent: Option<lend::Lent>,
+    /// The texts lent from the message pack, as an opaque handle for [`lent_text`].
+    #[napi(ts_type = "object | undefined")]
+    pub lent: Option<External<SharedBytes>>,
     /// The other messages' exact JSON texts, one after the other (UTF-8).
     pub text: Buffer,
+}
+
+/// The texts of messages `from..to` of one `messages()` crossing whose spans (`starts`,
+/// `ends`) lie in `lent` (its opaque handle), as JS strings made from the mapped bytes
+/// directly (one copy, into each string), `undefined` at the others (their texts were
+/// copied into the crossing's `text`). `index.js` asks for a block at a time, so that one
+/// call is not paid per message.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` for a span outside the bytes or not on UTF-8 boundaries (never one
+/// `messages()` gave).
+#[napi]
+pub fn lent_texts<'env>(
+    env: &'env Env,
+    lent: &External<SharedBytes>,
+    starts: Float64Array,
+    ends: Float64Array,
+    from: u32,
+    to: u32,
+) -> Result<Array<'env>> {
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "whole and non-negative, checked before the cast (which saturates)"
+    )]
+    let offset = |at: f64| (at.fract() == 0.0 && at >= 0.0).then_some(at as usize);
+    let refused = || misuse("INVALID_ARGUMENT", "lentTexts: not texts of these bytes");
+    let to = (to as usize).min(starts.len()).min(ends.len());
+    let from = (from as usize).min(to);
+    let mut out = env.create_array(u32::try_from(to - from).unwrap_or(u32::MAX))?;
+    for (slot, k) in (0_u32..).zip(from..to) {
+        let start = offset(starts[k]).ok_or_else(refused)?;
+        if start >= lent.len() {
+            continue; // copied, not lent
+        }
+        let text = offset(ends[k])
+            .and_then(|end| lent.get(start..end))
+            .and_then(|bytes| std::str::from_utf8(bytes).ok())
+            .ok_or_else(refused)?;
+        out.set(slot, env.create_string(text)?)?;
+    }
+    Ok(out)
 }
 
 impl Packed {
@@ -536,7 +579,7 @@ impl Packed {
             starts: Float64Array::new(self.starts),
             ends: Float64Array::new(self.ends),
             lent_len: self.lent.as_ref().map_or(0, |lent| lent.len()) as f64,
-            lent: self.lent.map(lend::Lent),
+            lent: self.lent.map(External::new),
             text: Buffer::from(self.text),
         }
     }
@@ -776,8 +819,8 @@ impl NativeSession {
         self.task(|held| Ok(on_held!(held, s => s.seq_next())), js_seq)
     }
 
-    /// The surface's messages, in order, packed: their seqs, and their exact JSON texts
-    /// one after the other in one buffer with each one's end offset. One crossing into JS
+    /// The surface's messages, in order, packed: their seqs, where their exact JSON texts
+    /// lie, and the texts (lent from the message pack, or copied). One crossing into JS
     /// for all of them; `index.js` makes each text a string on first use.
     #[napi(ts_return_type = "Promise<PackedMessages>")]
     pub fn messages(&self) -> AsyncTask<Job<Packed, PackedMessages>> {

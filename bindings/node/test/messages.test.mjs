@@ -4,7 +4,10 @@
 // closed.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { setImmediate as tick } from 'node:timers/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
@@ -68,8 +71,28 @@ test('messages() are the surface messages, lent from the pack or copied from the
   const view = await nativeStore.inspect('s');
   const packed = await view.messages();
   await view.close();
-  assert.ok(packed.lent instanceof Buffer, 'the pack texts are lent');
-  assert.equal(packed.lentLen, packed.lent.length);
+  assert.ok(packed.lent !== undefined && !(packed.lent instanceof Buffer), 'lent behind a handle');
+  assert.ok(packed.lentLen > 0);
+  const block = native.lentTexts(packed.lent, packed.starts, packed.ends, 0, packed.seqs.length + 5);
+  assert.equal(block.length, packed.seqs.length);
+  assert.deepEqual(
+    Array.from(block, (json) => json ?? null),
+    expected.map(([seq, json]) => (seq < PACKED ? json : null)),
+    'every lent text, nothing for the copied ones',
+  );
+  const some = native.lentTexts(packed.lent, packed.starts, packed.ends, 10, 12);
+  assert.deepEqual(Array.from(some), [undefined, expected[11][1]], 'the replacement (copied), then a lent text');
+  // A span it never gave is refused, never read: past the end, inside a character, not whole.
+  for (const [start, end] of [
+    [packed.lentLen - 1, packed.lentLen + 1],
+    [packed.starts[9] + Buffer.byteLength(user(9).slice(0, user(9).indexOf('é'))) + 1, packed.ends[9]],
+    [0.5, 3],
+    [-1, 3],
+  ]) {
+    const starts = new Float64Array([start]);
+    const ends = new Float64Array([end]);
+    assert.throws(() => native.lentTexts(packed.lent, starts, ends, 0, 1), /INVALID_ARGUMENT/, `${start}..${end}`);
+  }
   const inLent = [...packed.ends].filter((end) => end <= packed.lentLen).length;
   assert.equal(inLent, PACKED - 10);
   const copied = expected.filter(([seq]) => seq >= PACKED).map(([, json]) => json);
@@ -102,4 +125,67 @@ test('a session without a pack lends nothing and copies every message', async (t
   const reopened = await store.inspect('s');
   assert.deepEqual(texts(await reopened.messages()), [0, 1, 2].map((i) => [i, user(i)]));
   await reopened.close();
+});
+
+test('a pack none of whose texts is on the surface lends nothing', async (t) => {
+  const dir = scratch(t);
+  const store = await Store.open(dir, { durability: 'manual' });
+  const first = await store.create('s');
+  const events = [];
+  for (let i = 0; i < PACKED; i += 1) events.push({ type: 'user/message', data: user(i), surfaceOp: 'append' });
+  await first.appendAll(events);
+  await first.close(); // writes the message pack
+  const session = await store.open('s');
+  await session.append('user/message', user(9000), {
+    surfaceOp: { op: 'replace', start: 0, end: PACKED - 1 },
+    sourceEventSeqs: Array.from({ length: PACKED }, (_, i) => i),
+  });
+  await session.flush();
+  assert.deepEqual(texts(await session.messages()), [[PACKED, user(9000)]]);
+  await session.close();
+
+  const nativeStore = await native.openStore(dir, {});
+  const view = await nativeStore.inspect('s');
+  const packed = await view.messages();
+  await view.close();
+  assert.equal(packed.lent, undefined);
+  assert.equal(packed.lentLen, 0);
+  assert.deepEqual([...packed.starts, ...packed.ends], [0, Buffer.byteLength(user(9000))]);
+});
+
+test('the lent texts stay mapped while a message holds them, and no longer', async (t) => {
+  const dir = scratch(t);
+  const store = await Store.open(dir, { durability: 'manual' });
+  const first = await store.create('s');
+  const events = [];
+  for (let i = 0; i < PACKED; i += 1) events.push({ type: 'user/message', data: user(i), surfaceOp: 'append' });
+  await first.appendAll(events);
+  await first.close();
+  // The process's maps of a session's message pack (`<session>/messages`).
+  const packMaps = () =>
+    readFileSync('/proc/self/maps', 'utf8')
+      .split('\n')
+      .filter((line) => line.includes(dir) && line.endsWith('/messages')).length;
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc');
+  /** Collects until `done()` (finalizers run after a collection), at most 50 rounds. */
+  const collect = async (done) => {
+    for (let round = 0; round < 50 && !done(); round += 1) {
+      gc();
+      await tick();
+    }
+  };
+
+  const session = await store.open('s');
+  let messages = await session.messages();
+  await session.close();
+  for (let round = 0; round < 5; round += 1) {
+    gc();
+    await tick();
+  }
+  assert.ok(packMaps() > 0, 'the messages hold the map after the session closed');
+  assert.equal(messages[PACKED - 1].json, user(PACKED - 1));
+  messages = undefined;
+  await collect(() => packMaps() === 0);
+  assert.equal(packMaps(), 0, 'released once no message holds it');
 });
