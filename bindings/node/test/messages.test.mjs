@@ -35,14 +35,28 @@ const texts = (messages) => messages.map((m) => [m.seq, m.json]);
 // writes a pack.
 const PACKED = 1_100;
 
-test('messages() are the surface messages, lent from the pack or copied from the log', async (t) => {
+/** A store whose session `s` holds `PACKED` user messages, closed: its pack written. */
+async function packedStore(t) {
   const dir = scratch(t);
   const store = await Store.open(dir, { durability: 'manual' });
-  const first = await store.create('s');
+  const session = await store.create('s');
   const events = [];
   for (let i = 0; i < PACKED; i += 1) events.push({ type: 'user/message', data: user(i), surfaceOp: 'append' });
-  await first.appendAll(events);
-  await first.close(); // writes the message pack
+  await session.appendAll(events);
+  await session.close();
+  return { dir, store };
+}
+
+/** What the native module hands `index.js` for the messages of session `s` of `dir`. */
+async function nativeMessages(dir) {
+  const view = await (await native.openStore(dir, {})).inspect('s');
+  const packed = await view.messages();
+  await view.close();
+  return packed;
+}
+
+test('messages() are the surface messages, lent from the pack or copied from the log', async (t) => {
+  const { dir, store } = await packedStore(t);
 
   const session = await store.open('s');
   // After the pack: messages it does not hold, and a replacement shadowing packed ones.
@@ -67,10 +81,7 @@ test('messages() are the surface messages, lent from the pack or copied from the
   assert.deepEqual(messages[9].message.content[0].text, `q9 é € 𝄞 ${'x'.repeat(2)}`);
 
   // The native crossing did lend the pack: most texts in `lent`, the later ones copied.
-  const nativeStore = await native.openStore(dir, {});
-  const view = await nativeStore.inspect('s');
-  const packed = await view.messages();
-  await view.close();
+  const packed = await nativeMessages(dir);
   assert.ok(packed.lent !== undefined && !(packed.lent instanceof Buffer), 'lent behind a handle');
   assert.ok(packed.lentLen > 0);
   const block = native.lentTexts(packed.lent, packed.starts, packed.ends, 0, packed.seqs.length + 5);
@@ -102,7 +113,6 @@ test('messages() are the surface messages, lent from the pack or copied from the
   // The texts outlive the session that lent them.
   const unread = await session.messages();
   await session.close();
-  globalThis.gc?.();
   assert.deepEqual(texts(unread), expected);
 });
 
@@ -113,28 +123,18 @@ test('a session without a pack lends nothing and copies every message', async (t
   for (let i = 0; i < 3; i += 1) await session.append('user/message', user(i), { surfaceOp: 'append' });
   await session.close();
 
-  const nativeStore = await native.openStore(dir, {});
-  const view = await nativeStore.inspect('s');
-  const packed = await view.messages();
-  await view.close();
+  const packed = await nativeMessages(dir);
   assert.equal(packed.lent, undefined);
   assert.equal(packed.lentLen, 0);
-  assert.deepEqual([...packed.starts], [0, user(0).length, user(0).length + user(1).length].map((n) => Buffer.byteLength(
-    [user(0), user(1), user(2)].join('').slice(0, n),
-  )));
+  const lengths = [0, 1, 2].map((i) => Buffer.byteLength(user(i)));
+  assert.deepEqual([...packed.starts], [0, lengths[0], lengths[0] + lengths[1]]);
   const reopened = await store.inspect('s');
   assert.deepEqual(texts(await reopened.messages()), [0, 1, 2].map((i) => [i, user(i)]));
   await reopened.close();
 });
 
 test('a pack none of whose texts is on the surface lends nothing', async (t) => {
-  const dir = scratch(t);
-  const store = await Store.open(dir, { durability: 'manual' });
-  const first = await store.create('s');
-  const events = [];
-  for (let i = 0; i < PACKED; i += 1) events.push({ type: 'user/message', data: user(i), surfaceOp: 'append' });
-  await first.appendAll(events);
-  await first.close(); // writes the message pack
+  const { dir, store } = await packedStore(t);
   const session = await store.open('s');
   await session.append('user/message', user(9000), {
     surfaceOp: { op: 'replace', start: 0, end: PACKED - 1 },
@@ -144,23 +144,14 @@ test('a pack none of whose texts is on the surface lends nothing', async (t) => 
   assert.deepEqual(texts(await session.messages()), [[PACKED, user(9000)]]);
   await session.close();
 
-  const nativeStore = await native.openStore(dir, {});
-  const view = await nativeStore.inspect('s');
-  const packed = await view.messages();
-  await view.close();
+  const packed = await nativeMessages(dir);
   assert.equal(packed.lent, undefined);
   assert.equal(packed.lentLen, 0);
   assert.deepEqual([...packed.starts, ...packed.ends], [0, Buffer.byteLength(user(9000))]);
 });
 
 test('the lent texts stay mapped while a message holds them, and no longer', async (t) => {
-  const dir = scratch(t);
-  const store = await Store.open(dir, { durability: 'manual' });
-  const first = await store.create('s');
-  const events = [];
-  for (let i = 0; i < PACKED; i += 1) events.push({ type: 'user/message', data: user(i), surfaceOp: 'append' });
-  await first.appendAll(events);
-  await first.close();
+  const { dir, store } = await packedStore(t);
   // The process's maps of a session's message pack (`<session>/messages`).
   const packMaps = () =>
     readFileSync('/proc/self/maps', 'utf8')
