@@ -1,6 +1,7 @@
 //! Message pack reader (message-pack.md MSP-1, MSP-4): arbitrary bytes are refused or
 //! read, never a panic; a pack that is accepted lists its entries in increasing seq order
-//! below its `seq_next`, and looking each one up gives back the text its entry lists.
+//! below its `seq_next`, looking each one up gives back the text its entry lists, and
+//! that text is a slice of the text area the pack lends (`Pack::texts`, MSP-6), in order.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -10,7 +11,8 @@ fuzz_target!(|bytes: &[u8]| {
     let Ok(pack) = Pack::from_bytes(bytes.to_vec()) else {
         return;
     };
-    let mut before = None;
+    let texts = pack.texts();
+    let (mut before, mut end_before) = (None, 0);
     for (seq, text) in pack.entries() {
         assert!(seq < pack.seq_next());
         assert!(before.is_none_or(|b| b < seq));
@@ -20,7 +22,14 @@ fuzz_target!(|bytes: &[u8]| {
             // Text that is not UTF-8 is left to the log (MSP-3).
             Lookup::NotPacked => assert!(text.is_none()),
         }
+        if let Some(text) = text.filter(|t| !t.is_empty()) {
+            let span = texts.span_of(text).expect("an entry's text lies in the text area");
+            assert!(span.start >= end_before, "entries follow one another");
+            assert_eq!(&texts[span.clone()], text.as_bytes());
+            end_before = span.end;
+        }
     }
+    assert_eq!(texts.len(), bytes.len() - (48 + 16 * pack.entries().count()));
     let last = pack.seq_next().saturating_sub(1);
     for seq in [0, 1, last, pack.seq_next(), u64::MAX] {
         let _ = pack.message(seq);
