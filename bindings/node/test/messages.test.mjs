@@ -4,7 +4,7 @@
 // closed.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { setImmediate as tick } from 'node:timers/promises';
@@ -179,4 +179,24 @@ test('the lent texts stay mapped while a message holds them, and no longer', asy
   messages = undefined;
   await collect(() => packMaps() === 0);
   assert.equal(packMaps(), 0, 'released once no message holds it');
+});
+
+test('a compressed pack lends its decompressed copy', async (t) => {
+  const { dir, store } = await packedStore(t);
+  const before = await store.inspect('s');
+  const expected = texts(await before.messages());
+  await before.close();
+  const saved = await store.compactLog('s', { compress: true, level: 1 });
+  assert.ok(saved > 0);
+  const [sessionDir] = readdirSync(join(dir, 'sessions'));
+  const pack = readFileSync(join(dir, 'sessions', sessionDir, 'messages'));
+  assert.equal(pack.readUInt32LE(8), 2, 'the pack on disk is compressed (MSP-8)');
+  const packed = await nativeMessages(dir);
+  assert.ok(packed.lent !== undefined && packed.lentLen > 0, 'lent from the decompressed pack');
+  assert.equal(packed.text.length, 0, 'nothing copied');
+  const session = await store.open('s');
+  const messages = await session.messages();
+  await session.close();
+  assert.equal(messages.length, PACKED);
+  assert.deepEqual(texts(messages), expected);
 });
