@@ -157,7 +157,10 @@ export class Session {
   durable(): Promise<void>;
   /** The number of events, which is also the next seq. */
   seqNext(): Promise<number>;
-  /** The surface's messages, in order. */
+  /** The surface's messages, in order. Their texts are read from the session's message
+   * pack where it has them, without a copy: until every message of the call has read its
+   * `json` or been collected, they keep the pack's map (and a compressed pack's temporary
+   * copy) alive, even after `close()`. */
   messages(): Promise<Message[]>;
   /** The messages as the model saw them after event `seq`. */
   asOf(seq: number): Promise<Message[]>;
