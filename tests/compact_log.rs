@@ -717,6 +717,69 @@ mod compressed {
         assert!(s.verify(Some(&["s"])).unwrap().ok());
     }
 
+    /// CZ-6, CZ-7: a salvage that leaves a compressed segment last makes it plain before it
+    /// sets anything aside, so that a plain copy it cannot write (a full disk: every
+    /// `create` failed in turn) refuses with `IO` and changes nothing. Before, the later
+    /// segments were set aside first, and the log was left with a compressed last segment
+    /// that no open accepts (CZ-6).
+    #[test]
+    fn cz_7_a_salvage_that_cannot_make_the_last_segment_plain_changes_nothing() {
+        use std::sync::atomic::Ordering;
+        use surfacelog::internals::log::salvage;
+        use surfacelog::internals::storage::faulty::FaultyStorage;
+
+        let root = tempfile::tempdir().unwrap();
+        let s = store(root.path(), true, 4096);
+        fill(&s, "s", 4, 8);
+        let source = log_dir(&s, "s");
+        s.compact_log_with("s", compress()).unwrap();
+        let all = events(&source);
+        let names = segment_names(&source);
+        let before_last =
+            SegmentHeader::decode(&std::fs::read(source.join(&names[names.len() - 2])).unwrap())
+                .unwrap();
+        assert_ne!(before_last.incompat_features & COMPRESSED, 0);
+        // The last segment's header damaged: salvage sets that segment aside, which leaves
+        // the compressed one before it last.
+        let last = source.join(names.last().unwrap());
+        let mut bytes = std::fs::read(&last).unwrap();
+        bytes[20] ^= 0x40;
+        std::fs::write(&last, &bytes).unwrap();
+        let before = files(&source);
+
+        let mut refused = 0;
+        for n in 1..=3 {
+            let scratch = tempfile::tempdir().unwrap();
+            let dir = scratch.path().join("log");
+            copy_dir(&source, &dir);
+            let storage = FaultyStorage::default();
+            storage.faults.create.store(n, Ordering::SeqCst);
+            match salvage(&storage, &dir, |_| Ok(())) {
+                Err(error) => {
+                    assert_eq!(error.code(), "IO", "create #{n}: {error}");
+                    let after = files(&dir);
+                    assert!(after == before, "create #{n}: changed: {:?}", after.keys());
+                    refused += 1;
+                }
+                // The fault was not met: the log opens, the compressed segment's events
+                // kept.
+                Ok(_) => assert!(LogReader::open(&dir).unwrap().seq_next() > before_last.first_seq),
+            }
+        }
+        assert!(refused > 0, "the faults were met");
+
+        // Without faults: the segment set aside, the one before it plain and last, its
+        // events and all before them kept.
+        s.salvage("s").unwrap();
+        let after = events(&source);
+        assert!(after.len() as u64 > before_last.first_seq);
+        assert_eq!(after[..], all[..after.len()]);
+        let left = segments(&source);
+        assert_eq!(left.last().unwrap().0.first_seq, before_last.first_seq);
+        assert_eq!(left.last().unwrap().0.incompat_features & COMPRESSED, 0);
+        assert!(LogReader::open(&source).is_ok());
+    }
+
     /// CZ-5, CZ-6: with the last segment's header not written (being created, or torn:
     /// RCV-7), the segment before it could become the last, so it stays plain.
     #[test]

@@ -241,16 +241,19 @@ pub fn salvage(
             .and_then(|at| firsts.get(at).copied()),
         Some(Cut::Inside { .. }) => None,
     };
+    // Made plain first: the plain file holds the same records at the same offsets, so the
+    // log is whole either way, and a copy that cannot be written (a full disk, IO) refuses
+    // the salvage before anything is set aside (CZ-7), never leaving it compressed and last.
     let mut changed = false;
+    if let Some(first) = last {
+        changed |= make_plain(storage, dir, first)?;
+    }
     if let Some(cut) = cut {
         set_aside(storage, dir, &firsts, &limits, cut, &mut report)?;
         if !report.set_aside.is_empty() {
             report.first_lost_seq = Some(seq);
         }
         changed = true;
-    }
-    if let Some(first) = last {
-        changed |= make_plain(storage, dir, first)?;
     }
     if changed {
         storage

@@ -359,7 +359,8 @@ pub fn child(dir: &Path, name: &str) -> PathBuf {
 /// durable too (`store.md` STORE-5, `log-format.md` RCV-12).
 ///
 /// # Errors
-/// `IO` with the file and the operation that failed; `path` is then unchanged.
+/// `IO` with the file and the operation that failed; `path` is then unchanged, and `tmp`
+/// removed (best effort: a crash leaves it, for the next open's clean-up).
 pub(crate) fn replace_file(
     storage: &dyn Storage,
     tmp: &Path,
@@ -369,16 +370,25 @@ pub(crate) fn replace_file(
 ) -> crate::Result<()> {
     use crate::Error;
     let _ = storage.remove_file(tmp);
-    let file = storage
+    let replaced = storage
         .create_file(tmp, len)
-        .map_err(|e| Error::io("create", tmp, &e))?;
-    storage
-        .write_at(&file, 0, bytes)
-        .map_err(|e| Error::io("write", tmp, &e))?;
-    storage
-        .sync_data(&file)
-        .map_err(|e| Error::io("fsync", tmp, &e))?;
-    storage
-        .rename(tmp, path)
-        .map_err(|e| Error::io("rename", path, &e))
+        .map_err(|e| Error::io("create", tmp, &e))
+        .and_then(|file| {
+            storage
+                .write_at(&file, 0, bytes)
+                .map_err(|e| Error::io("write", tmp, &e))?;
+            storage
+                .sync_data(&file)
+                .map_err(|e| Error::io("fsync", tmp, &e))
+        })
+        .and_then(|()| {
+            storage
+                .rename(tmp, path)
+                .map_err(|e| Error::io("rename", path, &e))
+        });
+    if replaced.is_err() {
+        // A refused replacement leaves no trace.
+        let _ = storage.remove_file(tmp);
+    }
+    replaced
 }
