@@ -1171,3 +1171,34 @@ fn rd_2_readers_following_a_log_hold_no_descriptor_per_segment() {
     }
     assert_eq!(descriptors_under(&dir), held);
 }
+
+/// RD-1, RD-8: a follower that cannot open the next segment (here `EROFS`; `EMFILE` or
+/// `EIO` alike) reports `IO` naming it, rather than taking the failure for "no next
+/// segment yet" and stopping short of events the log holds; its next refresh, once the
+/// open succeeds, reads on.
+#[test]
+fn a_next_segment_the_reader_cannot_open_is_an_io_error_not_the_end() {
+    use surfacelog::internals::storage::faulty::FaultyStorage;
+    let dir = temp_dir("next-unopenable");
+    let (mut log, _) = DiskLog::open(&dir, options(Durability::Manual, 64 << 10)).unwrap();
+    log.append(&events(0..100)).unwrap();
+    log.flush().unwrap();
+    let storage = Arc::new(FaultyStorage::default());
+    let mut follower = LogReader::open_with(&dir, storage.clone()).unwrap();
+    assert_eq!(follower.refresh().unwrap(), 100);
+    let segments_before = segments(&dir).len();
+    let mut seq = 100;
+    while segments(&dir).len() == segments_before {
+        log.append(&events(seq..seq + 200)).unwrap();
+        seq += 200;
+    }
+    log.flush().unwrap();
+    storage.faults.fail_open(1);
+    let error = follower.refresh().unwrap_err();
+    assert_eq!(error.code(), "IO", "{error}");
+    assert!(error.to_string().contains(".seg"), "{error}");
+    assert_eq!(follower.refresh().unwrap(), seq);
+    for (i, read) in follower.iter_from(0).enumerate() {
+        assert_eq!(read.unwrap(), event(i as u64).as_ref(), "seq {i}");
+    }
+}

@@ -322,6 +322,14 @@ pub(crate) fn compact_then(
                 && SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN)).is_ok()
         })
     });
+    // CZ-6: the segments' names durable before any segment is compressed. On a filesystem
+    // that does not order metadata, a crash could otherwise keep a compressed segment and
+    // lose the entry of a last segment a killed writer had just created.
+    if options.level.is_some() && firsts.len() > 1 {
+        storage
+            .sync_dir(dir)
+            .map_err(|e| Error::io("fsync", dir, &e))?;
+    }
     for (place, kept) in checked {
         let first = place.first;
         if let Some(why) = kept {

@@ -812,8 +812,12 @@ impl LogReader {
         let expected_index = self.segments.last().map_or(0, |s| s.index + 1);
         let first_seq = self.seq_next;
         let path = self.dir.join(super::segment::segment_name(first_seq));
-        let Ok(file) = self.storage.open_file(&path, false) else {
-            return Ok(false);
+        // Not there yet: the writer has not created it. Any other failure is the reader's
+        // I/O error, never taken for the end of the log.
+        let file = match self.storage.open_file(&path, false) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(Error::io("open", &path, &error)),
         };
         let map = map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
         let header = match SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN))
@@ -829,15 +833,6 @@ impl LogReader {
                 };
             }
         };
-        // CZ-4, CZ-6: a compressed segment (compacted since this reader last looked) is
-        // sealed whole: its logical segment is mapped, never the compressed file, and
-        // `refresh` takes all its records and goes on to the next one.
-        let compressed = super::compressed::is_compressed(&header);
-        let map = if compressed {
-            super::compressed::materialize(&self.dir, &path, &file, &header)?.1
-        } else {
-            map
-        };
         if expected_index == 0 {
             self.log_id = header.log_id;
         }
@@ -851,6 +846,16 @@ impl LogReader {
                 "segment does not continue the log (SEG-3)",
             ));
         }
+        // CZ-4, CZ-6 (its place checked first: another log's file is refused before it is
+        // decompressed): a compressed segment (compacted since this reader last looked) is
+        // sealed whole: its logical segment is mapped, never the compressed file, and
+        // `refresh` takes all its records and goes on to the next one.
+        let compressed = super::compressed::is_compressed(&header);
+        let map = if compressed {
+            super::compressed::materialize(&self.dir, &path, &file, &header)?.1
+        } else {
+            map
+        };
         if let Some(previous) = self.segments.last_mut() {
             previous.count.get_or_insert(first_seq - previous.first_seq);
             // RD-4: the previous segment is read through; later reads fault it in again.
@@ -901,8 +906,12 @@ impl LogReader {
             return Ok(false);
         }
         let path = last.path(&self.dir).to_owned();
-        let Ok(file) = self.storage.open_file(&path, false) else {
-            return Ok(false);
+        // Gone (set aside by a salvage): nothing replaced it. Any other failure is an I/O
+        // error, never taken for "not replaced".
+        let file = match self.storage.open_file(&path, false) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(Error::io("open", &path, &error)),
         };
         // Another file than the one mapped: both grow in steps (SEG-6), so only its identity
         // tells a replacement from the same file grown.
