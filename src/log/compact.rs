@@ -336,10 +336,10 @@ pub(crate) fn compact_then(
             report.kept.push((first, why));
             continue;
         }
+        // Examined again (the first pass keeps no segment open): the same file, under the
+        // lock, so its header decides nothing more (`kept` was `None`).
         let (opened, offsets, end, _) = examined(storage, dir, &place, log_id)?;
-        let why = if let Some(why) = kept_by_header(&opened, options) {
-            Some(why)
-        } else if links(&opened, dir)? > 1 {
+        let why = if links(&opened, dir)? > 1 {
             Some(KeptReason::Shared)
         } else if options.level.is_some() && !last_born && place.next == firsts.last().copied() {
             Some(KeptReason::BeforeUnbornLast)

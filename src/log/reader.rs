@@ -812,12 +812,9 @@ impl LogReader {
         let expected_index = self.segments.last().map_or(0, |s| s.index + 1);
         let first_seq = self.seq_next;
         let path = self.dir.join(super::segment::segment_name(first_seq));
-        // Not there yet: the writer has not created it. Any other failure is the reader's
-        // I/O error, never taken for the end of the log.
-        let file = match self.storage.open_file(&path, false) {
-            Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(error) => return Err(Error::io("open", &path, &error)),
+        // Not there yet: the writer has not created it.
+        let Some(file) = open_if_present(&*self.storage, &path)? else {
+            return Ok(false);
         };
         let map = map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
         let header = match SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN))
@@ -906,12 +903,9 @@ impl LogReader {
             return Ok(false);
         }
         let path = last.path(&self.dir).to_owned();
-        // Gone (set aside by a salvage): nothing replaced it. Any other failure is an I/O
-        // error, never taken for "not replaced".
-        let file = match self.storage.open_file(&path, false) {
-            Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(error) => return Err(Error::io("open", &path, &error)),
+        // Gone (set aside by a salvage): nothing replaced it.
+        let Some(file) = open_if_present(&*self.storage, &path)? else {
+            return Ok(false);
         };
         // Another file than the one mapped: both grow in steps (SEG-6), so only its identity
         // tells a replacement from the same file grown.
@@ -1421,6 +1415,20 @@ fn truncated(path: &Path, len: u64, mapped: usize) -> Error {
          another process (SEG-8, RD-8)"
     );
     corrupt(path, usize::try_from(len).unwrap_or(usize::MAX), &reason)
+}
+
+/// The file at `path`, opened to read, or `None` when there is none: only a missing name
+/// (`NotFound`) says so; any other failure (EMFILE, EIO, EACCES) is `IO`, never taken for
+/// the end of the log (RD-2).
+///
+/// # Errors
+/// `IO` with the path.
+fn open_if_present(storage: &dyn Storage, path: &Path) -> Result<Option<std::fs::File>> {
+    match storage.open_file(path, false) {
+        Ok(file) => Ok(Some(file)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(Error::io("open", path, &error)),
+    }
 }
 
 /// A failed read of a segment's bytes with `pread` (RD-8): `CORRUPT` when the file is

@@ -313,8 +313,7 @@ impl LazyPack {
         log: &'a impl EventSource,
         seq: u64,
     ) -> crate::Result<Option<&'a str>> {
-        let pack = self.0.get_or_init(|| load_traced(storage, dir, log));
-        if let Some(Lookup::Packed(message)) = pack.as_ref().map(|p| p.message(seq)) {
+        if let Some(Lookup::Packed(message)) = self.get(storage, dir, log).map(|p| p.message(seq)) {
             return Ok(message);
         }
         Ok(log.event_at(seq)?.message())
@@ -329,10 +328,15 @@ impl LazyPack {
         dir: &Path,
         log: &impl EventSource,
     ) -> Option<SharedBytes> {
+        self.get(storage, dir, log).map(Pack::texts)
+    }
+
+    /// The pack of session directory `dir`, read and checked against `log` on the first
+    /// call (MSP-1, MSP-2); `None` when there is no usable one.
+    fn get(&self, storage: &dyn Storage, dir: &Path, log: &impl EventSource) -> Option<&Pack> {
         self.0
             .get_or_init(|| load_traced(storage, dir, log))
             .as_ref()
-            .map(Pack::texts)
     }
 
     /// Whether the pack was read and found unusable.

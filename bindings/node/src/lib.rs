@@ -496,7 +496,7 @@ pub struct ReplacementOut {
 
 /// Messages packed for one crossing into JS: seqs, where each text lies, and the texts:
 /// most lent from the session's message pack without a copy ([`SharedBytes`], which JS
-/// holds as an opaque handle and reads through [`lent_text`]: it never sees the bytes, so
+/// holds as an opaque handle and reads through [`lent_texts`]: it never sees the bytes, so
 /// it can never write into the read-only map), the others copied (those read from log
 /// records).
 ///
@@ -522,7 +522,7 @@ pub struct PackedMessages {
     pub ends: Float64Array,
     /// The bytes of `lent`: where `text`'s offsets start.
     pub lent_len: f64,
-    /// The texts lent from the message pack, as an opaque handle for [`lent_text`].
+    /// The texts lent from the message pack, as an opaque handle for [`lent_texts`].
     #[napi(ts_type = "object | undefined")]
     pub lent: Option<External<SharedBytes>>,
     /// The other messages' exact JSON texts, one after the other (UTF-8).
@@ -602,9 +602,11 @@ fn packed_messages<L: SessionLog>(session: &surfacelog::Session<L>) -> surfacelo
         lent: None,
         text: Vec::new(),
     };
+    let mut used = false;
     // Each message not in the pack copied as it is read, while its page is mapped (RD-4).
     session.each_message(|m| {
         let span = if let Some(span) = lent.as_ref().and_then(|lent| lent.span_of(m.json)) {
+            used = true;
             span
         } else {
             let start = base + packed.text.len();
@@ -617,7 +619,6 @@ fn packed_messages<L: SessionLog>(session: &surfacelog::Session<L>) -> surfacelo
     })?;
     // Lent only when a text is in it: a session whose pack holds none of its messages
     // keeps nothing of it alive.
-    let used = packed.starts.iter().any(|&start| start < base as f64);
     packed.lent = lent.filter(|_| used);
     if packed.lent.is_none() && base > 0 {
         // No text lies in the pack; the offsets of the copied ones start at 0.
