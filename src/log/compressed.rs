@@ -21,6 +21,8 @@ pub(crate) use blocks::{
     BLOCK_BYTES, Logical, check_logical, check_unpacks_to, compress_logical, materialize,
     materialize_logical,
 };
+#[cfg(all(test, feature = "compress"))]
+pub(crate) use blocks::unlinked_named_file_for_tests;
 #[cfg(feature = "compress")]
 pub use blocks::{compress, decompress};
 

@@ -1421,6 +1421,16 @@ mod tests {
             prop_assert_eq!(is_temporary(&name), by_path, "{:?}", name);
         }
     }
+
+    /// CZ-4: the name a decompressed copy has for a moment where the file system has no
+    /// unnamed files is one a writer's open removes after a crash.
+    #[cfg(feature = "compress")]
+    #[test]
+    fn a_decompressed_copy_left_by_a_crash_is_temporary() {
+        let scratch = tempfile::tempdir().unwrap();
+        let file = crate::log::compressed::unlinked_named_file_for_tests(scratch.path());
+        assert!(is_temporary(&file), "{file}");
+    }
 }
 
 #[cfg(all(test, loom))]

@@ -341,17 +341,137 @@ pub(crate) fn materialize_logical(
     file: &File,
     logical: &Logical,
 ) -> Result<(File, Mmap)> {
-    let copy = tempfile::tempfile_in(dir)
-        .or_else(|_| tempfile::tempfile())
-        .map_err(|e| Error::io("create a decompressed copy of", path, &e))?;
-    let written = |e: std::io::Error| Error::io("write the decompressed copy of", path, &e);
+    let places = [Some(dir), None];
+    materialize_into(
+        places.iter().map(|place| unlinked_file(*place)),
+        path,
+        file,
+        logical,
+    )
+}
+
+/// CZ-4: the logical bytes `logical` of `file` at `path`, decompressed into the first of
+/// `copies` that can be created and written whole, and its map. A copy that cannot be
+/// created or written (a full disk, a quota, a read-only directory) is dropped, which
+/// removes it, and the next is tried; damage is reported at once.
+///
+/// # Errors
+/// `CORRUPT` naming `path` and the offset of the damage; `IO`: the last copy's failure, or
+/// the map's.
+fn materialize_into(
+    copies: impl Iterator<Item = std::io::Result<File>>,
+    path: &Path,
+    file: &File,
+    logical: &Logical,
+) -> Result<(File, Mmap)> {
     check_len(logical, path)?;
-    copy.set_len(logical.len).map_err(written)?;
-    unpack(&whole(file, path)?, path, logical, &mut |at, bytes| {
-        copy.write_all_at(bytes, at).map_err(written)
-    })?;
-    let map = super::super::map::map(&copy).map_err(|e| Error::io("mmap", path, &e))?;
-    Ok((copy, map))
+    let source = whole(file, path)?;
+    let mut failure = None;
+    for copy in copies {
+        let copy = match copy {
+            Ok(copy) => copy,
+            Err(e) => {
+                failure = Some(Error::io("create a decompressed copy of", path, &e));
+                continue;
+            }
+        };
+        let mut write_failed = false;
+        let mut written = |e: std::io::Error| {
+            write_failed = true;
+            Error::io("write the decompressed copy of", path, &e)
+        };
+        let filled = match copy.set_len(logical.len) {
+            Err(e) => Err(written(e)),
+            Ok(()) => unpack(&source, path, logical, &mut |at, bytes| {
+                copy.write_all_at(bytes, at).map_err(&mut written)
+            }),
+        };
+        match filled {
+            Ok(()) => {
+                let map = super::super::map::map(&copy).map_err(|e| Error::io("mmap", path, &e))?;
+                return Ok((copy, map));
+            }
+            Err(e) if write_failed => failure = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(failure.unwrap_or_else(|| {
+        Error::io(
+            "create a decompressed copy of",
+            path,
+            &std::io::Error::other("no place to keep it"),
+        )
+    }))
+}
+
+/// An unlinked temporary file in `dir`, or in the system's temporary directory for
+/// `None`. Where the file system does not support `O_TMPFILE` (NFS), the file is created
+/// under a name ending `.tmp`, which it keeps only until it is unlinked at once: should a
+/// crash come between the two, a writer's open removes it with the other `.tmp` files a
+/// crash leaves (LOG-1).
+fn unlinked_file(dir: Option<&Path>) -> std::io::Result<File> {
+    let dir = dir.map_or_else(std::env::temp_dir, Path::to_path_buf);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let unnamed = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::TMPFILE.bits().cast_signed())
+            .mode(0o600)
+            .open(&dir);
+        match unnamed {
+            Ok(file) => return Ok(file),
+            // What Linux returns where a file system has no O_TMPFILE (open(2)).
+            Err(e)
+                if !matches!(
+                    rustix::io::Errno::from_io_error(&e),
+                    Some(
+                        rustix::io::Errno::OPNOTSUPP
+                            | rustix::io::Errno::ISDIR
+                            | rustix::io::Errno::NOENT
+                    )
+                ) =>
+            {
+                return Err(e);
+            }
+            Err(_) => {}
+        }
+    }
+    unlinked_named_file(&dir)
+}
+
+/// An unlinked temporary file in `dir`, made under a name ending `.tmp` (LOG-1) and
+/// unlinked at once: where `O_TMPFILE` is not supported.
+fn unlinked_named_file(dir: &Path) -> std::io::Result<File> {
+    let named = named_copy(dir)?;
+    let (file, name) = named.into_parts();
+    // A writer's open may have removed the name already (LOG-1): either way it is gone.
+    match name.close() {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        Ok(()) | Err(_) => Ok(file),
+    }
+}
+
+/// A temporary file in `dir` under a name ending `.tmp`, removed when it is dropped.
+fn named_copy(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix("decompressed-")
+        .suffix(".tmp")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .tempfile_in(dir)
+}
+
+/// The name a decompressed copy has until it is unlinked, where `O_TMPFILE` is not
+/// supported (the file is removed before this returns).
+#[cfg(test)]
+pub(crate) fn unlinked_named_file_for_tests(dir: &Path) -> String {
+    let named = named_copy(dir).unwrap_or_else(|e| panic!("{e}"));
+    named
+        .path()
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// CZ-5: whether the compressed segment `file` (at `path`, header `header`) decompresses,
@@ -597,5 +717,91 @@ mod tests {
         let mut longer = packed.clone();
         longer.push(0);
         check(&longer, "one byte more");
+    }
+
+    /// A file the copy cannot be written to: opened for reading only.
+    fn unwritable(dir: &Path) -> File {
+        let path = dir.join("read-only");
+        std::fs::write(&path, b"").unwrap();
+        File::open(&path).unwrap()
+    }
+
+    /// CZ-4: a copy that cannot be created or written (a full disk in the log's directory)
+    /// is not an error while another place can hold it; the bytes mapped are the logical
+    /// segment's, whatever place failed first.
+    #[test]
+    fn a_copy_that_cannot_be_written_is_kept_in_the_next_place() {
+        let scratch = tempfile::tempdir().unwrap();
+        let logical = logical(30_000, 5);
+        let packed = compress(&logical, 4096, 3).unwrap().unwrap();
+        let header = SegmentHeader::decode(&packed).unwrap();
+        let (named, file) = stored(&packed);
+        let layout = segment_logical(&header);
+        let full = || Err(std::io::Error::from(std::io::ErrorKind::StorageFull));
+        for (first, what) in [
+            (Ok(unwritable(scratch.path())), "written"),
+            (full(), "created"),
+        ] {
+            let copies = [first, unlinked_file(Some(scratch.path()))];
+            let (_, map) = materialize_into(copies.into_iter(), named.path(), &file, &layout)
+                .unwrap_or_else(|e| panic!("a first copy that cannot be {what}: {e}"));
+            assert_eq!(&map[..], &logical[..], "a first copy that cannot be {what}");
+        }
+        let error = materialize_into(
+            [Ok(unwritable(scratch.path())), full()].into_iter(),
+            named.path(),
+            &file,
+            &layout,
+        )
+        .unwrap_err();
+        assert_eq!(error.code(), "IO", "{error}");
+        assert!(error.to_string().contains("create a decompressed copy"), "{error}");
+        let error = materialize_into(
+            [full(), Ok(unwritable(scratch.path()))].into_iter(),
+            named.path(),
+            &file,
+            &layout,
+        )
+        .unwrap_err();
+        assert_eq!(error.code(), "IO", "{error}");
+        assert!(error.to_string().contains("write the decompressed copy"), "{error}");
+    }
+
+    /// CZ-4: damage is reported from the first place: no second copy is made of bytes that
+    /// do not check out.
+    #[test]
+    fn damage_is_not_taken_for_a_place_that_failed() {
+        let logical = logical(30_000, 6);
+        let mut packed = compress(&logical, 4096, 3).unwrap().unwrap();
+        let last = packed.len() - 1;
+        packed[last] ^= 0x40;
+        let header = SegmentHeader::decode(&packed).unwrap();
+        let (named, file) = stored(&packed);
+        let mut taken = 0;
+        let copies = std::iter::from_fn(|| {
+            taken += 1;
+            Some(unlinked_file(None))
+        });
+        let error = materialize_into(copies, named.path(), &file, &segment_logical(&header))
+            .unwrap_err();
+        assert_eq!(error.code(), "CORRUPT", "{error}");
+        assert_eq!(taken, 1);
+    }
+
+    /// LOG-1: the copy leaves no name behind in the directory that holds it, whether the
+    /// file system gives an unnamed file or the copy is made under a name and unlinked.
+    #[test]
+    fn a_copy_leaves_no_name_behind() {
+        let scratch = tempfile::tempdir().unwrap();
+        let names = || std::fs::read_dir(scratch.path()).unwrap().count();
+        let copy = unlinked_file(Some(scratch.path())).unwrap();
+        copy.write_all_at(b"logical", 0).unwrap();
+        assert_eq!(names(), 0);
+        let named = unlinked_named_file(scratch.path()).unwrap();
+        named.write_all_at(b"logical", 0).unwrap();
+        let mut read = [0; 7];
+        named.read_exact_at(&mut read, 0).unwrap();
+        assert_eq!(&read, b"logical");
+        assert_eq!(names(), 0);
     }
 }
