@@ -16,15 +16,15 @@ use crate::error::Result;
 #[cfg(feature = "compress")]
 mod blocks;
 
+#[cfg(all(test, feature = "compress"))]
+pub(crate) use blocks::unlinked_named_file_for_tests;
 #[cfg(feature = "compress")]
 pub(crate) use blocks::{
     BLOCK_BYTES, Logical, check_logical, check_unpacks_to, compress_logical, materialize,
     materialize_logical,
 };
-#[cfg(all(test, feature = "compress"))]
-pub(crate) use blocks::unlinked_named_file_for_tests;
 #[cfg(feature = "compress")]
-pub use blocks::{compress, decompress};
+pub use blocks::{compress, decompress, release_decompressed_copies};
 
 /// Whether a segment's header says its file is compressed (SEG-9, CZ-2).
 pub(crate) fn is_compressed(header: &SegmentHeader) -> bool {

@@ -25,6 +25,8 @@ pub(crate) use compact::compact_then;
 pub use compact::{
     CompactOptions, KeptReason, LogCompaction, RewrittenSegment, compact, compact_with,
 };
+#[cfg(feature = "compress")]
+pub use compressed::release_decompressed_copies;
 // Hidden: the index codec for the fuzz targets (`fuzz/`), not part of the API.
 #[doc(hidden)]
 pub use index::{Index, decode as decode_index, encode as encode_index};

@@ -60,6 +60,9 @@ struct Table {
     blocks: Vec<Entry>,
     /// Where the first block starts.
     data_at: u64,
+    /// The table's bytes as stored, from `block_bytes` to the padding: what a kept copy is
+    /// known by (CZ-4), with the checksums of every block's bytes.
+    bytes: Vec<u8>,
 }
 
 impl Table {
@@ -153,6 +156,7 @@ fn read_table<S: Source + ?Sized>(file: &S, path: &Path, logical: &Logical) -> R
         block_bytes,
         blocks: Vec::new(),
         data_at,
+        bytes: Vec::new(),
     };
     for i in 0..count {
         let entry = 8 + ENTRY_LEN * i;
@@ -178,6 +182,7 @@ fn read_table<S: Source + ?Sized>(file: &S, path: &Path, logical: &Logical) -> R
         )));
     }
     table.blocks = blocks;
+    table.bytes = covered.to_vec();
     Ok(table)
 }
 
@@ -316,7 +321,8 @@ pub fn decompress(bytes: &[u8], path: &Path) -> Result<Vec<u8>> {
 /// checked), decompressed and checked into an unlinked temporary file, and that file's
 /// map: every byte of it written and checked before it is mapped (RD-8). The file lives in
 /// the log's directory `dir` (disk, not memory), or the system's temporary directory when
-/// `dir` cannot hold one (a read-only store).
+/// `dir` cannot hold it (a read-only store, a full disk). A copy kept from an earlier read
+/// of the same file is mapped again once every block of the file checks out.
 ///
 /// # Errors
 /// `CORRUPT` naming `path` and the offset of the damage; `IO`.
@@ -341,13 +347,190 @@ pub(crate) fn materialize_logical(
     file: &File,
     logical: &Logical,
 ) -> Result<(File, Mmap)> {
+    check_len(logical, path)?;
+    let source = whole(file, path)?;
+    let table = read_table(&source, path, logical)?;
+    let key = CopyKey::of(file, logical, &table);
+    if let Some(copy) = key.as_ref().and_then(|key| KEPT.find(key)) {
+        // The file's every byte is checked as a first read checks it (CZ-3); only the
+        // decompression, whose result is known by the table's checksums, is saved.
+        check_frames(&source, path, &table)?;
+        let map = super::super::map::map(&copy).map_err(|e| Error::io("mmap", path, &e))?;
+        return Ok((copy, map));
+    }
     let places = [Some(dir), None];
-    materialize_into(
+    let (copy, map) = materialize_into(
         places.iter().map(|place| unlinked_file(*place)),
         path,
         file,
         logical,
-    )
+    )?;
+    if let (Some(key), Ok(kept)) = (key, copy.try_clone()) {
+        KEPT.keep(key, kept, logical.len);
+    }
+    Ok((copy, map))
+}
+
+/// CZ-3: every block of `file` (at `path`, whose checked table is `table`) matches its
+/// `frame_crc`.
+///
+/// # Errors
+/// `CORRUPT` naming `path` and the block's offset; `IO`.
+fn check_frames<S: Source + ?Sized>(file: &S, path: &Path, table: &Table) -> Result<()> {
+    let mut compressed = Vec::new();
+    let mut at = table.data_at;
+    for (i, block) in table.blocks.iter().enumerate() {
+        compressed.resize(block.compressed_len as usize, 0);
+        read_exact(file, path, &mut compressed, at)?;
+        if crc32c::crc32c(&compressed) != block.frame_crc {
+            let offset = usize::try_from(at).unwrap_or(usize::MAX);
+            return Err(corrupt(
+                path,
+                offset,
+                &format!("block {i}: its compressed bytes do not match frame_crc (CZ-3)"),
+            ));
+        }
+        at += u64::from(block.compressed_len);
+    }
+    Ok(())
+}
+
+/// What a decompressed copy is known by (CZ-4): the compressed file (device and inode) and
+/// what it stands for, its logical header and length and its block table, which holds the
+/// checksum of every block's compressed and logical bytes. A file whose bytes all match a
+/// key's table decompresses to the copy made under that key.
+#[derive(PartialEq, Eq)]
+struct CopyKey {
+    device: u64,
+    inode: u64,
+    head: Vec<u8>,
+    len: u64,
+    table: Vec<u8>,
+}
+
+impl CopyKey {
+    /// The key of `file`, standing for `logical` with the checked `table`; `None` when
+    /// the file cannot be asked its identity (the copy is then not kept).
+    fn of(file: &File, logical: &Logical, table: &Table) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let metadata = file.metadata().ok()?;
+        Some(Self {
+            device: metadata.dev(),
+            inode: metadata.ino(),
+            head: logical.head.clone(),
+            len: logical.len,
+            table: table.bytes.clone(),
+        })
+    }
+}
+
+/// Logical bytes of decompressed copies kept past their last reader: 128 MiB, so that a
+/// process that opens the same compressed session again (a host serving requests) maps
+/// the copy it made instead of decompressing again, while the temporary disk they hold
+/// stays bounded (memory, where the system's temporary directory is a tmpfs).
+const KEPT_BYTES: u64 = 128 << 20;
+
+/// Decompressed copies kept past their last reader, at most: each holds a file
+/// descriptor.
+const KEPT_COPIES: usize = 64;
+
+/// The decompressed copies of this process (CZ-4).
+static KEPT: Kept = Kept::new(KEPT_BYTES, KEPT_COPIES);
+
+/// Decompressed copies kept for reuse, the least recently used dropped first past a bound
+/// on their logical bytes or their number. A copy in use stays alive through its maps
+/// when dropped here.
+struct Kept {
+    bound: u64,
+    most: usize,
+    copies: std::sync::Mutex<KeptCopies>,
+}
+
+/// The copies of [`Kept`], with the clock that orders their uses.
+struct KeptCopies {
+    clock: u64,
+    copies: Vec<KeptCopy>,
+}
+
+/// One kept copy: its key, its file (unlinked), its logical length, and its last use.
+struct KeptCopy {
+    key: CopyKey,
+    file: File,
+    len: u64,
+    used: u64,
+}
+
+impl Kept {
+    /// No copies, keeping at most `bound` logical bytes in at most `most` copies.
+    const fn new(bound: u64, most: usize) -> Self {
+        Self {
+            bound,
+            most,
+            copies: std::sync::Mutex::new(KeptCopies {
+                clock: 0,
+                copies: Vec::new(),
+            }),
+        }
+    }
+
+    /// The copies, whatever a thread that panicked holding them left: each entry is whole.
+    fn lock(&self) -> std::sync::MutexGuard<'_, KeptCopies> {
+        self.copies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The copy kept under `key` (its own file handle), marked used.
+    fn find(&self, key: &CopyKey) -> Option<File> {
+        let mut kept = self.lock();
+        kept.clock += 1;
+        let clock = kept.clock;
+        let copy = kept.copies.iter_mut().find(|copy| copy.key == *key)?;
+        copy.used = clock;
+        copy.file.try_clone().ok()
+    }
+
+    /// Keeps `file`, the copy of `len` logical bytes known by `key`, dropping the least
+    /// recently used copies past the bounds. A copy larger than the bound is not kept.
+    fn keep(&self, key: CopyKey, file: File, len: u64) {
+        if len > self.bound {
+            return;
+        }
+        let mut kept = self.lock();
+        kept.clock += 1;
+        let used = kept.clock;
+        kept.copies.retain(|copy| copy.key != key);
+        kept.copies.push(KeptCopy {
+            key,
+            file,
+            len,
+            used,
+        });
+        while kept.copies.len() > self.most
+            || kept.copies.iter().map(|copy| copy.len).sum::<u64>() > self.bound
+        {
+            let oldest = kept
+                .copies
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, copy)| copy.used)
+                .map(|(i, _)| i);
+            if let Some(oldest) = oldest {
+                kept.copies.swap_remove(oldest);
+            }
+        }
+    }
+
+    /// Drops every kept copy (a copy still mapped lives on until its last map goes).
+    fn clear(&self) {
+        self.lock().copies.clear();
+    }
+}
+
+/// Drops the decompressed copies this process keeps for reuse (CZ-4), freeing the
+/// temporary disk of those no reader maps any more.
+pub fn release_decompressed_copies() {
+    KEPT.clear();
 }
 
 /// CZ-4: the logical bytes `logical` of `file` at `path`, decompressed into the first of
@@ -366,6 +549,8 @@ fn materialize_into(
 ) -> Result<(File, Mmap)> {
     check_len(logical, path)?;
     let source = whole(file, path)?;
+    #[cfg(test)]
+    tests::DECOMPRESSED.with(|made| made.set(made.get() + 1));
     let mut failure = None;
     for copy in copies {
         let copy = match copy {
@@ -591,6 +776,15 @@ mod tests {
     #![expect(clippy::indexing_slicing, reason = "tests index their own buffers")]
     use super::*;
 
+    thread_local! {
+        /// How many times this thread decompressed a file into a copy.
+        pub(super) static DECOMPRESSED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    fn decompressed() -> usize {
+        DECOMPRESSED.with(std::cell::Cell::get)
+    }
+
     /// A logical segment: a header and `data_len` bytes of records-like content.
     fn logical(data_len: usize, seed: u8) -> Vec<u8> {
         let header = SegmentHeader {
@@ -755,7 +949,10 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(error.code(), "IO", "{error}");
-        assert!(error.to_string().contains("create a decompressed copy"), "{error}");
+        assert!(
+            error.to_string().contains("create a decompressed copy"),
+            "{error}"
+        );
         let error = materialize_into(
             [full(), Ok(unwritable(scratch.path()))].into_iter(),
             named.path(),
@@ -764,7 +961,10 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(error.code(), "IO", "{error}");
-        assert!(error.to_string().contains("write the decompressed copy"), "{error}");
+        assert!(
+            error.to_string().contains("write the decompressed copy"),
+            "{error}"
+        );
     }
 
     /// CZ-4: damage is reported from the first place: no second copy is made of bytes that
@@ -782,8 +982,8 @@ mod tests {
             taken += 1;
             Some(unlinked_file(None))
         });
-        let error = materialize_into(copies, named.path(), &file, &segment_logical(&header))
-            .unwrap_err();
+        let error =
+            materialize_into(copies, named.path(), &file, &segment_logical(&header)).unwrap_err();
         assert_eq!(error.code(), "CORRUPT", "{error}");
         assert_eq!(taken, 1);
     }
@@ -803,5 +1003,84 @@ mod tests {
         named.read_exact_at(&mut read, 0).unwrap();
         assert_eq!(&read, b"logical");
         assert_eq!(names(), 0);
+    }
+
+    /// CZ-4: a file opened again maps the copy kept from its first read, its every byte
+    /// checked again; a file changed in place is decompressed again or refused.
+    #[test]
+    fn a_kept_copy_is_mapped_again_while_its_file_checks_out() {
+        let first = logical(50_000, 8);
+        let packed = compress(&first, 4096, 3).unwrap().unwrap();
+        let header = SegmentHeader::decode(&packed).unwrap();
+        let (named, file) = stored(&packed);
+        let dir = named.path().parent().unwrap();
+        let before = decompressed();
+        let (_, map) = materialize(dir, named.path(), &file, &header).unwrap();
+        assert_eq!(&map[..], &first[..]);
+        drop(map);
+        let (_, map) = materialize(dir, named.path(), &file, &header).unwrap();
+        assert_eq!(&map[..], &first[..]);
+        assert_eq!(
+            decompressed() - before,
+            1,
+            "the second read maps the kept copy"
+        );
+
+        // The same file (inode) rewritten with other logical bytes of the same header.
+        let mut second = first.clone();
+        second[100..200].fill(b'x');
+        let repacked = compress(&second, 4096, 3).unwrap().unwrap();
+        std::fs::write(named.path(), &repacked).unwrap();
+        let (_, map) = materialize(dir, named.path(), &file, &header).unwrap();
+        assert_eq!(&map[..], &second[..]);
+        assert_eq!(decompressed() - before, 2, "another table is another copy");
+
+        // A block damaged in place under a table that still checks out: refused, as a
+        // first read refuses it, though its copy is kept.
+        let mut damaged = repacked;
+        let last = damaged.len() - 3;
+        damaged[last] ^= 0x10;
+        std::fs::write(named.path(), &damaged).unwrap();
+        let error = materialize(dir, named.path(), &file, &header).unwrap_err();
+        assert_eq!(error.code(), "CORRUPT", "{error}");
+        assert!(error.to_string().contains("frame_crc"), "{error}");
+        assert_eq!(decompressed() - before, 2);
+    }
+
+    /// CZ-4: the kept copies hold at most their bound of logical bytes, the least recently
+    /// used dropped first; a copy larger than the bound is not kept.
+    #[test]
+    fn kept_copies_stay_within_their_bound() {
+        let kept = Kept::new(100, 3);
+        let key = |n: u8| CopyKey {
+            device: 1,
+            inode: u64::from(n),
+            head: vec![n],
+            len: 1,
+            table: vec![n],
+        };
+        let copy = || tempfile::tempfile().unwrap();
+        kept.keep(key(1), copy(), 60);
+        kept.keep(key(2), copy(), 30);
+        assert!(kept.find(&key(1)).is_some());
+        kept.keep(key(3), copy(), 30);
+        assert!(kept.find(&key(2)).is_none(), "the least recently used goes");
+        assert!(kept.find(&key(1)).is_some());
+        assert!(kept.find(&key(3)).is_some());
+        kept.keep(key(4), copy(), 101);
+        assert!(kept.find(&key(4)).is_none(), "larger than the bound");
+        kept.keep(key(3), copy(), 40);
+        assert!(
+            kept.find(&key(1)).is_some(),
+            "a key kept again replaces its copy"
+        );
+        let held: u64 = kept.lock().copies.iter().map(|copy| copy.len).sum();
+        assert_eq!(held, 100);
+        kept.keep(key(5), copy(), 0);
+        kept.keep(key(6), copy(), 0);
+        assert_eq!(kept.lock().copies.len(), 3, "at most 3 copies");
+        assert!(kept.find(&key(3)).is_none(), "the least recently used goes");
+        kept.clear();
+        assert!(kept.find(&key(1)).is_none());
     }
 }
