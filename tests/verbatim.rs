@@ -349,6 +349,58 @@ fn one_writer_at_a_time() {
     assert_eq!(store.load("s", 0).unwrap().unwrap().seq_next, 2);
 }
 
+/// VBT-6: a store closes the writers idle for a given time, releasing their locks, and
+/// counts those that stay open; a store with a lock wait continues a session once another
+/// store's writer lets go, and one without is refused `LOCKED` at once.
+#[test]
+fn vbt_6_idle_writers_are_closed_and_a_waiting_store_takes_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let event = |seq: u64| format!(r#"{{"type":"a","seq":{seq},"time":1}}"#);
+    let first = VerbatimStore::new(dir.path());
+    for id in ["s", "t"] {
+        first
+            .create(id, &format!(r#"{{"id":"{id}"}}"#), &[&event(0)])
+            .unwrap();
+        first.append(id, 1, &[&event(1)]).unwrap();
+    }
+    assert_eq!(
+        first
+            .close_idle_writers(std::time::Duration::from_secs(3600))
+            .unwrap(),
+        2,
+        "used just now: both stay open"
+    );
+    let impatient = VerbatimStore::new(dir.path());
+    assert_eq!(
+        impatient.append("s", 2, &[&event(2)]).unwrap_err().code(),
+        "LOCKED"
+    );
+    let waiting = VerbatimStore::new(dir.path()).with_lock_wait(std::time::Duration::from_secs(30));
+    std::thread::scope(|scope| {
+        let taken = scope.spawn(|| waiting.append("s", 2, &[&event(2)]));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!taken.is_finished(), "it waits for the lock");
+        assert_eq!(
+            first.close_idle_writers(std::time::Duration::ZERO).unwrap(),
+            0
+        );
+        taken.join().unwrap().unwrap();
+    });
+    assert_eq!(waiting.load("s", 0).unwrap().unwrap().seq_next, 3);
+    // The first store's next append finds the log moved on (VBT-6: refused, not merged).
+    assert_eq!(
+        first.append("s", 2, &[&event(2)]).unwrap_err().code(),
+        "LOCKED"
+    );
+    waiting.close().unwrap();
+    assert_eq!(
+        first.append("s", 2, &[&event(2)]).unwrap_err().code(),
+        "SEQ_NOT_CONTIGUOUS"
+    );
+    first.append("s", 3, &[&event(3)]).unwrap();
+    first.close().unwrap();
+}
+
 /// VBT-6: a store keeps the writers of the 32 sessions it appended to last, holding their
 /// locks until `close` or eviction; what they appended is durable and readable meanwhile.
 #[test]

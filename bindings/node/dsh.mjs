@@ -24,6 +24,15 @@ const { VerbatimStore } = require('./index.js');
 
 const NAME = 'session-persistence-surfacelog';
 
+/** How long a writer the store keeps open between appends (VBT-6) may stay idle before
+ * it is closed and its lock released, so that another process (or another instance on the
+ * same root) can continue the session once this one is done with it (PERS-14). */
+const WRITER_IDLE_MS = 1000;
+
+/** How long an append or repair waits for another process's writer of the session to let
+ * go: longer than that writer stays idle (at most twice WRITER_IDLE_MS). */
+const LOCK_WAIT_MS = 3000;
+
 /** The configuration keys this backend honours (§3.5); any other is refused. */
 const KEYS = new Set(['root', 'preparedSessionCacheSize', 'writeBatchMaxDelayMs', 'importFrom']);
 
@@ -68,6 +77,30 @@ class SurfacelogHooks {
     this.importing = undefined;
     /** What the import did: `{imported, present, refused}`, once it ran. */
     this.imported = undefined;
+    /** The pending release of idle writers, if any. */
+    this.idleTimer = undefined;
+    this.closed = false;
+  }
+
+  /** After a write: closes, WRITER_IDLE_MS later, the writers idle that long, releasing
+   * their locks, and looks again while some stay open. The timer never keeps the process
+   * alive. */
+  releaseIdleWriters() {
+    if (this.idleTimer !== undefined || this.closed) return;
+    this.idleTimer = setTimeout(async () => {
+      let open = 0;
+      try {
+        open = await this.store.closeIdleWriters(WRITER_IDLE_MS);
+      } catch (error) {
+        // The writer's records are durable; the next open of its log recovers it.
+        process.emitWarning(`${NAME}: closing idle writers failed: ${error?.message ?? error}`, {
+          code: 'SURFACELOG_IDLE_CLOSE_FAILED',
+        });
+      }
+      this.idleTimer = undefined;
+      if (open > 0) this.releaseIdleWriters();
+    }, WRITER_IDLE_MS);
+    this.idleTimer.unref();
   }
 
   /** The one-time import of the host's DSH sessions (VBT-11), before any storage work:
@@ -136,7 +169,11 @@ class SurfacelogHooks {
     await this.ready();
     const texts = events.map((event) => JSON.stringify(event));
     if (isMaterialized) {
-      await this.store.append(String(meta.id), events[0].seq, texts);
+      try {
+        await this.store.append(String(meta.id), events[0].seq, texts);
+      } finally {
+        this.releaseIdleWriters();
+      }
     } else {
       await this.store.create(String(meta.id), JSON.stringify(meta), texts);
     }
@@ -157,7 +194,11 @@ class SurfacelogHooks {
     } else if (closers.length === 0) {
       return;
     }
-    await this.store.repair(id, closers.map((event) => JSON.stringify(event)));
+    try {
+      await this.store.repair(id, closers.map((event) => JSON.stringify(event)));
+    } finally {
+      this.releaseIdleWriters();
+    }
   }
 
   async list(signal) {
@@ -185,6 +226,9 @@ class SurfacelogHooks {
   /** After the coordinator's disposal drain: the kept writers are closed, their locks
    * released (VBT-6). */
   async close() {
+    this.closed = true;
+    clearTimeout(this.idleTimer);
+    this.idleTimer = undefined;
     await this.store.close();
   }
 }
@@ -250,7 +294,7 @@ export default class SurfacelogSessionPersistence extends SessionPersistence {
     const importFrom = importSource(config.importFrom);
     this.config = config;
     this.root = resolve(config.root);
-    this.hooks = new SurfacelogHooks(new VerbatimStore(this.root), importFrom);
+    this.hooks = new SurfacelogHooks(new VerbatimStore(this.root, { lockWaitMs: LOCK_WAIT_MS }), importFrom);
     // Last: the coordinator binds existing live sessions at once (§3.2).
     this.coordinator = new PersistenceCoordinator(ctx, this.hooks, {
       preparedSessionCacheSize: config.preparedSessionCacheSize ?? DEFAULT_PREPARED_SESSION_CACHE_SIZE,

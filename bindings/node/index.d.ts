@@ -235,7 +235,9 @@ export interface VerbatimLoad {
  * exactly as a host hands them over and read back unjudged. Rejects with SurfacelogError.
  */
 export class VerbatimStore {
-  constructor(root: string, options?: { segmentBytes?: number });
+  /** `lockWaitMs`: how long an append or repair waits for another writer of the session
+   * to let go before it rejects LOCKED (default 0). */
+  constructor(root: string, options?: { segmentBytes?: number; lockWaitMs?: number });
   /** The directory session `id` is (or would be) stored in; no I/O. */
   locate(id: string): string;
   /** The header and events from seq `from` (default 0), or null when not stored. */
@@ -250,6 +252,9 @@ export class VerbatimStore {
   repair(id: string, closers: string[]): Promise<void>;
   /** Closes the writers kept open between appends, releasing their locks. */
   close(): Promise<void>;
+  /** Closes the writers unused for `idleMs` or longer, releasing their locks; resolves
+   * with how many stay open. */
+  closeIdleWriters(idleMs: number): Promise<number>;
   /** Every stored session's header text and revision. */
   list(): Promise<{ header: string; revision: string }[]>;
   /** Imports the sessions of a DSH JSONL root or SQLite database the store lacks. */

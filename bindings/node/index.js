@@ -315,10 +315,16 @@ class Store {
  * promise, run off the event loop, and rejects with a SurfacelogError.
  */
 class VerbatimStore {
-  /** A store at `root`; nothing is read or created until an operation needs it. */
+  /** A store at `root`; nothing is read or created until an operation needs it. With
+   * `lockWaitMs`, an append or repair waits that long for another writer of the session
+   * (another store or process) to let go before it rejects LOCKED (VBT-6). */
   constructor(root, options = {}) {
     if (typeof root !== 'string') throw new TypeError('VerbatimStore: root is a path');
-    this._native = native.openVerbatimStore(root, options.segmentBytes);
+    try {
+      this._native = native.openVerbatimStore(root, options.segmentBytes, options.lockWaitMs);
+    } catch (error) {
+      throw translate(error);
+    }
   }
 
   /** The directory session `id` is (or would be) stored in; no I/O (VBT-1). */
@@ -354,6 +360,12 @@ class VerbatimStore {
   /** Closes the writers kept open between appends, releasing their locks (VBT-6). */
   close() {
     return call(() => this._native.close());
+  }
+
+  /** Closes the writers no append or repair has used for `idleMs` or longer, releasing
+   * their locks for another store or process; resolves with how many stay open (VBT-6). */
+  closeIdleWriters(idleMs) {
+    return call(() => this._native.closeIdleWriters(idleMs));
   }
 
   /** Every stored session's `{header, revision}` (VBT-10). */

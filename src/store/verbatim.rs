@@ -42,6 +42,8 @@ pub struct VerbatimStore {
     writers: Arc<Writers>,
     /// Readers kept between reads (VBT-7); shared by clones.
     readers: Arc<Readers>,
+    /// How long opening a writer waits for another writer's lock (VBT-6).
+    lock_wait: std::time::Duration,
 }
 
 /// How many sessions' readers a store keeps between reads (VBT-7): each holds its last
@@ -112,6 +114,28 @@ impl VerbatimStore {
             },
             writers: Arc::default(),
             readers: Arc::default(),
+            lock_wait: std::time::Duration::ZERO,
+        }
+    }
+
+    /// This store, waiting up to `wait` for a writer another store or process holds to
+    /// release the session's lock before an append or a repair is refused `LOCKED` (VBT-6;
+    /// by default it does not wait). A store that hands sessions over to another process
+    /// (one closing its idle writers, [`VerbatimStore::close_idle_writers`]) waits a little
+    /// longer than that process keeps a writer idle.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = surfacelog::VerbatimStore::new(dir.path())
+    ///     .with_lock_wait(std::time::Duration::from_secs(3));
+    /// store.create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#])?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn with_lock_wait(self, wait: std::time::Duration) -> Self {
+        Self {
+            lock_wait: wait,
+            ..self
         }
     }
 
@@ -294,6 +318,27 @@ impl VerbatimStore {
     pub fn close(&self) -> Result<()> {
         self.readers.clear();
         self.writers.close_idle()
+    }
+
+    /// Closes the writers kept open (VBT-6) that no append or repair has used for `idle`
+    /// or longer, releasing their locks so that another store or process may continue
+    /// those sessions, and returns how many writers stay open. A host calls it some time
+    /// after its appends stop; the next append opens its writer again.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::VerbatimStore::new(dir.path());
+    /// store.create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#])?;
+    /// store.append("s", 1, &[r#"{"type":"a","seq":1,"time":1}"#])?; // its writer stays open
+    /// assert_eq!(store.close_idle_writers(std::time::Duration::from_secs(60))?, 1);
+    /// assert_eq!(store.close_idle_writers(std::time::Duration::ZERO)?, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The first writer's failure to close (`IO`); the others are closed all the same.
+    pub fn close_idle_writers(&self, idle: std::time::Duration) -> Result<usize> {
+        self.writers.close_idle_for(idle)
     }
 
     /// Runs `work` with session `id`'s writer: the one kept open since its last append, or
@@ -527,7 +572,16 @@ impl VerbatimStore {
         }
         read_header(dir)?;
         let log = dir.join("log");
-        let (writer, _) = LogWriter::open(&log, self.options.clone())?;
+        let started = std::time::Instant::now();
+        let (writer, _) = loop {
+            match LogWriter::open(&log, self.options.clone()) {
+                // Another store's or process's writer: wait for it to let go (VBT-6).
+                Err(error) if error.code() == "LOCKED" && started.elapsed() < self.lock_wait => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                opened => break opened?,
+            }
+        };
         let opened_in = identity(&log)
             .ok_or_else(|| Error::from(ErrorKind::SessionNotFound { id: id.to_owned() }))?;
         Ok((writer, opened_in))

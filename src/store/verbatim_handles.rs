@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::log::{LogReader, LogWriter};
@@ -38,6 +39,8 @@ struct WriterSlot {
     /// recovery done (log-format §7), in use or idle; `None` before that (a writer being
     /// opened, its recovery perhaps changing the tail) and once it is closed.
     opening: Option<u64>,
+    /// When the writer was last put back, idle.
+    used: Instant,
 }
 
 /// A writer's opening: its log's identity and a number no other opening of this store has.
@@ -72,6 +75,7 @@ impl Writers {
                     log: (0, 0),
                     writer: None,
                     opening: None,
+                    used: Instant::now(),
                 });
                 return None;
             };
@@ -99,6 +103,7 @@ impl Writers {
                 if let Some((writer, log)) = writer {
                     slot.writer = Some(writer);
                     slot.log = log;
+                    slot.used = Instant::now();
                     slots.push(slot);
                 }
             }
@@ -133,6 +138,25 @@ impl Writers {
                 .collect()
         };
         self.close_all(closing)
+    }
+
+    /// Closes the idle writers last used `idle` ago or longer, releasing their locks, and
+    /// returns how many writers stay open (idle or in use).
+    ///
+    /// # Errors
+    /// The first writer's failure to close; the others are closed all the same.
+    pub(super) fn close_idle_for(&self, idle: Duration) -> Result<usize> {
+        let (closing, open): (Vec<(PathBuf, LogWriter)>, usize) = {
+            let mut slots = self.lock();
+            let closing: Vec<_> = slots
+                .iter_mut()
+                .filter(|s| s.writer.is_some() && s.used.elapsed() >= idle)
+                .filter_map(|s| s.writer.take().map(|w| (s.dir.clone(), w)))
+                .collect();
+            (closing, slots.len())
+        };
+        let open = open - closing.len();
+        self.close_all(closing).map(|()| open)
     }
 
     /// Closes `closing` (writers whose slots are busy), then removes their slots.

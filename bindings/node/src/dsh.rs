@@ -45,15 +45,19 @@ pub struct VerbatimListed {
 }
 
 /// Opens (lazily: nothing is read or created here) the verbatim store at `root`, with
-/// segments of `segmentBytes` (default 64 MiB).
+/// segments of `segmentBytes` (default 64 MiB), waiting up to `lockWaitMs` (default 0) for
+/// another writer's lock (VBT-6).
 ///
 /// # Errors
-/// `INVALID_ARGUMENT` for a segment size that is not a byte count.
+/// `INVALID_ARGUMENT` for a segment size that is not a byte count, or a wait that is not
+/// a number of milliseconds.
 #[napi]
 pub fn open_verbatim_store(
     root: String,
     segment_bytes: Option<f64>,
+    lock_wait_ms: Option<f64>,
 ) -> Result<NativeVerbatimStore> {
+    let lock_wait = millis(lock_wait_ms.unwrap_or(0.0), "lockWaitMs")?;
     let mut options = LogOptions::default();
     if let Some(bytes) = segment_bytes {
         if !(bytes.is_finite() && bytes >= 0.0) {
@@ -68,8 +72,22 @@ pub fn open_verbatim_store(
         options.segment_bytes = bytes;
     }
     Ok(NativeVerbatimStore {
-        inner: Arc::new(VerbatimStore::with_options(root, options)),
+        inner: Arc::new(VerbatimStore::with_options(root, options).with_lock_wait(lock_wait)),
     })
+}
+
+/// `ms` as a duration: a finite, non-negative number of milliseconds.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` naming `what` otherwise.
+fn millis(ms: f64, what: &str) -> Result<std::time::Duration> {
+    if !(ms.is_finite() && ms >= 0.0) {
+        return Err(misuse(
+            "INVALID_ARGUMENT",
+            &format!("{what}: a number of milliseconds"),
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(ms / 1000.0))
 }
 
 /// A verbatim store operation as a [`Job`]: its refusal becomes the JS error.
@@ -182,6 +200,21 @@ impl NativeVerbatimStore {
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close(&self) -> AsyncTask<Job<(), ()>> {
         task(&self.inner, VerbatimStore::close, |()| ())
+    }
+
+    /// Closes the writers no append or repair has used for `idleMs` or longer, releasing
+    /// their locks; resolves with the number of writers that stay open (VBT-6).
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` for an `idleMs` that is not a number of milliseconds.
+    #[napi(ts_return_type = "Promise<number>")]
+    pub fn close_idle_writers(&self, idle_ms: f64) -> Result<AsyncTask<Job<usize, u32>>> {
+        let idle = millis(idle_ms, "idleMs")?;
+        Ok(task(
+            &self.inner,
+            move |store| store.close_idle_writers(idle),
+            |open| u32::try_from(open).unwrap_or(u32::MAX),
+        ))
     }
 
     /// Every stored session's header and revision (VBT-10).

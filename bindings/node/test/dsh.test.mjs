@@ -308,6 +308,24 @@ test('PERS-14, PERS-15: append adopts a stored session in a fresh instance; unkn
   await assert.rejects(second.persistence.append(SessionId('nobody'), turn()), /session "nobody" not found/);
 });
 
+test('PERS-14, §1.14.3: another instance continues a session the first one is done with, while the first stays mounted', async (t) => {
+  const root = await scratch(t);
+  const first = await mount(t, root);
+  await first.persistence.create(header('handover'));
+  await first.persistence.append(SessionId('handover'), turn());
+  // The first instance keeps its writer open between appends; once idle, it lets go of the
+  // lock, and the second instance's append waits for that rather than failing LOCKED.
+  const second = await mount(t, root);
+  await second.persistence.append(SessionId('handover'), turn(6, 2));
+  const loaded = await second.persistence.load(SessionId('handover'));
+  assert.deepEqual(loaded.events.map((e) => e.seq), [...Array(12).keys()]);
+  // And back: the first instance appends after the second one (its state re-read).
+  await first.dispose();
+  const third = await mount(t, root);
+  await third.persistence.append(SessionId('handover'), turn(12, 3));
+  assert.equal((await third.persistence.load(SessionId('handover'))).events.length, 18);
+});
+
 test('PERS-16: an append is visible to another reader once it resolves; a failed first batch changes nothing', async (t) => {
   const root = await scratch(t);
   const { persistence } = await mount(t, root);
