@@ -95,7 +95,7 @@ pub use internals::session::{
 pub use internals::store::FollowStream;
 pub use internals::store::checkpoint::Unusable as CheckpointUnusable;
 #[cfg(feature = "dsh")]
-pub use internals::store::{DshImport, DshSource};
+pub use internals::store::{DshImport, DshSource, RefusedLog};
 pub use internals::store::{
     FollowEvents, Follower, Listing, Opened, Problem, SessionReport, Severity, SharedSession,
     Store, StoreOptions, StoredSession, VerbatimRead, VerbatimStore, VerifyReport,

@@ -83,8 +83,9 @@ fn every_real_log_imports_as_the_reference_reads_it() {
             // The reference refuses it: reported with the file, not imported.
             assert!(report.imported.is_empty(), "{name}");
             assert_eq!(report.refused.len(), 1, "{name}");
-            assert_eq!(report.refused[0].0, source.display().to_string());
-            assert_eq!(report.refused[0].1.code(), "CORRUPT", "{name}");
+            assert_eq!(report.refused[0].place, source.display().to_string());
+            assert_eq!(report.refused[0].id.as_ref(), Some(&id), "{name}");
+            assert_eq!(report.refused[0].error.code(), "CORRUPT", "{name}");
             assert_eq!(store.load(&id, 0).unwrap(), None);
             refused += 1;
             continue;
@@ -203,13 +204,28 @@ fn dir_rules_refuse_what_dsh_refuses() {
         )
     };
     let scratch = tempfile::tempdir().unwrap();
-    let refused = |root: &Path, rule: &str| {
-        let store = VerbatimStore::new(root.join("..").join("store-refused"));
-        let error = store
+    // Each log a rule refuses is reported with its id (where its directory names one),
+    // not imported; the other sessions of the root are.
+    let refused = |root: &Path, rule: &str, ids: &[Option<&str>]| {
+        place(root, "fine", &header("fine"));
+        let store = VerbatimStore::new(root.join("..").join(format!("store-{rule}")));
+        let report = store
             .import_dsh(&DshSource::Jsonl(root.to_owned()))
-            .unwrap_err();
-        assert_eq!(error.code(), "CORRUPT", "{error}");
-        assert!(error.to_string().contains(rule), "{rule}: {error}");
+            .unwrap();
+        assert_eq!(report.imported, ["fine"], "{rule}");
+        let got: Vec<Option<&str>> = report.refused.iter().map(|r| r.id.as_deref()).collect();
+        assert_eq!(got, ids, "{rule}");
+        for refused in &report.refused {
+            assert_eq!(refused.error.code(), "CORRUPT", "{}", refused.error);
+            assert!(
+                refused.error.to_string().contains(rule),
+                "{rule}: {}",
+                refused.error
+            );
+            if let Some(id) = &refused.id {
+                assert_eq!(store.load(id, 0).unwrap(), None, "{rule}: not imported");
+            }
+        }
     };
     // An escaped id is found under its DIR-3 name.
     let ok = scratch.path().join("ok");
@@ -224,24 +240,24 @@ fn dir_rules_refuse_what_dsh_refuses() {
     let moved = scratch.path().join("dir9");
     let path = place(&moved, "x", &header("y"));
     let _ = path;
-    refused(&moved, "DIR-9");
+    refused(&moved, "DIR-9", &[Some("x")]);
     // DIR-8: one id in two project directories.
     let twice = scratch.path().join("dir8");
     place(&twice, "x", &header("x"));
     let other = twice.join("--other--").join("x");
     std::fs::create_dir_all(&other).unwrap();
     std::fs::write(other.join("session.jsonl"), header("x")).unwrap();
-    refused(&twice, "DIR-8");
+    refused(&twice, "DIR-8", &[Some("x"), Some("x")]);
     // DIR-5: both encodings in one session directory.
     let both = scratch.path().join("dir5");
     let path = place(&both, "x", &header("x"));
     std::fs::write(path.with_file_name("session.jsonl.zstd"), b"").unwrap();
-    refused(&both, "DIR-5");
+    refused(&both, "DIR-5", &[Some("x")]);
     // DIR-6: the obsolete flat layout.
     let flat = scratch.path().join("dir6");
     std::fs::create_dir_all(flat.join("--p--")).unwrap();
     std::fs::write(flat.join("--p--").join("x.jsonl"), header("x")).unwrap();
-    refused(&flat, "DIR-6");
+    refused(&flat, "DIR-6", &[None]);
     // A missing root holds nothing.
     let none = VerbatimStore::new(scratch.path().join("store-none"));
     let report = none
@@ -269,8 +285,9 @@ fn a_session_the_store_cannot_hold_is_reported_not_fatal() {
     let report = store.import_dsh(&DshSource::Jsonl(root.clone())).unwrap();
     assert_eq!(report.imported, ["a", "c"]);
     assert_eq!(report.refused.len(), 1);
-    assert_eq!(report.refused[0].0, refused.display().to_string());
-    assert_eq!(report.refused[0].1.code(), "ENVELOPE_INVALID");
+    assert_eq!(report.refused[0].place, refused.display().to_string());
+    assert_eq!(report.refused[0].id.as_deref(), Some("b"));
+    assert_eq!(report.refused[0].error.code(), "ENVELOPE_INVALID");
     assert_eq!(store.load("b", 0).unwrap(), None);
     // A second import refuses it again, and imports nothing twice.
     let again = store.import_dsh(&DshSource::Jsonl(root)).unwrap();

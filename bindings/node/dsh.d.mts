@@ -18,6 +18,25 @@ export interface SurfacelogSessionPersistenceConfig {
   preparedSessionCacheSize?: number;
   /** The live batching window in ms (default 200). */
   writeBatchMaxDelayMs?: number;
+  /** The host's existing DSH sessions, imported once before the first storage access:
+   * a JSONL root or a SQLite database file (only read). */
+  importFrom?: { jsonl: string } | { sqlite: string };
+}
+
+/** What the import of `importFrom` did. */
+export interface SurfacelogImportReport {
+  /** The sessions imported. */
+  imported: string[];
+  /** The sessions the store held already. */
+  present: string[];
+  /** The logs DSH refuses to read: not imported; reads of their ids keep refusing. */
+  refused: {
+    place: string;
+    id: string | null;
+    version: string | null;
+    code: string;
+    message: string;
+  }[];
 }
 
 /** The DSH persistence backend over surfacelog's verbatim store. */
@@ -29,6 +48,8 @@ export default class SurfacelogSessionPersistence extends SessionPersistence {
   /** The absolute root. */
   readonly root: string;
   constructor(ctx: Context, config: SurfacelogSessionPersistenceConfig);
+  /** What the import of `importFrom` did, once it ran. */
+  readonly imported: SurfacelogImportReport | undefined;
   locate(meta: SessionHeader): SessionLocation;
   create(meta: SessionHeader): Promise<void>;
   append(id: SessionId, events: readonly SessionEvent[]): Promise<void>;

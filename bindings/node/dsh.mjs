@@ -20,7 +20,7 @@ import SessionPersistence, {
 } from '@deepseek-ai/dsh-session-persistence';
 
 const require = createRequire(import.meta.url);
-const { VerbatimStore } = require('./index.js');
+const { SurfacelogError, VerbatimStore } = require('./index.js');
 
 const NAME = 'session-persistence-surfacelog';
 
@@ -77,6 +77,9 @@ class SurfacelogHooks {
     this.importing = undefined;
     /** What the import did: `{imported, present, refused}`, once it ran. */
     this.imported = undefined;
+    /** The sessions the import refused, by id: what their reads give instead of "not
+     * found" (VBT-11). */
+    this.refusedIds = new Map();
     /** The pending release of idle writers, if any. */
     this.idleTimer = undefined;
     this.closed = false;
@@ -111,12 +114,17 @@ class SurfacelogHooks {
     this.importing ??= (async () => {
       const [kind, path] = Object.entries(this.importFrom)[0];
       const report = await this.store.importDsh(kind, path);
+      const refusedIds = new Map();
       for (const refused of report.refused) {
         process.emitWarning(
           `${NAME}: not imported, DSH refuses to read it: ${refused.place}: ${refused.message}`,
           { code: 'SURFACELOG_DSH_IMPORT_REFUSED' },
         );
+        if (typeof refused.id === 'string' && !refusedIds.has(refused.id)) {
+          refusedIds.set(refused.id, refused);
+        }
       }
+      this.refusedIds = refusedIds;
       this.imported = report;
     })().catch((error) => {
       this.importing = undefined;
@@ -133,7 +141,7 @@ class SurfacelogHooks {
     check(signal);
     const read = await this.store.load(String(id), 0);
     check(signal);
-    if (read === null) return undefined;
+    if (read === null) return this.refusedRead(String(id));
     const prefix = {
       meta: JSON.parse(read.header),
       events: JSON.parse(read.events),
@@ -149,7 +157,8 @@ class SurfacelogHooks {
     check(signal);
     const revision = await this.store.revision(String(id));
     check(signal);
-    return revision === null ? undefined : SessionPersistenceRevision(revision);
+    if (revision === null) return this.refusedRead(String(id))?.revision;
+    return SessionPersistenceRevision(revision);
   }
 
   /** A seek read of the events from `fromSeq` on: no marker, no mutation (§1.10). */
@@ -159,8 +168,34 @@ class SurfacelogHooks {
     check(signal);
     const read = await this.store.load(String(id), fromSeq);
     check(signal);
-    if (read === null) return undefined;
+    if (read === null) {
+      const refused = this.refusedRead(String(id));
+      return refused && { meta: refused.meta, events: [] };
+    }
     return { meta: JSON.parse(read.header), events: JSON.parse(read.events) };
+  }
+
+  /** A session the import refused and the store does not hold, read as DSH's own backend
+   * reads its log (§1.17: never "not found", and its id is not free for a new session): a
+   * log of another format version is its header alone, for the coordinator to refuse
+   * with DSH's own text and class; damage is an error naming the file. `undefined` for an
+   * id the import did not refuse. */
+  refusedRead(id) {
+    const refused = this.refusedIds.get(id);
+    if (refused === undefined) return undefined;
+    const version = refused.version == null ? NaN : Number(refused.version);
+    if (Number.isFinite(version)) {
+      return {
+        meta: { version, id },
+        events: [],
+        revision: SessionPersistenceRevision(`surfacelog:refused:${refused.place}`),
+      };
+    }
+    throw new SurfacelogError({
+      code: refused.code,
+      message: `${refused.message} (not imported from ${refused.place})`,
+      session: id,
+    });
   }
 
   /** Durable before it resolves; the first batch publishes header and events atomically,

@@ -264,6 +264,6 @@ export class VerbatimStore {
   ): Promise<{
     imported: string[];
     present: string[];
-    refused: { place: string; code: string; message: string }[];
+    refused: { place: string; id: string | null; version: string | null; code: string; message: string }[];
   }>;
 }

@@ -27,7 +27,7 @@ pub use shared::SharedSession;
 pub use stored_log::StoredLog;
 pub use summary::{SessionSummary, Summaries};
 #[cfg(feature = "dsh")]
-pub use verbatim::{DshImport, DshSource};
+pub use verbatim::{DshImport, DshSource, RefusedLog};
 pub use verbatim::{VerbatimRead, VerbatimStore};
 pub use verify::{Problem, SessionReport, Severity, VerifyReport, verify};
 

@@ -905,9 +905,44 @@ pub struct DshImport {
     /// The ids of the sessions left alone because this store holds them already.
     pub present: Vec<String>,
     /// The logs the reference would refuse to read (a header that is not a session
-    /// header, another format version, damage), each with where it is and the refusal:
-    /// not imported, and left as they are (VBT-11).
-    pub refused: Vec<(String, crate::Error)>,
+    /// header, another format version, damage, a root breaking DIR-5, DIR-6, DIR-8 or
+    /// DIR-9 for that log), each with where it is, the session's id where the source names
+    /// it, and the refusal: not imported, and left as they are (VBT-11).
+    pub refused: Vec<RefusedLog>,
+}
+
+/// A log [`VerbatimStore::import_dsh`] did not import because the reference would refuse
+/// to read it (VBT-11). A host keeps refusing its id, with its error, rather than taking
+/// it for a session that does not exist: DSH's own backend would refuse the read, and
+/// would refuse to create a session of that id over the stored log.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// let legacy = dir.path().join("dsh");
+/// let session = legacy.join("--w--").join("s1");
+/// std::fs::create_dir_all(&session)?;
+/// std::fs::write(session.join("session.jsonl"),
+///     concat!(r#"{"type":"session","version":1,"id":"s1","createdAt":1}"#, "\n"))?;
+/// let store = surfacelog::VerbatimStore::new(dir.path().join("surfacelog"));
+/// let report = store.import_dsh(&surfacelog::DshSource::Jsonl(legacy))?;
+/// let refused = &report.refused[0];
+/// assert_eq!(refused.id.as_deref(), Some("s1"));
+/// assert_eq!(refused.error.code(), "FORMAT_VERSION");
+/// assert!(refused.place.ends_with("session.jsonl"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(feature = "dsh")]
+#[derive(Debug)]
+pub struct RefusedLog {
+    /// Where the log is: its file, or the database and session.
+    pub place: String,
+    /// The session's id, where the source names it: the JSONL log's directory (DSH
+    /// interchange formats DIR-3) or the database's session; `None` for a file that is
+    /// no session's (the obsolete flat layout, DIR-6).
+    pub id: Option<String>,
+    /// Why the reference refuses it (`CORRUPT`, `FORMAT_VERSION`, or what the store
+    /// cannot hold, VBT-4).
+    pub error: crate::Error,
 }
 
 #[cfg(feature = "dsh")]
@@ -936,11 +971,14 @@ impl VerbatimStore {
     /// ```
     ///
     /// # Errors
-    /// What reading the source refuses (`CORRUPT` naming the file and line or row,
-    /// `FORMAT_VERSION`, `UNSAFE_PATH`, `IO`), also two logs of one id (DIR-8), a log under
-    /// a directory its header's id does not name (DIR-9) and a root mixing encodings
-    /// (DIR-5); then what [`VerbatimStore::create`] refuses. Sessions imported before the
-    /// error stay imported; a second call takes up the rest.
+    /// What reading the source fails with (`IO`; for a database, what opening it refuses:
+    /// `CORRUPT`, `FORMAT_VERSION`), then what [`VerbatimStore::create`] fails with beyond
+    /// the refusals of a session's content. A log the reference refuses to read (damage,
+    /// another version, two logs of one id (DIR-8), a log under a directory its header's id
+    /// does not name (DIR-9), both encodings in one directory (DIR-5), the flat layout
+    /// (DIR-6)) is not an error: it is reported in [`DshImport::refused`] and the import
+    /// goes on. Sessions imported before an error stay imported; a second call takes up
+    /// the rest.
     pub fn import_dsh(&self, source: &DshSource) -> Result<DshImport> {
         let mut report = DshImport::default();
         match source {
@@ -948,8 +986,12 @@ impl VerbatimStore {
                 for log in jsonl_logs(root)? {
                     let (id, path, compression) = match log {
                         Ok(log) => log,
-                        Err((path, error)) => {
-                            report.refused.push((path.display().to_string(), error));
+                        Err((path, id, error)) => {
+                            report.refused.push(RefusedLog {
+                                place: path.display().to_string(),
+                                id,
+                                error,
+                            });
                             continue;
                         }
                     };
@@ -963,7 +1005,11 @@ impl VerbatimStore {
                             self.import_one(&id, &header, &events, place, &mut report)?;
                         }
                         Err(error) if refusal(&error) => {
-                            report.refused.push((path.display().to_string(), error));
+                            report.refused.push(RefusedLog {
+                                place: path.display().to_string(),
+                                id: Some(id),
+                                error,
+                            });
                         }
                         Err(error) => return Err(error),
                     }
@@ -991,7 +1037,11 @@ impl VerbatimStore {
                         }
                         Err(error) if refusal(&error) => {
                             let place = format!("{} session {id:?}", path.display());
-                            report.refused.push((place, error));
+                            report.refused.push(RefusedLog {
+                                place,
+                                id: Some(id),
+                                error,
+                            });
                         }
                         Err(error) => return Err(error),
                     }
@@ -1016,7 +1066,11 @@ impl VerbatimStore {
         match self.create(id, header, &as_strs(events)) {
             Ok(()) => report.imported.push(id.to_owned()),
             Err(error) if error.code() == "SESSION_EXISTS" => report.present.push(id.to_owned()),
-            Err(error) if admission_refusal(&error) => report.refused.push((place, error)),
+            Err(error) if admission_refusal(&error) => report.refused.push(RefusedLog {
+                place,
+                id: Some(id.to_owned()),
+                error,
+            }),
             Err(error) => return Err(error),
         }
         Ok(())
@@ -1105,8 +1159,10 @@ fn logical_header(record: &str) -> Result<String> {
 /// A JSONL log found under a DSH root: its id, path and encoding, or its path and why its
 /// header was refused.
 #[cfg(feature = "dsh")]
-type JsonlLog =
-    std::result::Result<(String, PathBuf, crate::adapters::jsonl::Compression), (PathBuf, Error)>;
+type JsonlLog = std::result::Result<
+    (String, PathBuf, crate::adapters::jsonl::Compression),
+    (PathBuf, Option<String>, Error),
+>;
 
 /// The JSONL logs under a DSH root (DIR-1, DIR-7): each one's id, path and encoding, after
 /// the checks of DIR-5, DIR-6, DIR-8 and DIR-9. An absent root holds none.
@@ -1146,10 +1202,13 @@ fn jsonl_logs(root: &Path) -> Result<Vec<JsonlLog>> {
             let name = entry.file_name().to_string_lossy().into_owned();
             if !path.is_dir() {
                 if name.ends_with(".jsonl") || name.ends_with(".jsonl.zstd") {
-                    return Err(corrupt(&path, "a log in the obsolete flat layout (DIR-6)"));
+                    let error = corrupt(&path, "a log in the obsolete flat layout (DIR-6)");
+                    logs.push(Err((path, None, error)));
                 }
                 continue;
             }
+            // DIR-3: the id the directory stands for, whatever its log says.
+            let named = dsh_session_id_of_dir_name(&name);
             let raw = path.join("session.jsonl");
             let zstd = path.join("session.jsonl.zstd");
             let (log, compression) = match (raw.is_file(), zstd.is_file()) {
@@ -1157,38 +1216,80 @@ fn jsonl_logs(root: &Path) -> Result<Vec<JsonlLog>> {
                 (true, false) => (raw, Compression::None),
                 (false, true) => (zstd, Compression::Zstd),
                 (true, true) => {
-                    return Err(corrupt(
-                        &path,
-                        "logs of both encodings in one directory (DIR-5)",
-                    ));
+                    let error = corrupt(&path, "logs of both encodings in one directory (DIR-5)");
+                    logs.push(Err((path, named, error)));
+                    continue;
                 }
             };
             let id = match JsonlReader::open(&log, compression) {
                 Ok(reader) => reader.id().to_owned(),
                 // HDR-3 to HDR-7: a log the reference's listing skips; reported, not read.
                 Err(error) if refusal(&error) => {
-                    logs.push(Err((log, error)));
+                    logs.push(Err((log, named, error)));
                     continue;
                 }
                 Err(error) => return Err(error),
             };
             if dsh_session_dir_name(&id) != name {
                 let reason = format!("the header names session {id:?}, not this directory (DIR-9)");
-                return Err(corrupt(&log, &reason));
+                let error = corrupt(&log, &reason);
+                logs.push(Err((log, named, error)));
+                continue;
             }
-            let found = logs.iter().flatten().find(|(known, _, _)| *known == id);
-            if let Some((_, other, _)) = found {
-                let reason = format!(
-                    "session {id:?} is also stored at {}: a duplicate id in two project \
-                     directories (DIR-8)",
-                    other.display()
-                );
-                return Err(corrupt(&log, &reason));
+            // DIR-8: one id in two project directories; neither log is read.
+            let found = logs.iter().position(|known| match known {
+                Ok((known, _, _)) | Err((_, Some(known), _)) => *known == id,
+                Err((_, None, _)) => false,
+            });
+            if let Some(at) = found {
+                let other = match &logs[at] {
+                    Ok((_, other, _)) | Err((other, _, _)) => other.clone(),
+                };
+                let twice = |log: &Path, other: &Path| {
+                    let reason = format!(
+                        "session {id:?} is also stored at {}: a duplicate id in two project \
+                         directories (DIR-8)",
+                        other.display()
+                    );
+                    corrupt(log, &reason)
+                };
+                if logs[at].is_ok() {
+                    logs[at] = Err((other.clone(), Some(id.clone()), twice(&other, &log)));
+                }
+                let error = twice(&log, &other);
+                logs.push(Err((log, Some(id), error)));
+                continue;
             }
             logs.push(Ok((id, log, compression)));
         }
     }
     Ok(logs)
+}
+
+/// The id whose DSH session directory name (DIR-3) is `name`, or `None` when `name` is no
+/// such name (an escape that is not `~` and 4 uppercase hex digits, a character DIR-3
+/// escapes left as it is, or UTF-16 that is not a string Rust holds: a lone surrogate).
+#[cfg(feature = "dsh")]
+fn dsh_session_id_of_dir_name(name: &str) -> Option<String> {
+    let mut units = Vec::with_capacity(name.len());
+    let mut bytes = name.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'~' {
+            let hex: Vec<u8> = bytes.by_ref().take(4).collect();
+            let hex = std::str::from_utf8(&hex).ok().filter(|h| {
+                h.len() == 4
+                    && h.bytes()
+                        .all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(&c))
+            })?;
+            units.push(u16::from_str_radix(hex, 16).ok()?);
+        } else if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+            units.push(u16::from(b));
+        } else {
+            return None;
+        }
+    }
+    let id = String::from_utf16(&units).ok()?;
+    (dsh_session_dir_name(&id) == name).then_some(id)
 }
 
 /// DSH's session directory name of `id` (DIR-3): each UTF-16 unit outside
@@ -1213,4 +1314,30 @@ fn dsh_session_dir_name(id: &str) -> String {
         }
     }
     name
+}
+
+#[cfg(all(test, feature = "dsh"))]
+mod tests {
+    use super::{dsh_session_dir_name, dsh_session_id_of_dir_name};
+
+    /// DIR-3 read backwards: every id's directory name gives the id back, and a name DIR-3
+    /// never writes gives none.
+    #[test]
+    fn a_dsh_directory_name_gives_its_id_back() {
+        for id in [
+            "s1", ".", "..", "a/b", "a.b_c-d", "é", "😀 x", "~", "x~0041",
+        ] {
+            let name = dsh_session_dir_name(id);
+            assert_eq!(
+                dsh_session_id_of_dir_name(&name).as_deref(),
+                Some(id),
+                "{name}"
+            );
+        }
+        for name in [
+            "a b", "~00zz", "~002e", "~002", "~D800", ".", "..", "~0041", "é",
+        ] {
+            assert_eq!(dsh_session_id_of_dir_name(name), None, "{name}");
+        }
+    }
 }

@@ -239,6 +239,11 @@ impl NativeVerbatimStore {
 pub struct RefusedLog {
     /// The file (or database and session) of the log.
     pub place: String,
+    /// The session's id, where the source names it (its directory, its row).
+    pub id: Option<String>,
+    /// The format version the log's header gives, for a `FORMAT_VERSION` refusal of a
+    /// session's header (its text, as written).
+    pub version: Option<String>,
     /// The contract code of the refusal.
     pub code: String,
     /// The refusal's message.
@@ -289,10 +294,19 @@ impl NativeVerbatimStore {
                     refused: report
                         .refused
                         .into_iter()
-                        .map(|(place, error)| RefusedLog {
-                            place,
-                            code: error.code().to_owned(),
-                            message: error.to_string(),
+                        .map(|refused| RefusedLog {
+                            version: match refused.error.kind() {
+                                surfacelog::ErrorKind::FormatVersion { found, .. }
+                                    if refused.id.is_some() =>
+                                {
+                                    Some(found.clone())
+                                }
+                                _ => None,
+                            },
+                            code: refused.error.code().to_owned(),
+                            message: refused.error.to_string(),
+                            place: refused.place,
+                            id: refused.id,
                         })
                         .collect(),
                 })

@@ -865,6 +865,53 @@ test('importFrom: a host switching from DSH JSONL finds its sessions, imported o
   );
 });
 
+test('importFrom, §1.17: a log DSH refuses is never "not found", and its id is not free', async (t) => {
+  const legacy = await scratch(t);
+  const log = async (project, id, lines) => {
+    const dir = join(legacy, project, id);
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, 'session.jsonl'), lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
+  };
+  const head = (id, version = 0) => ({ type: 'session', version, id, createdAt: 1000, cwd: WORK, delegationDepth: 0 });
+  await log('--w--', 'fine', [head('fine'), ...turn()]);
+  await log('--w--', 'newer', [head('newer', 1), { type: 'future/thing', seq: 0, time: 1 }]);
+  await log('--w--', 'dup', [head('dup'), ...turn()]);
+  await log('--v--', 'dup', [head('dup'), ...turn()]);
+  await log('--w--', 'damaged', [head('damaged'), ...turn()]);
+  const damaged = join(legacy, '--w--', 'damaged', 'session.jsonl');
+  const lines = (await readFile(damaged, 'utf8')).split('\n');
+  lines[3] = '{"type":"step/start","seq":2,';
+  await writeFile(damaged, lines.join('\n'));
+  const root = await scratch(t);
+  // One bad id does not stop the backend: the readable session is there.
+  const { persistence } = await mount(t, root, { importFrom: { jsonl: legacy } });
+  assert.equal((await persistence.load(SessionId('fine'))).events.length, 6);
+  assert.deepEqual(
+    persistence.imported.refused.map((r) => [r.id, r.code]).sort(),
+    [['damaged', 'CORRUPT'], ['dup', 'CORRUPT'], ['dup', 'CORRUPT'], ['newer', 'FORMAT_VERSION']],
+  );
+  // Another version: DSH's own refusal, naming the upgrade, never "corrupt" or "not found".
+  await assert.rejects(persistence.load(SessionId('newer')), (error) => {
+    assert.equal(error.name, 'SessionFormatUnsupportedError');
+    assert.match(error.message, /uses log format v1, but this harness reads only v0/);
+    return true;
+  });
+  // Damage and a duplicate id: refused with the error naming the DSH file.
+  for (const [id, rule] of [['damaged', 'session.jsonl'], ['dup', 'DIR-8']]) {
+    await assert.rejects(persistence.load(SessionId(id)), (error) => {
+      assert.equal(error.code, 'CORRUPT');
+      assert.ok(error.message.includes(rule) && error.message.includes(legacy), error.message);
+      return true;
+    });
+  }
+  // Their ids are not free for a new session.
+  await assert.rejects(persistence.create(header('newer')), /already has a persisted log on disk/);
+  for (const id of ['damaged', 'dup']) {
+    await assert.rejects(persistence.create(header(id)), (error) => error.code === 'CORRUPT');
+  }
+  assert.deepEqual((await persistence.list()).map((h) => h.id), ['fine']);
+});
+
 test('PERS-53: re-emitting session/created for a bound session changes nothing', async (t) => {
   const root = await scratch(t);
   const { ctx, persistence } = await mount(t, root);
