@@ -1069,3 +1069,65 @@ fn dur_12_a_failed_append_after_a_compressed_segment_is_taken_back() {
     store.close().unwrap();
     assert_eq!(store.load("s", 0).unwrap().unwrap().events, array(&all));
 }
+
+/// A directory's files copied into `to`, recursively (a backup restored, `cp -a`).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// VBT-8 (DSH persistence §1.12 rule 4): a copy of a store has its own revisions though
+/// its logs keep their ids, and two logs of one id and length that end with other events
+/// differ too; every read of one state gives one token.
+#[test]
+fn vbt_8_revisions_are_source_qualified() {
+    let scratch = tempfile::tempdir().unwrap();
+    let first = scratch.path().join("first");
+    let store = VerbatimStore::new(&first);
+    store
+        .create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#])
+        .unwrap();
+    store.close().unwrap();
+    let copy = scratch.path().join("copy");
+    copy_tree(&first, &copy);
+    let copied = VerbatimStore::new(&copy);
+    let token = store.revision("s").unwrap().unwrap();
+    assert_eq!(store.load("s", 0).unwrap().unwrap().revision, token);
+    assert_eq!(store.list().unwrap()[0].1, token);
+    assert_eq!(
+        VerbatimStore::new(&first).revision("s").unwrap().unwrap(),
+        token
+    );
+    assert_ne!(
+        copied.revision("s").unwrap().unwrap(),
+        token,
+        "a copy is another store"
+    );
+    // The same log, of the same length, ending with other events: moved into the place of
+    // the other (its directory's identity kept), it still gives another token.
+    store
+        .append("s", 1, &[r#"{"type":"b","seq":1,"time":2}"#])
+        .unwrap();
+    copied
+        .append("s", 1, &[r#"{"type":"c","seq":1,"time":2}"#])
+        .unwrap();
+    store.close().unwrap();
+    copied.close().unwrap();
+    let before = store.revision("s").unwrap().unwrap();
+    let log = first.join("sessions").join("s").join("log");
+    for entry in std::fs::read_dir(&log).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    copy_tree(&copy.join("sessions").join("s").join("log"), &log);
+    let after = VerbatimStore::new(&first).revision("s").unwrap().unwrap();
+    assert_ne!(after, before);
+    assert!(after.contains(":2:"), "{after}");
+}

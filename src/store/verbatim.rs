@@ -447,7 +447,7 @@ impl VerbatimStore {
                 events,
                 count,
                 seq_next: reader.seq_next(),
-                revision: revision(reader, torn.is_some()),
+                revision: revision(reader, writing, torn.is_some())?,
                 torn,
             })
         })
@@ -473,7 +473,7 @@ impl VerbatimStore {
         super::check_id(id)?;
         self.with_reader(&self.locate(id), |_, reader, writing| {
             let torn = torn_tail(reader, writing)?;
-            Ok(revision(reader, torn.is_some()))
+            revision(reader, writing, torn.is_some())
         })
     }
 
@@ -504,7 +504,7 @@ impl VerbatimStore {
             let dir = entry.path();
             let read = self.with_reader(&dir, |header, reader, writing| {
                 let torn = torn_tail(reader, writing)?;
-                Ok((header, revision(reader, torn.is_some())))
+                Ok((header, revision(reader, writing, torn.is_some())?))
             })?;
             // VBT-10: a session gone since it was listed is skipped.
             listed.extend(read);
@@ -555,6 +555,7 @@ impl VerbatimStore {
             writers: &self.writers,
             dir,
             recovered: recovered.filter(|(log, _)| Some(*log) == opened_in),
+            log: opened_in,
         };
         let result = read(header, &reader, &writing)?;
         if let Some(opened_in) = opened_in {
@@ -595,6 +596,8 @@ struct Writing<'a> {
     /// The writer's opening, when one was open with its recovery done in the log read
     /// before the reader read.
     recovered: Option<Opened>,
+    /// The identity of the `log/` directory read (VBT-8).
+    log: Option<DirIdentity>,
 }
 
 impl Writing<'_> {
@@ -648,18 +651,31 @@ fn in_progress(
     }
 }
 
-/// VBT-8: `surfacelog:<log_id>:<seq_next>`, and `:torn` while a torn tail waits.
-fn revision(reader: &LogReader, torn: bool) -> String {
+/// VBT-8: `surfacelog:<log_id>:<device>.<inode>:<seq_next>:<last>`, `last` the CRC-32C of
+/// the last event's text, and `:torn` while a torn tail waits.
+///
+/// # Errors
+/// The read of the last event: `CORRUPT`, `IO`.
+fn revision(reader: &LogReader, writing: &Writing<'_>, torn: bool) -> Result<String> {
     use std::fmt::Write;
     let mut token = String::from("surfacelog:");
     for byte in reader.log_id() {
         let _ = write!(token, "{byte:02x}");
     }
-    let _ = write!(token, ":{}", reader.seq_next());
+    let (device, inode) = writing.log.unwrap_or((0, 0));
+    let last = match reader.seq_next().checked_sub(1) {
+        Some(seq) => reader
+            .iter_from(seq)
+            .next()
+            .transpose()?
+            .map_or(0, |event| crc32c::crc32c(event.text().as_bytes())),
+        None => 0,
+    };
+    let _ = write!(token, ":{device}.{inode}:{}:{last:08x}", reader.seq_next());
     if torn {
         token.push_str(":torn");
     }
-    token
+    Ok(token)
 }
 
 /// `SEQ_NOT_CONTIGUOUS` unless a batch starting at `first_seq` continues a log whose next
