@@ -8,6 +8,7 @@
 //   ctx.plugin(SessionStore); await ctx.plugin(SurfacelogSessionPersistence, { root })
 
 import { createRequire } from 'node:module';
+import { existsSync, readdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Service } from '@deepseek-ai/cordis';
 import z from '@deepseek-ai/schemastery';
@@ -35,6 +36,26 @@ const LOCK_WAIT_MS = 3000;
 
 /** The configuration keys this backend honours (§3.5); any other is refused. */
 const KEYS = new Set(['root', 'preparedSessionCacheSize', 'writeBatchMaxDelayMs', 'importFrom']);
+
+/** A session id as the store can hold it: well-formed UTF-16. An id with a lone surrogate
+ * would cross to the engine with U+FFFD in its place and share another id's directory,
+ * so no such session is ever stored: reads do not find it (`null`), writes refuse it. */
+function storedId(id) {
+  const text = String(id);
+  return text.isWellFormed() ? text : null;
+}
+
+/** `storedId(id)`, or an INVALID_ID refusal for a write. */
+function writableId(id) {
+  const text = storedId(id);
+  if (text === null) {
+    throw new SurfacelogError({
+      code: 'INVALID_ID',
+      message: `session id ${JSON.stringify(String(id))} holds a lone surrogate: not stored`,
+    });
+  }
+  return text;
+}
 
 /** Rejects with the signal's reason, unchanged, once it has aborted (§1.15). */
 function check(signal) {
@@ -139,6 +160,7 @@ class SurfacelogHooks {
     check(signal);
     await released(this.ready(), signal);
     check(signal);
+    if (storedId(id) === null) return undefined;
     const read = await this.store.load(String(id), 0);
     check(signal);
     if (read === null) return this.refusedRead(String(id));
@@ -155,6 +177,7 @@ class SurfacelogHooks {
     check(signal);
     await released(this.ready(), signal);
     check(signal);
+    if (storedId(id) === null) return undefined;
     const revision = await this.store.revision(String(id));
     check(signal);
     if (revision === null) return this.refusedRead(String(id))?.revision;
@@ -166,6 +189,7 @@ class SurfacelogHooks {
     check(signal);
     await released(this.ready(), signal);
     check(signal);
+    if (storedId(id) === null) return undefined;
     const read = await this.store.load(String(id), fromSeq);
     check(signal);
     if (read === null) {
@@ -205,19 +229,19 @@ class SurfacelogHooks {
     const texts = events.map((event) => JSON.stringify(event));
     if (isMaterialized) {
       try {
-        await this.store.append(String(meta.id), events[0].seq, texts);
+        await this.store.append(writableId(meta.id), events[0].seq, texts);
       } finally {
         this.releaseIdleWriters();
       }
     } else {
-      await this.store.create(String(meta.id), JSON.stringify(meta), texts);
+      await this.store.create(writableId(meta.id), JSON.stringify(meta), texts);
     }
   }
 
   /** Drops the torn tail (when a marker is given) and appends the closers, each durable. */
   async commitRepair(meta, tornMarker, closers) {
     await this.ready();
-    const id = String(meta.id);
+    const id = writableId(meta.id);
     if (tornMarker !== undefined) {
       const now = await this.store.revision(id);
       if (now !== tornMarker) {
@@ -329,6 +353,9 @@ export default class SurfacelogSessionPersistence extends SessionPersistence {
     const importFrom = importSource(config.importFrom);
     this.config = config;
     this.root = resolve(config.root);
+    // §3.2: an existing root must be a directory that can be listed (the error is Node's:
+    // ENOTDIR, EACCES); an absent one is created at the first write.
+    if (existsSync(this.root)) readdirSync(this.root);
     this.hooks = new SurfacelogHooks(new VerbatimStore(this.root, { lockWaitMs: LOCK_WAIT_MS }), importFrom);
     // Last: the coordinator binds existing live sessions at once (§3.2).
     this.coordinator = new PersistenceCoordinator(ctx, this.hooks, {

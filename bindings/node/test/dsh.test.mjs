@@ -155,6 +155,35 @@ test('§3.5: root is required and resolved once; unsupported keys are refused, n
 
 // --- create (PERS-1 to PERS-6) ---
 
+test('§3.2: a root that exists but cannot be listed fails the plugin load', async (t) => {
+  const scratchRoot = await scratch(t);
+  const file = join(scratchRoot, 'a-file');
+  await writeFile(file, 'not a directory');
+  const ctx = new Context();
+  await ctx.plugin(SessionStore);
+  assert.throws(() => new SurfacelogSessionPersistence(ctx, { root: file }), /ENOTDIR/);
+  // An absent root is fine: created at the first write.
+  const other = new Context();
+  await other.plugin(SessionStore);
+  new SurfacelogSessionPersistence(other, { root: join(scratchRoot, 'absent') });
+  assert.deepEqual(await readdir(scratchRoot), ['a-file']);
+});
+
+test('PERS-4: ids with lone surrogates are never stored, so they never share a directory', async (t) => {
+  const root = await scratch(t);
+  const { persistence } = await mount(t, root);
+  const plain = '\ufffdx';
+  await persistence.create(header(plain));
+  await persistence.append(SessionId(plain), turn());
+  for (const id of ['\ud800x', '\udc00x']) {
+    await persistence.create(header(id));
+    await assert.rejects(persistence.append(SessionId(id), turn()), (error) => error.code === 'INVALID_ID');
+    await assert.rejects(persistence.load(SessionId(id)), /not found/);
+  }
+  assert.equal((await persistence.load(SessionId(plain))).events.length, 6);
+  assert.deepEqual((await persistence.list()).map((h) => h.id), [plain]);
+});
+
 test('PERS-1, PERS-2: create refuses non-JSON headers and bad createdAt, leaving no state', async (t) => {
   const { persistence } = await mount(t, await scratch(t));
   for (const createdAt of [1.5, -1, 2 ** 53]) {
