@@ -57,6 +57,35 @@ function writableId(id) {
   return text;
 }
 
+/** The header fields DSH knows, in its order (DSH interchange formats HDR-8), and the
+ * retired ones, which its readers refuse (HDR-7). */
+const HEADER_KEYS = [
+  'version',
+  'id',
+  'createdAt',
+  'cwd',
+  'parentSession',
+  'seedLength',
+  'origin',
+  'delegationDepth',
+  'agentPreset',
+  'sandboxMode',
+  'approvalPolicy',
+];
+
+/** A stored header as DSH's backends return it (Appendix C.4): the known fields only, in
+ * their order; other keys stay on disk but are not part of the logical header. A header
+ * that is not an object is returned as it is, for the coordinator to refuse. */
+function logicalHeader(text) {
+  const stored = JSON.parse(text);
+  if (stored === null || typeof stored !== 'object' || Array.isArray(stored)) return stored;
+  const header = {};
+  for (const key of HEADER_KEYS) {
+    if (Object.hasOwn(stored, key) && stored[key] !== undefined) header[key] = stored[key];
+  }
+  return header;
+}
+
 /** Rejects with the signal's reason, unchanged, once it has aborted (§1.15). */
 function check(signal) {
   if (signal?.aborted) throw signal.reason;
@@ -165,7 +194,7 @@ class SurfacelogHooks {
     check(signal);
     if (read === null) return this.refusedRead(String(id));
     const prefix = {
-      meta: JSON.parse(read.header),
+      meta: logicalHeader(read.header),
       events: JSON.parse(read.events),
       revision: SessionPersistenceRevision(read.revision),
     };
@@ -196,7 +225,7 @@ class SurfacelogHooks {
       const refused = this.refusedRead(String(id));
       return refused && { meta: refused.meta, events: [] };
     }
-    return { meta: JSON.parse(read.header), events: JSON.parse(read.events) };
+    return { meta: logicalHeader(read.header), events: JSON.parse(read.events) };
   }
 
   /** A session the import refused and the store does not hold, read as DSH's own backend
@@ -272,7 +301,7 @@ class SurfacelogHooks {
     const listed = await this.store.list();
     check(signal);
     return listed.map((entry) => ({
-      header: JSON.parse(entry.header),
+      header: logicalHeader(entry.header),
       revision: SessionPersistenceRevision(entry.revision),
     }));
   }

@@ -245,6 +245,21 @@ test('PERS-5, PERS-6: header fields come back from load; a live claimant does no
 
 // --- append (PERS-7 to PERS-17) ---
 
+test('Appendix C.4: keys outside the known header fields are kept on disk, not read back', async (t) => {
+  const root = await scratch(t);
+  const { persistence } = await mount(t, root);
+  const meta = { extraKey: 1, ...header('extra'), zzz: { nested: true } };
+  await persistence.create(meta);
+  await persistence.append(SessionId('extra'), turn());
+  const known = header('extra');
+  assert.deepEqual((await persistence.list())[0], known);
+  assert.deepEqual((await persistence.listSnapshots())[0].header, known);
+  assert.deepEqual(Object.keys((await persistence.list())[0]), Object.keys(known));
+  assert.deepEqual((await persistence.readFrom(SessionId('extra'), 0)).meta, known);
+  const stored = await new VerbatimStore(root).load('extra', 0);
+  assert.deepEqual(JSON.parse(stored.header), meta, 'the stored header keeps them');
+});
+
 test('PERS-7, PERS-8: appends must continue the stored seqs; refusals store nothing', async (t) => {
   const root = await scratch(t);
   const { persistence } = await mount(t, root);
