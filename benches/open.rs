@@ -453,7 +453,7 @@ impl Phases {
                 .vocabulary
                 .clone(),
         };
-        let loaded = Checkpoint::load(&dir, &log, origin);
+        let loaded = Checkpoint::load(&dir, &log, origin).expect("the checkpoint can be read");
         self.checkpoint.push(start.elapsed());
         assert_eq!(loaded.is_err(), rebuild);
         let (mut surface, mut repair) = match loaded {

@@ -387,3 +387,88 @@ fn issue_13_a_last_segment_cut_to_nothing_is_corrupt_for_a_follower_too() {
     );
     assert_eq!(std::fs::metadata(last).unwrap().len(), 0);
 }
+
+/// RCV-14: a checkpoint that is there but cannot be opened (`EACCES`, `EIO`, here an
+/// injected `EACCES` on each open for reading in turn) is an `IO` error, never taken for a missing one:
+/// with the log's last segment gone, a writer's open would otherwise append closers at the
+/// seqs of the lost events, and a reader would return a shorter log. Every open of each
+/// path is failed in turn: each result is `CORRUPT` (the loss found through the checkpoint)
+/// or `IO`, never a session.
+#[test]
+fn an_unreadable_checkpoint_is_an_error_never_a_missing_one() {
+    use std::sync::Arc;
+    use surfacelog::internals::log::LogOptions;
+    use surfacelog::internals::storage::faulty::FaultyStorage;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_or_create(dir.path(), store_options().segment_bytes(4096)).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    for n in 1..=12 {
+        turn(
+            &mut session,
+            n,
+            &format!("question {n} {}", "x".repeat(200)),
+        );
+    }
+    session.close().unwrap();
+    let log = dir.path().join("sessions/s/log");
+    let last = common::files_ending(&log, ".seg").pop().unwrap();
+    assert_ne!(
+        last,
+        segment_of(dir.path()),
+        "a session of several segments"
+    );
+    std::fs::remove_file(&last).unwrap();
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let faulty = Store::open_or_create(
+        dir.path(),
+        store_options().segment_bytes(4096).log_options(LogOptions {
+            storage: Arc::new(storage),
+            ..common::log_options(Durability::Sync, 4096)
+        }),
+    )
+    .unwrap();
+    let listing = snapshot(dir.path());
+    let (mut io, mut corrupt) = (0, 0);
+    for n in 1..=8 {
+        let mut tally = |what: &str, result: surfacelog::Result<u64>| match result {
+            Ok(seq_next) => panic!("{what} with open {n} failed: a session of {seq_next} events"),
+            Err(error) if error.code() == "IO" => io += 1,
+            Err(error) => {
+                assert_eq!(error.code(), "CORRUPT", "{what}, open {n}: {error}");
+                corrupt += 1;
+            }
+        };
+        faults.fail_open_read(n);
+        tally("inspect", faulty.inspect("s").map(|s| s.seq_next()));
+        faults.fail_open_read(n);
+        tally("follow", faulty.follow("s").map(|f| f.log().seq_next()));
+        assert_eq!(
+            snapshot(dir.path()),
+            listing,
+            "read-only paths changed nothing"
+        );
+        faults.fail_open_read(n);
+        tally("open", faulty.open_session("s").map(|(s, _)| s.seq_next()));
+    }
+    assert!(io > 0 && corrupt > 0, "{io} IO, {corrupt} CORRUPT");
+}
+
+/// Every file under `dir` with its bytes, sorted: what a read-only path must leave alone.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(at) = todo.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                files.push((path, bytes));
+            }
+        }
+    }
+    files.sort();
+    files
+}

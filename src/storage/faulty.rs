@@ -7,7 +7,7 @@
 //! `EIO`, as a disk does; the other failpoints return an error naming them. Failpoints are named
 //! `storage::<op>::fail`: `storage::write::fail`, `storage::sync::fail`,
 //! `storage::sync_dir::fail`, `storage::rename::fail`, `storage::create::fail`,
-//! `storage::open::fail`. One more fault is not an error of the call itself: an
+//! `storage::open::fail`; an `open_read` fails with `EACCES`. One more fault is not an error of the call itself: an
 //! `open_file` that hands back a handle which cannot be mapped (opened for writing only,
 //! so `mmap` of it fails with `EACCES`), to stand for a map that fails (`ENOMEM`).
 
@@ -41,7 +41,9 @@ pub struct Faults {
     pub unmappable: AtomicU64,
     /// Whether `unmappable` holds for every call from the n-th on, not only the n-th.
     pub unmappable_sticky: std::sync::atomic::AtomicBool,
-    counts: [AtomicU64; 6],
+    /// Fail the n-th `open_read` (a checkpoint's, a pack's, a header's: `EACCES`).
+    pub open_read: AtomicU64,
+    counts: [AtomicU64; 7],
 }
 
 impl Faults {
@@ -59,6 +61,11 @@ impl Faults {
     /// Fails the `n`-th `open_file` from now on with `EROFS`.
     pub fn fail_open(&self, n: u64) {
         self.open.store(self.calls(5) + n, Ordering::SeqCst);
+    }
+
+    /// Fails the `n`-th `open_read` from now on with `EACCES`.
+    pub fn fail_open_read(&self, n: u64) {
+        self.open_read.store(self.calls(6) + n, Ordering::SeqCst);
     }
 
     /// Makes the `n`-th `open_file` from now on (and, when `sticky`, every later one)
@@ -124,6 +131,15 @@ impl Storage for FaultyStorage {
             return Err(injected("create"));
         }
         FsStorage.create_file(path, len)
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<File> {
+        if self.faults.hit(6, &self.faults.open_read) {
+            return Err(io::Error::from_raw_os_error(
+                rustix::io::Errno::ACCESS.raw_os_error(),
+            ));
+        }
+        FsStorage.open_read(path)
     }
 
     fn open_file(&self, path: &Path, write: bool) -> io::Result<File> {

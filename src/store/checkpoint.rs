@@ -412,51 +412,88 @@ impl Checkpoint {
     /// Reads the checkpoint file of the session directory `dir` but for its nodes, and
     /// checks what it read (CKP-1, the keys part of CKP-2, CKP-4, CKP-8): two reads, of the
     /// fixed fields and of everything after the nodes, whatever the number of nodes.
+    /// Inside: `Missing` when there is no file, `Corrupt` for bytes that are not a
+    /// checkpoint.
     ///
     /// # Errors
-    /// `Missing` when there is no file, `Corrupt` otherwise.
-    pub(crate) fn read(storage: &dyn Storage, dir: &Path) -> Result<Unverified, Unusable> {
-        let Ok(file) = storage.open_read(&dir.join(CHECKPOINT_FILE)) else {
-            return Err(Unusable::Missing);
+    /// `IO` when the file is there but cannot be opened or read (`EACCES`, `EIO`,
+    /// `EMFILE`): never taken for a missing checkpoint, since a checkpoint is a durable mark
+    /// (RCV-14) that an open must not lose sight of.
+    pub(crate) fn read(
+        storage: &dyn Storage,
+        dir: &Path,
+    ) -> crate::error::Result<Result<Unverified, Unusable>> {
+        let path = dir.join(CHECKPOINT_FILE);
+        let file = match storage.open_read(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Err(Unusable::Missing));
+            }
+            Err(e) => return Err(crate::error::Error::io("open", &path, &e)),
         };
-        let len = file.metadata().map_err(|_| Unusable::Corrupt)?.len();
-        Self::read_open(file, len)
+        let len = file
+            .metadata()
+            .map_err(|e| crate::error::Error::io("stat", &path, &e))?
+            .len();
+        Self::read_open(file, len, &path)
     }
 
-    /// [`Checkpoint::read`] of the checkpoint file open as `file`, `len` bytes long.
-    pub(crate) fn read_open(file: std::fs::File, len: u64) -> Result<Unverified, Unusable> {
+    /// [`Checkpoint::read`] of the checkpoint file at `path`, open as `file`, `len` bytes
+    /// long.
+    ///
+    /// # Errors
+    /// `IO` when a read fails (a file shorter than it says is `Corrupt` inside).
+    pub(crate) fn read_open(
+        file: std::fs::File,
+        len: u64,
+        path: &Path,
+    ) -> crate::error::Result<Result<Unverified, Unusable>> {
         use std::os::unix::fs::FileExt;
+        let read = |buf: &mut [u8], at: u64| match file.read_exact_at(buf, at) {
+            Ok(()) => Ok(Ok(())),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(Err(Unusable::Corrupt)),
+            Err(e) => Err(crate::error::Error::io("read", path, &e)),
+        };
         let mut fixed = [0; NODES_AT];
-        file.read_exact_at(&mut fixed, 0)
-            .map_err(|_| Unusable::Corrupt)?;
-        let (_, nodes_end) = Parts::nodes_end(&fixed).ok_or(Unusable::Corrupt)?;
+        if let Err(why) = read(&mut fixed, 0)? {
+            return Ok(Err(why));
+        }
+        let Some((_, nodes_end)) = Parts::nodes_end(&fixed) else {
+            return Ok(Err(Unusable::Corrupt));
+        };
         // The bytes after the nodes (keys, repair state, chain) are read whole: a length
         // past `TAIL_BYTES_MAX` is damage, refused before anything is allocated for it.
-        let tail_len = usize::try_from(len)
+        let Some(tail_len) = usize::try_from(len)
             .ok()
             .and_then(|len| len.checked_sub(nodes_end))
             .filter(|&tail| tail as u64 <= TAIL_BYTES_MAX)
-            .ok_or(Unusable::Corrupt)?;
+        else {
+            return Ok(Err(Unusable::Corrupt));
+        };
         let mut tail = vec![0; tail_len];
-        file.read_exact_at(&mut tail, nodes_end as u64)
-            .map_err(|_| Unusable::Corrupt)?;
-        let parts = Parts::parse(&fixed, &tail)?;
-        Ok(Unverified { parts, file })
+        if let Err(why) = read(&mut tail, nodes_end as u64)? {
+            return Ok(Err(why));
+        }
+        Ok(Parts::parse(&fixed, &tail).map(|parts| Unverified { parts, file }))
     }
 
     /// Reads the checkpoint file of a session directory, whose log `origin` describes,
     /// and checks it against `log`: CKP-1, the keys part of CKP-2, CKP-4 and CKP-8, then
-    /// CKP-3.
+    /// CKP-3. Inside: why it cannot be used.
     ///
     /// # Errors
-    /// Why it cannot be used.
+    /// `IO` when the file is there but cannot be read.
     ///
     /// The nodes are not read here: the file is mapped, and the surface reads them in
     /// place until it first changes (CKP-7). They are checked on their first read (CKP-2);
     /// nodes that fail then are replaced by a fold of the log `origin` names.
-    pub fn load(dir: &Path, log: &impl EventSource, origin: LogOrigin) -> Result<Self, Unusable> {
+    pub fn load(
+        dir: &Path,
+        log: &impl EventSource,
+        origin: LogOrigin,
+    ) -> crate::error::Result<Result<Self, Unusable>> {
         let storage = Arc::clone(&origin.storage);
-        Self::read(&*storage, dir)?.verify(log, origin)
+        Ok(Self::read(&*storage, dir)?.and_then(|read| read.verify(log, origin)))
     }
 }
 
@@ -841,7 +878,9 @@ mod tests {
         let scratch = tempfile::tempdir().unwrap();
         let dir = scratch.path();
         std::fs::write(dir.join(CHECKPOINT_FILE), &later).unwrap();
-        let read = Checkpoint::read(&crate::storage::FsStorage, dir).map(|_| ());
+        let read = Checkpoint::read(&crate::storage::FsStorage, dir)
+            .unwrap()
+            .map(|_| ());
         let covered = covered_len(&crate::storage::FsStorage, &dir.join(CHECKPOINT_FILE));
         assert_eq!(read, Err(Unusable::Corrupt));
         assert_eq!(covered, None);

@@ -130,6 +130,7 @@ impl Store {
         // log shorter than it lost events (a last segment gone or cut to nothing reads
         // like one whose creation a crash cut short, RCV-7).
         let durable_seq = Checkpoint::read(&*self.options.log.storage, &dir)
+            .map_err(|e| e.in_session(id))?
             .as_ref()
             .map_or(0, super::checkpoint::Unverified::seq_next);
         let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())
@@ -187,7 +188,8 @@ impl Store {
         let header = Self::read_header(&*self.options.log.storage, id, &dir)?;
         // RCV-14: read before the log, so that a live writer's later checkpoint (written
         // once its events are written and durable, CKP-5) cannot seem ahead of this reader.
-        let read = Checkpoint::read(&*self.options.log.storage, &dir);
+        let read =
+            Checkpoint::read(&*self.options.log.storage, &dir).map_err(|e| e.in_session(id))?;
         let durable_seq = read
             .as_ref()
             .map_or(0, super::checkpoint::Unverified::seq_next);

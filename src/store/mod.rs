@@ -852,7 +852,8 @@ impl Store {
         }
         // CKP-8: the checkpoint is read first, so that the log can be opened over the
         // chain it records for this log directory, without listing it (RCV-11).
-        let read = checkpoint::Checkpoint::read(&*self.options.log.storage, &dir);
+        let read = checkpoint::Checkpoint::read(&*self.options.log.storage, &dir)
+            .map_err(|e| e.in_session(id))?;
         let known = read
             .as_ref()
             .ok()

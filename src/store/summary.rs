@@ -278,7 +278,7 @@ fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Optio
             }
             count(&mut summary, &stat);
             let len = u64::try_from(stat.st_size).unwrap_or(0);
-            if let Ok(cp) = checkpoint::Checkpoint::read_open(file, len) {
+            if let Ok(cp) = checkpoint::Checkpoint::read_open(file, len, &at)? {
                 summary.events = Some(cp.seq_next());
                 summary.surface = Some(cp.node_count());
             }
