@@ -472,3 +472,76 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     files.sort();
     files
 }
+
+/// RCV-7, SEG-6, RCV-13: a last segment whose header does not check out is taken for one
+/// whose creation a crash cut short only when nothing says it held records. With the
+/// checkpoint and the pack gone (no durable mark above the log), a last segment cut to 63
+/// bytes (a length no creation leaves) or zeroed whole while its index lists its records
+/// is damage: every reader and a writer's open refuse it with `CORRUPT` naming it, and the
+/// writer removes nothing. One zeroed at its creation length with no index is still the
+/// torn creation RCV-7 removes.
+#[test]
+fn a_damaged_last_segment_is_never_taken_for_an_unborn_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_or_create(dir.path(), store_options().segment_bytes(4096)).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    for n in 1..=12 {
+        turn(
+            &mut session,
+            n,
+            &format!("question {n} {}", "x".repeat(200)),
+        );
+    }
+    let stored = session.seq_next();
+    session.close().unwrap();
+    let session_dir = dir.path().join("sessions/s");
+    for cache in ["checkpoint", "messages"] {
+        let _ = std::fs::remove_file(session_dir.join(cache));
+    }
+    let log = session_dir.join("log");
+    let last = common::files_ending(&log, ".seg").pop().unwrap();
+    let index = last.with_extension("idx");
+    assert!(index.exists(), "closing wrote the last segment's index");
+    let original = std::fs::read(&last).unwrap();
+    let damages: [(&str, Vec<u8>); 2] = [
+        ("cut to 63 bytes", original[..63].to_vec()),
+        (
+            "zeroed, its index listing its records",
+            vec![0; original.len()],
+        ),
+    ];
+    for (what, bytes) in damages {
+        std::fs::write(&last, &bytes).unwrap();
+        let before = snapshot(dir.path());
+        let named = |error: surfacelog::Error, path: &str| {
+            assert_eq!(error.code(), "CORRUPT", "{what}, {path}: {error}");
+            assert!(
+                error.to_string().contains(&last.display().to_string()),
+                "{what}, {path}: {error}"
+            );
+        };
+        named(LogReader::open(&log).map(|_| ()).unwrap_err(), "LogReader");
+        named(store.inspect("s").map(|_| ()).unwrap_err(), "inspect");
+        named(store.follow("s").map(|_| ()).unwrap_err(), "follow");
+        named(store.open_session("s").map(|_| ()).unwrap_err(), "open");
+        assert_eq!(
+            snapshot(dir.path()),
+            before,
+            "{what}: nothing removed or written"
+        );
+    }
+    // A torn creation: the file as long as its creation made it, zeros, and no index.
+    std::fs::remove_file(&index).unwrap();
+    std::fs::write(&last, vec![0; original.len()]).unwrap();
+    let first = last
+        .file_stem()
+        .and_then(|stem| stem.to_str())
+        .and_then(|stem| stem.parse::<u64>().ok())
+        .unwrap();
+    let reader = LogReader::open(&log).unwrap();
+    assert_eq!(reader.seq_next(), first, "read up to the torn creation");
+    drop(reader);
+    let (session, report) = store.open_session("s").unwrap();
+    assert_eq!(report.log.removed_segment.as_deref(), Some(last.as_path()));
+    assert!(session.seq_next() >= first && first < stored);
+}

@@ -67,26 +67,77 @@ pub(crate) struct Unborn {
 }
 
 impl Unborn {
-    /// RCV-7: whether the segment holds a valid record at any 8-aligned offset, so that its
-    /// header is damaged rather than not yet written. Read with `pread` inside the file's
-    /// data regions, never through the map (RD-8): a segment being created has holes.
+    /// RCV-7: why the segment is damaged rather than being created (or torn by a crash
+    /// during its creation), if it is: it holds a valid record at some 8-aligned offset
+    /// (its header is damaged, and its records are the log's); its length is one no
+    /// creation leaves (SEG-6: a file is created empty, then `min(capacity, 64 KiB)` long,
+    /// at least 136 bytes); or its index, which only a segment that held records is given
+    /// (§5), checks out for this log (`log_id`, when the segment before it says it) and
+    /// lists records: durable ones (RCV-13). Read with `pread` inside the file's data
+    /// regions, never through the map (RD-8): a segment being created has holes.
     ///
     /// # Errors
-    /// `IO` when the file cannot be opened or read, `CORRUPT` when it is shorter than its
-    /// map (truncated by another process).
-    pub(crate) fn holds_records(&self, storage: &dyn Storage) -> Result<bool> {
+    /// `IO` when the file or its index cannot be opened or read, `CORRUPT` when the file is
+    /// shorter than its map (truncated by another process).
+    pub(crate) fn damage(
+        &self,
+        storage: &dyn Storage,
+        log_id: Option<&LogId>,
+    ) -> Result<Option<String>> {
         let file = storage
             .open_file(&self.path, false)
             .map_err(|e| Error::io("open", &self.path, &e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", &self.path, &e))?
+            .len();
+        if len > 0 && len < MIN_CREATED_LEN {
+            return Ok(Some(format!(
+                "{}, and {len} bytes long: a length no segment's creation leaves (SEG-6)",
+                self.reason
+            )));
+        }
         let source = super::scan::FileBytes {
             file: &file,
             len: self.map.len(),
         };
         let regions = super::writer::data_regions(&file, 0, source.len);
-        super::scan::valid_record_after(&source, 0, &regions)
-            .map_err(|e| super::reader::read_error(&self.path, 0, &e))
+        if super::scan::valid_record_after(&source, 0, &regions)
+            .map_err(|e| super::reader::read_error(&self.path, 0, &e))?
+        {
+            return Ok(Some(self.reason.to_owned()));
+        }
+        let first = self
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(parse_segment_name);
+        if let (Some(log_id), Some(first)) = (log_id, first) {
+            let index = self.path.with_extension("idx");
+            let listed = match crate::storage::read_file_at_most(storage, &index, INDEX_BYTES_MAX) {
+                Ok(bytes) => bytes
+                    .and_then(|bytes| super::index::decode(&bytes, log_id, first))
+                    .map_or(0, |index| index.offsets.len()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(Error::io("read", &index, &e)),
+            };
+            if listed > 0 {
+                return Ok(Some(format!(
+                    "{}, but its index lists {listed} durable records (RCV-13)",
+                    self.reason
+                )));
+            }
+        }
+        Ok(None)
     }
 }
+
+/// The shortest length a segment's creation leaves, but for an empty file: the header
+/// and the smallest record (SEG-6, SEG-7).
+const MIN_CREATED_LEN: u64 = 136;
+
+/// The largest index file read to judge a torn last segment (as `index::load` reads).
+const INDEX_BYTES_MAX: u64 = 512 << 20;
 
 /// The segments of a log, in order: the sealed ones, then the last one.
 #[derive(Debug)]

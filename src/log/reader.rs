@@ -274,13 +274,15 @@ impl LogReader {
             let path = dir.join(super::segment::segment_name(0));
             return Err(corrupt(&path, 0, "the log has no first segment"));
         }
-        if let Some(unborn) = &chain.unborn
-            && unborn.holds_records(&*storage)?
-        {
+        if let Some(unborn) = &chain.unborn {
             // RCV-7: a last segment whose header is not written yet is being created and
-            // holds nothing; one that holds a valid record has a damaged header, and its
-            // records are the log's: never read as if it were not there (RD-6).
-            return Err(corrupt(&unborn.path, 0, unborn.reason));
+            // holds nothing; one that holds a valid record, has a length no creation
+            // leaves or an index listing records has a damaged header, and its records are
+            // the log's: never read as if it were not there (RD-6).
+            let log_id = chain.segments.last().map(|last| &last.header.log_id);
+            if let Some(reason) = unborn.damage(&*storage, log_id)? {
+                return Err(corrupt(&unborn.path, 0, &reason));
+            }
         }
         // The last segment: take the prefix its index vouches for (IDX-5), then scan on
         // from there in `refresh`. When the vouched check fails, an index that checks out

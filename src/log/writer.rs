@@ -950,8 +950,12 @@ fn recover(
     let mut report = OpenReport::default();
     if let Some(unborn) = chain.unborn.take() {
         // RCV-7: a later segment whose creation was cut short holds nothing.
-        if chain.segments.is_empty() || unborn.holds_records(storage)? {
+        if chain.segments.is_empty() {
             return Err(corrupt(&unborn.path, 0, unborn.reason));
+        }
+        let log_id = chain.segments.last().map(|last| &last.header.log_id);
+        if let Some(reason) = unborn.damage(storage, log_id)? {
+            return Err(corrupt(&unborn.path, 0, &reason));
         }
         // RCV-14: unless a durable mark says it held events, checked before anything is
         // removed (a refused open leaves no trace).
