@@ -545,3 +545,61 @@ fn a_damaged_last_segment_is_never_taken_for_an_unborn_one() {
     assert_eq!(report.log.removed_segment.as_deref(), Some(last.as_path()));
     assert!(session.seq_next() >= first && first < stored);
 }
+
+/// RD-8: a read that fails while a sealed segment's records are found (its index gone,
+/// so it is scanned) is `IO`, and a later read of the same reader tries again: the
+/// failure is never kept as damage. Every open of the reader's first access is failed in
+/// turn.
+#[test]
+fn a_failed_scan_is_io_and_the_next_read_tries_again() {
+    use std::sync::Arc;
+    use surfacelog::internals::storage::faulty::FaultyStorage;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_or_create(dir.path(), store_options().segment_bytes(4096)).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    for n in 1..=12 {
+        turn(
+            &mut session,
+            n,
+            &format!("question {n} {}", "x".repeat(200)),
+        );
+    }
+    session.close().unwrap();
+    let log = dir.path().join("sessions/s/log");
+    let segments = common::files_ending(&log, ".seg");
+    let second = &segments[1];
+    std::fs::remove_file(second.with_extension("idx")).unwrap();
+    let first_seq: u64 = second
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let expected = LogReader::open(&log)
+        .unwrap()
+        .event(first_seq + 1)
+        .unwrap()
+        .unwrap()
+        .text()
+        .into_owned();
+    let mut failed = 0;
+    for n in 1..=6 {
+        let storage = FaultyStorage::default();
+        let faults = Arc::clone(&storage.faults);
+        let reader = LogReader::open_with(&log, Arc::new(storage)).unwrap();
+        faults.fail_open(n);
+        match reader.event(first_seq + 1) {
+            Ok(event) => assert_eq!(event.unwrap().text(), expected, "open {n}"),
+            Err(error) => {
+                assert_eq!(error.code(), "IO", "open {n}: {error}");
+                failed += 1;
+            }
+        }
+        let again = reader
+            .event(first_seq + 1)
+            .unwrap_or_else(|e| panic!("open {n}, again: {e}"));
+        assert_eq!(again.unwrap().text(), expected, "open {n}, again");
+    }
+    assert!(failed > 0, "a failure was met");
+}

@@ -655,7 +655,7 @@ impl LogReader {
         };
         let count = usize::try_from(len - segment.first_seq).unwrap_or(usize::MAX);
         let mapped = self.open_segment(segment)?;
-        let offsets = segment.offsets(&*self.storage, mapped, &self.dir, &self.log_id);
+        let offsets = segment.offsets(&*self.storage, mapped, &self.dir, &self.log_id)?;
         let path = segment.path(&self.dir);
         let unreadable = || corrupt(path, 0, "a record of the prefix cannot be read");
         let kept = offsets.get(..count).ok_or_else(unreadable)?;
@@ -785,7 +785,10 @@ impl LogReader {
             Ok(mapped) => mapped,
             Err(error) => return Some(error),
         };
-        let offsets = segment.offsets(&*self.storage, mapped, &self.dir, &self.log_id);
+        let offsets = match segment.offsets(&*self.storage, mapped, &self.dir, &self.log_id) {
+            Ok(offsets) => offsets,
+            Err(error) => return Some(error),
+        };
         let index = usize::try_from(seq - segment.first_seq).ok()?;
         let Some(&offset) = offsets.get(index) else {
             // A scan stopped before this record: at the first one that does not check out.
@@ -1040,17 +1043,23 @@ impl Segment {
     /// checks out and holds the expected count (IDX-2, IDX-3), otherwise by a scan. A scan
     /// that finds fewer records leaves the rest unreadable: they are reported when read
     /// (RCV-6). `mapped` is this segment's.
+    ///
+    /// # Errors
+    /// `IO` when the scan cannot read the segment (RD-8): not kept, so that a later read
+    /// tries again rather than taking a passing failure for damage.
     fn offsets(
         &self,
         storage: &dyn Storage,
         mapped: &Mapped,
         dir: &Path,
         log_id: &LogId,
-    ) -> &[u32] {
-        self.offsets.get_or_init(|| {
-            if let Some(unread) = &self.unread {
-                return self.read_listed(storage, unread, mapped, dir, log_id);
-            }
+    ) -> Result<&[u32]> {
+        if let Some(offsets) = self.offsets.get() {
+            return Ok(offsets);
+        }
+        let offsets = if let Some(unread) = &self.unread {
+            self.read_listed(storage, unread, mapped, dir, log_id)?
+        } else {
             let count = usize::try_from(self.count.unwrap_or(0)).unwrap_or(usize::MAX);
             let bound = self.limit.map_or(mapped.map.len(), |l| l.end as usize);
             let bytes = mapped.map.get(..bound).unwrap_or(&mapped.map);
@@ -1059,18 +1068,22 @@ impl Segment {
             if let Some(index) = index::load(storage, &index_path, bytes, log_id, first)
                 .filter(|index| index.offsets.len() == count)
             {
-                return index.offsets;
+                index.offsets
+            } else {
+                // RD-8: a scan reads with pread; records it cannot read stay unreadable
+                // (RCV-6), reported when read; a read that fails is IO.
+                let path = self.path(dir);
+                let mut offsets = mapped
+                    .scan(storage, path, bound, first)
+                    .map_err(|e| read_error(path, SEGMENT_HEADER_LEN, &e))?
+                    .offsets;
+                offsets.truncate(count);
+                // RD-4: the scan read the whole segment once; the reads that follow are few.
+                release(&mapped.map, 0..bound);
+                offsets
             }
-            // RD-8: a scan reads with pread; records it cannot read stay unreadable
-            // (RCV-6), reported when read.
-            let mut offsets = mapped
-                .scan(storage, self.path(dir), bound, first)
-                .map_or_else(|_| Vec::new(), |found| found.offsets);
-            offsets.truncate(count);
-            // RD-4: the scan read the whole segment once; the reads that follow are few.
-            release(&mapped.map, 0..bound);
-            offsets
-        })
+        };
+        Ok(self.offsets.get_or_init(move || offsets))
     }
 
     /// The last segment's offsets on first access (IDX-5): those its index lists, read
@@ -1084,26 +1097,28 @@ impl Segment {
         mapped: &Mapped,
         dir: &Path,
         log_id: &LogId,
-    ) -> Vec<u32> {
+    ) -> Result<Vec<u32>> {
         let first = self.first_seq;
         let index_path = dir.join(index_name(first));
-        let mut offsets = index::load(storage, &index_path, &mapped.map, log_id, first)
-            .filter(|index| index.offsets.len() == unread.vouched.count)
-            .map_or_else(
-                || {
-                    let mut found = mapped
-                        .scan(storage, self.path(dir), mapped.map.len(), first)
-                        .map_or_else(|_| Vec::new(), |found| found.offsets);
-                    // Positions stay seq-aligned: a record the scan did not reach points
-                    // past the segment, so that reading it fails.
-                    found.resize(unread.vouched.count, u32::MAX);
-                    found
-                },
-                |index| index.offsets,
-            );
+        let mut offsets = if let Some(index) =
+            index::load(storage, &index_path, &mapped.map, log_id, first)
+                .filter(|index| index.offsets.len() == unread.vouched.count)
+        {
+            index.offsets
+        } else {
+            let path = self.path(dir);
+            let mut found = mapped
+                .scan(storage, path, mapped.map.len(), first)
+                .map_err(|e| read_error(path, SEGMENT_HEADER_LEN, &e))?
+                .offsets;
+            // Positions stay seq-aligned: a record the scan did not reach points past the
+            // segment, so that reading it fails.
+            found.resize(unread.vouched.count, u32::MAX);
+            found
+        };
         offsets.reserve(unread.after.len());
         offsets.extend_from_slice(&unread.after);
-        offsets
+        Ok(offsets)
     }
 
     /// The offset of record `index`: without reading the index when the last segment's
@@ -1116,20 +1131,21 @@ impl Segment {
         mapped: &Mapped,
         dir: &Path,
         log_id: &LogId,
-    ) -> Option<u32> {
+    ) -> Result<Option<u32>> {
         if self.offsets.get().is_none()
             && let Some(unread) = &self.unread
         {
             if let Some(after) = index.checked_sub(unread.vouched.count) {
-                return unread.after.get(after).copied();
+                return Ok(unread.after.get(after).copied());
             }
             if index + 1 == unread.vouched.count {
-                return Some(unread.vouched.last_offset);
+                return Ok(Some(unread.vouched.last_offset));
             }
         }
-        self.offsets(storage, mapped, dir, log_id)
+        Ok(self
+            .offsets(storage, mapped, dir, log_id)?
             .get(index)
-            .copied()
+            .copied())
     }
 
     /// The records whose offsets are known: read, or listed and scanned (`unread`).
@@ -1291,7 +1307,7 @@ impl LogReader {
         let segment = &self.segments[at];
         let mapped = self.open_segment(segment)?;
         let index = usize::try_from(seq - segment.first_seq).unwrap_or(usize::MAX);
-        let offset = segment.offset_of(&*self.storage, index, mapped, &self.dir, &self.log_id);
+        let offset = segment.offset_of(&*self.storage, index, mapped, &self.dir, &self.log_id)?;
         if let Some(offset) = offset
             && let Some(Ok((event, _))) = mapped.map.get(offset as usize..).map(decode)
             && event.seq == seq
