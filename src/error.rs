@@ -37,6 +37,8 @@ struct Inner {
     kind: ErrorKind,
     session: Option<String>,
     seq: Option<u64>,
+    /// The file and offset a refusal of a file's version names (`at=… offset=…`).
+    place: Option<(PathBuf, usize)>,
     /// The operating-system error of an `IO` error, for [`std::error::Error::source`].
     source: Option<std::io::Error>,
     /// Set by the writer when a write or sync failed (`log-format.md` DUR-5, DUR-10).
@@ -611,6 +613,29 @@ impl Error {
         self
     }
 
+    /// The same error again, for a refusal kept to be reported by every later call that
+    /// meets it (a sealed segment that does not check out): its kind and context.
+    #[must_use]
+    pub(crate) fn repeat(&self) -> Self {
+        Self(Box::new(Inner {
+            kind: self.0.kind.clone(),
+            session: self.0.session.clone(),
+            seq: self.0.seq,
+            place: self.0.place.clone(),
+            source: self.0.source.as_ref().map(copy_io),
+            fate_unknown: self.0.fate_unknown,
+        }))
+    }
+
+    /// Adds the file and offset it concerns (RD-7), unless they are set already.
+    #[must_use]
+    pub(crate) fn at_place(mut self, path: &std::path::Path, offset: usize) -> Self {
+        if self.0.place.is_none() {
+            self.0.place = Some((path.to_owned(), offset));
+        }
+        self
+    }
+
     /// Adds the seq, unless one is already set.
     #[doc(hidden)]
     #[must_use]
@@ -647,6 +672,7 @@ impl From<ErrorKind> for Error {
             kind,
             session: None,
             seq: None,
+            place: None,
             source: None,
             fate_unknown: false,
         }))
@@ -862,6 +888,9 @@ impl fmt::Display for ErrorKind {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.0.kind, f)?;
+        if let Some((path, offset)) = &self.0.place {
+            write!(f, " at={} offset={offset}", path.display())?;
+        }
         if let Some(session) = &self.0.session {
             write!(f, " session={session:?}")?;
         }

@@ -194,7 +194,7 @@ pub(crate) fn open_chain_listed(
     let (file, map) = open_mapped(storage, &path, write)?;
     let last = match SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN)) {
         Ok(header) => Some((header, path, file, map)),
-        Err(HeaderError::Version(found)) => return Err(version_error(found)),
+        Err(HeaderError::Version(found)) => return Err(version_error(found, &path)),
         Err(HeaderError::Invalid(reason)) => {
             chain.unborn = Some(Unborn { path, map, reason });
             // RCV-7: the segment before a torn last one is the last, and must check out.
@@ -217,6 +217,16 @@ pub(crate) fn open_chain_listed(
         return Ok(chain);
     };
     if is_compressed(&header) {
+        // A segment after a compressed one had a valid header when it was compressed
+        // (CZ-5 leaves alone a segment whose next one is a torn last segment): one that
+        // does not check out now is damaged, and is named (RD-6).
+        if let Some(unborn) = &chain.unborn {
+            let reason = format!(
+                "{}, and the segment before it is compressed: it held a valid header (CZ-5)",
+                unborn.reason
+            );
+            return Err(corrupt(&unborn.path, 0, &reason));
+        }
         return Err(corrupt(
             &path,
             0,
@@ -436,7 +446,7 @@ fn open_mapped(storage: &dyn Storage, path: &Path, write: bool) -> Result<(File,
 fn checked_header(map: &[u8], path: &Path) -> Result<SegmentHeader> {
     match SegmentHeader::decode(map) {
         Ok(header) => Ok(header),
-        Err(HeaderError::Version(found)) => Err(version_error(found)),
+        Err(HeaderError::Version(found)) => Err(version_error(found, path)),
         Err(HeaderError::Invalid(reason)) => Err(corrupt(path, 0, reason)),
     }
 }

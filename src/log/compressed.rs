@@ -57,12 +57,15 @@ pub(crate) fn check_unpacks_to(
 #[cfg(not(feature = "compress"))]
 pub(crate) fn materialize(
     _dir: &Path,
-    _path: &Path,
+    path: &Path,
     _file: &File,
     _header: &SegmentHeader,
 ) -> Result<(File, Mmap)> {
-    Err(super::segment::version_error(super::segment::Unsupported {
-        version: super::segment::FORMAT_VERSION,
-        unknown_incompat: COMPRESSED,
-    }))
+    Err(super::segment::version_error(
+        super::segment::Unsupported {
+            version: super::segment::FORMAT_VERSION,
+            unknown_incompat: COMPRESSED,
+        },
+        path,
+    ))
 }

@@ -139,7 +139,7 @@ impl Limit {
             .unwrap_or_else(|| vec![0xFF]);
         Self::decode(&bytes, header, segment).map_err(|error| match error {
             LimitError::Invalid(reason) => super::reader::corrupt(path, 0, reason),
-            LimitError::Version(found) => unsupported_error(found, LIMIT_VERSION),
+            LimitError::Version(found) => unsupported_error(found, LIMIT_VERSION).at_place(path, 8),
         })
     }
 }

@@ -410,7 +410,9 @@ fn open_checked(
         Ok(header) => header,
         // SEG-9, VER-1: not damage, a file this build does not read.
         Err(HeaderError::Version(found)) => {
-            return Err(Unjudged::Refused(super::segment::version_error(found)));
+            return Err(Unjudged::Refused(super::segment::version_error(
+                found, path,
+            )));
         }
         Err(HeaderError::Invalid(why)) => return Err(at0(why)),
     };
@@ -442,9 +444,10 @@ fn open_checked(
                 Unjudged::Damage(format!("{} offset=0: {reason}", limit_path.display()))
             }
             // LIM-7, VER-1: a limit this build does not read is not damage.
-            super::limit::LimitError::Version(found) => {
-                Unjudged::Refused(super::segment::version_error(found))
-            }
+            super::limit::LimitError::Version(found) => Unjudged::Refused(
+                super::segment::unsupported_error(found, super::limit::LIMIT_VERSION)
+                    .at_place(&limit_path, 8),
+            ),
         })?;
         Some(limit)
     } else {

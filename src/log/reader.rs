@@ -58,7 +58,7 @@ pub(crate) struct Segment {
     /// Its header and map: set at open for the last segment (and a limited one, LIM-3), on
     /// the first access for another sealed one. A refusal found then is kept, so every
     /// later read is refused the same way; an I/O error is not (the next access retries).
-    mapped: OnceLock<Result<Mapped, ErrorKind>>,
+    mapped: OnceLock<Result<Mapped, Error>>,
     /// Where this log's part of the segment ends (LIM-1).
     limit: Option<Limit>,
     /// The records a sealed segment holds, known from the names (LOG-2) or its limit.
@@ -640,7 +640,7 @@ impl LogReader {
                     segment.first_seq,
                     &self.log_id,
                 )?,
-                Some(Err(kind)) => return Err(kind.clone().into()),
+                Some(Err(error)) => return Err(error.repeat()),
                 Some(Ok(_)) => {}
             }
         }
@@ -749,22 +749,20 @@ impl LogReader {
                 Err(error) if error.code() == "IO" => return Err(error),
                 opened => {
                     // Another thread may have set it first: both checked the same file.
-                    let _ = segment.mapped.set(
-                        opened
-                            .map(|(header, map, identity)| Mapped {
-                                header,
-                                map,
-                                file: None,
-                                identity,
-                            })
-                            .map_err(|e| e.kind().clone()),
-                    );
+                    let _ = segment
+                        .mapped
+                        .set(opened.map(|(header, map, identity)| Mapped {
+                            header,
+                            map,
+                            file: None,
+                            identity,
+                        }));
                 }
             }
         }
         match segment.mapped.get() {
             Some(Ok(mapped)) => Ok(mapped),
-            Some(Err(kind)) => Err(kind.clone().into()),
+            Some(Err(error)) => Err(error.repeat()),
             None => Err(corrupt(
                 segment.path(&self.dir),
                 0,
@@ -825,7 +823,7 @@ impl LogReader {
         let header = match SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN))
         {
             Ok(header) => header,
-            Err(HeaderError::Version(found)) => return Err(version_error(found)),
+            Err(HeaderError::Version(found)) => return Err(version_error(found, &path)),
             // Being created (SEG-6): not there yet, unless later segments exist.
             Err(HeaderError::Invalid(reason)) => {
                 return if self.later_segment_exists(first_seq)? {
@@ -935,7 +933,7 @@ impl LogReader {
         let header = match SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN))
         {
             Ok(header) => header,
-            Err(HeaderError::Version(found)) => return Err(version_error(found)),
+            Err(HeaderError::Version(found)) => return Err(version_error(found, &path)),
             Err(HeaderError::Invalid(reason)) => return Err(corrupt(&path, 0, reason)),
         };
         let old = mapped.header;

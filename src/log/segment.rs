@@ -227,10 +227,13 @@ impl SegmentHeader {
     }
 }
 
-/// `FORMAT_VERSION` for a log of another version (VER-1), or one setting incompatible
-/// features this build does not know (SEG-9, VER-3), naming them.
-pub fn version_error(found: Unsupported) -> crate::Error {
-    unsupported_error(found, FORMAT_VERSION)
+/// `FORMAT_VERSION` for the segment at `path` of another version (VER-1), or setting
+/// incompatible features this build does not know (SEG-9, VER-3), naming them, the file
+/// and the offset of the field that says so (RD-7): `format_version` at 8,
+/// `incompat_features` at 58.
+pub fn version_error(found: Unsupported, path: &std::path::Path) -> crate::Error {
+    let offset = if found.unknown_incompat == 0 { 8 } else { 58 };
+    unsupported_error(found, FORMAT_VERSION).at_place(path, offset)
 }
 
 /// `FORMAT_VERSION` for a file of a kind whose supported version is `supported`: the

@@ -297,7 +297,7 @@ pub fn decompress(bytes: &[u8], path: &Path) -> Result<Vec<u8>> {
         Ok(header) if is_compressed(&header) => header,
         Ok(_) => return Err(corrupt(path, 0, "not a compressed segment (CZ-2)")),
         Err(HeaderError::Version(found)) => {
-            return Err(super::super::segment::version_error(found));
+            return Err(super::super::segment::version_error(found, path));
         }
         Err(HeaderError::Invalid(reason)) => return Err(corrupt(path, 0, reason)),
     };

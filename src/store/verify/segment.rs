@@ -189,7 +189,7 @@ fn read_segment_header(
             Ok(None)
         }
         Err(HeaderError::Version(unsupported)) => {
-            let error = crate::log::segment::version_error(unsupported);
+            let error = crate::log::segment::version_error(unsupported, path);
             found.error(path, Some(8), "VER-1", error.to_string());
             Ok(None)
         }
