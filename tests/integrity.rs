@@ -603,3 +603,83 @@ fn a_failed_scan_is_io_and_the_next_read_tries_again() {
     }
     assert!(failed > 0, "a failure was met");
 }
+
+/// SLV-2a: salvage mends a segment file of a length SEG-6 does not allow, which every open
+/// refuses for the last segment (SEG-8): extended by a zero byte, the last segment or a sealed one keeps every
+/// event and is rewritten at an allowed length; cut inside its records, the last one keeps
+/// the records before the cut. Afterwards the session opens and takes appends.
+#[test]
+fn slv_2a_salvage_mends_a_segment_of_a_length_no_writer_gives() {
+    let build = || {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_or_create(dir.path(), store_options().segment_bytes(4096)).unwrap();
+        let mut session = store.create("s", None, None).unwrap();
+        for n in 1..=12 {
+            turn(
+                &mut session,
+                n,
+                &format!("question {n} {}", "x".repeat(200)),
+            );
+        }
+        let stored = session.seq_next();
+        session.close().unwrap();
+        let segments = common::files_ending(&dir.path().join("sessions/s/log"), ".seg");
+        (dir, store, stored, segments)
+    };
+    for (what, pick_last, cut) in [
+        ("the last segment extended", true, false),
+        ("a sealed segment extended", false, false),
+        ("the last segment cut inside its records", true, true),
+    ] {
+        // A sealed segment's length is not checked by reads (its records are); the last
+        // one's is, at every open.
+        let refused = pick_last;
+        let (_dir, store, stored, segments) = build();
+        let path = if pick_last {
+            segments.last().unwrap()
+        } else {
+            &segments[1]
+        };
+        let mut bytes = std::fs::read(path).unwrap();
+        if cut {
+            bytes.truncate(200);
+        } else {
+            bytes.push(0);
+        }
+        std::fs::write(path, &bytes).unwrap();
+        // Refused by every open, or by the first read into a sealed segment.
+        let read_all = |store: &Store| -> surfacelog::Result<()> {
+            let (session, _) = store.open_session("s")?;
+            for seq in 0..session.seq_next() {
+                session.log().event(seq)?;
+            }
+            Ok(())
+        };
+        if refused {
+            let error = read_all(&store)
+                .err()
+                .unwrap_or_else(|| panic!("{what}: read whole"));
+            assert_eq!(error.code(), "CORRUPT", "{what}: {error}");
+        }
+        let report = store.salvage("s").unwrap();
+        assert_eq!(report.log.resized.is_empty(), cut, "{what}: {report:?}");
+        let (mut session, _) = store
+            .open_session("s")
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        if cut {
+            assert!(session.seq_next() < stored, "{what}");
+            assert!(report.log.first_lost_seq.is_some(), "{what}");
+        } else {
+            assert_eq!(session.seq_next(), stored, "{what}: every event kept");
+            assert!(report.log.set_aside.is_empty(), "{what}");
+        }
+        common::turn_start(&mut session, 99);
+        session.close().unwrap();
+        read_all(&store).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let again = store.salvage("s").unwrap();
+        assert!(
+            again.log.resized.is_empty() && again.log.set_aside.is_empty(),
+            "{what}"
+        );
+    }
+}

@@ -124,6 +124,10 @@ pub struct LogSalvage {
     pub reason: Option<String>,
     /// What was moved into quarantine files, in log order.
     pub set_aside: Vec<SetAside>,
+    /// The segments whose records all check out but whose file had a length SEG-6 does
+    /// not allow (cut or extended by something else, SEG-8), rewritten with the same
+    /// bytes at a length it allows (the bytes past their records were zeros).
+    pub resized: Vec<PathBuf>,
 }
 
 /// Where the longest valid prefix ends.
@@ -195,6 +199,7 @@ pub fn salvage(
     let mut seq = 0;
     let mut log_id = None;
     let mut cut = None;
+    let mut misfits = Vec::new();
     for (position, &first) in firsts.iter().enumerate() {
         let next = firsts.get(position + 1).copied();
         let limited = limits.contains(&first);
@@ -202,10 +207,15 @@ pub fn salvage(
             Examined::Whole {
                 seq_next,
                 log_id: id,
+                opened,
+                end,
                 ..
             } => {
                 seq = seq_next;
                 log_id = Some(id);
+                if misfit(&opened) {
+                    misfits.push((end, opened));
+                }
             }
             Examined::Cut {
                 offset,
@@ -245,6 +255,18 @@ pub fn salvage(
     // log is whole either way, and a copy that cannot be written (a full disk, IO) refuses
     // the salvage before anything is set aside (CZ-7), never leaving it compressed and last.
     let mut changed = false;
+    // SEG-6, SEG-8: a segment whose records all check out but whose length no writer gives
+    // it is rewritten with the same bytes at a length it allows; nothing is lost.
+    for (end, opened) in &misfits {
+        let first = opened.header.first_seq;
+        let path = seq_file_path(dir, first, ".seg");
+        let tmp = dir.join(format!("{}.tmp", seq_file_name(first, ".seg")));
+        let kept = opened.map.get(..*end).unwrap_or_default();
+        let len = super::segment::grown_len(*end as u64, opened.header.capacity);
+        crate::storage::replace_file(storage, &tmp, &path, kept, len)?;
+        report.resized.push(path);
+        changed = true;
+    }
     if let Some(first) = last {
         changed |= make_plain(storage, dir, first)?;
     }
@@ -519,6 +541,15 @@ fn set_aside(
     Ok(())
 }
 
+/// SEG-6, SEG-8: whether the plain, unlimited segment `opened` has a file length its
+/// writer never gives it (another process cut or extended it): salvage rewrites it at one
+/// it does.
+fn misfit(opened: &Opened) -> bool {
+    opened.limit.is_none()
+        && !super::compressed::is_compressed(&opened.header)
+        && !super::segment::is_grown_len(opened.map.len() as u64, opened.header.capacity)
+}
+
 /// CZ-6, CZ-7: replaces the segment `first`, when it is compressed, by its logical
 /// segment as a plain file (the same records at the same offsets, so its index stays
 /// valid), by rename. Whether it did. A segment that does not check out is left for the
@@ -565,7 +596,7 @@ fn cut_segment(
         nonzero_end(&source, offset, &regions).map_err(|e| read_error(&path, offset, &e))?
     };
     let compressed = super::compressed::is_compressed(&opened.header);
-    if to <= offset && opened.limit.is_none() && !compressed {
+    if to <= offset && opened.limit.is_none() && !compressed && !misfit(opened) {
         // Nothing after the records: the segment stays as it is (LOG-2 cut).
         return Ok(());
     }

@@ -456,6 +456,7 @@ pub fn salvage(ctx: &Ctx, id: &str) -> Result<()> {
             first_lost_seq: Option<u64>,
             reason: Option<&'a str>,
             set_aside: Vec<SetAside>,
+            resized: Vec<String>,
             checkpoint_removed: bool,
         }
         return out::json(&Salvaged {
@@ -472,6 +473,11 @@ pub fn salvage(ctx: &Ctx, id: &str) -> Result<()> {
                     bytes: a.bytes,
                     quarantine: a.quarantine.to_string_lossy().into_owned(),
                 })
+                .collect(),
+            resized: log
+                .resized
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
                 .collect(),
             checkpoint_removed: report.checkpoint_removed,
         });
@@ -491,6 +497,12 @@ pub fn salvage(ctx: &Ctx, id: &str) -> Result<()> {
             aside.from.display(),
             aside.offset,
             aside.quarantine.display()
+        )?;
+    }
+    for path in &log.resized {
+        out::say!(
+            "resized  {} to a length SEG-6 allows (its records unchanged)",
+            path.display()
         )?;
     }
     match log.first_lost_seq {
