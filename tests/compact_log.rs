@@ -1042,3 +1042,44 @@ fn rd_7_damage_is_named_where_it_is() {
         );
     }
 }
+
+/// SLV-3: a salvage that sets aside segment 0 (its compressed file damaged, or a plain
+/// one's header) leaves a log every path opens: an empty segment 0, no event, appends
+/// taken; the damaged file is in quarantine, never deleted.
+#[cfg(feature = "compress")]
+#[test]
+fn slv_3_a_salvage_that_sets_aside_segment_0_leaves_an_empty_log() {
+    for compressed in [true, false] {
+        let root = tempfile::tempdir().unwrap();
+        let s = store(root.path(), true, 4096);
+        fill(&s, "s", 6, 8);
+        if compressed {
+            s.compact_log_with("s", surfacelog::CompactOptions::new().compress(true))
+                .unwrap();
+        }
+        let dir = log_dir(&s, "s");
+        let first = dir.join("00000000000000000000.seg");
+        let mut bytes = std::fs::read(&first).unwrap();
+        // Inside the block table (CZ-3), or the plain header's magic (SEG-2).
+        let at = if compressed { 80 } else { 0 };
+        bytes[at] ^= 0x5A;
+        std::fs::write(&first, &bytes).unwrap();
+        let report = s.salvage("s").unwrap();
+        assert_eq!(report.log.seq_next, 0, "compressed: {compressed}");
+        assert!(
+            report.log.set_aside.iter().any(|a| a.from == first),
+            "{report:?}"
+        );
+        assert_eq!(LogReader::open(&dir).unwrap().seq_next(), 0);
+        assert_eq!(s.inspect("s").unwrap().seq_next(), 0);
+        let (mut session, _) = s.open_session("s").unwrap();
+        common::turn_start(&mut session, 1);
+        session.close().unwrap();
+        assert_eq!(LogReader::open(&dir).unwrap().seq_next(), 1);
+        let quarantined = files(&dir)
+            .into_iter()
+            .filter(|(name, _)| name.ends_with(".quarantine"))
+            .any(|(_, kept)| kept == bytes);
+        assert!(quarantined, "the damaged segment is kept");
+    }
+}

@@ -271,7 +271,12 @@ pub fn salvage(
         changed |= make_plain(storage, dir, first)?;
     }
     if let Some(cut) = cut {
+        let nothing_left = matches!(cut, Cut::Before { position: 0 });
         set_aside(storage, dir, &firsts, &limits, cut, &mut report)?;
+        if nothing_left {
+            // SLV-3, LOG-2: the log keeps no segment; it starts again, empty.
+            super::writer::create_first_segment(storage, dir)?;
+        }
         if !report.set_aside.is_empty() {
             report.first_lost_seq = Some(seq);
         }

@@ -875,6 +875,24 @@ fn create_segment(storage: &dyn Storage, dir: &Path, header: &SegmentHeader) -> 
     Ok(file)
 }
 
+/// An empty segment 0 of a new log identity in `dir`, with the default capacity and
+/// features, synced with its directory: what salvage leaves of a log whose first segment
+/// it set aside (SLV-3), so that the log it leaves is one every reader and writer opens.
+///
+/// # Errors
+/// `IO`.
+pub(crate) fn create_first_segment(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    let options = super::LogOptions::default();
+    let header = SegmentHeader {
+        log_id: new_log_id(dir),
+        index: 0,
+        first_seq: 0,
+        capacity: options.segment_capacity(),
+        incompat_features: options.segment_features(),
+    };
+    create_segment(storage, dir, &header).map(drop)
+}
+
 /// SEG-6 without the directory sync: a segment file with its header, synced. For a log
 /// not yet published, whose directory is synced once at the end (`store.md` STORE-13).
 ///
