@@ -289,8 +289,15 @@ class SurfacelogHooks {
     }
   }
 
+  /** The stored headers (§1.11: header reads only): a log's damage is reported by the
+   * reads of that session, not by the listing of all. */
   async list(signal) {
-    return (await this.snapshots(signal)).map((snapshot) => snapshot.header);
+    check(signal);
+    await released(this.ready(), signal);
+    check(signal);
+    const headers = await this.store.listHeaders();
+    check(signal);
+    return headers.map(logicalHeader);
   }
 
   /** Every stored header with its revision (§1.11). */

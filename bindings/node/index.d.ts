@@ -255,6 +255,8 @@ export class VerbatimStore {
   /** Closes the writers unused for `idleMs` or longer, releasing their locks; resolves
    * with how many stay open. */
   closeIdleWriters(idleMs: number): Promise<number>;
+  /** Every stored session's header text, its log not opened. */
+  listHeaders(): Promise<string[]>;
   /** Every stored session's header text and revision. */
   list(): Promise<{ header: string; revision: string }[]>;
   /** Imports the sessions of a DSH JSONL root or SQLite database the store lacks. */

@@ -368,6 +368,11 @@ class VerbatimStore {
     return call(() => this._native.closeIdleWriters(idleMs));
   }
 
+  /** Every stored session's header text, its log not opened (VBT-10). */
+  listHeaders() {
+    return call(() => this._native.listHeaders());
+  }
+
   /** Every stored session's `{header, revision}` (VBT-10). */
   list() {
     return call(() => this._native.list());

@@ -512,6 +512,43 @@ impl VerbatimStore {
         Ok(listed)
     }
 
+    /// Every stored session's header, in directory order, read without opening its log
+    /// (VBT-10): what a listing of headers costs (DSH persistence §1.11: "header or
+    /// metadata reads only"). Damage in a log is reported by the reads that meet it; a
+    /// damaged header refuses the listing, as [`VerbatimStore::list`] does.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::VerbatimStore::new(dir.path());
+    /// store.create("s", r#"{"id":"s"}"#, &[r#"{"type":"a","seq":0,"time":1}"#])?;
+    /// assert_eq!(store.list_headers()?, [r#"{"id":"s"}"#]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `CORRUPT` for a session whose header is damaged; `IO`.
+    pub fn list_headers(&self) -> Result<Vec<String>> {
+        let sessions = self.root.join("sessions");
+        let entries = match std::fs::read_dir(&sessions) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("read_dir", &sessions, &e)),
+        };
+        let mut headers = Vec::new();
+        for entry in entries {
+            let dir = entry
+                .map_err(|e| Error::io("read_dir", &sessions, &e))?
+                .path();
+            match read_header(&dir) {
+                Ok(header) => headers.push(header),
+                // VBT-10: a session gone since it was listed is skipped.
+                Err(_) if std::fs::symlink_metadata(&dir).is_err() => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(headers)
+    }
+
     /// Runs `read` with the header, a reader of the session in `dir` and whether this store
     /// has a writer of it (VBT-7): the reader kept from an earlier read, refreshed (it scans
     /// only what was appended since), or one opened now. `None` when `dir` does not exist,

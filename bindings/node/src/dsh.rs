@@ -217,6 +217,12 @@ impl NativeVerbatimStore {
         ))
     }
 
+    /// Every stored session's header text, read without opening its log (VBT-10).
+    #[napi(ts_return_type = "Promise<string[]>")]
+    pub fn list_headers(&self) -> AsyncTask<Job<Vec<String>, Vec<String>>> {
+        task(&self.inner, VerbatimStore::list_headers, |headers| headers)
+    }
+
     /// Every stored session's header and revision (VBT-10).
     #[napi(ts_return_type = "Promise<VerbatimListed[]>")]
     pub fn list(&self) -> AsyncTask<Job<Vec<VerbatimListed>, Vec<VerbatimListed>>> {

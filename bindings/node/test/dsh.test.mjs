@@ -260,6 +260,24 @@ test('Appendix C.4: keys outside the known header fields are kept on disk, not r
   assert.deepEqual(JSON.parse(stored.header), meta, 'the stored header keeps them');
 });
 
+test('§1.11: list reads headers only; one session\'s damaged log does not fail it', async (t) => {
+  const root = await scratch(t);
+  const { persistence } = await mount(t, root);
+  for (const id of ['a', 'b']) {
+    await persistence.create(header(id));
+    await persistence.append(SessionId(id), turn());
+  }
+  // b's last segment gets a length no writer gives it (SEG-8): its reads refuse it.
+  const log = join(new VerbatimStore(root).locate('b'), 'log');
+  const segment = join(log, (await readdir(log)).filter((n) => n.endsWith('.seg')).sort().at(-1));
+  const handle = await open(segment, 'a');
+  await handle.write(Buffer.from('{"type":"torn'));
+  await handle.close();
+  assert.deepEqual((await persistence.list()).map((h) => h.id).sort(), ['a', 'b']);
+  await assert.rejects(persistence.listSnapshots(), (error) => error.code === 'CORRUPT');
+  assert.equal((await persistence.load(SessionId('a'))).events.length, 6);
+});
+
 test('PERS-7, PERS-8: appends must continue the stored seqs; refusals store nothing', async (t) => {
   const root = await scratch(t);
   const { persistence } = await mount(t, root);
