@@ -141,6 +141,9 @@ class SurfacelogHooks {
   releaseIdleWriters() {
     if (this.idleTimer !== undefined || this.closed) return;
     this.idleTimer = setTimeout(async () => {
+      // Cleared first: a write that ends while the writers are being closed arms the next
+      // look itself, so that its writer is never left open for good.
+      this.idleTimer = undefined;
       let open = 0;
       try {
         open = await this.store.closeIdleWriters(WRITER_IDLE_MS);
@@ -150,7 +153,6 @@ class SurfacelogHooks {
           code: 'SURFACELOG_IDLE_CLOSE_FAILED',
         });
       }
-      this.idleTimer = undefined;
       if (open > 0) this.releaseIdleWriters();
     }, WRITER_IDLE_MS);
     this.idleTimer.unref();
@@ -313,9 +315,11 @@ class SurfacelogHooks {
     }));
   }
 
-  /** Where the session's directory is or will be: pure, no I/O (§1.4). */
+  /** Where the session's directory is or will be: pure, no I/O (§1.4); none for an id
+   * that is never stored (a lone surrogate, `storedId`). */
   locate(meta) {
-    return { kind: 'surfacelog', path: this.store.locate(String(meta.id)) };
+    const id = storedId(meta.id);
+    return id === null ? undefined : { kind: 'surfacelog', path: this.store.locate(id) };
   }
 
   /** After the coordinator's disposal drain: the kept writers are closed, their locks

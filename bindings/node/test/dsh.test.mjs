@@ -388,6 +388,31 @@ test('PERS-14, §1.14.3: another instance continues a session the first one is d
   assert.equal((await third.persistence.load(SessionId('handover'))).events.length, 18);
 });
 
+test('PERS-14: a write that ends while idle writers are being closed still has its writer closed', async (t) => {
+  const root = await scratch(t);
+  const { persistence } = await mount(t, root);
+  for (const id of ['a', 'k']) {
+    await persistence.create(header(id));
+    await persistence.append(SessionId(id), turn());
+  }
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  await sleep(2200); // both writers closed as idle
+  // Closing idle writers now takes a while (an index written and synced per writer).
+  const store = persistence.hooks.store;
+  const close = store.closeIdleWriters.bind(store);
+  store.closeIdleWriters = async (ms) => {
+    const open = await close(ms);
+    await sleep(300);
+    return open;
+  };
+  await persistence.append(SessionId('a'), turn(6, 2));
+  await sleep(1100); // a's writer is being closed: k's append ends meanwhile
+  await persistence.append(SessionId('k'), turn(6, 2));
+  const other = new VerbatimStore(root, { lockWaitMs: 3000 });
+  await other.append('k', 12, [JSON.stringify({ type: 'turn/start', seq: 12, time: 13, data: { turn: 3 } })]);
+  await other.close();
+});
+
 test('PERS-16: an append is visible to another reader once it resolves; a failed first batch changes nothing', async (t) => {
   const root = await scratch(t);
   const { persistence } = await mount(t, root);
