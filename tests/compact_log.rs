@@ -1083,3 +1083,74 @@ fn slv_3_a_salvage_that_sets_aside_segment_0_leaves_an_empty_log() {
         assert!(quarantined, "the damaged segment is kept");
     }
 }
+
+/// SLV-3: a salvage cut short after it set segment 0 aside and before it made the new one
+/// (every segment renamed to a quarantine name) is finished by the next salvage: the log
+/// opens, empty.
+#[test]
+fn slv_3_a_log_left_without_segments_is_given_segment_0_again() {
+    let root = tempfile::tempdir().unwrap();
+    let s = store(root.path(), true, 4096);
+    fill(&s, "s", 3, 4);
+    let dir = log_dir(&s, "s");
+    for name in files(&dir).into_keys() {
+        if has_extension(&name, "seg") {
+            std::fs::rename(dir.join(&name), dir.join(format!("{name}.0.quarantine"))).unwrap();
+        } else if has_extension(&name, "idx") {
+            std::fs::remove_file(dir.join(&name)).unwrap();
+        }
+    }
+    assert!(LogReader::open(&dir).is_err());
+    let report = s.salvage("s").unwrap();
+    assert_eq!(report.log.seq_next, 0);
+    assert_eq!(LogReader::open(&dir).unwrap().seq_next(), 0);
+    assert_eq!(s.inspect("s").unwrap().seq_next(), 0);
+}
+
+/// SLV-1: a limit file that cannot be read is not damage: salvage of a fork whose segment
+/// 0 is limited refuses with `IO` and changes nothing, whichever read fails; one that
+/// goes through keeps every event.
+#[test]
+fn slv_1_an_unreadable_limit_is_io_not_damage() {
+    use std::sync::Arc;
+    use surfacelog::internals::log::LogOptions;
+    use surfacelog::internals::storage::faulty::FaultyStorage;
+    let root = tempfile::tempdir().unwrap();
+    let s = store(root.path(), true, 1 << 20);
+    fill(&s, "s", 3, 4);
+    let child = s.fork("s", surfacelog::Boundary::Last, "c").unwrap();
+    let kept = child.seq_next();
+    drop(child);
+    let dir = log_dir(&s, "c");
+    assert!(
+        files(&dir).keys().any(|n| has_extension(n, "lim")),
+        "segment 0 is limited"
+    );
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let faulty = Store::open_or_create(
+        root.path(),
+        StoreOptions::new().log_options(LogOptions {
+            storage: Arc::new(storage),
+            ..LogOptions::default()
+        }),
+    )
+    .unwrap();
+    let mut refused = 0;
+    for n in 1..=6 {
+        let before = files(&dir);
+        faults.fail_open_read(n);
+        match faulty.salvage("c") {
+            Err(error) => {
+                assert_eq!(error.code(), "IO", "read {n}: {error}");
+                assert_eq!(files(&dir), before, "read {n}: nothing changed");
+                refused += 1;
+            }
+            Ok(report) => {
+                assert_eq!(report.log.seq_next, kept, "read {n}: {report:?}");
+                assert!(report.log.set_aside.is_empty(), "read {n}");
+            }
+        }
+    }
+    assert!(refused > 0);
+}

@@ -683,3 +683,50 @@ fn slv_2a_salvage_mends_a_segment_of_a_length_no_writer_gives() {
         );
     }
 }
+
+/// RCV-7, SEG-6: a zeroed last segment longer than any creation leaves (more than 64 KiB,
+/// and not the capacity an earlier build would have created it at) is damage even with
+/// no index: its records were being written, so its header had been.
+#[test]
+fn a_zeroed_grown_last_segment_is_damage_without_an_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = common::store_options(Durability::Manual, 256 << 10);
+    let store = Store::open_or_create(dir.path(), options).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    let log = dir.path().join("sessions/s/log");
+    let mut n = 0;
+    while common::files_ending(&log, ".seg").len() < 2
+        || std::fs::metadata(common::files_ending(&log, ".seg").pop().unwrap())
+            .unwrap()
+            .len()
+            <= 64 << 10
+    {
+        n += 1;
+        turn(
+            &mut session,
+            n,
+            &format!("question {n} {}", "x".repeat(1000)),
+        );
+    }
+    session.close().unwrap();
+    for cache in ["checkpoint", "messages"] {
+        let _ = std::fs::remove_file(dir.path().join("sessions/s").join(cache));
+    }
+    let last = common::files_ending(&log, ".seg").pop().unwrap();
+    std::fs::remove_file(last.with_extension("idx")).unwrap();
+    let len = std::fs::metadata(&last).unwrap().len();
+    assert!(len > 64 << 10 && len < 256 << 10, "{len}");
+    std::fs::write(&last, vec![0; usize::try_from(len).unwrap()]).unwrap();
+    let before = snapshot(dir.path());
+    for error in [
+        LogReader::open(&log).map(|_| ()).unwrap_err(),
+        store.open_session("s").map(|_| ()).unwrap_err(),
+    ] {
+        assert_eq!(error.code(), "CORRUPT", "{error}");
+        assert!(
+            error.to_string().contains(&last.display().to_string()),
+            "{error}"
+        );
+    }
+    assert_eq!(snapshot(dir.path()), before, "nothing removed");
+}

@@ -300,3 +300,42 @@ fn a_session_the_store_cannot_hold_is_reported_not_fatal() {
         (0, 2, 1)
     );
 }
+
+/// DIR-8 in any order: one id in two project directories refuses both logs, whichever
+/// sorts first and whether or not the other log is readable.
+#[test]
+fn dir_8_refuses_a_duplicate_id_whatever_the_order() {
+    let header = "{\"type\":\"session\",\"version\":0,\"id\":\"x\",\"createdAt\":1,\"delegationDepth\":0}\n\
+                  {\"type\":\"turn/start\",\"seq\":0,\"time\":1,\"data\":{\"turn\":1}}\n";
+    let broken = "{\"type\":\"session\",\"version\":0,\"id\":\"x\",\"createdAt\":1,\"delegationDepth\":0}\n\
+                  {\"type\":\"turn/start\",\"seq\":0,\n";
+    let scratch = tempfile::tempdir().unwrap();
+    for (n, (first, second)) in [(header, broken), (broken, header), (header, header)]
+        .into_iter()
+        .enumerate()
+    {
+        let root = scratch.path().join(format!("root-{n}"));
+        for (project, text) in [("--a--", first), ("--b--", second)] {
+            let dir = root.join(project).join("x");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("session.jsonl"), text).unwrap();
+        }
+        let store = VerbatimStore::new(scratch.path().join(format!("store-{n}")));
+        let report = store.import_dsh(&DshSource::Jsonl(root)).unwrap();
+        assert!(
+            report.imported.is_empty(),
+            "case {n}: {:?}",
+            report.imported
+        );
+        assert_eq!(report.refused.len(), 2, "case {n}");
+        for refused in &report.refused {
+            assert_eq!(refused.id.as_deref(), Some("x"));
+            assert!(
+                refused.error.to_string().contains("DIR-8"),
+                "case {n}: {}",
+                refused.error
+            );
+        }
+        assert_eq!(store.load("x", 0).unwrap(), None);
+    }
+}

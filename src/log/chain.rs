@@ -71,9 +71,10 @@ impl Unborn {
     /// during its creation), if it is: it holds a valid record at some 8-aligned offset
     /// (its header is damaged, and its records are the log's); its length is one no
     /// creation leaves (SEG-6: a file is created empty, then `min(capacity, 64 KiB)` long,
-    /// at least 136 bytes); or its index, which only a segment that held records is given
-    /// (§5), checks out for this log (`log_id`, when the segment before it says it) and
-    /// lists records: durable ones (RCV-13). Read with `pread` inside the file's data
+    /// 136 to 65,536 bytes, or by earlier builds its full capacity, taken to be that of the
+    /// segment before it, `previous`); or its index, which only a segment that held records
+    /// is given (§5), checks out for this log (`log_id`, when the segment before it says
+    /// it) and lists records: durable ones (RCV-13). Read with `pread` inside the file's data
     /// regions, never through the map (RD-8): a segment being created has holes.
     ///
     /// # Errors
@@ -82,8 +83,9 @@ impl Unborn {
     pub(crate) fn damage(
         &self,
         storage: &dyn Storage,
-        log_id: Option<&LogId>,
+        previous: Option<&SegmentHeader>,
     ) -> Result<Option<String>> {
+        let log_id = previous.map(|header| &header.log_id);
         let file = storage
             .open_file(&self.path, false)
             .map_err(|e| Error::io("open", &self.path, &e))?;
@@ -91,7 +93,10 @@ impl Unborn {
             .metadata()
             .map_err(|e| Error::io("stat", &self.path, &e))?
             .len();
-        if len > 0 && len < MIN_CREATED_LEN {
+        let created = len == 0
+            || (MIN_CREATED_LEN..=super::segment::SEGMENT_GROW_BYTES).contains(&len)
+            || previous.is_some_and(|header| header.capacity == len);
+        if !created {
             return Ok(Some(format!(
                 "{}, and {len} bytes long: a length no segment's creation leaves (SEG-6)",
                 self.reason

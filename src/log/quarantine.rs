@@ -196,6 +196,13 @@ pub fn salvage(
 ) -> Result<LogSalvage> {
     let (_lock, firsts, limits) = locked_listing(storage, dir)?;
     let mut report = LogSalvage::default();
+    if firsts.is_empty() {
+        // SLV-3, LOG-2: a log without segments (a salvage that set aside segment 0 and was
+        // cut short before it made a new one) starts again, empty.
+        super::writer::create_first_segment(storage, dir)?;
+        then(&report)?;
+        return Ok(report);
+    }
     let mut seq = 0;
     let mut log_id = None;
     let mut cut = None;
@@ -465,7 +472,13 @@ fn open_checked(
     };
     let limit = if limited {
         let limit_path = dir.join(limit_name(first));
-        let bytes = crate::storage::read_file(storage, &limit_path).unwrap_or_default();
+        // A limit that is not there is damage (LIM-3); one that cannot be read is not
+        // judged (SLV-1: an I/O failure changes nothing).
+        let bytes = match crate::storage::read_file(storage, &limit_path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(Unjudged::Refused(Error::io("read", &limit_path, &e))),
+        };
         let limit = Limit::decode(&bytes, &header, &map).map_err(|why| match why {
             super::limit::LimitError::Invalid(reason) => {
                 Unjudged::Damage(format!("{} offset=0: {reason}", limit_path.display()))

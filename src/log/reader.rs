@@ -279,8 +279,8 @@ impl LogReader {
             // holds nothing; one that holds a valid record, has a length no creation
             // leaves or an index listing records has a damaged header, and its records are
             // the log's: never read as if it were not there (RD-6).
-            let log_id = chain.segments.last().map(|last| &last.header.log_id);
-            if let Some(reason) = unborn.damage(&*storage, log_id)? {
+            let previous = chain.segments.last().map(|last| &last.header);
+            if let Some(reason) = unborn.damage(&*storage, previous)? {
                 return Err(corrupt(&unborn.path, 0, &reason));
             }
         }

@@ -971,8 +971,8 @@ fn recover(
         if chain.segments.is_empty() {
             return Err(corrupt(&unborn.path, 0, unborn.reason));
         }
-        let log_id = chain.segments.last().map(|last| &last.header.log_id);
-        if let Some(reason) = unborn.damage(storage, log_id)? {
+        let previous = chain.segments.last().map(|last| &last.header);
+        if let Some(reason) = unborn.damage(storage, previous)? {
             return Err(corrupt(&unborn.path, 0, &reason));
         }
         // RCV-14: unless a durable mark says it held events, checked before anything is

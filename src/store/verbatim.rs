@@ -1289,32 +1289,35 @@ fn jsonl_logs(root: &Path) -> Result<Vec<JsonlLog>> {
                 logs.push(Err((log, named, error)));
                 continue;
             }
-            // DIR-8: one id in two project directories; neither log is read.
-            let found = logs.iter().position(|known| match known {
-                Ok((known, _, _)) | Err((_, Some(known), _)) => *known == id,
-                Err((_, None, _)) => false,
-            });
-            if let Some(at) = found {
-                let other = match &logs[at] {
-                    Ok((_, other, _)) | Err((other, _, _)) => other.clone(),
-                };
-                let twice = |log: &Path, other: &Path| {
-                    let reason = format!(
-                        "session {id:?} is also stored at {}: a duplicate id in two project \
-                         directories (DIR-8)",
-                        other.display()
-                    );
-                    corrupt(log, &reason)
-                };
-                if logs[at].is_ok() {
-                    logs[at] = Err((other.clone(), Some(id.clone()), twice(&other, &log)));
-                }
-                let error = twice(&log, &other);
-                logs.push(Err((log, Some(id), error)));
-                continue;
-            }
             logs.push(Ok((id, log, compression)));
         }
+    }
+    // DIR-8: one id in two project directories, whatever either log holds: every log of
+    // that id is refused (DSH refuses every lookup of it), in any order of the names.
+    let mut seen: std::collections::HashMap<String, Vec<PathBuf>> =
+        std::collections::HashMap::new();
+    for log in &logs {
+        if let Ok((id, path, _)) | Err((path, Some(id), _)) = log {
+            seen.entry(id.clone()).or_default().push(path.clone());
+        }
+    }
+    for log in &mut logs {
+        let (id, path) = match log {
+            Ok((id, path, _)) | Err((path, Some(id), _)) => (id.clone(), path.clone()),
+            Err((_, None, _)) => continue,
+        };
+        let Some(other) = seen
+            .get(&id)
+            .and_then(|paths| paths.iter().find(|other| **other != path))
+        else {
+            continue;
+        };
+        let reason = format!(
+            "session {id:?} is also stored at {}: a duplicate id in two project directories \
+             (DIR-8)",
+            other.display()
+        );
+        *log = Err((path.clone(), Some(id), corrupt(&path, &reason)));
     }
     Ok(logs)
 }

@@ -235,6 +235,20 @@ fn unpack<S: Source + ?Sized>(
     sink: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<()> {
     let table = read_table(file, path, logical)?;
+    unpack_table(file, path, logical, &table, sink)
+}
+
+/// [`unpack`] with the file's block table `table`, read and checked already.
+///
+/// # Errors
+/// As [`unpack`].
+fn unpack_table<S: Source + ?Sized>(
+    file: &S,
+    path: &Path,
+    logical: &Logical,
+    table: &Table,
+    sink: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<()> {
     sink(0, &logical.head)?;
     let mut decompressor =
         zstd::bulk::Decompressor::new().map_err(|e| Error::io("zstd", path, &e))?;
@@ -359,11 +373,14 @@ pub(crate) fn materialize_logical(
         return Ok((copy, map));
     }
     let places = [Some(dir), None];
+    // The copy is made from the table its key holds: what is kept is what that table
+    // describes, whatever the file holds by a later read.
     let (copy, map) = materialize_into(
         places.iter().map(|place| unlinked_file(*place)),
         path,
-        file,
+        &source,
         logical,
+        &table,
     )?;
     if let (Some(key), Ok(kept)) = (key, copy.try_clone()) {
         KEPT.keep(key, kept, logical.len);
@@ -544,11 +561,10 @@ pub fn release_decompressed_copies() {
 fn materialize_into(
     copies: impl Iterator<Item = std::io::Result<File>>,
     path: &Path,
-    file: &File,
+    source: &FileBytes<'_>,
     logical: &Logical,
+    table: &Table,
 ) -> Result<(File, Mmap)> {
-    check_len(logical, path)?;
-    let source = whole(file, path)?;
     #[cfg(test)]
     tests::DECOMPRESSED.with(|made| made.set(made.get() + 1));
     let mut failure = None;
@@ -567,7 +583,7 @@ fn materialize_into(
         };
         let filled = match copy.set_len(logical.len) {
             Err(e) => Err(written(e)),
-            Ok(()) => unpack(&source, path, logical, &mut |at, bytes| {
+            Ok(()) => unpack_table(source, path, logical, table, &mut |at, bytes| {
                 copy.write_all_at(bytes, at).map_err(&mut written)
             }),
         };
@@ -931,21 +947,25 @@ mod tests {
         let header = SegmentHeader::decode(&packed).unwrap();
         let (named, file) = stored(&packed);
         let layout = segment_logical(&header);
+        let source = whole(&file, named.path()).unwrap();
+        let table = read_table(&source, named.path(), &layout).unwrap();
         let full = || Err(std::io::Error::from(std::io::ErrorKind::StorageFull));
         for (first, what) in [
             (Ok(unwritable(scratch.path())), "written"),
             (full(), "created"),
         ] {
             let copies = [first, unlinked_file(Some(scratch.path()))];
-            let (_, map) = materialize_into(copies.into_iter(), named.path(), &file, &layout)
-                .unwrap_or_else(|e| panic!("a first copy that cannot be {what}: {e}"));
+            let (_, map) =
+                materialize_into(copies.into_iter(), named.path(), &source, &layout, &table)
+                    .unwrap_or_else(|e| panic!("a first copy that cannot be {what}: {e}"));
             assert_eq!(&map[..], &logical[..], "a first copy that cannot be {what}");
         }
         let error = materialize_into(
             [Ok(unwritable(scratch.path())), full()].into_iter(),
             named.path(),
-            &file,
+            &source,
             &layout,
+            &table,
         )
         .unwrap_err();
         assert_eq!(error.code(), "IO", "{error}");
@@ -956,8 +976,9 @@ mod tests {
         let error = materialize_into(
             [full(), Ok(unwritable(scratch.path()))].into_iter(),
             named.path(),
-            &file,
+            &source,
             &layout,
+            &table,
         )
         .unwrap_err();
         assert_eq!(error.code(), "IO", "{error}");
@@ -982,8 +1003,10 @@ mod tests {
             taken += 1;
             Some(unlinked_file(None))
         });
-        let error =
-            materialize_into(copies, named.path(), &file, &segment_logical(&header)).unwrap_err();
+        let layout = segment_logical(&header);
+        let source = whole(&file, named.path()).unwrap();
+        let table = read_table(&source, named.path(), &layout).unwrap();
+        let error = materialize_into(copies, named.path(), &source, &layout, &table).unwrap_err();
         assert_eq!(error.code(), "CORRUPT", "{error}");
         assert_eq!(taken, 1);
     }
