@@ -526,7 +526,11 @@ fn logical_of(fixed: &[u8; ENTRIES_AT]) -> Option<crate::log::compressed::Logica
     let mut head = fixed.to_vec();
     head.get_mut(8..12)?
         .copy_from_slice(&PACK_VERSION.to_le_bytes());
-    Some(crate::log::compressed::Logical { head, len })
+    Some(crate::log::compressed::Logical {
+        head,
+        len,
+        records: false,
+    })
 }
 
 /// MSP-8: the compressed pack `file` (at `path`, whose fixed fields are `fixed`)

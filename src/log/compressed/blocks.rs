@@ -37,6 +37,11 @@ pub(crate) struct Logical {
     pub head: Vec<u8>,
     /// The logical bytes' length.
     pub len: u64,
+    /// Whether the bytes after the head are record frames to their end (a segment, CZ-1):
+    /// their lengths are followed as the blocks come, so that bytes that cannot be records
+    /// are refused at the first block that holds them, not once the whole claimed length
+    /// has been decompressed and written.
+    pub records: bool,
 }
 
 /// CZ-1: the logical segment a compressed segment with `header` stands for: its header
@@ -49,6 +54,7 @@ fn segment_logical(header: &SegmentHeader) -> Logical {
     Logical {
         head: head.encode().to_vec(),
         len: header.capacity,
+        records: true,
     }
 }
 
@@ -249,6 +255,9 @@ fn unpack_table<S: Source + ?Sized>(
     table: &Table,
     sink: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<()> {
+    let mut frames = logical
+        .records
+        .then(|| Frames::new(logical.head.len() as u64, logical.len));
     sink(0, &logical.head)?;
     let mut decompressor =
         zstd::bulk::Decompressor::new().map_err(|e| Error::io("zstd", path, &e))?;
@@ -275,10 +284,97 @@ fn unpack_table<S: Source + ?Sized>(
         if crc32c::crc32c(&bytes) != block.block_crc {
             return Err(bad("its logical bytes do not match block_crc"));
         }
+        if let Some(frames) = &mut frames {
+            frames.feed(block_at, &bytes).map_err(|(at, reason)| {
+                corrupt(path, usize::try_from(at).unwrap_or(usize::MAX), reason)
+            })?;
+        }
         sink(block_at, &bytes)?;
         at += u64::from(block.compressed_len);
     }
+    if let Some(frames) = frames
+        && frames.next != logical.len
+    {
+        return Err(corrupt(
+            path,
+            usize::try_from(frames.next).unwrap_or(usize::MAX),
+            "the records do not end where the logical segment does (CZ-1)",
+        ));
+    }
     Ok(())
+}
+
+/// The record frames of a logical segment followed by their lengths alone (REC-1) as its
+/// blocks come in order (CZ-1: its bytes after the header are records, to its end). Each
+/// record is checked when it is read (REC-4); this only refuses, early, bytes that cannot
+/// be records at all: a zero length (the zeros a claimed length would be padded with) or a
+/// frame past the end.
+struct Frames {
+    /// Where the next frame starts.
+    next: u64,
+    /// The logical segment's length.
+    end: u64,
+    /// The bytes of the previous block from `next` on, when its length field straddles
+    /// the boundary (at most 3).
+    carry: Vec<u8>,
+}
+
+impl Frames {
+    fn new(first: u64, end: u64) -> Self {
+        Self {
+            next: first,
+            end,
+            carry: Vec::new(),
+        }
+    }
+
+    /// Follows the frames whose length fields lie in `bytes`, the logical bytes at `at`.
+    ///
+    /// # Errors
+    /// The offset and the reason of a length that cannot be a record's.
+    fn feed(&mut self, at: u64, bytes: &[u8]) -> std::result::Result<(), (u64, &'static str)> {
+        let end = at + bytes.len() as u64;
+        let byte = |carry: &[u8], pos: u64| -> u8 {
+            if pos >= at {
+                usize::try_from(pos - at)
+                    .ok()
+                    .and_then(|i| bytes.get(i))
+                    .copied()
+                    .unwrap_or(0)
+            } else {
+                let from = at - carry.len() as u64;
+                usize::try_from(pos - from)
+                    .ok()
+                    .and_then(|i| carry.get(i))
+                    .copied()
+                    .unwrap_or(0)
+            }
+        };
+        while self.next + 4 <= end {
+            let field = [0, 1, 2, 3].map(|i| byte(&self.carry, self.next + i));
+            let len = u64::from(u32::from_le_bytes(field));
+            if len == 0 {
+                return Err((
+                    self.next,
+                    "a zero frame length inside the records: a compressed segment's logical \
+                     bytes are records to its end (CZ-1)",
+                ));
+            }
+            let frame = (8 + len).next_multiple_of(8);
+            if frame > self.end - self.next {
+                return Err((
+                    self.next,
+                    "a record frame past the end of the logical segment (CZ-1, REC-1)",
+                ));
+            }
+            self.next += frame;
+        }
+        let kept: Vec<u8> = (self.next.max(at - self.carry.len() as u64)..end)
+            .map(|pos| byte(&self.carry, pos))
+            .collect();
+        self.carry = kept;
+        Ok(())
+    }
 }
 
 /// The whole of `file` at `path`, read with `pread` (RD-8).
@@ -801,8 +897,11 @@ mod tests {
         DECOMPRESSED.with(std::cell::Cell::get)
     }
 
-    /// A logical segment: a header and `data_len` bytes of records-like content.
+    /// A logical segment: a header and about `data_len` bytes (rounded up to a multiple of 8,
+    /// at least 48) of record frames to its end (CZ-1), their bodies filler: frames of 48 to
+    /// about 250 bytes, each a length, a checksum field and bytes that compress somewhat.
     fn logical(data_len: usize, seed: u8) -> Vec<u8> {
+        let data_len = data_len.next_multiple_of(8).max(48);
         let header = SegmentHeader {
             log_id: [seed; 16],
             index: 3,
@@ -811,10 +910,27 @@ mod tests {
             incompat_features: super::super::super::segment::CHUNK_RECORDS,
         };
         let mut bytes = header.encode().to_vec();
-        bytes.extend((0..data_len).map(|i| {
-            let i = i as u64;
+        let filler = |i: u64| {
             u8::try_from((i * 2_654_435_761 % 251 + u64::from(seed)) % 7 * 31 % 256).unwrap_or(0)
-        }));
+        };
+        let mut remaining = data_len;
+        let mut n = 0_u64;
+        while remaining > 0 {
+            let want = usize::try_from(48 + (n * 2_654_435_761 + u64::from(seed)) % 200).unwrap();
+            let want = want.next_multiple_of(8);
+            let frame = if want + 48 > remaining {
+                remaining
+            } else {
+                want
+            };
+            let len = u32::try_from(frame - 8).unwrap();
+            bytes.extend_from_slice(&len.to_le_bytes());
+            bytes.extend_from_slice(&u32::try_from(n).unwrap().to_le_bytes());
+            let at = bytes.len() as u64;
+            bytes.extend((0..u64::from(len)).map(|i| filler(at + i)));
+            remaining -= frame;
+            n += 1;
+        }
         bytes
     }
 
@@ -1051,7 +1167,7 @@ mod tests {
 
         // The same file (inode) rewritten with other logical bytes of the same header.
         let mut second = first.clone();
-        second[100..200].fill(b'x');
+        second[72..100].fill(b'x'); // inside the first record's body
         let repacked = compress(&second, 4096, 3).unwrap().unwrap();
         std::fs::write(named.path(), &repacked).unwrap();
         let (_, map) = materialize(dir, named.path(), &file, &header).unwrap();
@@ -1105,5 +1221,51 @@ mod tests {
         assert!(kept.find(&key(3)).is_none(), "the least recently used goes");
         kept.clear();
         assert!(kept.find(&key(1)).is_none());
+    }
+
+    /// CZ-1: bytes that cannot be records are refused at the first block holding them, not
+    /// after the whole claimed length is decompressed: a segment claiming 16 MiB of zeros
+    /// (a few hundred bytes compressed) is refused at offset 64 before any block reaches
+    /// the copy; a frame running past the end is refused too.
+    #[test]
+    fn bytes_that_cannot_be_records_are_refused_at_their_block() {
+        let header = SegmentHeader {
+            log_id: [9; 16],
+            index: 1,
+            first_seq: 7,
+            capacity: 64 + (16 << 20),
+            incompat_features: 0,
+        };
+        let mut zeros = header.encode().to_vec();
+        zeros.resize(64 + (16 << 20), 0);
+        let packed = compress(&zeros, BLOCK_BYTES, 3).unwrap().unwrap();
+        assert!(packed.len() < 4096, "{} bytes", packed.len());
+        let (named, file) = stored(&packed);
+        let header = SegmentHeader::decode(&packed).unwrap();
+        let mut blocks = 0;
+        let error = unpack(
+            &whole(&file, named.path()).unwrap(),
+            named.path(),
+            &segment_logical(&header),
+            &mut |at, _| {
+                if at > 0 {
+                    blocks += 1;
+                }
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        assert_eq!(error.code(), "CORRUPT", "{error}");
+        assert!(error.to_string().contains("offset=64"), "{error}");
+        assert_eq!(blocks, 0, "no block reached the copy");
+
+        let mut long = logical(5000, 4);
+        let capacity = long.len();
+        // The first frame's length made to run past the end.
+        long[64..68].copy_from_slice(&u32::try_from(capacity).unwrap().to_le_bytes());
+        let packed = compress(&long, 4096, 3).unwrap().unwrap();
+        let (named, file) = stored(&packed);
+        let error = unpacked(&file, named.path()).unwrap_err();
+        assert!(error.to_string().contains("past the end"), "{error}");
     }
 }
