@@ -399,17 +399,7 @@ fn an_unreadable_checkpoint_is_an_error_never_a_missing_one() {
     use std::sync::Arc;
     use surfacelog::internals::log::LogOptions;
     use surfacelog::internals::storage::faulty::FaultyStorage;
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_or_create(dir.path(), store_options().segment_bytes(4096)).unwrap();
-    let mut session = store.create("s", None, None).unwrap();
-    for n in 1..=12 {
-        turn(
-            &mut session,
-            n,
-            &format!("question {n} {}", "x".repeat(200)),
-        );
-    }
-    session.close().unwrap();
+    let (dir, _store, _) = several_segments();
     let log = dir.path().join("sessions/s/log");
     let last = common::files_ending(&log, ".seg").pop().unwrap();
     assert_ne!(
@@ -482,18 +472,7 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 /// torn creation RCV-7 removes.
 #[test]
 fn a_damaged_last_segment_is_never_taken_for_an_unborn_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_or_create(dir.path(), store_options().segment_bytes(4096)).unwrap();
-    let mut session = store.create("s", None, None).unwrap();
-    for n in 1..=12 {
-        turn(
-            &mut session,
-            n,
-            &format!("question {n} {}", "x".repeat(200)),
-        );
-    }
-    let stored = session.seq_next();
-    session.close().unwrap();
+    let (dir, store, stored) = several_segments();
     let session_dir = dir.path().join("sessions/s");
     for cache in ["checkpoint", "messages"] {
         let _ = std::fs::remove_file(session_dir.join(cache));
@@ -554,17 +533,7 @@ fn a_damaged_last_segment_is_never_taken_for_an_unborn_one() {
 fn a_failed_scan_is_io_and_the_next_read_tries_again() {
     use std::sync::Arc;
     use surfacelog::internals::storage::faulty::FaultyStorage;
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_or_create(dir.path(), store_options().segment_bytes(4096)).unwrap();
-    let mut session = store.create("s", None, None).unwrap();
-    for n in 1..=12 {
-        turn(
-            &mut session,
-            n,
-            &format!("question {n} {}", "x".repeat(200)),
-        );
-    }
-    session.close().unwrap();
+    let (dir, _store, _) = several_segments();
     let log = dir.path().join("sessions/s/log");
     let segments = common::files_ending(&log, ".seg");
     let second = &segments[1];
@@ -611,18 +580,7 @@ fn a_failed_scan_is_io_and_the_next_read_tries_again() {
 #[test]
 fn slv_2a_salvage_mends_a_segment_of_a_length_no_writer_gives() {
     let build = || {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_or_create(dir.path(), store_options().segment_bytes(4096)).unwrap();
-        let mut session = store.create("s", None, None).unwrap();
-        for n in 1..=12 {
-            turn(
-                &mut session,
-                n,
-                &format!("question {n} {}", "x".repeat(200)),
-            );
-        }
-        let stored = session.seq_next();
-        session.close().unwrap();
+        let (dir, store, stored) = several_segments();
         let segments = common::files_ending(&dir.path().join("sessions/s/log"), ".seg");
         (dir, store, stored, segments)
     };
@@ -729,4 +687,22 @@ fn a_zeroed_grown_last_segment_is_damage_without_an_index() {
         );
     }
     assert_eq!(snapshot(dir.path()), before, "nothing removed");
+}
+
+/// A closed session `s` of 12 turns in segments of 4 KiB (several of them), and how many
+/// events it holds.
+fn several_segments() -> (tempfile::TempDir, Store, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_or_create(dir.path(), store_options().segment_bytes(4096)).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    for n in 1..=12 {
+        turn(
+            &mut session,
+            n,
+            &format!("question {n} {}", "x".repeat(200)),
+        );
+    }
+    let stored = session.seq_next();
+    session.close().unwrap();
+    (dir, store, stored)
 }

@@ -882,15 +882,19 @@ fn create_segment(storage: &dyn Storage, dir: &Path, header: &SegmentHeader) -> 
 /// # Errors
 /// `IO`.
 pub(crate) fn create_first_segment(storage: &dyn Storage, dir: &Path) -> Result<()> {
-    let options = super::LogOptions::default();
-    let header = SegmentHeader {
+    let header = first_header(dir, &super::LogOptions::default());
+    create_segment(storage, dir, &header).map(drop)
+}
+
+/// The header of segment 0 of a new log in `dir` (a new `log_id`), as `options` say.
+fn first_header(dir: &Path, options: &super::LogOptions) -> SegmentHeader {
+    SegmentHeader {
         log_id: new_log_id(dir),
         index: 0,
         first_seq: 0,
         capacity: options.segment_capacity(),
         incompat_features: options.segment_features(),
-    };
-    create_segment(storage, dir, &header).map(drop)
+    }
 }
 
 /// SEG-6 without the directory sync: a segment file with its header, synced. For a log
@@ -1009,13 +1013,7 @@ fn recover(
         if marks.durable_seq > 0 {
             return Err(missing_events(dir, 0, 0, marks.durable_seq));
         }
-        let header = SegmentHeader {
-            log_id: new_log_id(dir),
-            index: 0,
-            first_seq: 0,
-            capacity: options.segment_capacity(),
-            incompat_features: options.segment_features(),
-        };
+        let header = first_header(dir, options);
         let file = create_segment(storage, dir, &header)?;
         let mut state = new_state(file, header, SEGMENT_HEADER_LEN as u64, Vec::new(), 0);
         state.file_len = initial_len(&header);

@@ -1076,32 +1076,23 @@ mod tests {
                     .unwrap_or_else(|e| panic!("a first copy that cannot be {what}: {e}"));
             assert_eq!(&map[..], &logical[..], "a first copy that cannot be {what}");
         }
-        let error = materialize_into(
-            [Ok(unwritable(scratch.path())), full()].into_iter(),
-            named.path(),
-            &source,
-            &layout,
-            &table,
-        )
-        .unwrap_err();
-        assert_eq!(error.code(), "IO", "{error}");
-        assert!(
-            error.to_string().contains("create a decompressed copy"),
-            "{error}"
-        );
-        let error = materialize_into(
-            [full(), Ok(unwritable(scratch.path()))].into_iter(),
-            named.path(),
-            &source,
-            &layout,
-            &table,
-        )
-        .unwrap_err();
-        assert_eq!(error.code(), "IO", "{error}");
-        assert!(
-            error.to_string().contains("write the decompressed copy"),
-            "{error}"
-        );
+        // Both places fail: the last failure is the error.
+        for (copies, last) in [
+            (
+                [Ok(unwritable(scratch.path())), full()],
+                "create a decompressed copy",
+            ),
+            (
+                [full(), Ok(unwritable(scratch.path()))],
+                "write the decompressed copy",
+            ),
+        ] {
+            let error =
+                materialize_into(copies.into_iter(), named.path(), &source, &layout, &table)
+                    .unwrap_err();
+            assert_eq!(error.code(), "IO", "{error}");
+            assert!(error.to_string().contains(last), "{error}");
+        }
     }
 
     /// CZ-4: damage is reported from the first place: no second copy is made of bytes that
