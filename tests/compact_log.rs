@@ -1154,3 +1154,34 @@ fn slv_1_an_unreadable_limit_is_io_not_damage() {
     }
     assert!(refused > 0);
 }
+
+/// SLV-3: a salvage of a fork cut short after it moved segment 0 aside but before its
+/// limit file is finished by the next: the limit left behind goes to quarantine too, so
+/// the new segment 0 is not taken for a limited one, and the log opens, empty.
+#[test]
+fn slv_3_a_limit_left_without_its_segment_is_set_aside_too() {
+    let root = tempfile::tempdir().unwrap();
+    let s = store(root.path(), true, 1 << 20);
+    fill(&s, "s", 3, 4);
+    drop(s.fork("s", surfacelog::Boundary::Last, "c").unwrap());
+    let dir = log_dir(&s, "c");
+    let names: Vec<String> = files(&dir).into_keys().collect();
+    assert!(names.iter().any(|n| has_extension(n, "lim")), "{names:?}");
+    for name in names.iter().filter(|n| has_extension(n, "seg")) {
+        std::fs::rename(dir.join(name), dir.join(format!("{name}.0.quarantine"))).unwrap();
+    }
+    let report = s.salvage("c").unwrap();
+    assert!(
+        report
+            .log
+            .set_aside
+            .iter()
+            .any(|a| has_extension(&a.from.to_string_lossy(), "lim")),
+        "{report:?}"
+    );
+    assert!(!files(&dir).keys().any(|n| has_extension(n, "lim")));
+    assert_eq!(LogReader::open(&dir).unwrap().seq_next(), 0);
+    let (mut session, _) = s.open_session("c").unwrap();
+    common::turn_start(&mut session, 1);
+    session.close().unwrap();
+}

@@ -437,3 +437,31 @@ fn demo_a_deleted_last_segment_of_the_fork_is_corrupt_through_the_cli() {
     let (session, _) = store.open_session("demo-fork").unwrap();
     assert!(session.seq_next() >= 12);
 }
+
+/// RCV-7, SEG-6: a zeroed last segment an earlier build left when a crash cut its creation
+/// short (created at its full configured capacity, more than 64 KiB) is still a torn
+/// creation when the segment before it has another capacity (one made for an oversized
+/// record): the writer's configured capacity is one its creation leaves. It is removed,
+/// and every event is kept.
+#[test]
+fn rcv_7_an_earlier_builds_torn_creation_at_the_configured_capacity_is_removed() {
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("log");
+    let options = || log_options(Durability::Manual, 256 << 10);
+    let (writer, _) = LogWriter::open(&dir, options()).unwrap();
+    writer.append(&[padded_event(0, 10)]).unwrap();
+    writer.append(&[padded_event(1, 400 << 10)]).unwrap();
+    writer.close().unwrap();
+    let segments = files_ending(&dir, ".seg");
+    assert_eq!(
+        segments.len(),
+        2,
+        "the oversized record has a segment of its own"
+    );
+    let torn = dir.join("00000000000000000002.seg");
+    std::fs::write(&torn, vec![0; 256 << 10]).unwrap();
+    let (writer, report) = LogWriter::open(&dir, options()).unwrap();
+    assert_eq!(report.removed_segment.as_deref(), Some(torn.as_path()));
+    assert_eq!(writer.seq_next(), 2);
+    writer.close().unwrap();
+}

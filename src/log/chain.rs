@@ -71,10 +71,13 @@ impl Unborn {
     /// during its creation), if it is: it holds a valid record at some 8-aligned offset
     /// (its header is damaged, and its records are the log's); its length is one no
     /// creation leaves (SEG-6: a file is created empty, then `min(capacity, 64 KiB)` long,
-    /// 136 to 65,536 bytes, or by earlier builds its full capacity, taken to be that of the
-    /// segment before it, `previous`); or its index, which only a segment that held records
-    /// is given (§5), checks out for this log (`log_id`, when the segment before it says
-    /// it) and lists records: durable ones (RCV-13). Read with `pread` inside the file's data
+    /// 136 to 65,536 bytes, or by earlier builds its full capacity: taken to be that of the
+    /// segment before it, `previous`, or the `configured` one, since the file's own header
+    /// is what is missing); or its index, which only a segment that held records is given
+    /// (§5), checks out for this log (`log_id`, when the segment before it says it) and
+    /// lists records: durable ones (RCV-13). A length that fits neither is refused rather
+    /// than guessed at: a segment that held records is never removed as a torn creation
+    /// (salvage, SLV-1, sets it aside if a person decides it is one). Read with `pread` inside the file's data
     /// regions, never through the map (RD-8): a segment being created has holes.
     ///
     /// # Errors
@@ -84,6 +87,7 @@ impl Unborn {
         &self,
         storage: &dyn Storage,
         previous: Option<&SegmentHeader>,
+        configured: u64,
     ) -> Result<Option<String>> {
         let log_id = previous.map(|header| &header.log_id);
         let file = storage
@@ -95,7 +99,8 @@ impl Unborn {
             .len();
         let created = len == 0
             || (MIN_CREATED_LEN..=super::segment::SEGMENT_GROW_BYTES).contains(&len)
-            || previous.is_some_and(|header| header.capacity == len);
+            || previous.is_some_and(|header| header.capacity == len)
+            || len == configured;
         if !created {
             return Ok(Some(format!(
                 "{}, and {len} bytes long: a length no segment's creation leaves (SEG-6)",

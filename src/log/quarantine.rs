@@ -198,7 +198,13 @@ pub fn salvage(
     let mut report = LogSalvage::default();
     if firsts.is_empty() {
         // SLV-3, LOG-2: a log without segments (a salvage that set aside segment 0 and was
-        // cut short before it made a new one) starts again, empty.
+        // cut short before it made a new one) starts again, empty; a limit file left
+        // behind (its segment moved first) would limit the new segment 0, so it goes too.
+        for &first in &limits {
+            if let Some(moved) = move_aside(storage, dir, &limit_name(first))? {
+                report.set_aside.push(moved);
+            }
+        }
         super::writer::create_first_segment(storage, dir)?;
         then(&report)?;
         return Ok(report);

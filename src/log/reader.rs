@@ -280,7 +280,11 @@ impl LogReader {
             // leaves or an index listing records has a damaged header, and its records are
             // the log's: never read as if it were not there (RD-6).
             let previous = chain.segments.last().map(|last| &last.header);
-            if let Some(reason) = unborn.damage(&*storage, previous)? {
+            if let Some(reason) = unborn.damage(
+                &*storage,
+                previous,
+                super::LogOptions::default().segment_capacity(),
+            )? {
                 return Err(corrupt(&unborn.path, 0, &reason));
             }
         }

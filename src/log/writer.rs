@@ -976,7 +976,7 @@ fn recover(
             return Err(corrupt(&unborn.path, 0, unborn.reason));
         }
         let previous = chain.segments.last().map(|last| &last.header);
-        if let Some(reason) = unborn.damage(storage, previous)? {
+        if let Some(reason) = unborn.damage(storage, previous, options.segment_capacity())? {
             return Err(corrupt(&unborn.path, 0, &reason));
         }
         // RCV-14: unless a durable mark says it held events, checked before anything is
