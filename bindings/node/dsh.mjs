@@ -185,16 +185,23 @@ class SurfacelogHooks {
     return this.importing;
   }
 
-  /** The stored prefix, its revision, and a torn marker iff a torn tail must go. The
-   * marker is the revision read: a repair of another state is refused as stale. */
-  async loadStored(id, signal) {
+  /** A read hook's start (§1.15): the signal checked before and after waiting for the
+   * import, and the id as the store holds it, `null` for one it never stores. */
+  async readable(id, signal) {
     check(signal);
     await released(this.ready(), signal);
     check(signal);
-    if (storedId(id) === null) return undefined;
-    const read = await this.store.load(String(id), 0);
+    return storedId(id);
+  }
+
+  /** The stored prefix, its revision, and a torn marker iff a torn tail must go. The
+   * marker is the revision read: a repair of another state is refused as stale. */
+  async loadStored(id, signal) {
+    const key = await this.readable(id, signal);
+    if (key === null) return undefined;
+    const read = await this.store.load(key, 0);
     check(signal);
-    if (read === null) return this.refusedRead(String(id));
+    if (read === null) return this.refusedRead(key);
     const prefix = {
       meta: logicalHeader(read.header),
       events: JSON.parse(read.events),
@@ -205,26 +212,22 @@ class SurfacelogHooks {
   }
 
   async readStoredRevision(id, signal) {
+    const key = await this.readable(id, signal);
+    if (key === null) return undefined;
+    const revision = await this.store.revision(key);
     check(signal);
-    await released(this.ready(), signal);
-    check(signal);
-    if (storedId(id) === null) return undefined;
-    const revision = await this.store.revision(String(id));
-    check(signal);
-    if (revision === null) return this.refusedRead(String(id))?.revision;
+    if (revision === null) return this.refusedRead(key)?.revision;
     return SessionPersistenceRevision(revision);
   }
 
   /** A seek read of the events from `fromSeq` on: no marker, no mutation (§1.10). */
   async loadStoredFrom(id, fromSeq, signal) {
-    check(signal);
-    await released(this.ready(), signal);
-    check(signal);
-    if (storedId(id) === null) return undefined;
-    const read = await this.store.load(String(id), fromSeq);
+    const key = await this.readable(id, signal);
+    if (key === null) return undefined;
+    const read = await this.store.load(key, fromSeq);
     check(signal);
     if (read === null) {
-      const refused = this.refusedRead(String(id));
+      const refused = this.refusedRead(key);
       return refused && { meta: refused.meta, events: [] };
     }
     return { meta: logicalHeader(read.header), events: JSON.parse(read.events) };

@@ -271,13 +271,9 @@ pub fn salvage(
     // SEG-6, SEG-8: a segment whose records all check out but whose length no writer gives
     // it is rewritten with the same bytes at a length it allows; nothing is lost.
     for (end, opened) in &misfits {
-        let first = opened.header.first_seq;
-        let path = seq_file_path(dir, first, ".seg");
-        let tmp = dir.join(format!("{}.tmp", seq_file_name(first, ".seg")));
-        let kept = opened.map.get(..*end).unwrap_or_default();
-        let len = super::segment::grown_len(*end as u64, opened.header.capacity);
-        crate::storage::replace_file(storage, &tmp, &path, kept, len)?;
-        report.resized.push(path);
+        report
+            .resized
+            .push(keep_prefix(storage, dir, opened, *end)?);
         changed = true;
     }
     if let Some(first) = last {
@@ -565,6 +561,22 @@ fn set_aside(
     Ok(())
 }
 
+/// SLV-2, SLV-2a: replaces the segment `opened`, by rename, with a synced copy of its
+/// bytes before `end` at a length the writer could have given it (SEG-6: the same
+/// capacity, zeros after). Returns the segment's path.
+///
+/// # Errors
+/// `IO`.
+fn keep_prefix(storage: &dyn Storage, dir: &Path, opened: &Opened, end: usize) -> Result<PathBuf> {
+    let first = opened.header.first_seq;
+    let path = seq_file_path(dir, first, ".seg");
+    let tmp = dir.join(format!("{}.tmp", seq_file_name(first, ".seg")));
+    let kept = opened.map.get(..end).unwrap_or_default();
+    let len = super::segment::grown_len(end as u64, opened.header.capacity);
+    crate::storage::replace_file(storage, &tmp, &path, kept, len)?;
+    Ok(path)
+}
+
 /// SEG-6, SEG-8: whether the plain, unlimited segment `opened` has a file length its
 /// writer never gives it (another process cut or extended it): salvage rewrites it at one
 /// it does.
@@ -634,11 +646,7 @@ fn cut_segment(
             quarantine,
         });
     }
-    let tmp = dir.join(format!("{}.tmp", seq_file_name(first, ".seg")));
-    let kept = opened.map.get(..offset).unwrap_or_default();
-    // SEG-6: a length the writer could have given it, holding the kept bytes.
-    let len = super::segment::grown_len(offset as u64, opened.header.capacity);
-    crate::storage::replace_file(storage, &tmp, &path, kept, len)?;
+    keep_prefix(storage, dir, opened, offset)?;
     let _ = storage.remove_file(&dir.join(index_name(first)));
     if opened.limit.is_some()
         && let Some(moved) = move_aside(storage, dir, &limit_name(first))?

@@ -492,16 +492,8 @@ impl VerbatimStore {
     /// `CORRUPT` for a session whose header or log is damaged: the whole listing is
     /// refused, never shortened; `IO`.
     pub fn list(&self) -> Result<Vec<(String, String)>> {
-        let sessions = self.root.join("sessions");
-        let entries = match std::fs::read_dir(&sessions) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io("read_dir", &sessions, &e)),
-        };
         let mut listed = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io("read_dir", &sessions, &e))?;
-            let dir = entry.path();
+        for dir in self.session_dirs()? {
             let read = self.with_reader(&dir, |header, reader, writing| {
                 let torn = torn_tail(reader, writing)?;
                 Ok((header, revision(reader, writing, torn.is_some())?))
@@ -528,17 +520,8 @@ impl VerbatimStore {
     /// # Errors
     /// `CORRUPT` for a session whose header is damaged; `IO`.
     pub fn list_headers(&self) -> Result<Vec<String>> {
-        let sessions = self.root.join("sessions");
-        let entries = match std::fs::read_dir(&sessions) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io("read_dir", &sessions, &e)),
-        };
         let mut headers = Vec::new();
-        for entry in entries {
-            let dir = entry
-                .map_err(|e| Error::io("read_dir", &sessions, &e))?
-                .path();
+        for dir in self.session_dirs()? {
             match read_header(&dir) {
                 Ok(header) => headers.push(header),
                 // VBT-10: a session gone since it was listed is skipped.
@@ -547,6 +530,27 @@ impl VerbatimStore {
             }
         }
         Ok(headers)
+    }
+
+    /// The directories under `sessions/`, in directory order (VBT-10); none before the
+    /// first session is created.
+    ///
+    /// # Errors
+    /// `IO`.
+    fn session_dirs(&self) -> Result<Vec<PathBuf>> {
+        let sessions = self.root.join("sessions");
+        let entries = match std::fs::read_dir(&sessions) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("read_dir", &sessions, &e)),
+        };
+        entries
+            .map(|entry| {
+                entry
+                    .map(|entry| entry.path())
+                    .map_err(|e| Error::io("read_dir", &sessions, &e))
+            })
+            .collect()
     }
 
     /// Runs `read` with the header, a reader of the session in `dir` and whether this store

@@ -261,22 +261,15 @@ fn unpack_table<S: Source + ?Sized>(
     sink(0, &logical.head)?;
     let mut decompressor =
         zstd::bulk::Decompressor::new().map_err(|e| Error::io("zstd", path, &e))?;
-    let mut compressed = Vec::new();
     let mut bytes = Vec::new();
-    let mut at = table.data_at;
-    for (i, block) in table.blocks.iter().enumerate() {
+    each_frame(file, path, table, |i, at, block, compressed| {
         let offset = usize::try_from(at).unwrap_or(usize::MAX);
         let bad = |reason: &str| corrupt(path, offset, &format!("block {i}: {reason} (CZ-3)"));
-        compressed.resize(block.compressed_len as usize, 0);
-        read_exact(file, path, &mut compressed, at)?;
-        if crc32c::crc32c(&compressed) != block.frame_crc {
-            return Err(bad("its compressed bytes do not match frame_crc"));
-        }
         let (block_at, block_len) = table.logical(i, logical);
         bytes.clear();
         bytes.reserve_exact(block_len);
         let n = decompressor
-            .decompress_to_buffer(&compressed[..], &mut bytes)
+            .decompress_to_buffer(compressed, &mut bytes)
             .map_err(|e| bad(&format!("does not decompress: {e}")))?;
         if n != block_len || bytes.len() != block_len {
             return Err(bad(&format!("decompresses to {n} bytes, not {block_len}")));
@@ -289,9 +282,8 @@ fn unpack_table<S: Source + ?Sized>(
                 corrupt(path, usize::try_from(at).unwrap_or(usize::MAX), reason)
             })?;
         }
-        sink(block_at, &bytes)?;
-        at += u64::from(block.compressed_len);
-    }
+        sink(block_at, &bytes)
+    })?;
     if let Some(frames) = frames
         && frames.next != logical.len
     {
@@ -490,6 +482,21 @@ pub(crate) fn materialize_logical(
 /// # Errors
 /// `CORRUPT` naming `path` and the block's offset; `IO`.
 fn check_frames<S: Source + ?Sized>(file: &S, path: &Path, table: &Table) -> Result<()> {
+    each_frame(file, path, table, |_, _, _, _| Ok(()))
+}
+
+/// CZ-3: the compressed bytes of each block of `file` (at `path`, whose checked table is
+/// `table`), read in order and checked against its `frame_crc`, handed to `each` with the
+/// block's number, file offset and table entry.
+///
+/// # Errors
+/// `CORRUPT` naming `path` and the block's offset; `IO`; what `each` returns.
+fn each_frame<S: Source + ?Sized>(
+    file: &S,
+    path: &Path,
+    table: &Table,
+    mut each: impl FnMut(usize, u64, &Entry, &[u8]) -> Result<()>,
+) -> Result<()> {
     let mut compressed = Vec::new();
     let mut at = table.data_at;
     for (i, block) in table.blocks.iter().enumerate() {
@@ -503,6 +510,7 @@ fn check_frames<S: Source + ?Sized>(file: &S, path: &Path, table: &Table) -> Res
                 &format!("block {i}: its compressed bytes do not match frame_crc (CZ-3)"),
             ));
         }
+        each(i, at, block, &compressed)?;
         at += u64::from(block.compressed_len);
     }
     Ok(())
