@@ -13,10 +13,11 @@ use std::sync::Arc;
 #[cfg(feature = "dsh")]
 use surfacelog::internals::adapters::rows;
 use surfacelog::internals::clock::ManualClock;
-use surfacelog::internals::event::{EventSource, SurfaceOp, Vocabulary};
+use surfacelog::internals::event::{SurfaceOp, Vocabulary};
 use surfacelog::internals::json::{Json, Kind, Value, equal};
-use surfacelog::internals::session::{Boundary, MemStore, Options, Session};
+use surfacelog::internals::session::{Boundary, MemStore, Options, Session, SessionLog};
 use surfacelog::internals::surface::Surface;
+use surfacelog::{Store, StoreOptions, StoredSession};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/conformance");
 
@@ -212,7 +213,10 @@ fn now_of(case: Value<'_, '_>) -> i64 {
 }
 
 /// The session state object of the README, field by field.
-fn compare_state(session: &Session, expected: Value<'_, '_>) -> Result<(), String> {
+fn compare_state<L: SessionLog>(
+    session: &Session<L>,
+    expected: Value<'_, '_>,
+) -> Result<(), String> {
     let log = session.log();
     let events: Vec<String> = (0..log.seq_next())
         .map(|s| log.event(s).unwrap().unwrap().text().into_owned())
@@ -324,19 +328,32 @@ fn fold_family() {
     .assert_all_pass();
 }
 
-fn seed_like(family: &'static str) {
+fn seed_like(family: &'static str, backend: Backend) {
     Family::run(family, |name, case, expected| {
         let id = case.get("id").and_then(|i| i.as_str()).unwrap();
-        let (options, _clock) = options(now_of(case), false);
+        let (options, clock) = options(now_of(case), false);
         let header = case.get("header").map(|h| h.raw());
         let events = texts(case.get("events"));
-        let outcome = if family == "seed" {
-            Session::create(&id, header, Some(&events), options)
-        } else {
-            Session::resume(&id, header.unwrap(), &events, options).map(|(s, _)| s)
+        let outcome = match backend {
+            Backend::Memory if family == "seed" => {
+                Session::create(&id, header, Some(&events), options).map(Child::Memory)
+            }
+            Backend::Memory => Session::resume(&id, header.unwrap(), &events, options)
+                .map(|(s, _)| Child::Memory(s)),
+            Backend::Disk => {
+                let dir = tempfile::tempdir().unwrap();
+                let store = Store::open_or_create(dir.path(), store_options(&clock, false))
+                    .map_err(|e| format!("store: {e:?}"))?;
+                let session = if family == "seed" {
+                    store.create(&id, header, Some(&events))
+                } else {
+                    restore_on_disk(&store, &id, header.unwrap(), &events)
+                };
+                session.map(Child::Disk)
+            }
         };
         match (outcome, expected_ok(expected)) {
-            (Ok(session), true) => compare_state(&session, expected),
+            (Ok(session), true) => session.compare_state(expected),
             (Err(e), false) => check_refusal(name, &e),
             (Ok(_), false) => Err("accepted, expected a refusal".into()),
             (Err(e), true) => Err(format!("refused: {e:?}")),
@@ -345,29 +362,171 @@ fn seed_like(family: &'static str) {
     .assert_all_pass();
 }
 
+/// The restore family on disk: the stored log imported (contract §5, import row), then
+/// resumed.
+fn restore_on_disk(
+    store: &Store,
+    id: &str,
+    header: &str,
+    events: &[&str],
+) -> Result<StoredSession, surfacelog::Error> {
+    let mut import = store.import(id, header)?;
+    for event in events {
+        import.push(event)?;
+    }
+    import.finish()?;
+    store.resume(id).map(|(session, _)| session)
+}
+
 #[test]
 fn seed_family() {
-    seed_like("seed");
+    seed_like("seed", Backend::Memory);
+}
+
+#[test]
+fn seed_family_on_disk() {
+    seed_like("seed", Backend::Disk);
 }
 
 #[test]
 fn restore_family() {
-    seed_like("restore");
+    seed_like("restore", Backend::Memory);
+}
+
+#[test]
+fn restore_family_on_disk() {
+    seed_like("restore", Backend::Disk);
 }
 
 /// Per op: the committed seq and time, or the refusal.
 type OpResults = Vec<Result<(u64, i64), surfacelog::Error>>;
 
-/// Builds the source session of an append or fork case and runs its ops. Returns the
-/// store, and per op the outcome; `Err` when creation itself failed.
-fn run_ops(case: Value<'_, '_>) -> Result<(MemStore, OpResults), surfacelog::Error> {
+/// Where a case runs: the in-memory sessions of the pure API, or a store on disk (the
+/// facade, in a temporary directory). Both must give every result and state the vectors
+/// give (contract §5 to §9 hold for both).
+#[derive(Clone, Copy)]
+enum Backend {
+    Memory,
+    Disk,
+}
+
+/// A case's source session and its store, in one backend. On disk the source stays open
+/// (its first live seq is its own, not a reopen's), and a fork reads it meanwhile.
+#[expect(clippy::large_enum_variant, reason = "one per case, on the stack for a moment")]
+enum Ran {
+    Memory(MemStore),
+    Disk {
+        _dir: tempfile::TempDir,
+        store: Store,
+        source: StoredSession,
+    },
+}
+
+impl Ran {
+    /// Compares the source session `id`'s state with `expected`.
+    fn compare_source(&self, id: &str, expected: Value<'_, '_>) -> Result<(), String> {
+        match self {
+            Self::Memory(store) => compare_state(store.get(id).unwrap(), expected),
+            Self::Disk { source, .. } => compare_state(source, expected),
+        }
+    }
+
+    /// The source's event texts and header text.
+    fn source_texts(&self, id: &str) -> (Vec<String>, String) {
+        fn texts_of<L: SessionLog>(session: &Session<L>) -> (Vec<String>, String) {
+            let events = (0..session.seq_next())
+                .map(|s| session.event(s).unwrap().unwrap().text().into_owned())
+                .collect();
+            (events, session.header().text().to_owned())
+        }
+        match self {
+            Self::Memory(store) => texts_of(store.get(id).unwrap()),
+            Self::Disk { source, .. } => texts_of(source),
+        }
+    }
+
+    /// Forks the source into `child` and compares the child's state with `expected`.
+    fn fork(
+        &mut self,
+        id: &str,
+        boundary: Boundary,
+        child: &str,
+    ) -> Result<Child, surfacelog::Error> {
+        match self {
+            Self::Memory(store) => {
+                store.fork(id, boundary, child)?;
+                Ok(Child::Memory(store.get(child).unwrap().clone()))
+            }
+            Self::Disk { store, .. } => store.fork(id, boundary, child).map(Child::Disk),
+        }
+    }
+}
+
+/// A fork's child, in the backend of its source.
+#[expect(clippy::large_enum_variant, reason = "one per case, on the stack for a moment")]
+enum Child {
+    Memory(Session),
+    Disk(StoredSession),
+}
+
+impl Child {
+    fn compare_state(&self, expected: Value<'_, '_>) -> Result<(), String> {
+        match self {
+            Self::Memory(session) => compare_state(session, expected),
+            Self::Disk(session) => compare_state(session, expected),
+        }
+    }
+}
+
+/// Builds the source session of an append or fork case in `backend` and runs its ops.
+/// Returns the store, and per op the outcome; `Err` when creation itself failed.
+fn run_ops(
+    case: Value<'_, '_>,
+    backend: Backend,
+) -> Result<(Ran, Arc<ManualClock>, OpResults), surfacelog::Error> {
     let id = case.get("id").and_then(|i| i.as_str()).unwrap();
     let invariants = case.get("invariants").is_some_and(|i| i.is_true());
     let (options, clock) = options(now_of(case), invariants);
-    let mut store = MemStore::new(options);
     let header = case.get("header").map(|h| h.raw());
     let seed = case.get("seed").map(|s| texts(Some(s)));
-    let session = store.create(&id, header, seed.as_deref())?;
+    let results;
+    let ran = match backend {
+        Backend::Memory => {
+            let mut store = MemStore::new(options);
+            let session = store.create(&id, header, seed.as_deref())?;
+            results = apply_ops(session, case, &clock);
+            Ran::Memory(store)
+        }
+        Backend::Disk => {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open_or_create(dir.path(), store_options(&clock, invariants))?;
+            let mut source = store.create(&id, header, seed.as_deref())?;
+            results = apply_ops(&mut source, case, &clock);
+            Ran::Disk {
+                _dir: dir,
+                store,
+                source,
+            }
+        }
+    };
+    // Everything after the ops (the fork) runs at the case's `now`.
+    clock.set(now_of(case));
+    Ok((ran, clock, results))
+}
+
+fn store_options(clock: &Arc<ManualClock>, invariants: bool) -> StoreOptions {
+    StoreOptions::new()
+        .clock(clock.clone())
+        .invariants(invariants)
+}
+
+/// Appends a case's ops, each at its time: per op the committed seq and time, or the
+/// refusal.
+fn apply_ops<L: SessionLog>(
+    session: &mut Session<L>,
+    case: Value<'_, '_>,
+    clock: &ManualClock,
+) -> OpResults {
     let mut results = Vec::new();
     for op in case.get("ops").unwrap().elements() {
         let time = op.get("time").and_then(|t| t.as_safe_int()).unwrap();
@@ -382,9 +541,7 @@ fn run_ops(case: Value<'_, '_>) -> Result<(MemStore, OpResults), surfacelog::Err
         );
         results.push(outcome.map(|seq| (seq, session.event(seq).unwrap().unwrap().time)));
     }
-    // Everything after the ops (the fork) runs at the case's `now`.
-    clock.set(now_of(case));
-    Ok((store, results))
+    results
 }
 
 fn compare_results(
@@ -486,32 +643,41 @@ fn check_op_deviation(
     }
 }
 
-fn check_append(name: &str, case: Value<'_, '_>, expected: Value<'_, '_>) -> Result<(), String> {
-    let id = case.get("id").and_then(|i| i.as_str()).unwrap();
-    let (store, results) = match run_ops(case) {
-        Ok(ran) => ran,
-        Err(e)
-            if !expected_ok(expected)
-                && expected.get("stage").is_some_and(|s| s.is_str("create")) =>
-        {
-            return if e.code().starts_with("INV_") {
-                Ok(())
-            } else {
-                Err(format!("creation refused with {e:?}, expected INV_*"))
-            };
+fn check_append(
+    backend: Backend,
+) -> impl Fn(&str, Value<'_, '_>, Value<'_, '_>) -> Result<(), String> {
+    move |name, case, expected| {
+        let id = case.get("id").and_then(|i| i.as_str()).unwrap();
+        let (ran, _clock, results) = match run_ops(case, backend) {
+            Ok(ran) => ran,
+            Err(e)
+                if !expected_ok(expected)
+                    && expected.get("stage").is_some_and(|s| s.is_str("create")) =>
+            {
+                return if e.code().starts_with("INV_") {
+                    Ok(())
+                } else {
+                    Err(format!("creation refused with {e:?}, expected INV_*"))
+                };
+            }
+            Err(e) => return Err(format!("creation refused: {e:?}")),
+        };
+        if check_op_deviation(name, case, &results, expected)? {
+            return Ok(());
         }
-        Err(e) => return Err(format!("creation refused: {e:?}")),
-    };
-    if check_op_deviation(name, case, &results, expected)? {
-        return Ok(());
+        compare_results(&results, expected, results.len())?;
+        ran.compare_source(&id, expected)
     }
-    compare_results(&results, expected, results.len())?;
-    compare_state(store.get(&id).unwrap(), expected)
 }
 
 #[test]
 fn append_family() {
-    Family::run("append", check_append).assert_all_pass();
+    Family::run("append", check_append(Backend::Memory)).assert_all_pass();
+}
+
+#[test]
+fn append_family_on_disk() {
+    Family::run("append", check_append(Backend::Disk)).assert_all_pass();
 }
 
 /// The null-step deviation has no public case (README), so these are made here, in the
@@ -528,7 +694,7 @@ fn check_line(line: &str) -> Result<(), String> {
     let json = Json::parse(line).unwrap();
     let root = json.root();
     let name = root.get("name").and_then(|n| n.as_str()).unwrap();
-    check_append(
+    check_append(Backend::Memory)(
         &name,
         root.get("case").unwrap(),
         root.get("expected").unwrap(),
@@ -587,31 +753,25 @@ fn repair_family() {
     .assert_all_pass();
 }
 
-#[test]
-fn fork_family() {
-    Family::run("fork", |name, case, expected| {
+fn check_fork(
+    backend: Backend,
+) -> impl Fn(&str, Value<'_, '_>, Value<'_, '_>) -> Result<(), String> {
+    move |name, case, expected| {
         let id = case.get("id").and_then(|i| i.as_str()).unwrap();
-        let (mut store, results) = run_ops(case).map_err(|e| format!("creation refused: {e:?}"))?;
+        let (mut ran, _clock, results) =
+            run_ops(case, backend).map_err(|e| format!("creation refused: {e:?}"))?;
         if check_op_deviation(name, case, &results, expected)? {
             return Ok(());
         }
         compare_results(&results, expected, results.len())?;
-        let before: Vec<String> = {
-            let source = store.get(&id).unwrap();
-            (0..source.seq_next())
-                .map(|s| source.event(s).unwrap().unwrap().text().into_owned())
-                .collect()
-        };
+        let (before, _) = ran.source_texts(&id);
         let boundary = match case.get("boundary") {
             None => Ok(Boundary::Last),
             Some(raw) => Boundary::from_json(raw.raw()),
         };
         let child_id = case.get("childId").and_then(|c| c.as_str()).unwrap();
-        let outcome = boundary.and_then(|b| store.fork(&id, b, &child_id).map(|_| ()));
-        let source = store.get(&id).unwrap();
-        let after: Vec<String> = (0..source.seq_next())
-            .map(|s| source.event(s).unwrap().unwrap().text().into_owned())
-            .collect();
+        let outcome = boundary.and_then(|b| ran.fork(&id, b, &child_id));
+        let (after, header) = ran.source_texts(&id);
         if before != after {
             return Err("fork changed the source".into());
         }
@@ -621,16 +781,9 @@ fn fork_family() {
             &format!("[{}]", after.join(",")),
             source_expected.get("events"),
         )?;
-        compare(
-            "source.header",
-            source.header().text(),
-            source_expected.get("header"),
-        )?;
+        compare("source.header", &header, source_expected.get("header"))?;
         match (outcome, expected_ok(expected)) {
-            (Ok(()), true) => compare_state(
-                store.get(&child_id).unwrap(),
-                expected.get("child").unwrap(),
-            ),
+            (Ok(child), true) => child.compare_state(expected.get("child").unwrap()),
             (Err(e), false) => {
                 let code = expected
                     .get("error")
@@ -648,11 +801,20 @@ fn fork_family() {
                     Err(format!("refused with {}, expected {code}", e.code()))
                 }
             }
-            (Ok(()), false) => Err("fork accepted, expected a refusal".into()),
+            (Ok(_), false) => Err("fork accepted, expected a refusal".into()),
             (Err(e), true) => Err(format!("fork refused: {e:?}")),
         }
-    })
-    .assert_all_pass();
+    }
+}
+
+#[test]
+fn fork_family() {
+    Family::run("fork", check_fork(Backend::Memory)).assert_all_pass();
+}
+
+#[test]
+fn fork_family_on_disk() {
+    Family::run("fork", check_fork(Backend::Disk)).assert_all_pass();
 }
 
 #[cfg(feature = "dsh")]

@@ -1653,3 +1653,102 @@ fn a_refused_batch_leaves_checkpoint_nodes_read_in_place() {
         );
     }
 }
+
+/// Contract §5: a seed may end inside an open turn and is kept as given (crash repair
+/// applies only when a stored log is reopened), and the first live seq counts the seed's
+/// events, not the end-seed marker; on disk as in memory.
+#[test]
+fn create_with_a_seed_keeps_an_open_turn_and_counts_the_seed() {
+    let (dir, store) = temp_store("create-seed");
+    let seeds: [&[&str]; 3] = [
+        &[r#"{"type":"turn/start","seq":0,"time":5,"data":{"turn":1}}"#],
+        &[r#"{"type":"host/x","seq":0,"time":5,"data":{}}"#],
+        &[],
+    ];
+    for (i, seed) in seeds.into_iter().enumerate() {
+        let id = format!("s{i}");
+        let memory = Session::create(&id, None, Some(seed), common::session_options()).unwrap();
+        let disk = store.create(&id, None, Some(seed)).unwrap();
+        assert_eq!(disk.first_live_seq(), seed.len() as u64, "{id}");
+        assert_eq!(state(&disk), state(&memory), "{id}");
+        disk.close().unwrap();
+        // Reopening is what repairs: the open turn gets its closer then.
+        let (reopened, opened) = store.open_session(&id).unwrap();
+        assert_eq!(opened.closers, u64::from(i == 0), "{id}");
+        assert_eq!(reopened.first_live_seq(), memory.seq_next(), "{id}");
+    }
+    drop(dir);
+}
+
+/// A log that violates the invariants (written with them off): opened with them on, it is
+/// refused as a reopen in memory refuses it (contract §5, import/reopen row), and a fork
+/// of it is refused before anything is created (§9, "fork children included"). A reader
+/// still reads it: it appends nothing.
+#[test]
+fn invariants_on_refuse_a_stored_log_that_violates_them_and_its_forks() {
+    let (dir, store) = temp_store("invariants");
+    let mut session = store.create("s", None, None).unwrap();
+    session
+        .append_dynamic("todo/write", r#"{"todos":[]}"#, None)
+        .unwrap();
+    session.close().unwrap();
+    let strict = Store::open(&dir, store_options().invariants(true)).unwrap();
+    let refused = strict.open_session("s").unwrap_err();
+    assert_eq!(
+        (refused.code(), refused.seq()),
+        ("INV_OUTSIDE_TURN", Some(0))
+    );
+    let forked = strict
+        .fork("s", surfacelog::Boundary::Last, "child")
+        .unwrap_err();
+    assert_eq!(forked.code(), "INV_OUTSIDE_TURN");
+    assert!(
+        strict
+            .list()
+            .unwrap()
+            .headers
+            .iter()
+            .all(|h| h.id() != "child")
+    );
+    let read = strict.inspect("s").unwrap();
+    assert_eq!(read.seq_next(), 1);
+    // The same fork with invariants off succeeds: the refusal was theirs.
+    store
+        .fork("s", surfacelog::Boundary::Last, "child")
+        .unwrap();
+}
+
+/// Contract §11: a fork's refusals carry the source session's id.
+#[test]
+fn fork_refusals_name_the_source() {
+    let (_dir, store) = temp_store("fork-context");
+    let mut session = store.create("src", None, None).unwrap();
+    turn_start(&mut session, 1);
+    session.flush().unwrap(); // a fork reads what is durable
+    for (boundary, code) in [
+        (surfacelog::Boundary::Seq(0), "OPEN_TURN"),
+        (surfacelog::Boundary::Seq(9), "INVALID_BOUNDARY"),
+    ] {
+        let refused = store.fork("src", boundary, "k").unwrap_err();
+        assert_eq!((refused.code(), refused.session()), (code, Some("src")));
+    }
+}
+
+/// A fork copies stored events as they are: a `-0` that an import or reopen accepted
+/// (contract §2.1) is kept by the fork in memory as by the one on disk, which links the
+/// stored records (README, "Deviations").
+#[test]
+fn a_fork_keeps_a_negative_zero_its_source_was_admitted_with() {
+    let (_dir, store) = temp_store("fork-negative-zero");
+    let header = r#"{"version":0,"id":"s","createdAt":1}"#;
+    let event = r#"{"type":"host/a","seq":0,"time":1,"data":{"x":-0}}"#;
+    let mut import = store.import("s", header).unwrap();
+    import.push(event).unwrap();
+    import.finish().unwrap();
+    let on_disk = store.fork("s", surfacelog::Boundary::Last, "k").unwrap();
+    let (memory, _) = Session::reopen("s", header, &[event], common::session_options()).unwrap();
+    let in_memory = memory.fork(surfacelog::Boundary::Last, "k").unwrap();
+    let (texts, ..) = state(&on_disk);
+    assert!(texts[0].contains(r#""x":-0"#), "{texts:?}");
+    assert_eq!(state(&on_disk), state(&in_memory));
+}

@@ -24,6 +24,10 @@ pub(crate) enum Lossless {
     Strict,
     /// Import and reopen: accepted and read as `0`.
     Lenient,
+    /// A fork's copies of its source's stored events: admitted once already, so a `-0`
+    /// an import or reopen accepted is kept (read as `0`), as the on-disk fork, which
+    /// links the stored records, keeps it (contract §7, README "Deviations").
+    Inherited,
     /// Repair closers: built by the engine (no `-0`) and exempt from `max_event_bytes`,
     /// since a call id the log already holds must not make the log impossible to reopen.
     Closer,

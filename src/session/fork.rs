@@ -61,6 +61,7 @@ impl Boundary {
 impl Session {
     /// Forks this session into a new session `child_id` holding events `0..=boundary`
     /// through the seed path, with the header of contract §7. The source is unchanged.
+    /// The copies keep a `-0` the source's reopen accepted, as the on-disk fork does.
     /// Does not check whether `child_id` exists: [`MemStore::fork`] does.
     ///
     /// # Errors
@@ -81,11 +82,12 @@ impl Session {
             .map(|seq| self.log.event_at(seq).map(|e| e.text()))
             .collect::<Result<_>>()?;
         let seed: Vec<&str> = seed.iter().map(AsRef::as_ref).collect();
-        Session::create(
+        Session::create_seeded(
             child_id,
             Some(header.text()),
             Some(&seed),
             self.options.clone(),
+            super::admit::Lossless::Inherited,
         )
     }
 }

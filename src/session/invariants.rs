@@ -5,8 +5,9 @@
 
 use std::collections::HashMap;
 
-use crate::error::Invariant;
-use crate::json::{Kind, Value};
+use crate::error::{Invariant, Result};
+use crate::event::{EventSource, SurfaceOp};
+use crate::json::{Json, Kind, Value};
 
 /// Per-session invariant state (contract §9).
 #[derive(Debug, Clone, PartialEq)]
@@ -134,6 +135,28 @@ impl InvariantState {
                 }
             }
         }
+    }
+
+    /// Checks and applies events `0..len` of `log`, which were stored earlier: a stored
+    /// log opened with invariants on (contract §5, the import/reopen row: every check, the
+    /// invariants last), and a fork's prefix (§9: they run over a seed, "fork children
+    /// included"). Costs a pass over the events, each one's data parsed once.
+    ///
+    /// # Errors
+    /// The first violation, as its `INV_*` code with its seq; the error reading an event
+    /// (`CORRUPT` with its file and offset).
+    pub(crate) fn replay(&mut self, log: &impl EventSource, len: u64) -> Result<()> {
+        for seq in 0..len {
+            let event = log.event_at(seq)?;
+            let text = event.data();
+            let data = Json::parse(&text).map_err(|e| crate::Error::from(e).at_seq(seq))?;
+            let replace = matches!(event.surface_op, Some(SurfaceOp::Replace { .. }));
+            let effect = self
+                .check(seq, event.event_type, data.root(), replace)
+                .map_err(|violation| crate::Error::from(violation).at_seq(seq))?;
+            self.apply(effect);
+        }
+        Ok(())
     }
 
     /// An appended `tool/result`: it must answer a pending call, unless it has the shape

@@ -232,6 +232,18 @@ impl Session<MemLog> {
         seed: Option<&[&str]>,
         options: Options,
     ) -> Result<Self> {
+        Self::create_seeded(id, header, seed, options, Lossless::Strict)
+    }
+
+    /// [`Session::create`], its seed's `-0` treated as `lossless` says: refused for a
+    /// seed given by a host, kept for a fork's copies of stored events.
+    fn create_seeded(
+        id: &str,
+        header: Option<&str>,
+        seed: Option<&[&str]>,
+        options: Options,
+        lossless: Lossless,
+    ) -> Result<Self> {
         if id.is_empty() {
             let reason = "the session id is empty".to_owned();
             return Err(crate::Error::from(ErrorKind::HeaderInvalid { reason }).in_session(id));
@@ -243,7 +255,7 @@ impl Session<MemLog> {
         let mut session = Self::empty(header.map_err(|e| e.in_session(id))?, options);
         if let Some(seed) = seed {
             for text in seed {
-                session.ingest(text, Lossless::Strict)?;
+                session.ingest(text, lossless)?;
             }
             session.first_live_seq = session.log.seq_next();
             session.end_seed()?;
@@ -300,11 +312,13 @@ impl Session<MemLog> {
 
 impl<L: SessionLog> Session<L> {
     /// A session over an existing log whose events were admitted when they were written
-    /// (the on-disk log): folds the surface and, when enabled, replays the invariant
-    /// state. Cost: one pass over the log; no event is re-validated.
+    /// (the on-disk log): folds the surface and, when enabled, checks the invariants over
+    /// every event (contract §5, the import/reopen row), as a reopen in memory does. Cost:
+    /// one pass over the log; no other check of an event is made again.
     ///
     /// # Errors
-    /// A fold refusal (the log does not hold a valid surface).
+    /// A fold refusal (the log does not hold a valid surface); with invariants on, the
+    /// first event that violates them (`INV_*`, with its seq).
     #[doc(hidden)]
     pub fn over_log(header: Header, log: L, first_live_seq: u64, options: Options) -> Result<Self> {
         Self::over_log_from(header, log, Surface::new(), first_live_seq, options)
@@ -314,7 +328,7 @@ impl<L: SessionLog> Session<L> {
     /// log (a checkpoint): only the events after it are folded.
     ///
     /// # Errors
-    /// A fold refusal.
+    /// As [`Session::over_log`].
     #[doc(hidden)]
     pub fn over_log_from(
         header: Header,
@@ -334,23 +348,9 @@ impl<L: SessionLog> Session<L> {
         // segment that does not check out, SEG-2, SEG-3) refused it above, with its file
         // and offset.
         if let Some(state) = session.invariants.as_mut() {
-            for seq in 0..session.log.seq_next() {
-                let event = session
-                    .log
-                    .event_at(seq)
-                    .map_err(|e| e.in_session(session.header.id()))?;
-                let text = event.data();
-                let Ok(data) = crate::json::Json::parse(&text) else {
-                    continue;
-                };
-                let replace = matches!(
-                    event.surface_op,
-                    Some(crate::event::SurfaceOp::Replace { .. })
-                );
-                if let Ok(effect) = state.check(seq, event.event_type, data.root(), replace) {
-                    state.apply(effect);
-                }
-            }
+            state
+                .replay(&session.log, session.log.seq_next())
+                .map_err(|e| e.in_session(session.header.id()))?;
         }
         session.first_live_seq = first_live_seq;
         Ok(session)

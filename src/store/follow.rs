@@ -215,7 +215,13 @@ impl Store {
             storage: Arc::clone(&self.options.log.storage),
             pack: super::pack::LazyPack::default(),
         };
-        Session::over_log_from(header, log, surface, stored, self.options.session.clone())
+        // A read-only session appends nothing, so it keeps no invariant state: the
+        // invariants check appends (contract §9), and a reader never refuses a log for them.
+        let options = crate::session::Options {
+            invariants: false,
+            ..self.options.session.clone()
+        };
+        Session::over_log_from(header, log, surface, stored, options)
     }
 }
 

@@ -59,13 +59,21 @@ impl Store {
         let storage = &self.options.log.storage;
         let reader = LogReader::open_with(&source_dir.join("log"), storage.clone())
             .map_err(|e| Self::unless_deleted(source, &source_dir, e).in_session(source))?;
-        let len = fork_len(boundary, reader.seq_next())?;
-        if let Some(turn_start) = open_turn_at(&reader, len)? {
-            return Err(ErrorKind::OpenTurn {
+        let len = fork_len(boundary, reader.seq_next()).map_err(|e| e.in_session(source))?;
+        if let Some(turn_start) = open_turn_at(&reader, len).map_err(|e| e.in_session(source))? {
+            return Err(Error::from(ErrorKind::OpenTurn {
                 boundary: len - 1,
                 turn_start,
-            }
-            .into());
+            })
+            .in_session(source));
+        }
+        // Contract §9: with invariants on, they run over the child's seed, which is the
+        // prefix (the end-seed marker after it is unconstrained); a violation refuses the
+        // fork before anything is created, as the seed path does.
+        if self.options.session.invariants {
+            crate::session::InvariantState::default()
+                .replay(&reader, len)
+                .map_err(|e| e.in_session(child))?;
         }
         let now = u64::try_from(self.options.session.clock.now_ms()).unwrap_or(0);
         let child_header = Header::for_fork(child, now, header.cwd(), source, len);

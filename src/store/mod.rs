@@ -784,7 +784,7 @@ impl Store {
         }
         let memory = Session::create(id, header, seed, self.options.session.clone())?;
         self.publish(id, |tmp| self.write_session(tmp, &memory))?;
-        let (session, _) = self.open_session(id)?;
+        let (session, _) = self.open_live_from(id, Some(memory.first_live_seq()), None)?;
         Ok(session)
     }
 
@@ -814,10 +814,13 @@ impl Store {
         self.open_live_from(id, None, None)
     }
 
-    /// [`Store::open_session`] for a fork's child, when `first_live_seq` and `chain` are given: its
-    /// end-seed marker is stored before it is first opened, and it is live from that marker
-    /// (contract §5); its log's segments are the ones its source's reader has just opened
-    /// and checked, handed over rather than opened again.
+    /// [`Store::open_session`], or, when `first_live_seq` is given, the first open of a
+    /// session just created (by [`Store::create`] or [`Store::fork`]): it is live from that
+    /// seq (the number of seed events, not counting the end-seed marker, contract §5), and
+    /// it is not repaired, since crash repair applies only when a stored log is reopened
+    /// (§5: a seed may end inside an open turn, kept as given). A fork's child is opened
+    /// over `chain`, the segments its source's reader has just opened and checked, handed
+    /// over rather than opened again.
     fn open_live_from(
         &self,
         id: &str,
@@ -914,7 +917,10 @@ impl Store {
         trace_checkpoint(id, &used);
         let mut session =
             Session::over_log_from(header, log, surface, live, self.options.session.clone())?;
-        let closers = session.repair()?;
+        let closers = match first_live_seq {
+            Some(_) => 0,
+            None => session.repair()?,
+        };
         if closers > 0 || used.is_err() {
             session.flush()?;
         }
