@@ -636,6 +636,18 @@ impl Error {
         self
     }
 
+    /// Names the file of a place given as an offset alone (an empty path), as a scanner
+    /// that knows offsets but not its file's name gives it.
+    #[must_use]
+    pub(crate) fn in_file(mut self, path: &std::path::Path) -> Self {
+        if let Some((place, _)) = &mut self.0.place
+            && place.as_os_str().is_empty()
+        {
+            path.clone_into(place);
+        }
+        self
+    }
+
     /// Adds the seq, unless one is already set.
     #[doc(hidden)]
     #[must_use]

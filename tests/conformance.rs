@@ -412,7 +412,10 @@ enum Backend {
 
 /// A case's source session and its store, in one backend. On disk the source stays open
 /// (its first live seq is its own, not a reopen's), and a fork reads it meanwhile.
-#[expect(clippy::large_enum_variant, reason = "one per case, on the stack for a moment")]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per case, on the stack for a moment"
+)]
 enum Ran {
     Memory(MemStore),
     Disk {
@@ -463,7 +466,10 @@ impl Ran {
 }
 
 /// A fork's child, in the backend of its source.
-#[expect(clippy::large_enum_variant, reason = "one per case, on the stack for a moment")]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per case, on the stack for a moment"
+)]
 enum Child {
     Memory(Session),
     Disk(StoredSession),

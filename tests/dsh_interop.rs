@@ -234,6 +234,33 @@ fn bad_raw_input_is_refused_with_a_location_and_nothing_stored() {
     }
 }
 
+/// A complete record that repeats a key is JSON to the reference (JSON-4: the last value
+/// wins), so it is never a torn tail: the contract refuses it (§2.1), in the middle or as
+/// the last record, with the key's place in the file; dropping it would lose a record the
+/// reference keeps (and invent a closer for the turn it ended).
+#[test]
+fn a_record_that_repeats_a_key_is_refused_not_taken_for_a_torn_tail() {
+    let dir = scratch("duplicate-key");
+    let header = br#"{"type":"session","version":0,"id":"s1","createdAt":1,"delegationDepth":0}"#;
+    let start = br#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#;
+    let end = br#"{"type":"turn/end","seq":1,"time":2,"data":{"turn":1,"reason":{"kind":"completed"},"turn":1}}"#;
+    let clean_end =
+        br#"{"type":"turn/end","seq":2,"time":3,"data":{"turn":1,"reason":{"kind":"completed"}}}"#;
+    let last = [&header[..], start, end].join(&b'\n');
+    let middle = [&header[..], start, end, clean_end].join(&b'\n');
+    for (name, mut bytes) in [("last", last), ("middle", middle)] {
+        bytes.push(b'\n');
+        let (store, outcome) = import_bytes(&dir, name, &bytes, Compression::None);
+        let error = outcome.err().unwrap_or_else(|| panic!("{name} imported"));
+        assert_eq!(error.code(), "DATA_DUPLICATE_KEY", "{name}: {error}");
+        let key = header.len() + 1 + start.len() + 1 + 83;
+        assert_eq!(&bytes[key..key + 6], b"\"turn\"");
+        let place = format!("{name} offset={key}");
+        assert!(error.to_string().contains(&place), "{name}: {error}");
+        assert_nothing_stored(&store);
+    }
+}
+
 #[test]
 fn a_torn_or_malformed_tail_is_dropped_not_refused() {
     let dir = scratch("torn-raw");

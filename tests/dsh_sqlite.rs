@@ -656,6 +656,36 @@ fn sql_27_damage_before_the_last_turn_end_is_corrupt_after_it_torn() {
     assert_torn_at(gap_tail, 5, 4);
 }
 
+/// A row whose `data` or `surface_op` repeats a key decodes for the reference (JSON-4:
+/// the last value wins), so it is never a torn tail: the contract refuses it (§2.1)
+/// wherever it is, the last row and a `turn/end` row included. The damage of SQL-27
+/// names the database file.
+#[test]
+fn a_row_that_repeats_a_key_is_refused_not_taken_for_a_torn_tail() {
+    let dir = scratch("repeated-key");
+    let last = short_session("s").seq_next() - 1;
+    for (name, sql, seq) in [
+        ("last", format!("UPDATE events SET data = '{{\"a\":1,\"a\":2}}' WHERE seq = {last}"), last),
+        ("first", "UPDATE events SET data = '{\"a\":1,\"a\":2}' WHERE seq = 0".to_owned(), 0),
+        ("surface-op", "UPDATE events SET surface_op = '{\"a\":1,\"a\":2}' WHERE seq = 1".to_owned(), 1),
+        ("turn-end", "UPDATE events SET data = '{\"turn\":1,\"reason\":{\"kind\":\"completed\"},\"turn\":1}' WHERE type = 'turn/end'".to_owned(), 2),
+    ] {
+        let error = read_damaged(&dir, name, &sql).unwrap_err();
+        assert_eq!((error.code(), error.seq()), ("DATA_DUPLICATE_KEY", Some(seq)), "{name}: {error}");
+    }
+    let path = dir.join("damaged-row.sqlite");
+    let damaged = exported_then(
+        &dir,
+        "damaged-row",
+        "UPDATE events SET data = '{not json' WHERE seq = 1",
+    );
+    let error = read(&damaged, "s").unwrap_err();
+    assert!(
+        error.to_string().contains(&path.display().to_string()),
+        "{error}"
+    );
+}
+
 #[test]
 fn sql_25_a_bad_column_fails_the_whole_read_even_as_the_last_row() {
     let dir = scratch("columns");

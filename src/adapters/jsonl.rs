@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use super::rows;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventSource, Header};
-use crate::json::{Batch, Json, Kind, Value, push_js_number, push_js_string, write_js};
+use crate::json::{
+    Batch, Json, JsonErrorKind, Kind, Value, push_js_number, push_js_string, write_js,
+};
 use crate::limits::MAX_EVENT_BYTES_DEFAULT;
 
 /// How a JSONL log is framed on disk.
@@ -281,7 +283,8 @@ impl JsonlReader {
     }
 }
 
-/// A `CORRUPT` error whose location is relative to the file (a line) names the file too.
+/// A `CORRUPT` error whose location is relative to the file (a line), or an error placed
+/// at an offset alone, names the file too.
 fn locate(path: &Path, error: Error) -> Error {
     match error.kind() {
         ErrorKind::Corrupt { location, reason } if !location.starts_with('/') => {
@@ -291,7 +294,7 @@ fn locate(path: &Path, error: Error) -> Error {
             }
             .into()
         }
-        _ => error,
+        _ => error.in_file(path),
     }
 }
 
@@ -462,6 +465,19 @@ impl Scanner {
             Err(_) => String::from_utf8_lossy(bytes),
         };
         let json = Json::parse(&text);
+        if let Err(error) = &json
+            && matches!(error.kind, JsonErrorKind::DuplicateKey(_))
+        {
+            // A complete record that is JSON but for a repeated key: the reference loads
+            // it (the last value wins, JSON-4), the contract refuses it (§2.1). Refused
+            // here wherever it is, with the place of the key, never taken for a torn tail
+            // (RAW-4): that would drop a record the reference keeps.
+            let start = self.end - bytes.len() as u64 - 1;
+            let at = usize::try_from(start)
+                .unwrap_or(usize::MAX)
+                .saturating_add(error.offset);
+            return Err(Error::from(error.clone()).at_place(Path::new(""), at));
+        }
         let record = match &json {
             Err(error) => Record::Unparsable(format!("{}", Error::from(error.clone()))),
             Ok(json) => classify(json.root(), &mut self.members),

@@ -6,7 +6,8 @@
 
 use crate::error::{ErrorKind, Result};
 use crate::json::{
-    Built, Json, Kind, TapeWriter, Value, number_value, push_js_int, push_js_number, push_js_string,
+    Built, Json, JsonError, JsonErrorKind, Kind, TapeWriter, Value, number_value, push_js_int,
+    push_js_number, push_js_string,
 };
 
 /// The fewest members a row this writer produces has (ROW-4).
@@ -772,30 +773,63 @@ pub(crate) fn is_row_tag(event_type: &str) -> bool {
         .any(|k| k.row_tag() == event_type)
 }
 
+/// Why a row of a schema-17 database gives no events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RowFault {
+    /// The row is malformed (SQL-26, ROW-9): the reference does not decode it either, so
+    /// it is damage before the last committed `turn/end`, a torn tail after it (SQL-27).
+    Malformed(String),
+    /// A JSON text of the row repeats a key. The reference decodes it (the last value
+    /// wins, JSON-4); the contract refuses it (§2.1), wherever the row is: it is never
+    /// taken for a torn tail, which would drop a row the reference keeps.
+    RepeatedKey(JsonError),
+}
+
+impl RowFault {
+    /// The fault of a JSON text of the row, `what` naming it, that does not parse.
+    pub(crate) fn of_json(what: &'static str) -> impl Fn(JsonError) -> Self {
+        move |error| match error.kind {
+            JsonErrorKind::DuplicateKey(_) => Self::RepeatedKey(error),
+            _ => Self::Malformed(format!("{what} is not JSON at offset {}", error.offset)),
+        }
+    }
+}
+
+impl From<String> for RowFault {
+    fn from(reason: String) -> Self {
+        Self::Malformed(reason)
+    }
+}
+
+impl From<&str> for RowFault {
+    fn from(reason: &str) -> Self {
+        Self::Malformed(reason.to_owned())
+    }
+}
+
 /// Expands a packed row of a schema-17 database, whose envelope lives in columns (SQL-26):
 /// `tag` from `type`, `seq0` from `seq`, `time0` from `time`, and the `data` text.
 /// Validates ROW-9 with that format's limits (3 to 1,024 members, at most 1 MiB of
 /// `data`) and returns the member events as JS-JSON texts (ROW-10).
 ///
 /// # Errors
-/// The reason the row is malformed.
+/// The reason the row is malformed, or the repeated key of its `data`.
 pub(crate) fn expand_sql_row(
     tag: &str,
     seq0: u64,
     time0: i64,
     data: &str,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, RowFault> {
     let kind = [DeltaKind::Text, DeltaKind::Reasoning, DeltaKind::ToolCall]
         .into_iter()
         .find(|k| k.row_tag() == tag)
         .ok_or("packed discriminator requires a chunk tag")?;
     // ROW-9 item 8: measured before parsing.
     if data.len() > SQL_ROW_DATA_BYTES_MAX {
-        return Err(format!("data exceeds {SQL_ROW_DATA_BYTES_MAX} UTF-8 bytes"));
+        return Err(format!("data exceeds {SQL_ROW_DATA_BYTES_MAX} UTF-8 bytes").into());
     }
     // Parsed alone first, so that the row text built below holds exactly this value.
-    let parsed =
-        Json::parse(data).map_err(|e| format!("data is not JSON at offset {}", e.offset))?;
+    let parsed = Json::parse(data).map_err(RowFault::of_json("data"))?;
     let members_key = if kind == DeltaKind::ToolCall {
         "args"
     } else {
@@ -807,10 +841,10 @@ pub(crate) fn expand_sql_row(
         .filter(|m| m.kind() == Kind::Array);
     // ROW-9 item 6, SQLite: 3 to 1,024 entries; checked before anything is expanded.
     if members.is_some_and(|m| !(ROW_MEMBERS_MIN..=SQL_ROW_MEMBERS_MAX).contains(&m.len())) {
-        return Err(format!("{members_key} must contain 3..1024 strings"));
+        return Err(format!("{members_key} must contain 3..1024 strings").into());
     }
     let text = format!("{{\"type\":\"{tag}\",\"seq0\":{seq0},\"time0\":{time0},\"data\":{data}}}");
-    let row = Json::parse(&text).map_err(|_| "data is not a single JSON value".to_owned())?;
+    let row = Json::parse(&text).map_err(|_| "data is not a single JSON value")?;
     let mut events = Members::default();
     expand(kind, row.root(), &mut events)?;
     Ok(events.into_texts())

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior, params};
 
-use crate::adapters::rows::{self, SqlPacker, SqlRecord, SqlRow};
+use crate::adapters::rows::{self, RowFault, SqlPacker, SqlRecord, SqlRow};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventSource, Header};
 use crate::json::{Json, Kind, Value, encode_js_string, push_js_string, write_js};
@@ -173,7 +173,7 @@ impl DshDatabase {
             let id = row.get_ref(0).map_err(&on_error)?;
             let id = text(id).filter(|id| !id.is_empty()).ok_or_else(|| {
                 corrupt(
-                    "table sessions".to_owned(),
+                    format!("{} table sessions", self.path.display()),
                     "stored id must be non-empty text",
                 )
             })?;
@@ -209,7 +209,10 @@ impl DshDatabase {
             .collect::<rusqlite::Result<_>>()
             .map_err(&on_error)?;
         header_text(&columns)
-            .map_err(|reason| corrupt(format!("table sessions, session {id:?}"), reason))?
+            .map_err(|reason| {
+                let location = format!("{} table sessions, session {id:?}", self.path.display());
+                corrupt(location, reason)
+            })?
             .map_err(|e| e.in_session(id))
     }
 
@@ -259,7 +262,7 @@ impl DshDatabase {
         let mut statement = snapshot.prepare(&query).map_err(&on_error)?;
         let mut rows = statement.query([id]).map_err(&on_error)?;
         while let Some(row) = rows.next().map_err(&on_error)? {
-            check_columns(row, id)?;
+            check_columns(row, &self.path, id)?;
         }
         Ok(())
     }
@@ -275,8 +278,9 @@ impl DshDatabase {
         let mut statement = snapshot.prepare(&query).map_err(&on_error)?;
         let mut rows = statement.query([id]).map_err(&on_error)?;
         while let Some(row) = rows.next().map_err(&on_error)? {
-            let envelope = check_columns(row, id)?;
-            if decode_row(&envelope, row).is_ok() {
+            let envelope = check_columns(row, &self.path, id)?;
+            // A row the reference decodes, a repeated key included (`RowFault`).
+            if !matches!(decode_row(&envelope, row), Err(RowFault::Malformed(_))) {
                 return Ok(Some(envelope.seq));
             }
         }
@@ -303,14 +307,14 @@ impl DshDatabase {
             torn_marker: None,
         };
         while let Some(row) = rows.next().map_err(&on_error)? {
-            let envelope = check_columns(row, id)?;
+            let envelope = check_columns(row, &self.path, id)?;
             let decoded = decode_row(&envelope, row).and_then(|events| {
                 // The row must continue the seqs (SQL-27); a packed row's members follow
                 // its `seq`, so checking the row's first seq is enough.
                 if envelope.seq == end.events {
                     Ok(events)
                 } else {
-                    Err(format!("expected seq {}", end.events))
+                    Err(RowFault::Malformed(format!("expected seq {}", end.events)))
                 }
             });
             match decoded {
@@ -320,16 +324,20 @@ impl DshDatabase {
                         end.events += 1;
                     }
                 }
-                Err(reason) if committed.is_some_and(|c| envelope.seq <= c) => {
+                Err(RowFault::RepeatedKey(error)) => {
+                    return Err(Error::from(error).at_seq(envelope.seq));
+                }
+                Err(RowFault::Malformed(reason))
+                    if committed.is_some_and(|c| envelope.seq <= c) =>
+                {
                     let reason = format!(
                         "invalid committed physical row at seq {}: {reason}",
                         envelope.seq
                     );
-                    return Err(
-                        corrupt(row_location(id, envelope.seq), &reason).at_seq(envelope.seq)
-                    );
+                    let location = row_location(&self.path, id, envelope.seq);
+                    return Err(corrupt(location, &reason).at_seq(envelope.seq));
                 }
-                Err(_) => {
+                Err(RowFault::Malformed(_)) => {
                     end.torn_marker = Some(envelope.seq);
                     break;
                 }
@@ -508,7 +516,7 @@ struct Envelope {
 }
 
 /// SQL-25 on the `EVENT_COLUMNS` of `row`.
-fn check_columns(row: &rusqlite::Row<'_>, id: &str) -> Result<Envelope> {
+fn check_columns(row: &rusqlite::Row<'_>, path: &Path, id: &str) -> Result<Envelope> {
     let column = |i: usize| row.get_ref(i).unwrap_or(ValueRef::Null);
     let storage = |i: usize| match column(i) {
         ValueRef::Text(name) => name.to_vec(),
@@ -519,8 +527,8 @@ fn check_columns(row: &rusqlite::Row<'_>, id: &str) -> Result<Envelope> {
         _ => None,
     };
     let location = || match column(0) {
-        ValueRef::Integer(seq) => row_location(id, seq),
-        other => format!("table events, session {id:?}, row seq {other:?}"),
+        ValueRef::Integer(seq) => row_location(path, id, seq),
+        other => row_location(path, id, format!("{other:?}")),
     };
     let fail = |reason: &str| Err(corrupt(location(), reason).in_session(id));
     let Some(seq) = seq else {
@@ -560,23 +568,25 @@ const SAFE_MAX_U64: u64 = SAFE_INTEGER_MAX.unsigned_abs();
 
 /// SQL-26: the events of one row whose columns passed SQL-25; `row` carries `data`,
 /// `source_event_seqs` and `surface_op` after the `EVENT_COLUMNS`.
-fn decode_row(envelope: &Envelope, row: &rusqlite::Row<'_>) -> Result<Vec<String>, String> {
-    let column = |i: usize| row.get_ref(i).map_err(|e| e.to_string());
+fn decode_row(envelope: &Envelope, row: &rusqlite::Row<'_>) -> Result<Vec<String>, RowFault> {
+    let column = |i: usize| {
+        row.get_ref(i)
+            .map_err(|e| RowFault::Malformed(e.to_string()))
+    };
     let (data, sources, surface_op) = (column(7)?, column(8)?, column(9)?);
     if envelope.ignorable == Some(false) {
         // SQL-21: 0 is the packed-row discriminator, never the type.
         if !rows::is_row_tag(&envelope.event_type) {
-            return Err("packed discriminator requires a chunk tag".to_owned());
+            return Err("packed discriminator requires a chunk tag".into());
         }
         if sources != ValueRef::Null || surface_op != ValueRef::Null {
-            return Err("packed surface fields must be null".to_owned());
+            return Err("packed surface fields must be null".into());
         }
         let data = data_text(data, rows::SQL_ROW_DATA_BYTES_MAX)?;
         return rows::expand_sql_row(&envelope.event_type, envelope.seq, envelope.time, &data);
     }
     let data = data_text(data, EVENT_BYTES_LIMIT)?;
-    let data =
-        Json::parse(&data).map_err(|e| format!("data is not JSON at offset {}", e.offset))?;
+    let data = Json::parse(&data).map_err(RowFault::of_json("data"))?;
     let mut event = String::with_capacity(data.text().len() + 96);
     event.push_str("{\"type\":");
     push_js_string(&mut event, envelope.event_type.as_bytes());
@@ -596,7 +606,7 @@ fn decode_row(envelope: &Envelope, row: &rusqlite::Row<'_>) -> Result<Vec<String
     }
     if let Some(surface_op) = text(surface_op) {
         // Passed on unvalidated (SQL-26), but it must be JSON to be part of the event.
-        let surface_op = Json::parse(&surface_op).map_err(|_| "surface_op is not JSON")?;
+        let surface_op = Json::parse(&surface_op).map_err(RowFault::of_json("surface_op"))?;
         event.push_str(",\"surfaceOp\":");
         event.push_str(surface_op.root().raw());
     }
@@ -1454,8 +1464,12 @@ fn wtf8_text(wtf8: &[u8]) -> String {
     }
 }
 
-fn row_location(id: &str, seq: impl std::fmt::Display) -> String {
-    format!("table events, session {id:?}, row seq {seq}")
+/// Where a row is: the database file, the table, the session and the row's seq.
+fn row_location(path: &Path, id: &str, seq: impl std::fmt::Display) -> String {
+    format!(
+        "{} table events, session {id:?}, row seq {seq}",
+        path.display()
+    )
 }
 
 fn corrupt(location: String, reason: &str) -> Error {
@@ -1837,10 +1851,20 @@ mod tests {
         );
         for n in [1, 2, 1025] {
             let error = rows::expand_sql_row("text-chunks", 4, 9, &data(n)).unwrap_err();
-            assert_eq!(error, "texts must contain 3..1024 strings", "{n} members");
+            assert_eq!(
+                error,
+                "texts must contain 3..1024 strings".into(),
+                "{n} members"
+            );
         }
         let error = rows::expand_sql_row("assistant/chunk", 4, 9, &data(3)).unwrap_err();
-        assert_eq!(error, "packed discriminator requires a chunk tag");
+        assert_eq!(error, "packed discriminator requires a chunk tag".into());
+        // A repeated key is not malformed: the reference decodes it (JSON-4).
+        let repeated = format!("{},\"turn\":1}}", &data(3)[..data(3).len() - 1]);
+        assert!(matches!(
+            rows::expand_sql_row("text-chunks", 4, 9, &repeated),
+            Err(rows::RowFault::RepeatedKey(_))
+        ));
         let injected = format!("{},\"x\":1", data(3));
         assert!(rows::expand_sql_row("text-chunks", 4, 9, &injected).is_err());
         let member = &rows::expand_sql_row("text-chunks", 4, 9, &data(3)).unwrap()[2];
