@@ -324,6 +324,16 @@ pub enum ErrorKind {
         /// The type, decoded.
         event_type: String,
     },
+    /// `NOT_REPRESENTABLE`: an export format cannot hold an event the log holds: a DSH
+    /// JSONL file cannot hold an event whose type is a packed row's tag, which a reader
+    /// would take for a row (`dsh-formats.md` §4.5; `SQLite` can, SQL-16). surfacelog's own
+    /// code.
+    NotRepresentable {
+        /// The event's seq.
+        seq: u64,
+        /// Why the format cannot hold it.
+        reason: &'static str,
+    },
     /// `OPEN_TURN`: a fork boundary falls inside a turn (contract §7).
     OpenTurn {
         /// The boundary.
@@ -434,6 +444,7 @@ impl ErrorKind {
             Self::UnsafePath { .. } => "UNSAFE_PATH",
             Self::StoreNotFound { .. } => "STORE_NOT_FOUND",
             Self::UnknownEventType { .. } => "UNKNOWN_EVENT_TYPE",
+            Self::NotRepresentable { .. } => "NOT_REPRESENTABLE",
         }
     }
 }
@@ -639,6 +650,7 @@ impl Error {
     /// Names the file of a place given as an offset alone (an empty path), as a scanner
     /// that knows offsets but not its file's name gives it.
     #[must_use]
+    #[cfg_attr(not(feature = "dsh"), expect(dead_code, reason = "the DSH scanners'"))]
     pub(crate) fn in_file(mut self, path: &std::path::Path) -> Self {
         if let Some((place, _)) = &mut self.0.place
             && place.as_os_str().is_empty()
@@ -892,6 +904,9 @@ impl fmt::Display for ErrorKind {
                     f,
                     "event type is not in the vocabulary and not ignorable type={event_type:?}"
                 )
+            }
+            Self::NotRepresentable { seq, reason } => {
+                write!(f, "the export format cannot hold event {seq}: {reason}")
             }
         }
     }

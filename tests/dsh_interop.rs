@@ -261,6 +261,116 @@ fn a_record_that_repeats_a_key_is_refused_not_taken_for_a_torn_tail() {
     }
 }
 
+const HEADER: &str =
+    r#"{"type":"session","version":0,"id":"s1","createdAt":1,"delegationDepth":0}"#;
+
+/// ZST-3: each frame of an export ends with a complete record and its line feed, also
+/// when a record reaches the frame size (the line feed went into the next frame), so a
+/// cut inside the last frame leaves every earlier record, as a torn tail.
+#[test]
+fn zstd_export_ends_every_frame_with_a_whole_record() {
+    let dir = scratch("zstd-frames");
+    let big = format!(
+        r#"{{"type":"x/note","seq":0,"time":1,"data":{{"t":"{}"}},"ignorable":true}}"#,
+        "x".repeat(jsonl::FRAME_PLAINTEXT_BYTES)
+    );
+    let small = r#"{"type":"x/note","seq":1,"time":2,"data":{},"ignorable":true}"#;
+    let raw = format!("{HEADER}\n{big}\n{small}\n");
+    let (store, outcome) = import_bytes(&dir, "raw.jsonl", raw.as_bytes(), Compression::None);
+    let (imported, _) = outcome.unwrap();
+    let compressed = export(
+        &store,
+        &imported.id,
+        &dir.join("out.zst"),
+        true,
+        Compression::Zstd,
+    );
+    let mut rest = &compressed[..];
+    let mut frames = 0;
+    while !rest.is_empty() {
+        let size = zstd::zstd_safe::find_frame_compressed_size(rest).unwrap();
+        let plain = zstd::stream::decode_all(&rest[..size]).unwrap();
+        assert_eq!(plain.last(), Some(&b'\n'), "frame {frames}");
+        rest = &rest[size..];
+        frames += 1;
+    }
+    assert_eq!(frames, 3, "the header, the big record, the small one");
+    // Torn inside the last frame's checksum: a torn frame whose records all decode
+    // (ZST-10), not damage in the complete frame before it.
+    let cut = &compressed[..compressed.len() - 2];
+    let (_, outcome) = import_bytes(&dir, "cut.jsonl.zstd", cut, Compression::Zstd);
+    let (kept, scan) = outcome.unwrap();
+    assert_eq!(kept.events, 2);
+    assert!(scan.torn.is_some());
+}
+
+/// A JSONL file cannot hold an event whose type is a packed row's tag: a reader takes
+/// the record for a row (§4.5). Such an event (`SQLite` holds one, SQL-16; a host may append
+/// one) makes a JSONL export refuse with `NOT_REPRESENTABLE`, leaving no file.
+#[test]
+fn an_event_typed_as_a_row_tag_is_not_exported_to_jsonl() {
+    let dir = scratch("row-tag-type");
+    let store = Store::open_or_create(dir.join("store"), StoreOptions::default()).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    session.append_dynamic("text-chunks", "{}", None).unwrap();
+    let out = dir.join("out.jsonl");
+    let read = store.inspect("s").unwrap();
+    let error =
+        jsonl::export_file(&out, read.header(), read.log(), true, Compression::None).unwrap_err();
+    assert_eq!((error.code(), error.seq()), ("NOT_REPRESENTABLE", None));
+    assert!(error.to_string().contains("event 0"), "{error}");
+    assert!(!out.exists());
+}
+
+/// DSH header handling beyond the corpus: a header line in another key order is
+/// exported as it was read (HDR-14); an id with a lone surrogate (JSON-5, DIR-3) cannot be
+/// a store's id and is refused as such (`INVALID_ID`), not as a header of the wrong
+/// shape; a `mode/set` event is refused at import (LOAD-9, `LEGACY_EVENT`).
+#[test]
+fn header_order_lone_surrogate_ids_and_mode_set() {
+    let dir = scratch("header-order");
+    let header =
+        r#"{"version":0,"type":"session","id":"s1","createdAt":1,"delegationDepth":0,"x":1}"#;
+    let event = r#"{"type":"x/note","seq":0,"time":1,"data":{},"ignorable":true}"#;
+    let raw = format!("{header}\n{event}\n");
+    let (store, outcome) = import_bytes(&dir, "order.jsonl", raw.as_bytes(), Compression::None);
+    let (imported, _) = outcome.unwrap();
+    let out = export(
+        &store,
+        &imported.id,
+        &dir.join("order.out"),
+        true,
+        Compression::None,
+    );
+    assert_eq!(String::from_utf8(out).unwrap(), raw);
+
+    let lone = HEADER.replace(r#""id":"s1""#, r#""id":"a\ud800""#);
+    let (store, outcome) = import_bytes(
+        &dir,
+        "lone.jsonl",
+        format!("{lone}\n").as_bytes(),
+        Compression::None,
+    );
+    let error = outcome.expect_err("refused");
+    assert_eq!(error.code(), "INVALID_ID", "{error}");
+    assert_nothing_stored(&store);
+
+    let mode = r#"{"type":"mode/set","seq":0,"time":1,"data":{},"ignorable":true}"#;
+    let (store, outcome) = import_bytes(
+        &dir,
+        "mode.jsonl",
+        format!("{HEADER}\n{mode}\n").as_bytes(),
+        Compression::None,
+    );
+    let error = outcome.expect_err("refused");
+    assert_eq!(
+        (error.code(), error.seq()),
+        ("LEGACY_EVENT", Some(0)),
+        "{error}"
+    );
+    assert_nothing_stored(&store);
+}
+
 #[test]
 fn a_torn_or_malformed_tail_is_dropped_not_refused() {
     let dir = scratch("torn-raw");

@@ -686,6 +686,29 @@ fn a_row_that_repeats_a_key_is_refused_not_taken_for_a_torn_tail() {
     );
 }
 
+/// LOAD-9: a database holding a `mode/set` event is refused at import (`LEGACY_EVENT`,
+/// naming its seq), and nothing is stored.
+#[test]
+fn an_import_refuses_mode_set() {
+    let dir = scratch("mode-set");
+    let path = exported_then(
+        &dir,
+        "mode-set",
+        "UPDATE events SET type = 'mode/set' WHERE seq = 4",
+    );
+    let store =
+        surfacelog::Store::open_or_create(dir.join("store"), surfacelog::StoreOptions::new())
+            .unwrap();
+    let error = surfacelog::internals::adapters::sqlite_import::import_sqlite(&store, &path, None)
+        .unwrap_err();
+    assert_eq!(
+        (error.code(), error.seq()),
+        ("LEGACY_EVENT", Some(4)),
+        "{error}"
+    );
+    assert!(store.list().unwrap().headers.is_empty());
+}
+
 #[test]
 fn sql_25_a_bad_column_fails_the_whole_read_even_as_the_last_row() {
     let dir = scratch("columns");

@@ -185,6 +185,13 @@ fn table() -> Vec<(ErrorKind, &'static str)> {
             },
             "UNKNOWN_EVENT_TYPE",
         ),
+        (
+            ErrorKind::NotRepresentable {
+                seq: 3,
+                reason: "why",
+            },
+            "NOT_REPRESENTABLE",
+        ),
     ];
     let invariants = [
         (Invariant::SeqOrder, "INV_SEQ_ORDER"),

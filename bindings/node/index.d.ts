@@ -58,6 +58,7 @@ export type ErrorCode =
   | 'STORE_NOT_FOUND'
   | 'COMPACTION_UNBALANCED'
   | 'UNKNOWN_EVENT_TYPE'
+  | 'NOT_REPRESENTABLE'
   /** Invariant violations, in the optional checking mode (contract §9). */
   | `INV_${string}`
   /** The binding's: a call on a closed session. */

@@ -358,11 +358,16 @@ fn check_header(text: &str) -> Result<(String, String)> {
             .into());
         }
     }
-    let id = root
-        .get("id")
-        .and_then(|v| v.as_str())
-        .map(Cow::into_owned)
-        .ok_or_else(not_header)?;
+    let id = root.get("id").ok_or_else(not_header)?;
+    // JSON-5 keeps a lone surrogate in a string, and DIR-3 allows one in an id; a store's
+    // ids are Unicode text (its directory names), so such a log cannot be imported.
+    let id = id.as_str().map(Cow::into_owned).ok_or_else(|| -> Error {
+        ErrorKind::InvalidId {
+            id: id.raw().to_owned(),
+            reason: "the header's id holds a lone surrogate, which a store's id cannot",
+        }
+        .into()
+    })?;
     Ok((root.raw().to_owned(), id))
 }
 
@@ -774,10 +779,9 @@ pub fn header_line(header: &Header) -> String {
         return text.to_owned();
     };
     let root = json.root();
-    if let Some((key, value)) = root.members().next()
-        && key.raw() == "\"type\""
-        && value.is_str("session")
-    {
+    // A header line read from a DSH file is kept as it was, whatever its key order
+    // (HDR-14); one made here has no `type` and is written in the reference's order.
+    if root.get("type").is_some_and(|t| t.is_str("session")) {
         return text.to_owned();
     }
     let mut line = String::from("{\"type\":\"session\"");
@@ -874,9 +878,7 @@ pub fn write_jsonl(
 ) -> Result<Exported> {
     let mut buffered = std::io::BufWriter::with_capacity(1 << 20, out);
     let mut sink = Sink::new(&mut buffered, compression, path);
-    let mut line = header_line(header);
-    line.push('\n');
-    sink.write(line.as_bytes())?;
+    sink.write_line(header_line(header).as_bytes())?;
     sink.end_frame()?; // ZST-2: the header is a frame of its own.
     let mut exported = Exported::default();
     // The chunks seen since the last other event: only they can form runs.
@@ -890,6 +892,14 @@ pub fn write_jsonl(
                 write_chunks(&mut run, pack, &mut sink, &mut exported)?;
             }
             continue;
+        }
+        if rows::is_row_tag(event.event_type) {
+            // A reader would take the record for a packed row (§4.5): refused, not written.
+            return Err(ErrorKind::NotRepresentable {
+                seq,
+                reason: "a DSH JSONL file cannot hold an event whose type is a packed row's tag",
+            }
+            .into());
         }
         write_chunks(&mut run, pack, &mut sink, &mut exported)?;
         write_record(&mut sink, &event.text(), &mut exported)?;
@@ -932,11 +942,10 @@ fn write_record(sink: &mut Sink<'_>, record: &str, exported: &mut Exported) -> R
     if bytes.contains(&b'\n') || bytes.contains(&b'\r') {
         let mut compact = String::with_capacity(record.len());
         write_js(&mut compact, Json::parse(record)?.root());
-        sink.write(compact.as_bytes())?;
+        sink.write_line(compact.as_bytes())?;
     } else {
-        sink.write(record.as_bytes())?;
+        sink.write_line(record.as_bytes())?;
     }
-    sink.write(b"\n")?;
     exported.records += 1;
     Ok(())
 }
@@ -973,19 +982,26 @@ impl<'o> Sink<'o> {
         }
     }
 
-    fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.text_bytes += bytes.len() as u64;
+    /// Writes one record and its line feed. In Zstandard, they go into one frame: a frame
+    /// is ended before a record that would not fit, never between a record and its line
+    /// feed, so every frame ends with a complete record (ZST-3); a record longer than a
+    /// frame gets a frame of its own.
+    fn write_line(&mut self, line: &[u8]) -> Result<()> {
+        self.text_bytes += line.len() as u64 + 1;
         match self.compression {
-            Compression::None => self
-                .out
-                .write_all(bytes)
-                .map_err(|e| Error::io("write", self.path, &e)),
+            Compression::None => {
+                let io = |e: std::io::Error| Error::io("write", self.path, &e);
+                self.out.write_all(line).map_err(io)?;
+                self.out.write_all(b"\n").map_err(io)
+            }
             Compression::Zstd => {
-                if !self.frame.is_empty() && self.frame.len() + bytes.len() > FRAME_PLAINTEXT_BYTES
+                if !self.frame.is_empty()
+                    && self.frame.len() + line.len() + 1 > FRAME_PLAINTEXT_BYTES
                 {
                     self.end_frame()?;
                 }
-                self.frame.extend_from_slice(bytes);
+                self.frame.extend_from_slice(line);
+                self.frame.push(b'\n');
                 Ok(())
             }
         }
@@ -1195,7 +1211,10 @@ fn read_into(
             .name("surfacelog-import".into())
             .spawn_scoped(scope, move || -> Result<()> {
                 for mut batch in full_rx {
-                    batch.for_each(|event| import.push_parsed(event).map(|_| ()))?;
+                    batch.for_each(|event| {
+                        super::refuse_retired(event.root())?;
+                        import.push_parsed(event).map(|_| ())
+                    })?;
                     batch.clear();
                     // The reader may be gone already; the batch is then simply dropped.
                     let _ = empty_tx.send(batch);

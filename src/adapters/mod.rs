@@ -4,3 +4,24 @@ pub mod jsonl;
 pub mod rows;
 pub mod sqlite;
 pub mod sqlite_import;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::json::Value;
+
+/// LOAD-9: a DSH log holding a `mode/set` event is refused when it is imported, as the
+/// reference refuses it at load (`LEGACY_EVENT`, naming the seq). The legacy events of
+/// contract §3 (`request/header-delta`, a `fallback` request header) are refused on every
+/// entry point already; the contract does not retire `mode/set`, so a host may still
+/// append one.
+pub(crate) fn refuse_retired(event: Value<'_, '_>) -> Result<()> {
+    if !event.get("type").is_some_and(|t| t.is_str("mode/set")) {
+        return Ok(());
+    }
+    let error = Error::from(ErrorKind::LegacyEvent {
+        reason: "mode/set is retired (dsh-formats.md LOAD-9)",
+    });
+    Err(match event.get("seq").and_then(|s| s.as_safe_u64()) {
+        Some(seq) => error.at_seq(seq),
+        None => error,
+    })
+}

@@ -35,7 +35,14 @@ pub fn import_sqlite(
     let outcome = ids.iter().try_for_each(|id| {
         let header = database.header(id)?;
         let mut import = store.import(id, &header)?;
-        let end = database.read_events(id, &mut |text| import.push(&text).map(|_| ()))?;
+        let end = database.read_events(id, &mut |text| {
+            // The reader builds each event's text with its type first (SQL-26), so only
+            // a `mode/set` needs parsing here.
+            if text.starts_with(r#"{"type":"mode/set","#) {
+                super::refuse_retired(crate::json::Json::parse(&text)?.root())?;
+            }
+            import.push(&text).map(|_| ())
+        })?;
         done.push((import.finish()?, end.torn_marker));
         Ok(())
     });
