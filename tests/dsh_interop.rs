@@ -371,6 +371,173 @@ fn header_order_lone_surrogate_ids_and_mode_set() {
     assert_nothing_stored(&store);
 }
 
+/// A log of an older pre-release writer: every import-compatibility projection of
+/// `dsh-formats.md` §9.2 (LOAD-4) in one session.
+const LEGACY: [&str; 13] = [
+    r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1,"trigger":{"kind":"user"}}}"#,
+    r#"{"type":"steering/message","seq":1,"time":2,"data":{"turn":1,"content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"surfaceOp":"append"}"#,
+    r#"{"type":"user/message","seq":2,"time":3,"data":{"content":[{"type":"text","text":"again"}],"source":{"kind":"user"}},"surfaceOp":"append"}"#,
+    r#"{"type":"step/start","seq":3,"time":4,"data":{"turn":1,"step":1}}"#,
+    r#"{"type":"assistant/message","seq":4,"time":5,"data":{"turn":1,"step":1,"content":[{"type":"tool-call","id":"c1","name":"bash","arguments":"{}"}],"provenance":{"provider":"p","model":"m","kind":"x"}},"surfaceOp":"append"}"#,
+    r#"{"type":"tool/call","seq":5,"time":6,"data":{"turn":1,"step":1,"callId":"c1","name":"bash","arguments":"{}"}}"#,
+    r#"{"type":"tool/result","seq":6,"time":7,"data":{"turn":1,"step":1,"callId":"c1","content":[{"type":"text","text":"out"}],"isError":false},"surfaceOp":"append"}"#,
+    r#"{"type":"step/end","seq":7,"time":8,"data":{"turn":1,"step":1}}"#,
+    r#"{"type":"turn/end","seq":8,"time":9,"data":{"turn":1,"reason":{"kind":"disposed"}}}"#,
+    r#"{"type":"turn/start","seq":9,"time":10,"data":{"turn":2}}"#,
+    r#"{"type":"steering/message","seq":10,"time":11,"data":{"turn":2,"message":{"id":"m1","role":"user","content":[],"source":{"kind":"user"}}},"surfaceOp":"append"}"#,
+    r#"{"type":"tool/result","seq":11,"time":12,"data":{"turn":1,"step":1,"callId":"c1","content":[{"type":"text","text":""}],"isError":false},"surfaceOp":{"op":"replace","start":6,"end":6},"sourceEventSeqs":[6]}"#,
+    r#"{"type":"turn/end","seq":12,"time":13,"data":{"turn":2,"reason":{"kind":"error","step":1,"message":"boom"}}}"#,
+];
+
+/// LOAD-4: the import stores each event as the reference's loader sees it (the surface,
+/// the messages, the checks of the contract), and an export gives back the file's own
+/// bytes from the originals kept beside the log (STORE-26), in JSONL and through `SQLite`.
+#[test]
+fn legacy_events_are_projected_on_import_and_exported_as_they_were() {
+    use surfacelog::internals::adapters::{legacy, sqlite, sqlite_import};
+    use surfacelog::internals::json::{Json, equal};
+    let dir = scratch("legacy");
+    let raw = format!("{HEADER}\n{}\n", LEGACY.join("\n"));
+    let (store, outcome) = import_bytes(&dir, "legacy.jsonl", raw.as_bytes(), Compression::None);
+    let (imported, scan) = outcome.unwrap();
+    assert_eq!(
+        (imported.events, imported.closers.len(), scan.torn),
+        (13, 0, None)
+    );
+    let session = store.inspect("s1").unwrap();
+    let event = |seq: u64| session.event(seq).unwrap().unwrap();
+    assert_eq!(
+        event(0).text(),
+        r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#
+    );
+    assert_eq!(event(1).event_type, "user/message");
+    assert_eq!(
+        event(8).data(),
+        r#"{"turn":1,"reason":{"kind":"aborted","reason":{"kind":"disposed"}}}"#
+    );
+    assert_eq!(
+        event(12).data(),
+        r#"{"turn":2,"reason":{"kind":"error","error":{"message":"boom","code":"UNKNOWN"}}}"#
+    );
+    let expected = [
+        (
+            1,
+            r#"{"id":"legacy-message:s1:1","role":"user","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}}"#,
+        ),
+        (
+            2,
+            r#"{"id":"legacy-message:s1:2","role":"user","content":[{"type":"text","text":"again"}],"source":{"kind":"user"}}"#,
+        ),
+        (
+            4,
+            r#"{"id":"legacy-message:s1:4","role":"assistant","content":[{"type":"tool-call","id":"c1","name":"bash","arguments":"{}"}],"source":{"kind":"model","provider":"p","model":"m"}}"#,
+        ),
+        (
+            11,
+            r#"{"id":"legacy-message:s1:6","role":"user","content":[{"type":"tool-result","toolCallId":"c1","content":[{"type":"text","text":""}],"isError":false}],"source":{"kind":"tool","callId":"c1"}}"#,
+        ),
+        (
+            10,
+            r#"{"id":"m1","role":"user","content":[],"source":{"kind":"user"}}"#,
+        ),
+    ];
+    let messages = session.messages().unwrap();
+    assert_eq!(messages.len(), expected.len());
+    for (message, (seq, json)) in messages.iter().zip(expected) {
+        assert_eq!(message.seq, seq);
+        let (a, b) = (
+            Json::parse(message.json).unwrap(),
+            Json::parse(json).unwrap(),
+        );
+        assert!(equal(a.root(), b.root()), "{}", message.json);
+    }
+    // The export is the file imported, byte for byte, in both directions through SQLite.
+    let originals = legacy::Originals::read(&store, "s1").unwrap();
+    assert!(!originals.is_empty());
+    let out = dir.join("legacy.out.jsonl");
+    jsonl::export_file_to(
+        &out,
+        jsonl::Publish::New,
+        session.header(),
+        session.log(),
+        &originals,
+        true,
+        Compression::None,
+    )
+    .unwrap();
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), raw);
+    let db = dir.join("legacy.sqlite");
+    sqlite::export_session_with(&db, session.header(), session.log(), &originals, true).unwrap();
+    let again = Store::open_or_create(dir.join("again.store"), StoreOptions::default()).unwrap();
+    sqlite_import::import_sqlite(&again, &db, None).unwrap();
+    let back = again.inspect("s1").unwrap();
+    // SQLite rebuilds an event's envelope in its own key order (SQL-26): equal values.
+    for seq in 0..13 {
+        let (a, b) = (back.event(seq).unwrap().unwrap(), event(seq));
+        let (a, b) = (a.text(), b.text());
+        let (a, b) = (Json::parse(&a).unwrap(), Json::parse(&b).unwrap());
+        assert!(equal(a.root(), b.root()), "seq {seq}");
+    }
+    // The originals went through SQLite too (their envelopes in its key order).
+    let originals_back = legacy::Originals::read(&again, "s1").unwrap();
+    for seq in 0..13 {
+        match (originals_back.get(seq), originals.get(seq)) {
+            (Some(a), Some(b)) => {
+                let (a, b) = (Json::parse(a).unwrap(), Json::parse(b).unwrap());
+                assert!(equal(a.root(), b.root()), "seq {seq}");
+            }
+            (a, b) => assert_eq!(a.is_some(), b.is_some(), "seq {seq}"),
+        }
+    }
+}
+
+/// LOAD-4: what §9.2 calls malformed is refused as a stored session that failed
+/// validation (`CORRUPT`, naming the seq and the file), and nothing is stored.
+#[test]
+fn malformed_legacy_events_are_refused() {
+    let dir = scratch("legacy-malformed");
+    let start = r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#;
+    let cases = [
+        (
+            "extra-key",
+            r#"{"type":"turn/end","seq":1,"time":2,"data":{"turn":1,"reason":{"kind":"completed"},"x":1}}"#,
+        ),
+        (
+            "turn-zero",
+            r#"{"type":"turn/end","seq":1,"time":2,"data":{"turn":0,"reason":{"kind":"completed"}}}"#,
+        ),
+        (
+            "completed-extra",
+            r#"{"type":"turn/end","seq":1,"time":2,"data":{"turn":1,"reason":{"kind":"completed","at":1}}}"#,
+        ),
+        (
+            "error-shape",
+            r#"{"type":"turn/end","seq":1,"time":2,"data":{"turn":1,"reason":{"kind":"error","step":-1,"message":"m"}}}"#,
+        ),
+        (
+            "trigger",
+            r#"{"type":"turn/start","seq":1,"time":2,"data":{"turn":1,"trigger":{"kind":""}}}"#,
+        ),
+        (
+            "steering",
+            r#"{"type":"steering/message","seq":1,"time":2,"data":{"turn":1,"content":[]},"surfaceOp":"append"}"#,
+        ),
+    ];
+    for (name, event) in cases {
+        let raw = format!("{HEADER}\n{start}\n{event}\n");
+        let (store, outcome) = import_bytes(&dir, name, raw.as_bytes(), Compression::None);
+        let error = outcome.expect_err(name);
+        assert_eq!(
+            (error.code(), error.seq()),
+            ("CORRUPT", Some(1)),
+            "{name}: {error}"
+        );
+        assert!(error.to_string().contains("§9.2"), "{name}: {error}");
+        assert!(error.to_string().contains(name), "{name}: {error}");
+        assert_nothing_stored(&store);
+    }
+}
+
 #[test]
 fn a_torn_or_malformed_tail_is_dropped_not_refused() {
     let dir = scratch("torn-raw");

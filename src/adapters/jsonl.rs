@@ -16,7 +16,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::rows;
+use super::{legacy, rows};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventSource, Header};
 use crate::json::{
@@ -288,11 +288,14 @@ impl JsonlReader {
 fn locate(path: &Path, error: Error) -> Error {
     match error.kind() {
         ErrorKind::Corrupt { location, reason } if !location.starts_with('/') => {
-            ErrorKind::Corrupt {
+            let named = Error::from(ErrorKind::Corrupt {
                 location: format!("{} {location}", path.display()),
                 reason: reason.clone(),
+            });
+            match error.seq() {
+                Some(seq) => named.at_seq(seq),
+                None => named,
             }
-            .into()
         }
         _ => error.in_file(path),
     }
@@ -866,11 +869,15 @@ pub struct Exported {
 /// that spans lines (whitespace the JSON grammar allows) is rewritten compactly so that
 /// it stays one record.
 ///
+/// An event that the import projected (§9.2) is written as its original text, from
+/// `originals` (`store.md` STORE-26), so that the export is the file that was imported.
+///
 /// # Errors
 /// `IO` from `out` (reported against `path`), `CORRUPT` when an event cannot be read back.
 pub fn write_jsonl(
     header: &Header,
     events: &dyn EventSource,
+    originals: &legacy::Originals,
     pack: bool,
     compression: Compression,
     out: &mut dyn Write,
@@ -902,7 +909,10 @@ pub fn write_jsonl(
             .into());
         }
         write_chunks(&mut run, pack, &mut sink, &mut exported)?;
-        write_record(&mut sink, &event.text(), &mut exported)?;
+        let text = originals
+            .get(seq)
+            .map_or_else(|| event.text(), Cow::Borrowed);
+        write_record(&mut sink, &text, &mut exported)?;
     }
     write_chunks(&mut run, pack, &mut sink, &mut exported)?;
     exported.events = end;
@@ -1041,7 +1051,16 @@ pub fn export_file(
     pack: bool,
     compression: Compression,
 ) -> Result<Exported> {
-    export_file_to(path, Publish::New, header, events, pack, compression)
+    let originals = legacy::Originals::default();
+    export_file_to(
+        path,
+        Publish::New,
+        header,
+        events,
+        &originals,
+        pack,
+        compression,
+    )
 }
 
 /// [`export_file`], replacing an existing file when `publish` is [`Publish::Replace`].
@@ -1053,11 +1072,12 @@ pub fn export_file_to(
     publish: Publish,
     header: &Header,
     events: &dyn EventSource,
+    originals: &legacy::Originals,
     pack: bool,
     compression: Compression,
 ) -> Result<Exported> {
     publish_with(path, publish, |file| {
-        write_jsonl(header, events, pack, compression, file, path)
+        write_jsonl(header, events, originals, pack, compression, file, path)
     })
 }
 
@@ -1197,6 +1217,7 @@ fn read_into(
 ) -> Result<Scan> {
     use std::sync::mpsc;
     let path = reader.path.clone();
+    let session_id = reader.id().to_owned();
     let stopped = || {
         Error::io(
             "import",
@@ -1210,15 +1231,16 @@ fn read_into(
         let importer = std::thread::Builder::new()
             .name("surfacelog-import".into())
             .spawn_scoped(scope, move || -> Result<()> {
+                let mut originals = legacy::Originals::default();
                 for mut batch in full_rx {
                     batch.for_each(|event| {
-                        super::refuse_retired(event.root())?;
-                        import.push_parsed(event).map(|_| ())
+                        super::import_event(import, &session_id, event, &mut originals)
                     })?;
                     batch.clear();
                     // The reader may be gone already; the batch is then simply dropped.
                     let _ = empty_tx.send(batch);
                 }
+                originals.keep(import);
                 Ok(())
             })
             .map_err(|e| Error::io("spawn", &path, &e))?;

@@ -1,12 +1,39 @@
 //! Adapters for the DSH interchange formats (`dsh-formats.md`).
 
 pub mod jsonl;
+pub mod legacy;
 pub mod rows;
 pub mod sqlite;
 pub mod sqlite_import;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::json::Value;
+
+/// Imports one event read from a DSH log: refuses a retired type (LOAD-9), applies the
+/// import-compatibility projections (LOAD-4, [`legacy::project`]) and pushes the event,
+/// projected or as read, keeping the original text of a projected one in `originals`.
+///
+/// # Errors
+/// The refusal of LOAD-9, of a projection, or of the import path.
+pub(crate) fn import_event(
+    import: &mut crate::store::Import<'_>,
+    session: &str,
+    event: &crate::json::Json<'_>,
+    originals: &mut legacy::Originals,
+) -> Result<()> {
+    let root = event.root();
+    refuse_retired(root)?;
+    match legacy::project(session, root, &mut |seq| import.message_id_at(seq))? {
+        Some(projected) => {
+            let seq = import.push(&projected)?;
+            originals.insert(seq, root.raw());
+        }
+        None => {
+            import.push_parsed(event)?;
+        }
+    }
+    Ok(())
+}
 
 /// LOAD-9: a DSH log holding a `mode/set` event is refused when it is imported, as the
 /// reference refuses it at load (`LEGACY_EVENT`, naming the seq). The legacy events of

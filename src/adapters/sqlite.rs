@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior, params};
 
+use crate::adapters::legacy::Originals;
 use crate::adapters::rows::{self, RowFault, SqlPacker, SqlRecord, SqlRow};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventSource, Header};
@@ -371,8 +372,23 @@ pub fn export_session(
     events: &dyn EventSource,
     pack: bool,
 ) -> Result<ExportReport> {
+    export_session_with(path, header, events, &Originals::default(), pack)
+}
+
+/// [`export_session`], writing an event that the import projected (`dsh-formats.md` §9.2)
+/// from its original text in `originals` (`store.md` STORE-26).
+///
+/// # Errors
+/// As [`export_session`].
+pub fn export_session_with(
+    path: &Path,
+    header: &Header,
+    events: &dyn EventSource,
+    originals: &Originals,
+    pack: bool,
+) -> Result<ExportReport> {
     let created = prepare_file(path)?;
-    let exported = export_into(path, header, events, pack);
+    let exported = export_into(path, header, events, originals, pack);
     if exported.is_err() {
         created.undo(path);
     }
@@ -384,6 +400,7 @@ fn export_into(
     path: &Path,
     header: &Header,
     events: &dyn EventSource,
+    originals: &Originals,
     pack: bool,
 ) -> Result<ExportReport> {
     let started = Instant::now();
@@ -428,7 +445,7 @@ fn export_into(
         return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
     }
     insert_session(&transaction, path, header)?;
-    let report = insert_events(&transaction, path, id, events, pack)?;
+    let report = insert_events(&transaction, path, id, events, originals, pack)?;
     // SQL-10: this export is the session's one append, so the revision ends at 1.
     transaction
         .execute(
@@ -789,6 +806,7 @@ fn insert_events(
     path: &Path,
     id: &str,
     events: &dyn EventSource,
+    originals: &Originals,
     pack: bool,
 ) -> Result<ExportReport> {
     let on_error = sql(path);
@@ -809,7 +827,10 @@ fn insert_events(
         let window_end = end.min(seq.saturating_add(EXPORT_WINDOW));
         let mut texts: Vec<Cow<'_, str>> = carried.drain(..).map(Cow::Owned).collect();
         for s in seq..window_end {
-            texts.push(events.event_at(s)?.text());
+            texts.push(match originals.get(s) {
+                Some(original) => Cow::Borrowed(original),
+                None => events.event_at(s)?.text(),
+            });
         }
         seq = window_end;
         let mut packer = SqlPacker::default();

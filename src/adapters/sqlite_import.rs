@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use super::legacy::Originals;
 use super::sqlite::DshDatabase;
 use crate::error::Result;
 use crate::store::{Imported, Store};
@@ -35,14 +36,12 @@ pub fn import_sqlite(
     let outcome = ids.iter().try_for_each(|id| {
         let header = database.header(id)?;
         let mut import = store.import(id, &header)?;
+        let mut originals = Originals::default();
         let end = database.read_events(id, &mut |text| {
-            // The reader builds each event's text with its type first (SQL-26), so only
-            // a `mode/set` needs parsing here.
-            if text.starts_with(r#"{"type":"mode/set","#) {
-                super::refuse_retired(crate::json::Json::parse(&text)?.root())?;
-            }
-            import.push(&text).map(|_| ())
+            let event = crate::json::Json::parse(&text)?;
+            super::import_event(&mut import, id, &event, &mut originals)
         })?;
+        originals.keep(&mut import);
         done.push((import.finish()?, end.torn_marker));
         Ok(())
     });

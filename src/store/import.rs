@@ -22,6 +22,8 @@ pub struct Import<'s> {
     id: String,
     tmp: PathBuf,
     session: Option<StoredSession>,
+    /// Files the importer keeps beside the log (STORE-26), written at publish.
+    beside: Vec<(&'static str, Vec<u8>)>,
     /// The build directory's lock (STORE-17), held until the import is published or
     /// removed.
     _build: Build,
@@ -67,6 +69,7 @@ impl Store {
             id: id.to_owned(),
             tmp: build.path().to_owned(),
             session: None,
+            beside: Vec::new(),
             _build: build,
         };
         import.session = Some(import.start(header)?);
@@ -75,6 +78,27 @@ impl Store {
 }
 
 impl Store {
+    /// The file `name` an importer kept beside session `id`'s log (STORE-26), with its
+    /// path; `None` when the session has none.
+    ///
+    /// # Errors
+    /// `UNSAFE_PATH` for a symbolic link on the way (STORE-1), `IO`.
+    #[doc(hidden)]
+    pub fn read_beside(&self, id: &str, name: &str) -> Result<Option<(PathBuf, Vec<u8>)>> {
+        let dir = self.session_dir(id);
+        super::refuse_symlink(&dir)?;
+        let path = dir.join(name);
+        let mut file = match self.options.log.storage.open_read(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("open", &path, &e)),
+        };
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut bytes)
+            .map_err(|e| Error::io("read", &path, &e))?;
+        Ok(Some((path, bytes)))
+    }
+
     /// `SESSION_EXISTS` when the store holds session `id`.
     ///
     /// # Errors
@@ -154,6 +178,36 @@ impl Import<'_> {
         self.session().import_event(event)
     }
 
+    /// Keeps file `name`, of `bytes`, in the session's directory beside its log: written
+    /// when the import is published, with the session's other files, and read back with
+    /// [`Store::read_beside`] (`store.md` STORE-26). The DSH importers keep the original
+    /// texts of the events they projected this way.
+    #[doc(hidden)]
+    pub fn keep_beside(&mut self, name: &'static str, bytes: Vec<u8>) {
+        self.beside.push((name, bytes));
+    }
+
+    /// The message id of stored event `seq` (its message's `id`), when it has one.
+    ///
+    /// # Errors
+    /// `CORRUPT` for a seq not stored yet, or a record that does not check out.
+    #[doc(hidden)]
+    pub fn message_id_at(&self, seq: u64) -> Result<Option<String>> {
+        let Some(session) = self.session.as_ref() else {
+            return Ok(None);
+        };
+        let message = crate::event::EventSource::message_at(session.log(), seq)?;
+        let Some(message) = message else {
+            return Ok(None);
+        };
+        let json = crate::json::Json::parse(message)?;
+        Ok(json
+            .root()
+            .get("id")
+            .and_then(|id| id.as_str())
+            .map(std::borrow::Cow::into_owned))
+    }
+
     /// [`Import::push`] of an event already parsed.
     ///
     /// # Errors
@@ -187,6 +241,9 @@ impl Import<'_> {
             })
             .collect::<Result<_>>()?;
         session.close()?;
+        for (name, bytes) in &self.beside {
+            super::write_file_atomically(&self.store.options, &self.tmp, name, bytes)?;
+        }
         self.store.publish_dir(&self.id, &self.tmp)?;
         self.tmp = PathBuf::new();
         Ok(Imported {

@@ -197,6 +197,8 @@ pub fn export(ctx: &Ctx, id: &str, format: Format, options: &ExportOptions<'_>) 
         store.check_no_writer(id)?;
     }
     let session = store.inspect(id)?;
+    // Events the import projected are exported as they were read (STORE-26).
+    let originals = surfacelog::internals::adapters::legacy::Originals::read(&store, id)?;
     let events = session.log().seq_next();
     let to_stdout = options.out == Path::new("-");
     let mut line = ExportedLine {
@@ -212,6 +214,7 @@ pub fn export(ctx: &Ctx, id: &str, format: Format, options: &ExportOptions<'_>) 
                 let exported = jsonl::write_jsonl(
                     session.header(),
                     session.log(),
+                    &originals,
                     options.pack,
                     compression,
                     &mut stdout,
@@ -232,6 +235,7 @@ pub fn export(ctx: &Ctx, id: &str, format: Format, options: &ExportOptions<'_>) 
                     publish,
                     session.header(),
                     session.log(),
+                    &originals,
                     options.pack,
                     compression,
                 )?
@@ -256,10 +260,11 @@ pub fn export(ctx: &Ctx, id: &str, format: Format, options: &ExportOptions<'_>) 
                 }
                 .into());
             }
-            let report = surfacelog::internals::adapters::sqlite::export_session(
+            let report = surfacelog::internals::adapters::sqlite::export_session_with(
                 options.out,
                 session.header(),
                 session.log(),
+                &originals,
                 options.pack,
             )?;
             line.rows = Some(report.rows);
