@@ -538,6 +538,44 @@ fn malformed_legacy_events_are_refused() {
     }
 }
 
+/// ROW-4: in JSONL a run of deltas is one row however long. An export gathers chunks a
+/// bounded number at a time, and a run still going on when it writes is held back, not
+/// cut: rows longer than that come back as they were, next to shorter runs.
+#[test]
+fn a_run_longer_than_the_export_gathers_stays_one_row() {
+    let dir = scratch("long-run");
+    let row = |seq0: usize, index: u32, n: usize| {
+        let dt = vec!["0"; n - 1].join(",");
+        let texts = vec!["\"a\""; n].join(",");
+        format!(
+            r#"{{"type":"text-chunks","seq0":{seq0},"time0":5,"data":{{"turn":1,"step":1,"index":{index},"dt":[{dt}],"texts":[{texts}]}}}}"#
+        )
+    };
+    let long = jsonl::RUN_EVENTS_MAX + 1;
+    let cases = [
+        vec![row(0, 0, long)],
+        vec![
+            row(0, 0, 3),
+            row(3, 1, long + 9_000),
+            row(3 + long + 9_000, 2, 4),
+        ],
+    ];
+    for (n, rows) in cases.iter().enumerate() {
+        let raw = format!("{HEADER}\n{}\n", rows.join("\n"));
+        let name = format!("long-{n}.jsonl");
+        let (store, outcome) = import_bytes(&dir, &name, raw.as_bytes(), Compression::None);
+        let (imported, _) = outcome.unwrap();
+        let out = export(
+            &store,
+            &imported.id,
+            &dir.join(format!("{name}.out")),
+            true,
+            Compression::None,
+        );
+        assert!(out == raw.as_bytes(), "case {n}: the export differs");
+    }
+}
+
 #[test]
 fn a_torn_or_malformed_tail_is_dropped_not_refused() {
     let dir = scratch("torn-raw");

@@ -43,8 +43,9 @@ pub const RECORD_BYTES_MAX: usize = MAX_EVENT_BYTES_DEFAULT;
 /// a reader (ZST-3).
 pub const FRAME_PLAINTEXT_BYTES: usize = 1 << 20;
 
-/// The most consecutive `assistant/chunk` events the writer packs at once; a longer run
-/// is packed in pieces of this size (bounded memory).
+/// How many consecutive `assistant/chunk` events the writer gathers before it packs and
+/// writes those it can: all but a run of deltas still going on, which stays one row
+/// however long (ROW-4). Memory is bounded by this many events plus the longest run.
 pub const RUN_EVENTS_MAX: usize = 1 << 16;
 
 /// What a scan of the records found.
@@ -890,16 +891,19 @@ pub fn write_jsonl(
     let mut exported = Exported::default();
     // The chunks seen since the last other event: only they can form runs.
     let mut run: Vec<Cow<'_, str>> = Vec::new();
+    let mut gather = RUN_EVENTS_MAX;
     let end = events.seq_next();
     for seq in 0..end {
         let event = events.event_at(seq)?;
         if event.event_type == "assistant/chunk" {
             run.push(event.text());
-            if run.len() >= RUN_EVENTS_MAX {
-                write_chunks(&mut run, pack, &mut sink, &mut exported)?;
+            if run.len() >= gather {
+                write_closed_chunks(&mut run, pack, &mut sink, &mut exported)?;
+                gather = run.len() + RUN_EVENTS_MAX;
             }
             continue;
         }
+        gather = RUN_EVENTS_MAX;
         if rows::is_row_tag(event.event_type) {
             // A reader would take the record for a packed row (§4.5): refused, not written.
             return Err(ErrorKind::NotRepresentable {
@@ -942,6 +946,28 @@ fn write_chunks(
         }
     }
     run.clear();
+    Ok(())
+}
+
+/// [`write_chunks`] of all but a run of deltas that more chunks may continue, which stays
+/// in `run` (ROW-4).
+fn write_closed_chunks(
+    run: &mut Vec<Cow<'_, str>>,
+    pack: bool,
+    sink: &mut Sink<'_>,
+    exported: &mut Exported,
+) -> Result<()> {
+    if !pack {
+        return write_chunks(run, pack, sink, exported);
+    }
+    let texts: Vec<&str> = run.iter().map(AsRef::as_ref).collect();
+    let (records, held) = rows::pack_stored_open(&texts);
+    exported.packed_rows += records.iter().filter(|r| is_row_text(r)).count() as u64;
+    for record in &records {
+        write_record(sink, record, exported)?;
+    }
+    let written = run.len() - held;
+    run.drain(..written);
     Ok(())
 }
 

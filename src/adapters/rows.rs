@@ -187,6 +187,42 @@ fn string_token(text: &str) -> Option<(&str, &str)> {
 
 /// ROW-3 to ROW-7 over events already classified: runs of three or more become rows,
 /// every other event keeps its text.
+/// [`pack_stored`] of the events read so far of a log that goes on: the records of all
+/// but the last run of deltas, which more events may continue (ROW-4: in JSONL a run is
+/// one row however long), and how many events at the end that run holds back.
+pub(crate) fn pack_stored_open(events: &[&str]) -> (Vec<String>, usize) {
+    let deltas: Vec<Option<Delta<'_>>> = events
+        .iter()
+        .map(|text| match canonical_delta(text) {
+            Some(delta) => Some(delta),
+            None => Json::parse(text).ok().and_then(|json| delta(json.root())),
+        })
+        .collect();
+    // Where the last run starts: the runs are found from the front, as `pack_deltas` does.
+    let mut at = 0;
+    let mut last = events.len();
+    while at < events.len() {
+        let mut end = at + 1;
+        if let Some(first) = deltas[at] {
+            while let Some(Some(next)) = deltas.get(end) {
+                let Some(prev) = deltas[end - 1] else { break };
+                if !continues(&first, &prev, next) {
+                    break;
+                }
+                end += 1;
+            }
+            if end == events.len() {
+                last = at;
+            }
+        }
+        at = end;
+    }
+    (
+        pack_deltas(&events[..last], &deltas[..last]),
+        events.len() - last,
+    )
+}
+
 fn pack_deltas(texts: &[&str], deltas: &[Option<Delta<'_>>]) -> Vec<String> {
     let mut records = Vec::with_capacity(texts.len());
     let mut at = 0;
@@ -920,7 +956,42 @@ mod tests {
             })
     }
 
+    /// Chunk events with contiguous seqs, so that runs form: each a delta or a block end,
+    /// at one of two indexes.
+    fn contiguous_chunks() -> impl Strategy<Value = Vec<String>> {
+        prop::collection::vec((0u8..3, 0u8..2), 0..40).prop_map(|picks| {
+            picks
+                .iter()
+                .enumerate()
+                .map(|(seq, (kind, index))| {
+                    let chunk = match kind {
+                        0 => format!(r#"{{"type":"text-delta","index":{index},"text":"t"}}"#),
+                        1 => format!(r#"{{"type":"reasoning-delta","index":{index},"text":"r"}}"#),
+                        _ => format!(r#"{{"type":"block-end","index":{index}}}"#),
+                    };
+                    format!(
+                        r#"{{"type":"assistant/chunk","seq":{seq},"time":{seq},"data":{{"turn":1,"step":1,"chunk":{chunk}}}}}"#
+                    )
+                })
+                .collect()
+        })
+    }
+
     proptest! {
+        /// Packing a log in pieces, each holding back the run it ends with, gives what
+        /// packing it whole gives (ROW-4: a JSONL export never cuts a run).
+        #[test]
+        fn packing_in_pieces_holds_back_the_open_run(events in contiguous_chunks()) {
+            let refs: Vec<&str> = events.iter().map(String::as_str).collect();
+            let whole = pack_stored(&refs);
+            for cut in 0..=refs.len() {
+                let (mut records, held) = pack_stored_open(&refs[..cut]);
+                prop_assert!(held <= cut);
+                records.extend(pack_stored(&refs[cut - held..]));
+                prop_assert_eq!(&records, &whole, "cut at {}", cut);
+            }
+        }
+
         /// The canonical-layout reader agrees with the parser on every event it accepts,
         /// and packing stored events gives what packing parsed ones gives.
         #[test]
