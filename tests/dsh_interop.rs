@@ -230,6 +230,17 @@ fn bad_raw_input_is_refused_with_a_location_and_nothing_stored() {
         let error = outcome.err().unwrap_or_else(|| panic!("{name} imported"));
         assert_eq!(error.code(), code, "{name}: {error}");
         assert!(error.to_string().contains(text), "{name}: {error}");
+        // The location is the damaged record's line in the file (the header is line 1),
+        // not the committed turn/end that made it damage.
+        let damaged = match name {
+            "invalid-utf8-mid" | "seq-gap-mid" => Some(3),
+            "malformed-row-mid" | "blank-line-mid" => Some(4),
+            _ => None,
+        };
+        if let Some(line) = damaged {
+            let place = format!("{name} line {line}");
+            assert!(error.to_string().ends_with(&place), "{name}: {error}");
+        }
         assert_nothing_stored(&store);
     }
 }

@@ -390,6 +390,8 @@ struct Scanner {
     records: u64,
     /// The first problem (RAW-4 `issue`), with its line.
     issue: Option<String>,
+    /// The record number (`line`) of the record with the first problem.
+    issue_line: u64,
     /// An incomplete record carried to the next piece.
     partial: Vec<u8>,
     /// The members of the last packed row, their buffers reused from row to row.
@@ -422,6 +424,7 @@ impl Scanner {
             next_seq: 0,
             records: 0,
             issue: None,
+            issue_line: 0,
             partial: Vec::new(),
             members: rows::Members::default(),
         }
@@ -452,7 +455,7 @@ impl Scanner {
     fn check_length(&self, len: usize) -> Result<()> {
         if len > RECORD_BYTES_MAX {
             return Err(ErrorKind::Corrupt {
-                location: format!("line {}", self.line + 1),
+                location: Self::file_line(self.line + 1),
                 reason: format!("a record longer than {RECORD_BYTES_MAX} bytes"),
             }
             .into());
@@ -496,6 +499,7 @@ impl Scanner {
             Record::Unparsable(why) => {
                 if self.issue.is_none() {
                     self.issue = Some(format!("unparsable committed event at line {line} ({why})"));
+                    self.issue_line = line;
                 }
                 Ok(())
             }
@@ -516,6 +520,7 @@ impl Scanner {
                 #[expect(clippy::cast_precision_loss, reason = "seqs are safe integers")]
                 let expected = self.next_seq as f64;
                 if first_seq != Some(expected) {
+                    self.issue_line = line;
                     self.issue = Some(format!(
                         "seq gap in committed region at line {line} (expected {}, got {})",
                         self.next_seq,
@@ -541,9 +546,16 @@ impl Scanner {
         }
     }
 
+    /// A location: the line of the file holding record `line` (the header is line 1;
+    /// the reasons count records, as the reference's texts do).
+    fn file_line(line: u64) -> String {
+        format!("line {}", line + 1)
+    }
+
+    /// RAW-4 step 2: the damage, at the record where it is, before a committed `turn/end`.
     fn corrupt_committed(&self) -> Error {
         ErrorKind::Corrupt {
-            location: format!("line {}", self.line),
+            location: Self::file_line(self.issue_line),
             reason: format!(
                 "corrupt session log: {}",
                 self.issue.as_deref().unwrap_or_default()
@@ -556,14 +568,14 @@ impl Scanner {
     fn require_clean(&self) -> Result<()> {
         if let Some(issue) = &self.issue {
             return Err(ErrorKind::Corrupt {
-                location: format!("line {}", self.line),
+                location: Self::file_line(self.issue_line),
                 reason: format!("complete frame contains a torn JSONL record: {issue}"),
             }
             .into());
         }
         if !self.partial.is_empty() {
             return Err(ErrorKind::Corrupt {
-                location: format!("line {}", self.line + 1),
+                location: Self::file_line(self.line + 1),
                 reason: "complete frame contains a torn JSONL record: no final line feed"
                     .to_owned(),
             }
