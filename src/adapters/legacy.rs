@@ -173,8 +173,8 @@ fn turn_end(data: Value<'_, '_>) -> Result<Option<String>, &'static str> {
 /// A legacy `error` reason without an `error` member, as {`kind`, `error`}.
 fn error_reason(reason: Value<'_, '_>) -> Result<String, &'static str> {
     let why = "a legacy error reason holds a step and a failure, or a message and a code";
-    let step = reason.get("step").and_then(|s| s.as_safe_u64());
-    if step.is_none() || reason.get("step").is_some_and(|s| s.raw().starts_with('-')) {
+    // A non-negative safe integer, judged by value as JavaScript does (`-0` is one).
+    if reason.get("step").and_then(|s| s.as_safe_u64()).is_none() {
         return Err(why);
     }
     if exactly(reason, &["kind", "step", "failure"]) {
@@ -532,7 +532,8 @@ mod tests {
             projected(failure).unwrap().unwrap(),
             r#"{"type":"turn/end","seq":3,"time":1,"data":{"turn":1,"reason":{"kind":"error","error":{"message":"m","code":"C","status":500}}}}"#
         );
-        let coded = r#"{"type":"turn/end","seq":3,"time":1,"data":{"reason":{"kind":"error","step":0,"message":"m","code":"X"},"turn":1}}"#;
+        // `step` is judged by value, as JavaScript does: `-0` is a non-negative integer.
+        let coded = r#"{"type":"turn/end","seq":3,"time":1,"data":{"reason":{"kind":"error","step":-0,"message":"m","code":"X"},"turn":1}}"#;
         assert_eq!(
             projected(coded).unwrap().unwrap(),
             r#"{"type":"turn/end","seq":3,"time":1,"data":{"reason":{"kind":"error","error":{"message":"m","code":"X"}},"turn":1}}"#
