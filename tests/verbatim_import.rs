@@ -289,6 +289,17 @@ fn a_session_the_store_cannot_hold_is_reported_not_fatal() {
     assert_eq!(report.refused[0].id.as_deref(), Some("b"));
     assert_eq!(report.refused[0].error.code(), "ENVELOPE_INVALID");
     assert_eq!(store.load("b", 0).unwrap(), None);
+    // So are a repeated key (VBT-4), wherever it is, and an id with a lone surrogate,
+    // which a store cannot name: the others are imported.
+    let more = scratch.path().join("more");
+    place(&more, "d", &log("d", "1").replace("{}", r#"{"k":1,"k":2}"#));
+    let lone = log("e", "1").replace(r#""id":"e""#, r#""id":"e\ud800""#);
+    place(&more, "e", &lone);
+    place(&more, "f", &log("f", "1"));
+    let report = store.import_dsh(&DshSource::Jsonl(more)).unwrap();
+    assert_eq!(report.imported, ["f"]);
+    let codes: Vec<&str> = report.refused.iter().map(|r| r.error.code()).collect();
+    assert_eq!(codes, ["DATA_DUPLICATE_KEY", "INVALID_ID"]);
     // A second import refuses it again, and imports nothing twice.
     let again = store.import_dsh(&DshSource::Jsonl(root)).unwrap();
     assert_eq!(

@@ -1164,9 +1164,11 @@ fn read_jsonl(
 /// import stops).
 #[cfg(feature = "dsh")]
 fn refusal(error: &Error) -> bool {
+    // A repeated key (JSON-4 keeps the last value; VBT-4 refuses it) and a header id a
+    // store cannot name (a lone surrogate) are what the source holds, too.
     matches!(
         error.code(),
-        "CORRUPT" | "FORMAT_VERSION" | "HEADER_INVALID"
+        "CORRUPT" | "FORMAT_VERSION" | "HEADER_INVALID" | "DATA_DUPLICATE_KEY" | "INVALID_ID"
     )
 }
 
