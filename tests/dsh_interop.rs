@@ -270,6 +270,28 @@ fn a_record_that_repeats_a_key_is_refused_not_taken_for_a_torn_tail() {
         assert!(error.to_string().contains(&place), "{name}: {error}");
         assert_nothing_stored(&store);
     }
+    // After damage (RAW-4 step 2) the reference only looks for a committed turn/end: a
+    // record with a repeated key there is in the torn tail, unless it is a turn/end.
+    let cut = &br#"{"type":"step/st"#[..];
+    let step = br#"{"type":"step/start","seq":1,"time":2,"data":{"turn":1,"step":1,"step":1}}"#;
+    let gap = br#"{"type":"step/start","seq":5,"time":2,"data":{"turn":1,"step":1,"step":1}}"#;
+    for (name, tail) in [
+        ("after-cut", [cut, &step[..]].join(&b'\n')),
+        ("gap", gap.to_vec()),
+    ] {
+        let mut bytes = [&header[..], start, &tail].join(&b'\n');
+        bytes.push(b'\n');
+        let (_, outcome) = import_bytes(&dir, name, &bytes, Compression::None);
+        let (imported, scan) = outcome.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!((imported.events, imported.closers.len()), (1, 1), "{name}");
+        assert!(scan.torn.is_some(), "{name}");
+    }
+    let mut bytes = [&header[..], start, cut, end].join(&b'\n');
+    bytes.push(b'\n');
+    let (store, outcome) = import_bytes(&dir, "turn-end-after-cut", &bytes, Compression::None);
+    let error = outcome.expect_err("a committed turn/end after damage");
+    assert_eq!(error.code(), "CORRUPT", "{error}");
+    assert_nothing_stored(&store);
 }
 
 const HEADER: &str =
@@ -492,12 +514,70 @@ fn legacy_events_are_projected_on_import_and_exported_as_they_were() {
     // The originals went through SQLite too (their envelopes in its key order).
     let originals_back = legacy::Originals::read(&again, "s1").unwrap();
     for seq in 0..13 {
-        match (originals_back.get(seq), originals.get(seq)) {
+        let (stored_back, stored) = (back.event(seq).unwrap().unwrap(), event(seq));
+        match (originals_back.of(&stored_back), originals.of(&stored)) {
             (Some(a), Some(b)) => {
                 let (a, b) = (Json::parse(a).unwrap(), Json::parse(b).unwrap());
                 assert!(equal(a.root(), b.root()), "seq {seq}");
             }
             (a, b) => assert_eq!(a.is_some(), b.is_some(), "seq {seq}"),
+        }
+    }
+}
+
+/// STORE-26: an original is written back only while the log holds its projection. After
+/// a salvage cut the log (SLV-1) and new events took those seqs, the export writes the
+/// stored events, not the originals of the events that were cut.
+#[test]
+fn originals_of_events_a_salvage_cut_are_not_exported() {
+    let dir = scratch("legacy-salvage");
+    let raw = format!("{HEADER}\n{}\n", LEGACY.join("\n"));
+    let (store, outcome) = import_bytes(&dir, "legacy.jsonl", raw.as_bytes(), Compression::None);
+    outcome.unwrap();
+    // Damage the record of seq 6 (the legacy tool result's output), then salvage.
+    let log = store.dir().join("sessions/s1/log");
+    let segment = std::fs::read_dir(&log)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let at = bytes
+        .windows(12)
+        .position(|w| w == br#""text":"out""#)
+        .unwrap();
+    bytes[at + 9] ^= 0x20;
+    std::fs::write(&segment, &bytes).unwrap();
+    store.salvage("s1").unwrap();
+    let (mut session, _) = store.open_session("s1").unwrap();
+    session
+        .append_dynamic("x/note", r#"{"n":1}"#, None)
+        .unwrap();
+    session.close().unwrap();
+    let read = store.inspect("s1").unwrap();
+    assert!(read.seq_next() > 6);
+    let originals = surfacelog::internals::adapters::legacy::Originals::read(&store, "s1").unwrap();
+    let out = dir.join("salvaged.out.jsonl");
+    jsonl::export_file_to(
+        &out,
+        jsonl::Publish::New,
+        read.header(),
+        read.log(),
+        &originals,
+        true,
+        Compression::None,
+    )
+    .unwrap();
+    let exported = std::fs::read_to_string(&out).unwrap();
+    let lines: Vec<&str> = exported.lines().collect();
+    for seq in 0..read.seq_next() {
+        let line = lines[usize::try_from(seq).unwrap() + 1];
+        let stored = read.event(seq).unwrap().unwrap();
+        if seq < 6 {
+            // Still the projections of the originals: written as imported.
+            assert_eq!(line, LEGACY[usize::try_from(seq).unwrap()], "seq {seq}");
+        } else {
+            assert_eq!(line, stored.text(), "seq {seq}");
         }
     }
 }

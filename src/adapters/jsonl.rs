@@ -476,20 +476,17 @@ impl Scanner {
             Ok(text) => Cow::Borrowed(text),
             Err(_) => String::from_utf8_lossy(bytes),
         };
-        let json = Json::parse(&text);
-        if let Err(error) = &json
-            && matches!(error.kind, JsonErrorKind::DuplicateKey(_))
-        {
-            // A complete record that is JSON but for a repeated key: the reference loads
-            // it (the last value wins, JSON-4), the contract refuses it (§2.1). Refused
-            // here wherever it is, with the place of the key, never taken for a torn tail
-            // (RAW-4): that would drop a record the reference keeps.
-            let start = self.end - bytes.len() as u64 - 1;
-            let at = usize::try_from(start)
-                .unwrap_or(usize::MAX)
-                .saturating_add(error.offset);
-            return Err(Error::from(error.clone()).at_place(Path::new(""), at));
-        }
+        // A record that is JSON but for a repeated key is a record to the reference
+        // (JSON.parse keeps the last value, JSON-4), judged as the others are (RAW-4); the
+        // contract refuses it (§2.1) where the reference would accept it, below.
+        let mut repeated = None;
+        let json = match Json::parse(&text) {
+            Err(error) if matches!(error.kind, JsonErrorKind::DuplicateKey(_)) => {
+                repeated = Some(error);
+                Json::parse_keeping_repeated_keys(&text)
+            }
+            parsed => parsed,
+        };
         let record = match &json {
             Err(error) => Record::Unparsable(format!("{}", Error::from(error.clone()))),
             Ok(json) => classify(json.root(), &mut self.members),
@@ -530,6 +527,15 @@ impl Scanner {
                         return Err(self.corrupt_committed());
                     }
                     return Ok(());
+                }
+                if let Some(error) = repeated {
+                    // Accepted by the reference: refused with the key's place, never
+                    // dropped as a torn tail.
+                    let start = self.end - bytes.len() as u64 - 1;
+                    let at = usize::try_from(start)
+                        .unwrap_or(usize::MAX)
+                        .saturating_add(error.offset);
+                    return Err(Error::from(error).at_place(Path::new(""), at));
                 }
                 if members {
                     for member in self.members.as_mut_slice() {
@@ -926,7 +932,7 @@ pub fn write_jsonl(
         }
         write_chunks(&mut run, pack, &mut sink, &mut exported)?;
         let text = originals
-            .get(seq)
+            .of(&event)
             .map_or_else(|| event.text(), Cow::Borrowed);
         write_record(&mut sink, &text, &mut exported)?;
     }

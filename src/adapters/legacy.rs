@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::event::EventRef;
 use crate::json::{Json, Kind, Value, push_js_string};
 
 /// The name of the file, in a session's directory, that holds the original texts of the
@@ -423,19 +424,35 @@ fn raw_object(members: &[(String, String)]) -> String {
     out
 }
 
-/// The original texts of the events an import projected, by seq (STORE-26).
+/// The original texts of the events an import projected, by seq, each bound to the text
+/// the log stores for it (STORE-26).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Originals(BTreeMap<u64, String>);
+pub struct Originals(BTreeMap<u64, Original>);
+
+/// One projected event's original text, and the CRC-32C of its projected (stored) text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Original {
+    stored_crc: u32,
+    text: String,
+}
 
 impl Originals {
-    /// The original text of event `seq`, when the import projected it.
-    pub fn get(&self, seq: u64) -> Option<&str> {
-        self.0.get(&seq).map(String::as_str)
+    /// The original text of `event`, when the import projected it and the log still holds
+    /// the projection: an event that took its seq since (after a salvage cut the log,
+    /// SLV-1) has another text, and is exported as stored.
+    pub fn of<'e>(&'e self, event: &EventRef<'_>) -> Option<&'e str> {
+        let original = self.0.get(&event.seq)?;
+        (crc32c::crc32c(event.text().as_bytes()) == original.stored_crc)
+            .then_some(original.text.as_str())
     }
 
-    /// Keeps `text`, the original of event `seq`.
-    pub(crate) fn insert(&mut self, seq: u64, text: &str) {
-        self.0.insert(seq, text.to_owned());
+    /// Keeps `text`, the original of event `seq`, which the log stores as `stored`.
+    pub(crate) fn insert(&mut self, seq: u64, text: &str, stored: &str) {
+        let original = Original {
+            stored_crc: crc32c::crc32c(stored.as_bytes()),
+            text: text.to_owned(),
+        };
+        self.0.insert(seq, original);
     }
 
     /// Whether no event was projected.
@@ -444,25 +461,30 @@ impl Originals {
     }
 
     /// Hands the originals to `import`, which writes them beside the log when it is
-    /// published (STORE-26): each original text on a line of its own, in seq order.
+    /// published (STORE-26): a line per event in seq order,
+    /// `{"seq":…,"storedCrc32c":…,"original":…}`, the original compact when it spanned
+    /// lines (a `SQLite` `data` text may; its export writes it compactly anyway, SQL-15).
     /// Nothing when no event was projected.
     pub(crate) fn keep(self, import: &mut crate::store::Import<'_>) {
         if self.is_empty() {
             return;
         }
         let mut bytes = Vec::new();
-        for text in self.0.values() {
-            if text.contains(['\n', '\r']) {
-                // A SQLite `data` text may span lines; an export writes it compactly
-                // anyway (SQL-15), and here it must stay one line.
-                let mut compact = String::new();
-                if let Ok(json) = Json::parse(text) {
+        for (seq, original) in &self.0 {
+            let mut compact = String::new();
+            let text = if original.text.contains(['\n', '\r']) {
+                if let Ok(json) = Json::parse(&original.text) {
                     crate::json::write_js(&mut compact, json.root());
                 }
-                bytes.extend_from_slice(compact.as_bytes());
+                &compact
             } else {
-                bytes.extend_from_slice(text.as_bytes());
-            }
+                &original.text
+            };
+            let line = format!(
+                r#"{{"seq":{seq},"storedCrc32c":{},"original":{text}}}"#,
+                original.stored_crc
+            );
+            bytes.extend_from_slice(line.as_bytes());
             bytes.push(b'\n');
         }
         import.keep_beside(ORIGINALS_FILE, bytes);
@@ -472,8 +494,8 @@ impl Originals {
     /// [`ORIGINALS_FILE`] (the import projected nothing).
     ///
     /// # Errors
-    /// `CORRUPT` naming the file and line for a line that is not an event with a seq;
-    /// `UNSAFE_PATH`, `IO`.
+    /// `CORRUPT` naming the file and line for a line that is not as [`Originals::keep`]
+    /// writes it; `UNSAFE_PATH`, `IO`.
     pub fn read(store: &crate::store::Store, id: &str) -> Result<Self> {
         let Some((path, bytes)) = store.read_beside(id, ORIGINALS_FILE)? else {
             return Ok(Self::default());
@@ -488,13 +510,22 @@ impl Originals {
         let text = std::str::from_utf8(&bytes).map_err(|_| corrupt(0, "not UTF-8"))?;
         let mut originals = Self::default();
         for (line, record) in text.split_terminator('\n').enumerate() {
-            let json = Json::parse(record).map_err(|_| corrupt(line, "not a JSON event"))?;
-            let seq = json
-                .root()
-                .get("seq")
-                .and_then(|s| s.as_safe_u64())
-                .ok_or_else(|| corrupt(line, "an event without a seq"))?;
-            originals.insert(seq, record);
+            let json = Json::parse(record).map_err(|_| corrupt(line, "not JSON"))?;
+            let root = json.root();
+            let seq = root.get("seq").and_then(|s| s.as_safe_u64());
+            let crc = root
+                .get("storedCrc32c")
+                .and_then(|c| c.as_safe_u64())
+                .and_then(|c| u32::try_from(c).ok());
+            let text = root.get("original").filter(|o| o.kind() == Kind::Object);
+            let (Some(seq), Some(stored_crc), Some(text)) = (seq, crc, text) else {
+                return Err(corrupt(line, "not a seq, a CRC and an original event"));
+            };
+            let original = Original {
+                stored_crc,
+                text: text.raw().to_owned(),
+            };
+            originals.0.insert(seq, original);
         }
         Ok(originals)
     }

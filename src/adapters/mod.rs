@@ -26,7 +26,7 @@ pub(crate) fn import_event(
     match legacy::project(session, root, &mut |seq| import.message_id_at(seq))? {
         Some(projected) => {
             let seq = import.push(&projected)?;
-            originals.insert(seq, root.raw());
+            originals.insert(seq, root.raw(), &projected);
         }
         None => {
             import.push_parsed(event)?;

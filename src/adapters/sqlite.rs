@@ -827,9 +827,10 @@ fn insert_events(
         let window_end = end.min(seq.saturating_add(EXPORT_WINDOW));
         let mut texts: Vec<Cow<'_, str>> = carried.drain(..).map(Cow::Owned).collect();
         for s in seq..window_end {
-            texts.push(match originals.get(s) {
+            let event = events.event_at(s)?;
+            texts.push(match originals.of(&event) {
                 Some(original) => Cow::Borrowed(original),
-                None => events.event_at(s)?.text(),
+                None => event.text(),
             });
         }
         seq = window_end;

@@ -131,6 +131,18 @@ impl<'a> Json<'a> {
         parse::parse(text)
     }
 
+    /// [`Json::parse`], taking an object that repeats a key as JavaScript's `JSON.parse`
+    /// does instead of refusing it. Only to judge a text the way DSH's reader does (its
+    /// RAW-4 scan); [`Value::get`] then finds the first of repeated keys, where JavaScript
+    /// keeps the last, so a caller looks at every member it cares about.
+    ///
+    /// # Errors
+    /// As [`Json::parse`], except for duplicate keys.
+    #[cfg_attr(not(feature = "dsh"), expect(dead_code, reason = "the DSH scanner's"))]
+    pub(crate) fn parse_keeping_repeated_keys(text: &'a str) -> Result<Self, JsonError> {
+        parse::parse_checking(text, false)
+    }
+
     /// The root value.
     pub fn root(&self) -> Value<'_, 'a> {
         Value {

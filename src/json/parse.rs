@@ -7,6 +7,12 @@ use super::{JSON_TEXT_BYTES_MAX, Json, JsonError, JsonErrorKind, Kind, Node, dec
 const DUPLICATE_SCAN_KEYS_MAX: usize = 8;
 
 pub(super) fn parse(text: &str) -> Result<Json<'_>, JsonError> {
+    parse_checking(text, true)
+}
+
+/// [`parse`], checking repeated keys only when `check_keys` (JavaScript's `JSON.parse`
+/// takes them, keeping the last value).
+pub(super) fn parse_checking(text: &str, check_keys: bool) -> Result<Json<'_>, JsonError> {
     if text.len() > JSON_TEXT_BYTES_MAX {
         return Err(JsonError {
             offset: text.len(),
@@ -20,6 +26,7 @@ pub(super) fn parse(text: &str) -> Result<Json<'_>, JsonError> {
         // not reserve its whole tape up front.
         nodes: Vec::with_capacity((text.len() / 8 + 4).min(NODES_RESERVE_MAX)),
         neg_zero: None,
+        check_keys,
     };
     parser.document()?;
     Ok(Json {
@@ -100,6 +107,8 @@ struct Parser<'t> {
     pos: usize,
     nodes: Vec<Node>,
     neg_zero: Option<usize>,
+    /// Whether an object that repeats a key is refused.
+    check_keys: bool,
 }
 
 /// Open containers, innermost last: (tape index, is object).
@@ -204,7 +213,7 @@ impl Parser<'_> {
         let node = &mut self.nodes[index as usize];
         node.end = to_u32(self.pos);
         node.next = next;
-        if is_object {
+        if is_object && self.check_keys {
             self.check_duplicate_keys(index)?;
         }
         Ok(())
