@@ -673,6 +673,10 @@ fn a_row_that_repeats_a_key_is_refused_not_taken_for_a_torn_tail() {
         let error = read_damaged(&dir, name, &sql).unwrap_err();
         assert_eq!((error.code(), error.seq()), ("DATA_DUPLICATE_KEY", Some(seq)), "{name}: {error}");
     }
+    // With a seq gap as well, the reference does not accept it: the tail from there is
+    // torn (after the last committed turn/end), as for any row that does not continue.
+    let gap = "UPDATE events SET data = '{\"a\":1,\"a\":2}', seq = 9 WHERE seq = 5";
+    assert_torn_at(read_damaged(&dir, "repeated-gap", gap), 9, 5);
     let path = dir.join("damaged-row.sqlite");
     let damaged = exported_then(
         &dir,

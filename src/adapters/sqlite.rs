@@ -309,15 +309,20 @@ impl DshDatabase {
         };
         while let Some(row) = rows.next().map_err(&on_error)? {
             let envelope = check_columns(row, &self.path, id)?;
-            let decoded = decode_row(&envelope, row).and_then(|events| {
-                // The row must continue the seqs (SQL-27); a packed row's members follow
-                // its `seq`, so checking the row's first seq is enough.
-                if envelope.seq == end.events {
-                    Ok(events)
-                } else {
-                    Err(RowFault::Malformed(format!("expected seq {}", end.events)))
-                }
-            });
+            // The row must continue the seqs (SQL-27); a packed row's members follow its
+            // `seq`, so checking the row's first seq is enough. A row with a repeated key
+            // decodes for the reference, so it is judged by its seq as any other is.
+            let gap = || RowFault::Malformed(format!("expected seq {}", end.events));
+            let decoded = match decode_row(&envelope, row) {
+                Err(RowFault::RepeatedKey(_)) if envelope.seq != end.events => Err(gap()),
+                decoded => decoded.and_then(|events| {
+                    if envelope.seq == end.events {
+                        Ok(events)
+                    } else {
+                        Err(gap())
+                    }
+                }),
+            };
             match decoded {
                 Ok(events) => {
                     for event in events {
