@@ -23,6 +23,10 @@ impl Store {
     /// `SESSION_EXISTS`, `SESSION_NOT_FOUND`, `INVALID_BOUNDARY`, `OPEN_TURN`. The source
     /// is only read (its writer may be appending meanwhile) and never changed.
     ///
+    /// The source is read as any reader reads it (`store.md` STORE-10): events a live
+    /// writer still holds in its write buffer (`Batch`, `Manual`) are not forked; flush
+    /// first to fork them.
+    ///
     /// The child's segments are hard links to the source's, the one holding the boundary
     /// limited to it (`store.md` STORE-10); its checkpoint is the source's when that covers
     /// no more than the prefix. Cost: a link per segment and a few syncs, whatever the
