@@ -54,6 +54,15 @@ fn assert_nothing_stored(store: &Store) {
     );
 }
 
+/// Imports `raw` (plain JSONL) as file `name`, then exports it again, packed, with
+/// `compression`: the bytes exported.
+fn reexport(dir: &Path, name: &str, raw: &[u8], compression: Compression) -> Vec<u8> {
+    let (store, outcome) = import_bytes(dir, name, raw, Compression::None);
+    let (imported, _) = outcome.unwrap_or_else(|e| panic!("{name}: {e}"));
+    let out = dir.join(format!("{name}.out"));
+    export(&store, &imported.id, &out, true, compression)
+}
+
 fn export(store: &Store, id: &str, out: &Path, pack: bool, compression: Compression) -> Vec<u8> {
     let session = store.inspect(id).unwrap();
     jsonl::export_file(out, session.header(), session.log(), pack, compression).unwrap();
@@ -309,15 +318,7 @@ fn zstd_export_ends_every_frame_with_a_whole_record() {
     );
     let small = r#"{"type":"x/note","seq":1,"time":2,"data":{},"ignorable":true}"#;
     let raw = format!("{HEADER}\n{big}\n{small}\n");
-    let (store, outcome) = import_bytes(&dir, "raw.jsonl", raw.as_bytes(), Compression::None);
-    let (imported, _) = outcome.unwrap();
-    let compressed = export(
-        &store,
-        &imported.id,
-        &dir.join("out.zst"),
-        true,
-        Compression::Zstd,
-    );
+    let compressed = reexport(&dir, "raw.jsonl", raw.as_bytes(), Compression::Zstd);
     let mut rest = &compressed[..];
     let mut frames = 0;
     while !rest.is_empty() {
@@ -366,15 +367,7 @@ fn header_order_lone_surrogate_ids_and_mode_set() {
         r#"{"version":0,"type":"session","id":"s1","createdAt":1,"delegationDepth":0,"x":1}"#;
     let event = r#"{"type":"x/note","seq":0,"time":1,"data":{},"ignorable":true}"#;
     let raw = format!("{header}\n{event}\n");
-    let (store, outcome) = import_bytes(&dir, "order.jsonl", raw.as_bytes(), Compression::None);
-    let (imported, _) = outcome.unwrap();
-    let out = export(
-        &store,
-        &imported.id,
-        &dir.join("order.out"),
-        true,
-        Compression::None,
-    );
+    let out = reexport(&dir, "order.jsonl", raw.as_bytes(), Compression::None);
     assert_eq!(String::from_utf8(out).unwrap(), raw);
 
     let lone = HEADER.replace(r#""id":"s1""#, r#""id":"a\ud800""#);
@@ -654,15 +647,7 @@ fn a_run_longer_than_the_export_gathers_stays_one_row() {
     for (n, rows) in cases.iter().enumerate() {
         let raw = format!("{HEADER}\n{}\n", rows.join("\n"));
         let name = format!("long-{n}.jsonl");
-        let (store, outcome) = import_bytes(&dir, &name, raw.as_bytes(), Compression::None);
-        let (imported, _) = outcome.unwrap();
-        let out = export(
-            &store,
-            &imported.id,
-            &dir.join(format!("{name}.out")),
-            true,
-            Compression::None,
-        );
+        let out = reexport(&dir, &name, raw.as_bytes(), Compression::None);
         assert!(out == raw.as_bytes(), "case {n}: the export differs");
     }
 }

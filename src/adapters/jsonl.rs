@@ -916,7 +916,7 @@ pub fn write_jsonl(
         if event.event_type == "assistant/chunk" {
             run.push(event.text());
             if run.len() >= gather {
-                write_closed_chunks(&mut run, pack, &mut sink, &mut exported)?;
+                write_chunks(&mut run, pack, true, &mut sink, &mut exported)?;
                 gather = run.len() + RUN_EVENTS_MAX;
             }
             continue;
@@ -930,13 +930,13 @@ pub fn write_jsonl(
             }
             .into());
         }
-        write_chunks(&mut run, pack, &mut sink, &mut exported)?;
+        write_chunks(&mut run, pack, false, &mut sink, &mut exported)?;
         let text = originals
             .of(&event)
             .map_or_else(|| event.text(), Cow::Borrowed);
         write_record(&mut sink, &text, &mut exported)?;
     }
-    write_chunks(&mut run, pack, &mut sink, &mut exported)?;
+    write_chunks(&mut run, pack, false, &mut sink, &mut exported)?;
     exported.events = end;
     exported.text_bytes = sink.text_bytes;
     sink.finish()?;
@@ -944,47 +944,34 @@ pub fn write_jsonl(
 }
 
 /// Writes the pending `assistant/chunk` events: with `pack`, runs of three or more
-/// become rows (ROW-3 to ROW-7); the others are written as stored.
+/// become rows (ROW-3 to ROW-7); the others are written as stored. With `hold_open_run`,
+/// a run of deltas that more chunks may continue is not written but stays in `run`
+/// (ROW-4: one row however long).
 fn write_chunks(
     run: &mut Vec<Cow<'_, str>>,
     pack: bool,
+    hold_open_run: bool,
     sink: &mut Sink<'_>,
     exported: &mut Exported,
 ) -> Result<()> {
-    if pack && run.len() >= rows::ROW_MEMBERS_MIN {
+    let written = if pack && (hold_open_run || run.len() >= rows::ROW_MEMBERS_MIN) {
         let texts: Vec<&str> = run.iter().map(AsRef::as_ref).collect();
-        let records = rows::pack_stored(&texts);
+        let (records, held) = if hold_open_run {
+            rows::pack_stored_open(&texts)
+        } else {
+            (rows::pack_stored(&texts), 0)
+        };
         exported.packed_rows += records.iter().filter(|r| is_row_text(r)).count() as u64;
         for record in &records {
             write_record(sink, record, exported)?;
         }
+        run.len() - held
     } else {
         for text in run.iter() {
             write_record(sink, text, exported)?;
         }
-    }
-    run.clear();
-    Ok(())
-}
-
-/// [`write_chunks`] of all but a run of deltas that more chunks may continue, which stays
-/// in `run` (ROW-4).
-fn write_closed_chunks(
-    run: &mut Vec<Cow<'_, str>>,
-    pack: bool,
-    sink: &mut Sink<'_>,
-    exported: &mut Exported,
-) -> Result<()> {
-    if !pack {
-        return write_chunks(run, pack, sink, exported);
-    }
-    let texts: Vec<&str> = run.iter().map(AsRef::as_ref).collect();
-    let (records, held) = rows::pack_stored_open(&texts);
-    exported.packed_rows += records.iter().filter(|r| is_row_text(r)).count() as u64;
-    for record in &records {
-        write_record(sink, record, exported)?;
-    }
-    let written = run.len() - held;
+        run.len()
+    };
     run.drain(..written);
     Ok(())
 }

@@ -94,14 +94,18 @@ pub fn pack(events: &[&str]) -> Result<Vec<String>> {
 /// surrounding whitespace: a delta in the reference's canonical layout is recognized
 /// without parsing it (the result is the same, see `canonical_delta`).
 pub(crate) fn pack_stored(events: &[&str]) -> Vec<String> {
-    let deltas: Vec<Option<Delta<'_>>> = events
+    pack_deltas(events, &stored_deltas(events))
+}
+
+/// The delta of each stored event, `None` for an event that is not one.
+fn stored_deltas<'t>(events: &[&'t str]) -> Vec<Option<Delta<'t>>> {
+    events
         .iter()
         .map(|text| match canonical_delta(text) {
             Some(delta) => Some(delta),
             None => Json::parse(text).ok().and_then(|json| delta(json.root())),
         })
-        .collect();
-    pack_deltas(events, &deltas)
+        .collect()
 }
 
 /// [`delta`] of an event in exactly the layout the reference writes (and [`expand`]
@@ -191,29 +195,14 @@ fn string_token(text: &str) -> Option<(&str, &str)> {
 /// but the last run of deltas, which more events may continue (ROW-4: in JSONL a run is
 /// one row however long), and how many events at the end that run holds back.
 pub(crate) fn pack_stored_open(events: &[&str]) -> (Vec<String>, usize) {
-    let deltas: Vec<Option<Delta<'_>>> = events
-        .iter()
-        .map(|text| match canonical_delta(text) {
-            Some(delta) => Some(delta),
-            None => Json::parse(text).ok().and_then(|json| delta(json.root())),
-        })
-        .collect();
+    let deltas = stored_deltas(events);
     // Where the last run starts: the runs are found from the front, as `pack_deltas` does.
     let mut at = 0;
     let mut last = events.len();
     while at < events.len() {
-        let mut end = at + 1;
-        if let Some(first) = deltas[at] {
-            while let Some(Some(next)) = deltas.get(end) {
-                let Some(prev) = deltas[end - 1] else { break };
-                if !continues(&first, &prev, next) {
-                    break;
-                }
-                end += 1;
-            }
-            if end == events.len() {
-                last = at;
-            }
+        let end = run_end(&deltas, at);
+        if deltas[at].is_some() && end == events.len() {
+            last = at;
         }
         at = end;
     }
@@ -223,20 +212,27 @@ pub(crate) fn pack_stored_open(events: &[&str]) -> (Vec<String>, usize) {
     )
 }
 
+/// The end of the run that starts at `at`: the deltas that continue the one there (ROW-3),
+/// or `at + 1` for an event that is not a delta.
+fn run_end(deltas: &[Option<Delta<'_>>], at: usize) -> usize {
+    let mut end = at + 1;
+    if let Some(first) = deltas[at] {
+        while let Some(Some(next)) = deltas.get(end) {
+            let Some(prev) = deltas[end - 1] else { break };
+            if !continues(&first, &prev, next) {
+                break;
+            }
+            end += 1;
+        }
+    }
+    end
+}
+
 fn pack_deltas(texts: &[&str], deltas: &[Option<Delta<'_>>]) -> Vec<String> {
     let mut records = Vec::with_capacity(texts.len());
     let mut at = 0;
     while at < texts.len() {
-        let mut end = at + 1;
-        if let Some(first) = deltas[at] {
-            while let Some(Some(next)) = deltas.get(end) {
-                let Some(prev) = deltas[end - 1] else { break };
-                if !continues(&first, &prev, next) {
-                    break;
-                }
-                end += 1;
-            }
-        }
+        let end = run_end(deltas, at);
         if end - at >= ROW_MEMBERS_MIN {
             let run: Vec<Delta<'_>> = deltas[at..end].iter().flatten().copied().collect();
             records.push(row(&run));
