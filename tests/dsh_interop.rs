@@ -301,6 +301,51 @@ fn a_record_that_repeats_a_key_is_refused_not_taken_for_a_torn_tail() {
     let error = outcome.expect_err("a committed turn/end after damage");
     assert_eq!(error.code(), "CORRUPT", "{error}");
     assert_nothing_stored(&store);
+    // A repeated key is read as JSON.parse reads it: its last value counts, for the seq,
+    // the type, and the keys of a packed row.
+    let step_end = &br#"{"type":"step/end","seq":2,"time":3,"data":{"turn":1,"step":1}}"#[..];
+    let refused: [(&str, Vec<&[u8]>); 2] = [
+        // seq 7 then 1: the reference reads 1 and keeps the records.
+        ("seq-last-wins", vec![br#"{"type":"step/start","seq":7,"time":2,"data":{"turn":1,"step":1},"seq":1}"#, step_end]),
+        // A row that repeats a key is a row to the reference.
+        ("row", vec![br#"{"type":"text-chunks","seq0":1,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[0,0],"texts":["a","b","c"],"index":0}}"#]),
+    ];
+    for (name, lines) in refused {
+        let mut bytes = [&header[..], start].join(&b'\n');
+        for line in lines {
+            bytes.push(b'\n');
+            bytes.extend_from_slice(line);
+        }
+        bytes.push(b'\n');
+        let (store, outcome) = import_bytes(&dir, name, &bytes, Compression::None);
+        let error = outcome.expect_err(name);
+        assert_eq!(error.code(), "DATA_DUPLICATE_KEY", "{name}: {error}");
+        assert_nothing_stored(&store);
+    }
+    let torn: [(&str, Vec<&[u8]>); 2] = [
+        // seq 1 then 7: a gap to the reference, so a torn tail.
+        ("seq-gap-last", vec![br#"{"type":"step/start","seq":1,"time":2,"data":{"turn":1,"step":1},"seq":7}"#]),
+        // After damage, a record whose last type is not turn/end is in the torn tail.
+        ("type-last-wins", vec![cut, br#"{"type":"turn/end","seq":1,"time":2,"data":{"turn":1,"reason":{"kind":"completed"}},"type":"step/start"}"#]),
+    ];
+    for (name, lines) in torn {
+        let mut bytes = [&header[..], start].join(&b'\n');
+        for line in lines {
+            bytes.push(b'\n');
+            bytes.extend_from_slice(line);
+        }
+        bytes.push(b'\n');
+        let (_, outcome) = import_bytes(&dir, name, &bytes, Compression::None);
+        let (imported, scan) = outcome.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(imported.events, 1, "{name}");
+        assert!(scan.torn.is_some(), "{name}");
+    }
+    let last_turn_end =
+        br#"{"type":"step/start","seq":1,"time":2,"data":{"turn":1,"step":1},"type":"turn/end"}"#;
+    let mut bytes = [&header[..], start, cut, last_turn_end].join(&b'\n');
+    bytes.push(b'\n');
+    let (_, outcome) = import_bytes(&dir, "turn-end-last-wins", &bytes, Compression::None);
+    assert_eq!(outcome.expect_err("a committed turn/end").code(), "CORRUPT");
 }
 
 const HEADER: &str =

@@ -677,6 +677,24 @@ fn a_row_that_repeats_a_key_is_refused_not_taken_for_a_torn_tail() {
     // torn (after the last committed turn/end), as for any row that does not continue.
     let gap = "UPDATE events SET data = '{\"a\":1,\"a\":2}', seq = 9 WHERE seq = 5";
     assert_torn_at(read_damaged(&dir, "repeated-gap", gap), 9, 5);
+    // A row the reference finds malformed for another reason is malformed, repeated key or
+    // not: after the last committed turn/end, the torn tail starts there.
+    let bad_sources =
+        "UPDATE events SET data = '{\"a\":1,\"a\":2}', source_event_seqs = X'0580' WHERE seq = 4";
+    assert_torn_at(
+        read_damaged(&dir, "repeated-bad-sources", bad_sources),
+        4,
+        4,
+    );
+    let bad_row = "DELETE FROM events WHERE seq IN (4, 5); UPDATE events SET type = 'text-chunks', \
+        ignorable = 0, source_event_seqs = NULL, surface_op = NULL, data = '{\"turn\":1,\"step\":1,\
+        \"index\":0,\"dt\":[0,0],\"texts\":[\"a\",\"b\",\"c\"],\"dt\":[0]}' WHERE seq = 3";
+    assert_torn_at(read_damaged(&dir, "repeated-bad-row", bad_row), 3, 3);
+    // A turn/end row the reference cannot decode is not committed (SQL-27).
+    let undecodable_end = "UPDATE events SET data = '{\"turn\":1,\"reason\":{\"kind\":\"completed\"},\
+        \"turn\":1}', source_event_seqs = X'0580' WHERE seq = 2; \
+        UPDATE events SET data = '{bad' WHERE seq = 1";
+    assert_torn_at(read_damaged(&dir, "repeated-end", undecodable_end), 1, 1);
     let path = dir.join("damaged-row.sqlite");
     let damaged = exported_then(
         &dir,

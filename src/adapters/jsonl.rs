@@ -45,7 +45,8 @@ pub const FRAME_PLAINTEXT_BYTES: usize = 1 << 20;
 
 /// How many consecutive `assistant/chunk` events the writer gathers before it packs and
 /// writes those it can: all but a run of deltas still going on, which stays one row
-/// however long (ROW-4). Memory is bounded by this many events plus the longest run.
+/// however long (ROW-4), and is held until twice as many are gathered. Memory is bounded
+/// by this many events plus twice the longest run.
 pub const RUN_EVENTS_MAX: usize = 1 << 16;
 
 /// What a scan of the records found.
@@ -917,7 +918,9 @@ pub fn write_jsonl(
             run.push(event.text());
             if run.len() >= gather {
                 write_chunks(&mut run, pack, true, &mut sink, &mut exported)?;
-                gather = run.len() + RUN_EVENTS_MAX;
+                // What is held back is read again at the next write: gathering at least as
+                // many again keeps a long run's reads linear in its length.
+                gather = (run.len() + RUN_EVENTS_MAX).max(run.len() * 2);
             }
             continue;
         }

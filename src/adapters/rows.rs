@@ -595,19 +595,17 @@ fn member_event(member: &Delta<'_>, buffers: Built) -> Built {
 
 /// `Some(())` when `object` is an object whose keys are all of `required` plus any of
 /// `optional`, and nothing else.
+/// Keys are judged as names, not members: a repeated key (in a text parsed keeping
+/// them, as the reference reads it) is one key.
 fn exact_keys(object: Value<'_, '_>, required: &[&str], optional: &[&str]) -> Option<()> {
     if object.kind() != Kind::Object {
         return None;
     }
-    let mut found = 0;
-    for (key, _) in object.members() {
-        if required.iter().any(|k| key.is_str(k)) {
-            found += 1;
-        } else if !optional.iter().any(|k| key.is_str(k)) {
-            return None;
-        }
-    }
-    (found == required.len()).then_some(())
+    let known = object
+        .members()
+        .all(|(key, _)| required.iter().chain(optional).any(|name| key.is_str(name)));
+    let complete = required.iter().all(|name| object.get(name).is_some());
+    (known && complete).then_some(())
 }
 
 fn number<'j, 'a>(value: Value<'j, 'a>) -> Option<Value<'j, 'a>> {
@@ -817,13 +815,27 @@ pub(crate) enum RowFault {
     RepeatedKey(JsonError),
 }
 
-impl RowFault {
-    /// The fault of a JSON text of the row, `what` naming it, that does not parse.
-    pub(crate) fn of_json(what: &'static str) -> impl Fn(JsonError) -> Self {
-        move |error| match error.kind {
-            JsonErrorKind::DuplicateKey(_) => Self::RepeatedKey(error),
-            _ => Self::Malformed(format!("{what} is not JSON at offset {}", error.offset)),
+/// Parses `text`, a JSON text of a row (`what` names it), as the reference does: a
+/// repeated key is JSON to `JSON.parse`, which keeps its last value. The first repeated
+/// key is noted in `repeated`, so that the row is refused (`RowFault::RepeatedKey`) only
+/// once everything else about it checks out as the reference checks it.
+///
+/// # Errors
+/// `Malformed` for a text that is not JSON even so.
+pub(crate) fn parse_row_json<'t>(
+    text: &'t str,
+    what: &'static str,
+    repeated: &mut Option<JsonError>,
+) -> Result<Json<'t>, RowFault> {
+    let not_json = |error: JsonError| {
+        RowFault::Malformed(format!("{what} is not JSON at offset {}", error.offset))
+    };
+    match Json::parse(text) {
+        Err(error) if matches!(error.kind, JsonErrorKind::DuplicateKey(_)) => {
+            repeated.get_or_insert(error);
+            Json::parse_keeping_repeated_keys(text).map_err(not_json)
         }
+        parsed => parsed.map_err(not_json),
     }
 }
 
@@ -861,7 +873,8 @@ pub(crate) fn expand_sql_row(
         return Err(format!("data exceeds {SQL_ROW_DATA_BYTES_MAX} UTF-8 bytes").into());
     }
     // Parsed alone first, so that the row text built below holds exactly this value.
-    let parsed = Json::parse(data).map_err(RowFault::of_json("data"))?;
+    let mut repeated = None;
+    let parsed = parse_row_json(data, "data", &mut repeated)?;
     let members_key = if kind == DeltaKind::ToolCall {
         "args"
     } else {
@@ -876,10 +889,18 @@ pub(crate) fn expand_sql_row(
         return Err(format!("{members_key} must contain 3..1024 strings").into());
     }
     let text = format!("{{\"type\":\"{tag}\",\"seq0\":{seq0},\"time0\":{time0},\"data\":{data}}}");
-    let row = Json::parse(&text).map_err(|_| "data is not a single JSON value")?;
+    let row = if repeated.is_some() {
+        Json::parse_keeping_repeated_keys(&text)
+    } else {
+        Json::parse(&text)
+    };
+    let row = row.map_err(|_| "data is not a single JSON value")?;
     let mut events = Members::default();
     expand(kind, row.root(), &mut events)?;
-    Ok(events.into_texts())
+    match repeated {
+        Some(error) => Err(RowFault::RepeatedKey(error)),
+        None => Ok(events.into_texts()),
+    }
 }
 
 /// The JS-JSON text of the `data` object of the row of `run` (ROW-6).

@@ -608,7 +608,8 @@ fn decode_row(envelope: &Envelope, row: &rusqlite::Row<'_>) -> Result<Vec<String
         return rows::expand_sql_row(&envelope.event_type, envelope.seq, envelope.time, &data);
     }
     let data = data_text(data, EVENT_BYTES_LIMIT)?;
-    let data = Json::parse(&data).map_err(RowFault::of_json("data"))?;
+    let mut repeated = None;
+    let data = rows::parse_row_json(&data, "data", &mut repeated)?;
     let mut event = String::with_capacity(data.text().len() + 96);
     event.push_str("{\"type\":");
     push_js_string(&mut event, envelope.event_type.as_bytes());
@@ -628,7 +629,7 @@ fn decode_row(envelope: &Envelope, row: &rusqlite::Row<'_>) -> Result<Vec<String
     }
     if let Some(surface_op) = text(surface_op) {
         // Passed on unvalidated (SQL-26), but it must be JSON to be part of the event.
-        let surface_op = Json::parse(&surface_op).map_err(RowFault::of_json("surface_op"))?;
+        let surface_op = rows::parse_row_json(&surface_op, "surface_op", &mut repeated)?;
         event.push_str(",\"surfaceOp\":");
         event.push_str(surface_op.root().raw());
     }
@@ -636,7 +637,11 @@ fn decode_row(envelope: &Envelope, row: &rusqlite::Row<'_>) -> Result<Vec<String
         event.push_str(",\"ignorable\":true");
     }
     event.push('}');
-    Ok(vec![event])
+    // Decodable to the reference, which keeps a repeated key's last value.
+    match repeated {
+        Some(error) => Err(RowFault::RepeatedKey(error)),
+        None => Ok(vec![event]),
+    }
 }
 
 /// SQL-18: the JSON text of a `data` value. TEXT is read as SQLite holds it (invalid

@@ -22,6 +22,7 @@ struct Item {
     text: Range<usize>,
     nodes: Range<usize>,
     negative_zero: Option<usize>,
+    repeated_keys: bool,
 }
 
 impl Batch {
@@ -40,6 +41,7 @@ impl Batch {
             text,
             nodes,
             negative_zero: json.negative_zero,
+            repeated_keys: json.repeated_keys,
         });
     }
 
@@ -72,6 +74,7 @@ impl Batch {
                 text: &self.text[item.text.clone()],
                 nodes,
                 negative_zero: item.negative_zero,
+                repeated_keys: item.repeated_keys,
             };
             let outcome = each(&json);
             nodes = json.nodes;

@@ -148,6 +148,7 @@ impl Built {
             text: &self.text,
             nodes: std::mem::take(&mut self.nodes),
             negative_zero: self.negative_zero,
+            repeated_keys: false,
         };
         let result = each(&json);
         self.nodes = json.nodes;

@@ -108,6 +108,9 @@ pub struct Json<'a> {
     text: &'a str,
     nodes: Vec<Node>,
     negative_zero: Option<usize>,
+    /// Parsed keeping repeated keys ([`Json::parse_keeping_repeated_keys`]): a member
+    /// read by name is the last of that name, as in JavaScript.
+    repeated_keys: bool,
 }
 
 /// A cursor on one value of a [`Json`].
@@ -132,9 +135,9 @@ impl<'a> Json<'a> {
     }
 
     /// [`Json::parse`], taking an object that repeats a key as JavaScript's `JSON.parse`
-    /// does instead of refusing it. Only to judge a text the way DSH's reader does (its
-    /// RAW-4 scan); [`Value::get`] then finds the first of repeated keys, where JavaScript
-    /// keeps the last, so a caller looks at every member it cares about.
+    /// does instead of refusing it: [`Value::get`] then finds the last member of a name,
+    /// the value JavaScript keeps. Only to judge a text the way DSH's readers do (RAW-4,
+    /// SQL-26); [`Value::members`] still gives every member as written.
     ///
     /// # Errors
     /// As [`Json::parse`], except for duplicate keys.
@@ -261,8 +264,17 @@ impl<'j, 'a> Value<'j, 'a> {
     }
 
     /// The member `key` of an object (decoded comparison); `None` when absent or when
-    /// this is not an object. Cost: linear in the number of members.
+    /// this is not an object. Of a text parsed keeping repeated keys, the last member of
+    /// that name. Cost: linear in the number of members.
     pub fn get(&self, key: &str) -> Option<Value<'j, 'a>> {
+        if self.json.repeated_keys {
+            // Only a text parsed keeping repeated keys can hold more than one.
+            return self
+                .members()
+                .filter(|(k, _)| k.is_str(key))
+                .last()
+                .map(|(_, v)| v);
+        }
         self.members().find(|(k, _)| k.is_str(key)).map(|(_, v)| v)
     }
 

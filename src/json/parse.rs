@@ -33,6 +33,7 @@ pub(super) fn parse_checking(text: &str, check_keys: bool) -> Result<Json<'_>, J
         text,
         nodes: parser.nodes,
         negative_zero: parser.neg_zero,
+        repeated_keys: !check_keys,
     })
 }
 
