@@ -255,97 +255,83 @@ fn bad_raw_input_is_refused_with_a_location_and_nothing_stored() {
 }
 
 /// A complete record that repeats a key is JSON to the reference (JSON-4: the last value
-/// wins), so it is never a torn tail: the contract refuses it (§2.1), in the middle or as
-/// the last record, with the key's place in the file; dropping it would lose a record the
-/// reference keeps (and invent a closer for the turn it ended).
+/// wins): it is judged by RAW-4 as any record is, its last value of a name counting. Where
+/// the reference keeps it, the contract refuses it (§2.1) with the key's place in the file;
+/// dropping it would lose a record the reference keeps (and invent a closer for the turn
+/// it ended). After damage or with a seq gap it is in the torn tail, unless it is a
+/// committed turn/end.
 #[test]
 fn a_record_that_repeats_a_key_is_refused_not_taken_for_a_torn_tail() {
+    /// What the import gives.
+    enum Outcome {
+        /// `DATA_DUPLICATE_KEY`, at this file offset when given.
+        Refused(Option<usize>),
+        /// One event kept, the rest a torn tail.
+        Torn,
+        /// `CORRUPT`: a committed turn/end after damage.
+        Corrupt,
+    }
     let dir = scratch("duplicate-key");
     let header = br#"{"type":"session","version":0,"id":"s1","createdAt":1,"delegationDepth":0}"#;
     let start = br#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#;
-    let end = br#"{"type":"turn/end","seq":1,"time":2,"data":{"turn":1,"reason":{"kind":"completed"},"turn":1}}"#;
+    let end = &br#"{"type":"turn/end","seq":1,"time":2,"data":{"turn":1,"reason":{"kind":"completed"},"turn":1}}"#[..];
     let clean_end =
-        br#"{"type":"turn/end","seq":2,"time":3,"data":{"turn":1,"reason":{"kind":"completed"}}}"#;
-    let last = [&header[..], start, end].join(&b'\n');
-    let middle = [&header[..], start, end, clean_end].join(&b'\n');
-    for (name, mut bytes) in [("last", last), ("middle", middle)] {
-        bytes.push(b'\n');
-        let (store, outcome) = import_bytes(&dir, name, &bytes, Compression::None);
-        let error = outcome.err().unwrap_or_else(|| panic!("{name} imported"));
-        assert_eq!(error.code(), "DATA_DUPLICATE_KEY", "{name}: {error}");
-        let key = header.len() + 1 + start.len() + 1 + 83;
-        assert_eq!(&bytes[key..key + 6], b"\"turn\"");
-        let place = format!("{name} offset={key}");
-        assert!(error.to_string().contains(&place), "{name}: {error}");
-        assert_nothing_stored(&store);
-    }
-    // After damage (RAW-4 step 2) the reference only looks for a committed turn/end: a
-    // record with a repeated key there is in the torn tail, unless it is a turn/end.
+        &br#"{"type":"turn/end","seq":2,"time":3,"data":{"turn":1,"reason":{"kind":"completed"}}}"#
+            [..];
     let cut = &br#"{"type":"step/st"#[..];
-    let step = br#"{"type":"step/start","seq":1,"time":2,"data":{"turn":1,"step":1,"step":1}}"#;
-    let gap = br#"{"type":"step/start","seq":5,"time":2,"data":{"turn":1,"step":1,"step":1}}"#;
-    for (name, tail) in [
-        ("after-cut", [cut, &step[..]].join(&b'\n')),
-        ("gap", gap.to_vec()),
-    ] {
-        let mut bytes = [&header[..], start, &tail].join(&b'\n');
-        bytes.push(b'\n');
-        let (_, outcome) = import_bytes(&dir, name, &bytes, Compression::None);
-        let (imported, scan) = outcome.unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!((imported.events, imported.closers.len()), (1, 1), "{name}");
-        assert!(scan.torn.is_some(), "{name}");
-    }
-    let mut bytes = [&header[..], start, cut, end].join(&b'\n');
-    bytes.push(b'\n');
-    let (store, outcome) = import_bytes(&dir, "turn-end-after-cut", &bytes, Compression::None);
-    let error = outcome.expect_err("a committed turn/end after damage");
-    assert_eq!(error.code(), "CORRUPT", "{error}");
-    assert_nothing_stored(&store);
-    // A repeated key is read as JSON.parse reads it: its last value counts, for the seq,
-    // the type, and the keys of a packed row.
+    let step =
+        &br#"{"type":"step/start","seq":1,"time":2,"data":{"turn":1,"step":1,"step":1}}"#[..];
+    let gap = &br#"{"type":"step/start","seq":5,"time":2,"data":{"turn":1,"step":1,"step":1}}"#[..];
     let step_end = &br#"{"type":"step/end","seq":2,"time":3,"data":{"turn":1,"step":1}}"#[..];
-    let refused: [(&str, Vec<&[u8]>); 2] = [
+    // The key `turn` repeated in `end`, after the header and the turn/start.
+    let key = header.len() + 1 + start.len() + 1 + 83;
+    let cases: [(&str, Vec<&[u8]>, Outcome); 10] = [
+        ("last", vec![end], Outcome::Refused(Some(key))),
+        ("middle", vec![end, clean_end], Outcome::Refused(Some(key))),
+        ("after-cut", vec![cut, step], Outcome::Torn),
+        ("gap", vec![gap], Outcome::Torn),
+        ("turn-end-after-cut", vec![cut, end], Outcome::Corrupt),
         // seq 7 then 1: the reference reads 1 and keeps the records.
-        ("seq-last-wins", vec![br#"{"type":"step/start","seq":7,"time":2,"data":{"turn":1,"step":1},"seq":1}"#, step_end]),
+        ("seq-last-wins", vec![br#"{"type":"step/start","seq":7,"time":2,"data":{"turn":1,"step":1},"seq":1}"#, step_end], Outcome::Refused(None)),
         // A row that repeats a key is a row to the reference.
-        ("row", vec![br#"{"type":"text-chunks","seq0":1,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[0,0],"texts":["a","b","c"],"index":0}}"#]),
+        ("row", vec![br#"{"type":"text-chunks","seq0":1,"time0":5,"data":{"turn":1,"step":1,"index":0,"dt":[0,0],"texts":["a","b","c"],"index":0}}"#], Outcome::Refused(None)),
+        // seq 1 then 7: a gap to the reference.
+        ("seq-gap-last", vec![br#"{"type":"step/start","seq":1,"time":2,"data":{"turn":1,"step":1},"seq":7}"#], Outcome::Torn),
+        // After damage, only a record whose last type is turn/end is a committed one.
+        ("type-last-wins", vec![cut, br#"{"type":"turn/end","seq":1,"time":2,"data":{"turn":1,"reason":{"kind":"completed"}},"type":"step/start"}"#], Outcome::Torn),
+        ("turn-end-last-wins", vec![cut, br#"{"type":"step/start","seq":1,"time":2,"data":{"turn":1,"step":1},"type":"turn/end"}"#], Outcome::Corrupt),
     ];
-    for (name, lines) in refused {
+    for (name, body, outcome) in cases {
         let mut bytes = [&header[..], start].join(&b'\n');
-        for line in lines {
+        for line in body {
             bytes.push(b'\n');
             bytes.extend_from_slice(line);
         }
         bytes.push(b'\n');
-        let (store, outcome) = import_bytes(&dir, name, &bytes, Compression::None);
-        let error = outcome.expect_err(name);
-        assert_eq!(error.code(), "DATA_DUPLICATE_KEY", "{name}: {error}");
-        assert_nothing_stored(&store);
-    }
-    let torn: [(&str, Vec<&[u8]>); 2] = [
-        // seq 1 then 7: a gap to the reference, so a torn tail.
-        ("seq-gap-last", vec![br#"{"type":"step/start","seq":1,"time":2,"data":{"turn":1,"step":1},"seq":7}"#]),
-        // After damage, a record whose last type is not turn/end is in the torn tail.
-        ("type-last-wins", vec![cut, br#"{"type":"turn/end","seq":1,"time":2,"data":{"turn":1,"reason":{"kind":"completed"}},"type":"step/start"}"#]),
-    ];
-    for (name, lines) in torn {
-        let mut bytes = [&header[..], start].join(&b'\n');
-        for line in lines {
-            bytes.push(b'\n');
-            bytes.extend_from_slice(line);
+        let (store, imported) = import_bytes(&dir, name, &bytes, Compression::None);
+        match outcome {
+            Outcome::Refused(at) => {
+                let error = imported.expect_err(name);
+                assert_eq!(error.code(), "DATA_DUPLICATE_KEY", "{name}: {error}");
+                if let Some(at) = at {
+                    assert_eq!(&bytes[at..at + 6], b"\"turn\"");
+                    let place = format!("{name} offset={at}");
+                    assert!(error.to_string().contains(&place), "{name}: {error}");
+                }
+                assert_nothing_stored(&store);
+            }
+            Outcome::Torn => {
+                let (imported, scan) = imported.unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!((imported.events, imported.closers.len()), (1, 1), "{name}");
+                assert!(scan.torn.is_some(), "{name}");
+            }
+            Outcome::Corrupt => {
+                let error = imported.expect_err(name);
+                assert_eq!(error.code(), "CORRUPT", "{name}: {error}");
+                assert_nothing_stored(&store);
+            }
         }
-        bytes.push(b'\n');
-        let (_, outcome) = import_bytes(&dir, name, &bytes, Compression::None);
-        let (imported, scan) = outcome.unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(imported.events, 1, "{name}");
-        assert!(scan.torn.is_some(), "{name}");
     }
-    let last_turn_end =
-        br#"{"type":"step/start","seq":1,"time":2,"data":{"turn":1,"step":1},"type":"turn/end"}"#;
-    let mut bytes = [&header[..], start, cut, last_turn_end].join(&b'\n');
-    bytes.push(b'\n');
-    let (_, outcome) = import_bytes(&dir, "turn-end-last-wins", &bytes, Compression::None);
-    assert_eq!(outcome.expect_err("a committed turn/end").code(), "CORRUPT");
 }
 
 const HEADER: &str =
