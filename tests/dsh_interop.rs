@@ -401,31 +401,24 @@ fn header_order_lone_surrogate_ids_and_mode_set() {
     let out = reexport(&dir, "order.jsonl", raw.as_bytes(), Compression::None);
     assert_eq!(String::from_utf8(out).unwrap(), raw);
 
+    // Refused, leaving nothing: the error.
+    let refused = |name: &str, text: String| {
+        let (store, outcome) = import_bytes(&dir, name, text.as_bytes(), Compression::None);
+        let error = outcome.expect_err(name);
+        assert_nothing_stored(&store);
+        error
+    };
     let lone = HEADER.replace(r#""id":"s1""#, r#""id":"a\ud800""#);
-    let (store, outcome) = import_bytes(
-        &dir,
-        "lone.jsonl",
-        format!("{lone}\n").as_bytes(),
-        Compression::None,
-    );
-    let error = outcome.expect_err("refused");
+    let error = refused("lone.jsonl", format!("{lone}\n"));
     assert_eq!(error.code(), "INVALID_ID", "{error}");
-    assert_nothing_stored(&store);
 
     let mode = r#"{"type":"mode/set","seq":0,"time":1,"data":{},"ignorable":true}"#;
-    let (store, outcome) = import_bytes(
-        &dir,
-        "mode.jsonl",
-        format!("{HEADER}\n{mode}\n").as_bytes(),
-        Compression::None,
-    );
-    let error = outcome.expect_err("refused");
+    let error = refused("mode.jsonl", format!("{HEADER}\n{mode}\n"));
     assert_eq!(
         (error.code(), error.seq()),
         ("LEGACY_EVENT", Some(0)),
         "{error}"
     );
-    assert_nothing_stored(&store);
 }
 
 /// A log of an older pre-release writer: every import-compatibility projection of

@@ -155,20 +155,7 @@ fn turn_end(data: Value<'_, '_>) -> Result<Option<String>, &'static str> {
         "error" if reason.get("error").is_none() => Some(error_reason(reason)?),
         _ => None,
     };
-    Ok(new_reason.map(|new| {
-        let members: Vec<(String, String)> = data
-            .members()
-            .map(|(key, value)| {
-                let text = if key.is_str("reason") {
-                    new.clone()
-                } else {
-                    value.raw().to_owned()
-                };
-                (key.raw().to_owned(), text)
-            })
-            .collect();
-        raw_object(&members)
-    }))
+    Ok(new_reason.map(|new| replacing(data, &[("reason", new)])))
 }
 
 /// A legacy `error` reason without an `error` member, as {`kind`, `error`}.
@@ -347,18 +334,21 @@ fn tool_result_without_message(
 
 /// The event with its type and data replaced, its other members as they were.
 fn rebuild(event: Value<'_, '_>, event_type: &str, data: &str) -> String {
-    let members: Vec<(String, String)> = event
+    let mut type_text = String::new();
+    push_js_string(&mut type_text, event_type.as_bytes());
+    replacing(event, &[("type", type_text), ("data", data.to_owned())])
+}
+
+/// `object`'s text with the values of the members named in `new` replaced by the given
+/// texts, every member in its place.
+fn replacing(object: Value<'_, '_>, new: &[(&str, String)]) -> String {
+    let members: Vec<(String, String)> = object
         .members()
         .map(|(key, value)| {
-            let text = if key.is_str("type") {
-                let mut text = String::new();
-                push_js_string(&mut text, event_type.as_bytes());
-                text
-            } else if key.is_str("data") {
-                data.to_owned()
-            } else {
-                value.raw().to_owned()
-            };
+            let text = new
+                .iter()
+                .find(|(name, _)| key.is_str(name))
+                .map_or_else(|| value.raw().to_owned(), |(_, text)| text.clone());
             (key.raw().to_owned(), text)
         })
         .collect();
