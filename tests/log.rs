@@ -1202,3 +1202,147 @@ fn a_next_segment_the_reader_cannot_open_is_an_io_error_not_the_end() {
         assert_eq!(read.unwrap(), event(i as u64).as_ref(), "seq {i}");
     }
 }
+
+/// `error` is `CORRUPT` naming the file `path` and an offset.
+fn assert_corrupt_at(error: &surfacelog::Error, path: &Path) {
+    assert_eq!(error.code(), "CORRUPT", "{error}");
+    let text = error.to_string();
+    assert!(text.contains(path.to_str().unwrap()), "{text}");
+    assert!(text.contains("offset="), "{text}");
+}
+
+/// The offsets of the record frames of the segment file `path`, walked by their lengths.
+fn frame_offsets(path: &Path) -> Vec<usize> {
+    let bytes = std::fs::read(path).unwrap();
+    let mut at = 64;
+    let mut found = Vec::new();
+    while let Some(len) = bytes.get(at..at + 4) {
+        let len = u32::from_le_bytes(len.try_into().unwrap()) as usize;
+        if len == 0 {
+            break;
+        }
+        found.push(at);
+        at += (8 + len).next_multiple_of(8);
+    }
+    found
+}
+
+/// A log of `segments_wanted` segments of 1 KiB whose reader was opened while only the
+/// first existed, and the writer closed: the directory, that reader (its last segment the
+/// first) and the number of events.
+fn rolled_past_a_reader(segments_wanted: usize) -> (common::ScratchPath, LogReader, u64) {
+    let dir = temp_dir("rolled");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1024)).unwrap();
+    writer.append(&events(0..2)).unwrap();
+    writer.flush().unwrap();
+    let reader = LogReader::open(&dir).unwrap();
+    assert_eq!((reader.seq_next(), segments(&dir).len()), (2, 1));
+    let mut next = 2;
+    while segments(&dir).len() < segments_wanted {
+        writer.append(&events(next..next + 1)).unwrap();
+        next += 1;
+    }
+    writer.append(&events(next..next + 1)).unwrap();
+    writer.close().unwrap();
+    (dir, reader, next + 1)
+}
+
+/// RD-2, RCV-6: a reader following a log (`refresh`) whose last segment was sealed since
+/// it looked never takes damage there for the end of the log: a record of the sealed
+/// segment that does not check out, or zeros where its last record was, or a missing
+/// segment after it. A reader opened afresh on the same files sees every event; the
+/// following one reports `CORRUPT` naming the segment and the offset where its records stop.
+#[test]
+fn rd_2_a_following_reader_reports_damage_where_its_segment_was_sealed() {
+    type Damage = fn(&[PathBuf]);
+    let flip_last_record: Damage = |segs| {
+        let at = *frame_offsets(&segs[0]).last().unwrap();
+        let mut bytes = std::fs::read(&segs[0]).unwrap();
+        bytes[at + 20] ^= 0xFF; // inside the body: the checksum fails
+        std::fs::write(&segs[0], bytes).unwrap();
+    };
+    let zero_last_record: Damage = |segs| {
+        let at = *frame_offsets(&segs[0]).last().unwrap();
+        let mut bytes = std::fs::read(&segs[0]).unwrap();
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        bytes[at..at + (8 + len).next_multiple_of(8)].fill(0);
+        std::fs::write(&segs[0], bytes).unwrap();
+    };
+    let remove_second: Damage = |segs| {
+        std::fs::remove_file(&segs[1]).unwrap();
+        let _ = std::fs::remove_file(segs[1].with_extension("idx"));
+    };
+    for (name, damage) in [
+        ("a damaged last record", flip_last_record),
+        ("a zeroed last record", zero_last_record),
+        ("a missing segment", remove_second),
+    ] {
+        let (dir, mut reader, total) = rolled_past_a_reader(3);
+        let segs = segments(&dir);
+        damage(&segs);
+        let error = match reader.refresh() {
+            Ok(n) => panic!("{name}: refresh returned Ok({n}) over a log of {total} events"),
+            Err(error) => error,
+        };
+        assert_corrupt_at(&error, &segs[0]);
+        // The same files read afresh: every event, or the same refusal.
+        match LogReader::open(&dir) {
+            Ok(fresh) => {
+                assert_eq!(fresh.seq_next(), total, "{name}");
+                assert!(fresh.iter_from(0).any(|e| e.is_err()), "{name}");
+            }
+            Err(error) => assert_eq!(error.code(), "CORRUPT", "{name}: {error}"),
+        }
+    }
+    // Undamaged, the same reader follows the log to its end.
+    let (_dir, mut reader, total) = rolled_past_a_reader(3);
+    assert_eq!(reader.refresh().unwrap(), total);
+}
+
+/// RD-2, RCV-7: a next segment whose header does not check out but that holds valid
+/// records is damage for a following reader, as it is at open; never "being created".
+#[test]
+fn rd_2_a_following_reader_reports_a_damaged_next_segment_header() {
+    let (dir, mut reader, total) = rolled_past_a_reader(2);
+    let segs = segments(&dir);
+    assert_eq!(segs.len(), 2);
+    let mut bytes = std::fs::read(&segs[1]).unwrap();
+    bytes[20] ^= 0xFF; // a byte of its log_id: the header's checksum fails
+    std::fs::write(&segs[1], bytes).unwrap();
+    assert!(LogReader::open(&dir).is_err(), "a fresh reader refuses it");
+    let error = reader.refresh().map(|n| (n, total)).unwrap_err();
+    assert_corrupt_at(&error, &segs[1]);
+}
+
+/// REC-9: a record's seq is a safe integer. A crafted segment at seq `u64::MAX` holding a
+/// record of that seq is refused as `CORRUPT`, without a panic or a wrapped seq.
+#[test]
+fn rec_9_a_record_at_the_last_u64_seq_is_corrupt() {
+    use surfacelog::internals::log::segment::SegmentHeader;
+    use surfacelog::internals::record::encode_event;
+    let dir = temp_dir("max-seq");
+    append_and_close(&dir, 0..2);
+    let header = SegmentHeader::decode(&std::fs::read(&segments(&dir)[0]).unwrap()).unwrap();
+    let header = SegmentHeader {
+        index: 1,
+        first_seq: u64::MAX,
+        capacity: 4096,
+        ..header
+    };
+    let mut bytes = header.encode().to_vec();
+    // The record of an event of seq 0, its seq then set to u64::MAX and its checksum
+    // recomputed (REC-2): what no encoder writes.
+    let record = bytes.len();
+    encode_event(&event(0), &mut bytes);
+    bytes[record + 8..record + 16].copy_from_slice(&u64::MAX.to_le_bytes());
+    let len = u32::from_le_bytes(bytes[record..record + 4].try_into().unwrap()) as usize;
+    let crc = crc32c::crc32c_append(
+        crc32c::crc32c(&bytes[record..record + 4]),
+        &bytes[record + 8..record + 8 + len],
+    );
+    bytes[record + 4..record + 8].copy_from_slice(&crc.to_le_bytes());
+    bytes.resize(4096, 0);
+    std::fs::write(dir.join(format!("{:020}.seg", u64::MAX)), &bytes).unwrap();
+    let error = LogReader::open(&dir).map(|r| r.seq_next()).unwrap_err();
+    assert_eq!(error.code(), "CORRUPT", "{error}");
+}

@@ -393,6 +393,10 @@ impl LogReader {
     fn refresh_checked(&mut self, check_end: bool) -> Result<u64> {
         // Found again by this refresh's scan of the last segment, if it is still there.
         self.torn_shape = None;
+        // A segment after the last one was seen (RD-2): the last is sealed, so where its
+        // records stop is final, and a stop that is not where the next segment starts is
+        // damage (RCV-6), or a segment is missing (LOG-2).
+        let mut sealed = false;
         loop {
             if let Some(last) = self.segments.last_mut() {
                 // LIM-4: nothing after a limit belongs to this log; the next segment may.
@@ -462,17 +466,64 @@ impl LogReader {
                         continue;
                     }
                     // Not yet written or being written (RD-1); or a segment with no record
-                    // yet, which the writer has not rolled from.
+                    // yet, which the writer has not rolled from: unless it is sealed.
                     if !matches!(found.stop, Stop::End | Stop::Full) || empty {
-                        return Ok(self.seq_next);
+                        // Sealed if any segment follows it (SEG-7: a sealed segment ends at
+                        // an end marker or its capacity, and holds a record).
+                        let after = self.segments.last().map_or(0, |s| s.first_seq);
+                        if !check_end || !self.sealed_after_all(&mut sealed, after)? {
+                            return Ok(self.seq_next);
+                        }
+                        continue;
                     }
                 }
             }
-            // The last segment ends here; the writer may have rolled (RD-2).
-            if !self.open_next_segment()? {
+            // The last segment ends here; the writer may have rolled (RD-2). A segment of
+            // the next seq's name whose header is not written yet is being created; one of
+            // a later name means this one is sealed and its records stop short.
+            if self.open_next_segment()? {
+                sealed = false;
+            } else if !check_end || !self.sealed_after_all(&mut sealed, self.seq_next)? {
                 return Ok(self.seq_next);
             }
         }
+    }
+
+    /// Whether the last segment, whose records stop at `seq_next` with no segment of that
+    /// name after it, is sealed after all: a segment file named after the seq `after`
+    /// exists (the writer seals a segment before it creates the next, SEG-7). The first
+    /// time (`sealed` false) it lists the log directory and, if so, sets `sealed` and
+    /// returns `true`: the caller scans the segment once more, since the writer may have
+    /// written records into it between this refresh's scan and its rolling. The second
+    /// time, that scan was final: the records stop short of the next segment. A log
+    /// directory that is gone has no later segment (its session was deleted: the
+    /// caller's checks report that).
+    ///
+    /// # Errors
+    /// `CORRUPT` naming the last segment and the offset where its records stop, when a
+    /// later segment exists but none starts at `seq_next` (RCV-6, LOG-2): damage, never
+    /// the end of the log (RD-6). `IO` when the directory cannot be listed.
+    fn sealed_after_all(&self, sealed: &mut bool, after: u64) -> Result<bool> {
+        let Some(last) = self.segments.last() else {
+            return Ok(false);
+        };
+        if *sealed {
+            let reason = format!(
+                "a later segment exists, but none starts at seq {}: this segment's records \
+                 stop short, or the next segment is missing (RCV-6, LOG-2)",
+                self.seq_next
+            );
+            return Err(corrupt(last.path(&self.dir), last.end, &reason));
+        }
+        *sealed = match self.storage.list_dir(&self.dir) {
+            Ok(names) => names
+                .iter()
+                .filter_map(|n| parse_segment_name(n))
+                .any(|first| first > after),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(Error::io("list", &self.dir, &e)),
+        };
+        Ok(*sealed)
     }
 
     /// [`LogReader::refresh`] for the reader beside this process's writer (`DiskLog`):
@@ -828,12 +879,25 @@ impl LogReader {
         {
             Ok(header) => header,
             Err(HeaderError::Version(found)) => return Err(version_error(found, &path)),
-            // Being created (SEG-6): not there yet, unless later segments exist.
+            // Being created (SEG-6): not there yet, unless later segments exist, or it
+            // holds what only a segment that was written holds (RCV-7, as at open).
             Err(HeaderError::Invalid(reason)) => {
-                return if self.later_segment_exists(first_seq)? {
-                    Err(corrupt(&path, 0, reason))
-                } else {
-                    Ok(false)
+                if self.later_segment_exists(first_seq)? {
+                    return Err(corrupt(&path, 0, reason));
+                }
+                let previous = self
+                    .segments
+                    .last()
+                    .and_then(Segment::mapped)
+                    .map(|mapped| &mapped.header);
+                let unborn = super::chain::Unborn { path, map, reason };
+                return match unborn.damage(
+                    &*self.storage,
+                    previous,
+                    super::LogOptions::default().segment_capacity(),
+                )? {
+                    Some(reason) => Err(corrupt(&unborn.path, 0, &reason)),
+                    None => Ok(false),
                 };
             }
         };

@@ -197,7 +197,8 @@ pub(crate) fn scan<S: Source + ?Sized>(source: &S, from: usize, seq_next: u64) -
                 scan.offsets
                     .push(u32::try_from(scan.end).unwrap_or(u32::MAX));
                 scan.end += len;
-                scan.seq_next += 1;
+                // REC-9 bounds a record's seq to 2^53 − 1: this never overflows.
+                scan.seq_next = event.seq.saturating_add(1);
             }
             Ok((event, _)) => {
                 scan.stop = Stop::WrongSeq {
@@ -251,10 +252,18 @@ pub(crate) fn walk_written(bytes: &[u8], from: usize, seq_next: u64, seq_target:
             };
             return scan;
         }
+        let Some(seq_next) = scan.seq_next.checked_add(1) else {
+            // A segment named past the last seq (SEG-3 is checked elsewhere): no record.
+            scan.stop = Stop::Invalid {
+                offset: scan.end,
+                error: RecordError::Length,
+            };
+            return scan;
+        };
         scan.offsets
             .push(u32::try_from(scan.end).unwrap_or(u32::MAX));
         scan.end = next;
-        scan.seq_next += 1;
+        scan.seq_next = seq_next;
     }
     scan
 }

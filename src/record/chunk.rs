@@ -89,6 +89,9 @@ pub fn decode_body(body: &[u8]) -> Result<(u64, i64, ChunkRef<'_>), RecordError>
     if reserved != 0 {
         return Err(RecordError::Body("reserved field is not zero (REC-12)"));
     }
+    if seq > SAFE_INTEGER_MAX.unsigned_abs() {
+        return Err(RecordError::Body("seq is not a safe integer (REC-9)"));
+    }
     if time.unsigned_abs() > SAFE_INTEGER_MAX.unsigned_abs() {
         return Err(RecordError::Body("time is not a safe integer (REC-9)"));
     }
@@ -145,7 +148,7 @@ mod tests {
 
     fn chunks() -> impl Strategy<Value = (u64, i64, u8, [u32; 3], String, String, String)> {
         (
-            any::<u64>(),
+            0..=SAFE_INTEGER_MAX.unsigned_abs(),
             -SAFE_INTEGER_MAX..=SAFE_INTEGER_MAX,
             1..=4_u8,
             any::<[u32; 3]>(),

@@ -257,6 +257,9 @@ fn decode_body(body: &[u8]) -> Result<EventRef<'_>, RecordError> {
         u64_at(body, 56).ok_or(short)?,
     );
     // REC-9: the checks below refuse every value the encoder never writes.
+    if seq > SAFE_INTEGER_MAX.unsigned_abs() {
+        return Err(RecordError::Body("seq is not a safe integer (REC-9)"));
+    }
     if time.unsigned_abs() > SAFE_INTEGER_MAX.unsigned_abs() {
         return Err(RecordError::Body("time is not a safe integer (REC-9)"));
     }

@@ -329,7 +329,7 @@ fn assert_canonical(bytes: &[u8]) -> Result<(), TestCaseError> {
 
 fn arb_event() -> impl Strategy<Value = Event> {
     (
-        0..u64::MAX / 2,
+        0..=SAFE_INTEGER_MAX.unsigned_abs(),
         -SAFE_INTEGER_MAX..=SAFE_INTEGER_MAX,
         "[a-z/]{1,20}",
         "[ -~é😀]{0,40}",
