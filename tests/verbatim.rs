@@ -163,6 +163,35 @@ proptest! {
     }
 }
 
+/// VBT-3, VBT-4: the hooks store whatever event DSH's coordinator passes (DSH persistence
+/// §3.3): a `type` that is missing, empty, not a string, not Unicode or longer than 256
+/// bytes, and a `time` that is missing or not a safe integer are stored with the rest of
+/// the text and read back byte for byte, and the events after them too (a live session's
+/// durability never stalls, §1.7).
+#[test]
+fn vbt_4_an_envelope_only_the_reader_judges_is_stored_as_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = VerbatimStore::new(dir.path());
+    let long = format!(r#"{{"type":"ext/{}","seq":1,"time":1}}"#, "y".repeat(300));
+    let events = [
+        r#"{"type":"a","seq":0,"time":1}"#,
+        &long,
+        r#"{"type":"ext/\ud800","seq":2,"time":1}"#,
+        r#"{"type":"","seq":3,"time":1}"#,
+        r#"{"type":7,"seq":4,"time":1}"#,
+        r#"{"seq":5,"time":1}"#,
+        r#"{"type":"a","seq":6,"time":1.5}"#,
+        r#"{"type":"a","seq":7,"time":9007199254740992}"#,
+        r#"{"type":"a","seq":8}"#,
+        r#"{"type":"turn/end","seq":9,"time":2,"data":{"turn":1}}"#,
+    ];
+    store.create("s", r#"{"id":"s"}"#, &events[..1]).unwrap();
+    store.append("s", 1, &events[1..]).unwrap();
+    let read = store.load("s", 0).unwrap().expect("stored");
+    assert_eq!((read.count, read.seq_next), (10, 10));
+    assert_eq!(read.events, format!("[{}]", events.join(",")));
+}
+
 /// VBT-4: a batch holding one event the store cannot hold is refused whole, with a code,
 /// and leaves every file as it was.
 #[test]
@@ -174,17 +203,13 @@ fn vbt_4_refused_batches_leave_no_trace() {
         .unwrap();
     let before = snapshot(dir.path());
     let good = r#"{"type":"a","seq":1,"time":1}"#;
-    let cases: [(&str, &str); 9] = [
+    let cases: [(&str, &str); 5] = [
         (r#"{"type":"a","seq":2,"time":1"#, "DATA_INVALID_JSON"),
         (
             r#"{"type":"a","seq":2,"time":1,"time":2}"#,
             "DATA_DUPLICATE_KEY",
         ),
         (r"[1,2]", "ENVELOPE_INVALID"),
-        (r#"{"seq":2,"time":1}"#, "ENVELOPE_INVALID"),
-        (r#"{"type":"","seq":2,"time":1}"#, "ENVELOPE_INVALID"),
-        (r#"{"type":"a","seq":2,"time":1.5}"#, "ENVELOPE_INVALID"),
-        (r#"{"type":"a","seq":2}"#, "ENVELOPE_INVALID"),
         (r#"{"type":"a","seq":3,"time":1}"#, "SEQ_NOT_CONTIGUOUS"),
         (r#"{"type":"a","time":1}"#, "SEQ_NOT_CONTIGUOUS"),
     ];
@@ -324,6 +349,45 @@ fn damage_is_refused_not_shortened() {
     assert_eq!(store.list().unwrap_err().code(), "CORRUPT");
     std::fs::remove_file(&header).unwrap();
     assert_eq!(store.load("s", 0).unwrap_err().code(), "CORRUPT");
+}
+
+/// VBT-10: damage in one session's log, even in its last event (which its revision reads),
+/// neither refuses a listing nor shortens it: that session is listed with a revision that
+/// says so, the same at each listing, and its reads report the damage.
+#[test]
+fn vbt_10_a_listing_lists_a_session_whose_log_is_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = VerbatimStore::new(dir.path());
+    for id in ["a", "b"] {
+        let texts = batch(0, &[(0, "first".to_owned()), (1, format!("last of {id}"))]);
+        store
+            .create(id, &format!(r#"{{"id":"{id}"}}"#), &refs(&texts))
+            .unwrap();
+    }
+    let clean = store.list().unwrap();
+    let segment = last_segment(&store, "b");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let at = bytes.windows(9).position(|w| w == b"last of b").unwrap();
+    bytes[at] ^= 0x20;
+    std::fs::write(&segment, &bytes).unwrap();
+    let listed = store.list().unwrap();
+    assert_eq!(listed.len(), 2);
+    let revision = |id: &str| {
+        let header = format!(r#"{{"id":"{id}"}}"#);
+        listed.iter().find(|(h, _)| *h == header).unwrap().1.clone()
+    };
+    assert_eq!(
+        revision("a"),
+        clean.iter().find(|(h, _)| h.contains("\"a\"")).unwrap().1
+    );
+    assert!(
+        revision("b").starts_with("surfacelog:unreadable:"),
+        "{}",
+        revision("b")
+    );
+    assert_eq!(store.list().unwrap(), listed, "the same at each listing");
+    assert_eq!(store.load("b", 0).unwrap_err().code(), "CORRUPT");
+    assert_eq!(store.revision("b").unwrap_err().code(), "CORRUPT");
 }
 
 /// One writer at a time, across processes: an append while another writer holds the log

@@ -8,7 +8,7 @@
 //   ctx.plugin(SessionStore); await ctx.plugin(SurfacelogSessionPersistence, { root })
 
 import { createRequire } from 'node:module';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Service } from '@deepseek-ai/cordis';
 import z from '@deepseek-ai/schemastery';
@@ -120,9 +120,11 @@ function released(promise, signal) {
 class SurfacelogHooks {
   name = NAME;
 
-  /** `importFrom`: `{jsonl: root}` or `{sqlite: file}`, already checked, or undefined. */
-  constructor(store, importFrom) {
+  /** `importFrom`: `{jsonl: root}` or `{sqlite: file}`, already checked, or undefined;
+   * `root` the store's directory (absolute). */
+  constructor(store, importFrom, root) {
     this.store = store;
+    this.root = root;
     this.importFrom = importFrom;
     this.importing = undefined;
     /** What the import did: `{imported, present, refused}`, once it ran. */
@@ -233,6 +235,13 @@ class SurfacelogHooks {
     return { meta: logicalHeader(read.header), events: JSON.parse(read.events) };
   }
 
+  /** The store's directory as `<device>.<inode>` (its path while it does not exist):
+   * what tells two stores apart. */
+  storeIdentity() {
+    const found = statSync(this.root, { bigint: true, throwIfNoEntry: false });
+    return found === undefined ? this.root : `${found.dev}.${found.ino}`;
+  }
+
   /** A session the import refused and the store does not hold, read as DSH's own backend
    * reads its log (§1.17: never "not found", and its id is not free for a new session): a
    * log of another format version is its header alone, for the coordinator to refuse
@@ -246,7 +255,9 @@ class SurfacelogHooks {
       return {
         meta: { version, id },
         events: [],
-        revision: SessionPersistenceRevision(`surfacelog:refused:${refused.place}`),
+        // §1.12 rule 4: source-qualified, as a stored session's token is (VBT-8): two
+        // stores importing the same DSH file give two tokens.
+        revision: SessionPersistenceRevision(`surfacelog:refused:${this.storeIdentity()}:${refused.place}`),
       };
     }
     throw new SurfacelogError({
@@ -399,7 +410,11 @@ export default class SurfacelogSessionPersistence extends SessionPersistence {
     // §3.2: an existing root must be a directory that can be listed (the error is Node's:
     // ENOTDIR, EACCES); an absent one is created at the first write.
     if (existsSync(this.root)) readdirSync(this.root);
-    this.hooks = new SurfacelogHooks(new VerbatimStore(this.root, { lockWaitMs: LOCK_WAIT_MS }), importFrom);
+    this.hooks = new SurfacelogHooks(
+      new VerbatimStore(this.root, { lockWaitMs: LOCK_WAIT_MS }),
+      importFrom,
+      this.root,
+    );
     // Last: the coordinator binds existing live sessions at once (§3.2).
     this.coordinator = new PersistenceCoordinator(ctx, this.hooks, {
       preparedSessionCacheSize: config.preparedSessionCacheSize ?? DEFAULT_PREPARED_SESSION_CACHE_SIZE,

@@ -488,16 +488,31 @@ impl VerbatimStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
+    /// A session whose log cannot be read (`CORRUPT`, `FORMAT_VERSION`) is listed with a
+    /// revision that says so ([`unreadable_revision`]): the reads of that session report
+    /// the damage, and the listing is neither refused for it nor shortened (VBT-10).
+    ///
     /// # Errors
-    /// `CORRUPT` for a session whose header or log is damaged: the whole listing is
-    /// refused, never shortened; `IO`.
+    /// `CORRUPT` for a session whose header is damaged: the whole listing is refused,
+    /// never shortened; `IO`.
     pub fn list(&self) -> Result<Vec<(String, String)>> {
         let mut listed = Vec::new();
         for dir in self.session_dirs()? {
             let read = self.with_reader(&dir, |header, reader, writing| {
                 let torn = torn_tail(reader, writing)?;
                 Ok((header, revision(reader, writing, torn.is_some())?))
-            })?;
+            });
+            let read = match read {
+                Ok(read) => read,
+                Err(error) if matches!(error.code(), "CORRUPT" | "FORMAT_VERSION") => {
+                    match read_header(&dir) {
+                        Ok(header) => Some((header, unreadable_revision(&dir))),
+                        Err(_) if std::fs::symlink_metadata(&dir).is_err() => None,
+                        Err(header_error) => return Err(header_error),
+                    }
+                }
+                Err(error) => return Err(error),
+            };
             // VBT-10: a session gone since it was listed is skipped.
             listed.extend(read);
         }
@@ -719,6 +734,37 @@ fn revision(reader: &LogReader, writing: &Writing<'_>, torn: bool) -> Result<Str
     Ok(token)
 }
 
+/// VBT-8, VBT-10: the revision a listing gives a session whose log cannot be read:
+/// `surfacelog:unreadable:<device>.<inode>:<segments>`, the identity of its `log/`
+/// directory and the CRC-32C, in 8 lowercase hex digits, of its segment files' names,
+/// lengths and modification times (metadata only: the same at every listing of the same
+/// files, another once one changes).
+fn unreadable_revision(dir: &Path) -> String {
+    use std::fmt::Write;
+    use std::os::unix::fs::MetadataExt;
+    let log = dir.join("log");
+    let (device, inode) = identity(&log).unwrap_or((0, 0));
+    let mut names: Vec<_> = std::fs::read_dir(&log)
+        .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    names.sort();
+    let mut files = String::new();
+    for name in names {
+        if let Ok(meta) = std::fs::symlink_metadata(log.join(&name)) {
+            let name = name.to_string_lossy();
+            let _ = writeln!(
+                files,
+                "{name}:{}:{}.{}",
+                meta.len(),
+                meta.mtime(),
+                meta.mtime_nsec()
+            );
+        }
+    }
+    let files = crc32c::crc32c(files.as_bytes());
+    format!("surfacelog:unreadable:{device}.{inode}:{files:08x}")
+}
+
 /// `SEQ_NOT_CONTIGUOUS` unless a batch starting at `first_seq` continues a log whose next
 /// seq is `stored` (VBT-6).
 fn check_next(id: &str, first_seq: u64, stored: u64) -> Result<()> {
@@ -793,18 +839,17 @@ fn admit_all(texts: &[&str], first_seq: u64) -> Result<Vec<Event>> {
     Ok(events)
 }
 
+/// The record `type` of an event whose text's `type` no record can hold (VBT-3): not a
+/// string of 1 to 256 bytes of Unicode.
+const UNHELD_TYPE: &str = "?";
+
 /// VBT-3, VBT-4: one event stored as given: its text must be a JSON object with `seq` equal
-/// to `seq`, a `type` string of 1 to 256 bytes and a safe-integer `time`, the fields a
-/// record holds (log-format §4). Nothing else about it is judged.
+/// to `seq`. Nothing else about it is judged: the record's `type` and `time` are the text's
+/// when a record can hold them (a string of 1 to 256 bytes, a safe integer), otherwise
+/// [`UNHELD_TYPE`] and 0, since the text is their only authority.
 fn admit(text: &str, seq: u64) -> Result<Event> {
     let json = Json::parse(text)?;
     let envelope = Envelope::read(json.root())?;
-    let invalid = |reason: &str| -> Error {
-        ErrorKind::EnvelopeInvalid {
-            reason: format!("seq {seq}: {reason} (a verbatim record needs it, VBT-4)"),
-        }
-        .into()
-    };
     match envelope.seq.and_then(|s| s.as_safe_u64()) {
         Some(found) if found == seq => {}
         found => {
@@ -825,17 +870,12 @@ fn admit(text: &str, seq: u64) -> Result<Event> {
     let event_type = envelope
         .event_type
         .and_then(|t| t.as_str())
-        .ok_or_else(|| invalid("type is missing or not a Unicode string"))?;
-    check_event_type_str(&event_type)
-        .map_err(|_| invalid("type is empty or longer than 256 bytes"))?;
-    let time = envelope
-        .time
-        .and_then(|t| t.as_safe_int())
-        .ok_or_else(|| invalid("time is missing or not a safe integer"))?;
+        .filter(|t| check_event_type_str(t).is_ok());
+    let time = envelope.time.and_then(|t| t.as_safe_int()).unwrap_or(0);
     let data = envelope.data.map_or(0..0, |d| d.span());
     let ignorable = envelope.ignorable.is_some_and(|i| i.is_true());
     let fields = EventFields {
-        event_type: type_name(&event_type),
+        event_type: type_name(event_type.as_deref().unwrap_or(UNHELD_TYPE)),
         seq,
         time,
         surface_op: None,
@@ -1109,8 +1149,8 @@ impl VerbatimStore {
     }
 
     /// Creates one imported session; a session this store cannot hold as it is (VBT-4: an
-    /// event without a string `type` or a safe-integer `time`, which DSH's JSONL backend
-    /// stores, Appendix C.15) is reported in `refused`, one created meanwhile in `present`;
+    /// event that repeats a key, which DSH's JSONL backend stores) is reported in
+    /// `refused`, one created meanwhile in `present`;
     /// anything else (`IO`) stops the import.
     fn import_one(
         &self,

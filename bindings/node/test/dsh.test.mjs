@@ -260,7 +260,7 @@ test('Appendix C.4: keys outside the known header fields are kept on disk, not r
   assert.deepEqual(JSON.parse(stored.header), meta, 'the stored header keeps them');
 });
 
-test('§1.11: list reads headers only; one session\'s damaged log does not fail it', async (t) => {
+test('§1.11: listings read metadata; one session\'s damaged log fails neither, and its reads refuse it', async (t) => {
   const root = await scratch(t);
   const { persistence } = await mount(t, root);
   for (const id of ['a', 'b']) {
@@ -274,7 +274,14 @@ test('§1.11: list reads headers only; one session\'s damaged log does not fail 
   await handle.write(Buffer.from('{"type":"torn'));
   await handle.close();
   assert.deepEqual((await persistence.list()).map((h) => h.id).sort(), ['a', 'b']);
-  await assert.rejects(persistence.listSnapshots(), (error) => error.code === 'CORRUPT');
+  // VBT-10: b is listed with a revision that says its log cannot be read, the same at
+  // each listing; a's is as before.
+  const snapshots = await persistence.listSnapshots();
+  assert.deepEqual(snapshots.map((s) => s.header.id).sort(), ['a', 'b']);
+  const damaged = snapshots.find((s) => s.header.id === 'b').revision;
+  assert.match(damaged, /^surfacelog:unreadable:/);
+  assert.equal(await revisionOf(persistence, SessionId('b')), damaged);
+  await assert.rejects(persistence.load(SessionId('b')), (error) => error.code === 'CORRUPT');
   assert.equal((await persistence.load(SessionId('a'))).events.length, 6);
 });
 
@@ -338,6 +345,28 @@ test('PERS-11, PERS-25, PERS-26, PERS-27: appends store anything; reads refuse w
   await persistence.append(SessionId('ignorable'), [ignorable]);
   assert.deepEqual((await persistence.load(SessionId('ignorable'))).events, [ignorable]);
   assert.deepEqual((await persistence.readFrom(SessionId('ignorable'), 0)).events, [ignorable]);
+});
+
+test('PERS-11, §1.7: a live session stores events of any type and time; its durability never stalls', async (t) => {
+  const root = await scratch(t);
+  const { ctx, persistence } = await mount(t, root);
+  const session = ctx.sessions.create(SessionId('odd'), { meta: { cwd: WORK } });
+  session.append('turn/start', { turn: 1 });
+  await ctx.sessions.flush(session);
+  // Types no record field can hold: longer than 256 bytes, a lone surrogate, empty.
+  for (const type of [`ext/${'y'.repeat(300)}`, 'ext/\ud800', '']) session.append(type, { any: 'payload' });
+  session.append('turn/end', { turn: 1, reason: { kind: 'completed' } });
+  await ctx.sessions.flush(session);
+  // Stored as appended (DSH's reads then refuse the unknown types, PERS-27).
+  const stored = JSON.parse((await new VerbatimStore(root).load('odd', 0)).events);
+  assert.deepEqual(stored.map((e) => e.type), ['turn/start', `ext/${'y'.repeat(300)}`, 'ext/\ud800', '', 'turn/end']);
+  await assert.rejects(persistence.readFrom(session.id, 0), /unknown to this harness/);
+  // The public append too: a time that is not an integer is stored, and judged when read.
+  const id = SessionId('frac');
+  await persistence.create(header('frac'));
+  const event = { type: 'future/x', seq: 0, time: 1.5, ignorable: true, data: {} };
+  await persistence.append(id, [event]);
+  assert.deepEqual((await persistence.readFrom(id, 0)).events, [event]);
 });
 
 test('PERS-12: retired vocabulary is refused on append and on read', async (t) => {
@@ -997,6 +1026,12 @@ test('importFrom, §1.17: a log DSH refuses is never "not found", and its id is 
     await assert.rejects(persistence.create(header(id)), (error) => error.code === 'CORRUPT');
   }
   assert.deepEqual((await persistence.list()).map((h) => h.id), ['fine']);
+  // §1.12 rule 4: a refused session's revision is source-qualified too: another store
+  // importing the same DSH file gives another token.
+  const other = await mount(t, await scratch(t), { importFrom: { jsonl: legacy } });
+  const token = (p) => p.hooks.readStoredRevision(SessionId('newer'));
+  assert.notEqual(await token(persistence), await token(other.persistence));
+  assert.equal(await token(persistence), await token(persistence));
 });
 
 test('PERS-53: re-emitting session/created for a bound session changes nothing', async (t) => {
