@@ -45,6 +45,9 @@
 //! - `dsh` (default): import and export of DSH's JSONL, Zstandard JSONL and `SQLite` session
 //!   formats (bundled `SQLite` and `zstd`: C code).
 //! - `cli` (default): the `surfacelog` binary's dependencies.
+//! - `compress` (default): compressed sealed segments (`log-format.md` §14), written by
+//!   `Store::compact_log_with` and read back transparently (`zstd`: C code). A build without
+//!   it refuses a log holding one with `FORMAT_VERSION`.
 //! - `serde`: `Session::append_serialize` and `Message::parse`.
 //! - `tokio`: `Follower::into_stream`, a `Stream` of committed events.
 //!

@@ -1825,7 +1825,8 @@ fn exit_codes_of_io_and_of_a_line_that_is_not_utf8() {
     let stderr = assert_refused(&output, 3, "DATA_INVALID_JSON");
     assert!(stderr.contains("stdin line 2"), "{stderr}");
     assert_eq!(text(&output.stdout).trim_end(), r#"{"seq":5}"#);
-    // A format cannot be told from a pipe's first bytes without losing them.
+    // A pipe is not imported (its first bytes would be lost to the format's detection):
+    // refused as a path that is not a regular file, as with `--format`.
     let fifo = dir.join("fifo");
     assert!(
         Command::new("mkfifo")
@@ -1835,9 +1836,10 @@ fn exit_codes_of_io_and_of_a_line_that_is_not_utf8() {
             .success()
     );
     let other = store_in(&dir.join("other"));
-    let output = run_bounded(&other, &["import", s(&fifo)]);
-    let stderr = assert_refused(&output, 4, "IO");
-    assert!(stderr.contains("--format"), "{stderr}");
+    for format in ["auto", "dsh-jsonl"] {
+        let output = run_bounded(&other, &["import", "--format", format, s(&fifo)]);
+        assert_refused(&output, 3, "UNSAFE_PATH");
+    }
 }
 
 #[test]
@@ -1944,4 +1946,69 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Refusals a user meets at the edges: a closed stdout is `IO` (exit 4) for
+/// `completions` too, never a panic; an import of a file that is not regular is
+/// `UNSAFE_PATH` (exit 3) whether its format is named or detected, and a refused import
+/// into a store path that did not exist leaves nothing there; `--color` governs the error
+/// line; `log DIR` refuses the same directory with the same code with or without
+/// `--check-writer`.
+#[test]
+fn edge_refusals_keep_their_codes_and_leave_nothing() {
+    let dir = scratch("edges");
+    // A pipe whose reading end is closed before the command writes.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = bin()
+        .args(["completions", "zsh"])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_refused(&output, 4, "IO");
+    assert!(!text(&output.stderr).contains("panicked"));
+
+    let store = Store(dir.join("store"));
+    for format in [&[][..], &["--format", "dsh-jsonl"][..]] {
+        let mut args = vec!["import"];
+        args.extend_from_slice(format);
+        args.push(s(&dir));
+        assert_refused(&store.run(&args), 3, "UNSAFE_PATH");
+    }
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    assert_refused(&store.run(&["import", s(&empty)]), 3, "CORRUPT");
+    assert!(!store.0.exists(), "a refused import created the store");
+    // Nor does a refused `append --create` leave the session it created.
+    let output = run_fed(
+        bin().args(store.args(&["append", "new", "--create"])),
+        "garbage\n",
+    );
+    assert_refused(&output, 3, "DATA_INVALID_JSON");
+    assert_refused(&store.run(&["show", "new"]), 5, "SESSION_NOT_FOUND");
+    std::fs::remove_dir_all(&store.0).unwrap();
+
+    for (when, colored) in [("always", true), ("never", false), ("auto", false)] {
+        let output = store.run(&["--color", when, "ls"]);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(5), "{stderr}");
+        assert_eq!(
+            stderr.contains('\x1b'),
+            colored,
+            "--color {when}: {stderr:?}"
+        );
+        assert!(stderr.contains("error[STORE_NOT_FOUND]"), "{stderr}");
+    }
+
+    let missing = dir.join("missing");
+    let not_a_log = dir.join("not-a-log");
+    std::fs::create_dir(&not_a_log).unwrap();
+    for (path, exit, code) in [(&missing, 5, "IO"), (&not_a_log, 3, "CORRUPT")] {
+        for flags in [&[][..], &["--check-writer"][..]] {
+            let mut args = vec!["log", s(path)];
+            args.extend_from_slice(flags);
+            assert_refused(&bin().args(&args).output().unwrap(), exit, code);
+        }
+    }
 }

@@ -520,3 +520,64 @@ fn a_batch_that_panics_leaves_the_surface_as_it_was() {
     );
     assert_eq!(session.surface(), &before);
 }
+
+/// Contract §11: a refusal names its session, and a read's its seq: an event or the
+/// messages read through `inspect` at a damaged record, a follower's open of a damaged
+/// log, and `LOCKED` from a delete, a salvage or an export's check while a writer holds
+/// the session.
+#[test]
+fn reads_and_locked_refusals_name_the_session_and_the_seq() {
+    let (dir, store) = store("context");
+    let mut session = store.create("s", None, None).unwrap();
+    let turn = common::closed_turn(&mut session, 1, "a question to damage", "output");
+    session.close().unwrap();
+    let segment = dir.join("sessions/s/log/00000000000000000000.seg");
+    let bytes = std::fs::read(&segment).unwrap();
+    let at = bytes
+        .windows(20)
+        .position(|w| w == b"a question to damage")
+        .unwrap();
+    std::fs::write(&segment, flip(&bytes, at, 0x20)).unwrap();
+    let _ = std::fs::remove_file(dir.join("sessions/s/messages"));
+    let inspected = store.inspect("s").unwrap();
+    let error = inspected.event(turn.user).unwrap_err();
+    assert_eq!(
+        (error.code(), error.session(), error.seq()),
+        ("CORRUPT", Some("s"), Some(turn.user)),
+        "{error}"
+    );
+    let error = inspected.messages().unwrap_err();
+    assert_eq!(
+        (error.code(), error.session(), error.seq()),
+        ("CORRUPT", Some("s"), Some(turn.user)),
+        "{error}"
+    );
+    drop(inspected);
+    // A missing first segment: the follower's and inspect's open name the session.
+    let (dir, store) = store_with("context-open", &["t"]);
+    let log = dir.join("sessions/t/log");
+    std::fs::rename(log.join("00000000000000000000.seg"), dir.join("aside.seg")).unwrap();
+    for error in [
+        store.follow("t").map(|_| ()).unwrap_err(),
+        store.inspect("t").map(|_| ()).unwrap_err(),
+    ] {
+        assert_eq!(
+            (error.code(), error.session()),
+            ("CORRUPT", Some("t")),
+            "{error}"
+        );
+    }
+    std::fs::rename(dir.join("aside.seg"), log.join("00000000000000000000.seg")).unwrap();
+    let (_writer, _) = store.open_session("t").unwrap();
+    for error in [
+        store.delete("t").unwrap_err(),
+        store.salvage("t").map(|_| ()).unwrap_err(),
+        store.check_no_writer("t").unwrap_err(),
+    ] {
+        assert_eq!(
+            (error.code(), error.session()),
+            ("LOCKED", Some("t")),
+            "{error}"
+        );
+    }
+}

@@ -655,7 +655,9 @@ impl<L: SessionLog> Session<L> {
     /// `CORRUPT` (with the file and offset), `FORMAT_VERSION` or `IO` when its record
     /// cannot be read back: damage is never reported as the end of the log.
     pub fn event(&self, seq: u64) -> Result<Option<EventRef<'_>>> {
-        self.log.event(seq)
+        self.log
+            .event(seq)
+            .map_err(|e| e.in_session(self.header.id()).at_seq(seq))
     }
 
     /// The log.

@@ -154,6 +154,7 @@ impl Store {
         let dir = self.session_dir(id);
         Self::read_header(&*self.options.log.storage, id, &dir)?;
         crate::log::LogWriter::check_lock_with(&*self.options.log.storage, &dir.join("log"))
+            .map_err(|e| e.in_session(id))
     }
 
     /// Opens session `id` read-only (no lock, nothing written, STORE-15): the events as

@@ -1077,6 +1077,11 @@ impl Store {
     /// writer can open it in between and append into the trash; syncs `sessions/` and
     /// `trash/`, so that the delete survives a crash. Returns the trashed directory.
     fn trash(&self, id: &str) -> Result<PathBuf> {
+        self.trash_in(id).map_err(|e| e.in_session(id))
+    }
+
+    /// [`Store::trash`], its errors not yet naming the session.
+    fn trash_in(&self, id: &str) -> Result<PathBuf> {
         let dir = self.session_dir(id);
         Self::read_header(&*self.options.log.storage, id, &dir)?;
         let storage = &*self.options.log.storage;
@@ -1205,6 +1210,11 @@ impl Store {
     /// `SESSION_NOT_FOUND`, `LOCKED` while a writer has it open, `IO`.
     #[doc(hidden)]
     pub fn salvage(&self, id: &str) -> Result<SalvageReport> {
+        self.salvage_in(id).map_err(|e| e.in_session(id))
+    }
+
+    /// [`Store::salvage`], its errors not yet naming the session.
+    fn salvage_in(&self, id: &str) -> Result<SalvageReport> {
         let dir = self.session_dir(id);
         Self::read_header(&*self.options.log.storage, id, &dir)?;
         let storage = &*self.options.log.storage;
@@ -1378,6 +1388,11 @@ impl Store {
     /// `INVALID_ID` for the empty id, `SESSION_NOT_FOUND` when the trash holds no copy of
     /// it, `SESSION_EXISTS` when a session `id` exists, `IO`.
     pub fn restore(&self, id: &str) -> Result<()> {
+        self.restore_in(id).map_err(|e| e.in_session(id))
+    }
+
+    /// [`Store::restore`], its errors not yet naming the session.
+    fn restore_in(&self, id: &str) -> Result<()> {
         check_id(id)?;
         self.refuse_store_links()?;
         let storage = &*self.options.log.storage;
@@ -1580,7 +1595,7 @@ impl Store {
         {
             return ErrorKind::SessionNotFound { id: id.to_owned() }.into();
         }
-        error
+        error.in_session(id)
     }
 
     /// Writes a new session directory: `header.json`, then the log.

@@ -84,7 +84,7 @@ pub fn each_message<'a>(
     mut visit: impl FnMut(Message<'a>),
 ) -> Result<()> {
     for &seq in surface.nodes() {
-        if let Some(json) = source.message_at(seq)? {
+        if let Some(json) = source.message_at(seq).map_err(|e| e.at_seq(seq))? {
             visit(Message { seq, json });
         }
     }
@@ -123,7 +123,7 @@ impl<S: EventSource> Iterator for Transcript<'_, S> {
                 Ok(_) => {}
                 Err(error) => {
                     self.next = self.end;
-                    return Some(Err(error));
+                    return Some(Err(error.at_seq(seq)));
                 }
             }
         }

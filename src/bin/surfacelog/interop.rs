@@ -82,13 +82,11 @@ impl FormatArg {
                 let meta =
                     std::fs::metadata(file).map_err(|e| surfacelog::Error::io("open", file, &e))?;
                 if !meta.is_file() {
+                    // UNSAFE_PATH, as the import itself refuses it with `--format`.
                     return Err(surfacelog::Error::io(
-                        "detect the format of",
+                        "open",
                         file,
-                        &std::io::Error::new(
-                            std::io::ErrorKind::InvalidInput,
-                            "not a regular file: name its format with --format",
-                        ),
+                        &std::io::Error::other(surfacelog::internals::storage::NotRegular),
                     ));
                 }
                 let mut head = Vec::with_capacity(16);
@@ -138,13 +136,25 @@ pub fn import(
     std::fs::metadata(file).map_err(|e| surfacelog::Error::io("open", file, &e))?;
     let format = format.resolve(file)?;
     let options = StoreOptions::new().strict_vocabulary(strict);
+    let fresh = std::fs::symlink_metadata(&ctx.store).is_err();
     let store = Store::open_or_create(&ctx.store, options)?;
+    let outcome = import_into(&store, format, file, id);
+    if outcome.is_err() && fresh && store.list().is_ok_and(|listed| listed.is_empty()) {
+        // A refused import stores nothing: not even the store it created for the session.
+        drop(store);
+        let _ = std::fs::remove_dir_all(&ctx.store);
+    }
+    outcome
+}
+
+/// The import of `file` into `store`, printing a line per imported session.
+fn import_into(store: &Store, format: Format, file: &Path, id: Option<&str>) -> Result<()> {
     match format {
         Format::DshJsonl | Format::DshJsonlZstd => {
             let compression = format.compression();
             let size = std::fs::metadata(file).map_or(0, |m| m.len());
             let bar = progress_bar(size, "import");
-            let outcome = jsonl::import_jsonl(&store, file, compression, id, &mut |at| {
+            let outcome = jsonl::import_jsonl(store, file, compression, id, &mut |at| {
                 bar.set_position(at);
             });
             bar.finish_and_clear();
@@ -152,7 +162,7 @@ pub fn import(
             print_imported(&imported, scan.torn.is_some())?;
         }
         Format::DshSqlite => {
-            for (imported, torn) in sqlite_import(&store, file, id)? {
+            for (imported, torn) in sqlite_import(store, file, id)? {
                 print_imported(&imported, torn)?;
             }
         }

@@ -18,6 +18,7 @@ mod read;
 mod sessions;
 mod write;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -296,6 +297,7 @@ impl Ctx {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    out::set_error_color(cli.color);
     let ctx = Ctx {
         store: cli.store,
         json: cli.json,
@@ -358,13 +360,15 @@ fn main() -> ExitCode {
         } => sessions::compact(&ctx, &id, compress, level),
         Command::Log { dir, check_writer } => read::log_info(&ctx, &dir, check_writer),
         Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "surfacelog",
-                &mut std::io::stdout(),
-            );
-            Ok(())
+            // Generated into memory, then written: a closed stdout is `IO`, not a panic
+            // inside `clap_complete`.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "surfacelog", &mut script);
+            std::io::stdout()
+                .lock()
+                .write_all(&script)
+                .and_then(|()| std::io::stdout().lock().flush())
+                .map_err(|e| surfacelog::Error::io("write", "stdout", &e))
         }
     };
     match outcome {

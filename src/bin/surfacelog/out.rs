@@ -69,8 +69,17 @@ pub fn print_error(error: &surfacelog::Error) {
     print_error_line(error, None);
 }
 
+/// `--color`, for the error lines on stderr: set once by `main`, `auto` until then.
+static ERROR_COLOR: std::sync::OnceLock<ColorWhen> = std::sync::OnceLock::new();
+
+/// Sets when error lines on stderr get colours (`--color`, judged against stderr).
+pub fn set_error_color(when: ColorWhen) {
+    let _ = ERROR_COLOR.set(when);
+}
+
 fn print_error_line(error: &surfacelog::Error, place: Option<&str>) {
-    let color = ColorWhen::Auto.enabled(&std::io::stderr());
+    let when = ERROR_COLOR.get().copied().unwrap_or(ColorWhen::Auto);
+    let color = when.enabled(&std::io::stderr());
     let head = format!("error[{}]", error.code());
     let head = if color {
         format!("\x1b[1;31m{head}\x1b[0m")

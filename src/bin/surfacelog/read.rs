@@ -342,10 +342,13 @@ pub fn wait(ctx: &Ctx, id: &str, seq: u64, timeout_ms: u64) -> Result<()> {
 /// `surfacelog log DIR`: the committed length of a log, read without a lock.
 pub fn log_info(ctx: &Ctx, dir: &Path, check_writer: bool) -> Result<()> {
     use surfacelog::internals::event::EventSource;
+    // The directory first, then whether it is a log: the same refusal (and exit code)
+    // with or without `--check-writer`.
+    std::fs::metadata(dir).map_err(|e| surfacelog::Error::io("open", dir, &e))?;
+    let reader = surfacelog::internals::log::LogReader::open(dir)?;
     if check_writer {
         surfacelog::internals::log::LogWriter::check_lock(dir)?;
     }
-    let reader = surfacelog::internals::log::LogReader::open(dir)?;
     let events = reader.seq_next();
     if ctx.json || !std::io::stdout().is_terminal() {
         // JSON by default too: scripts have read this line since the first release.

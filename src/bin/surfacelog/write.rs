@@ -139,6 +139,10 @@ pub fn append(ctx: &Ctx, id: &str, create: bool, durable: bool) -> Result<()> {
         Err(e) if create && e.code() == "SESSION_NOT_FOUND" => None,
         Err(e) => return Err(e),
     };
+    // Whether this run created the session (then a run that appends nothing and is
+    // refused removes it again).
+    let mut created = false;
+    let mut appended = false;
     let mut session = if let Some(tail_damaged) = tail_damaged {
         let (session, _) = store.open_session(id)?;
         // Checked again only when the first check found something to recover.
@@ -149,7 +153,10 @@ pub fn append(ctx: &Ctx, id: &str, create: bool, durable: bool) -> Result<()> {
         session
     } else {
         match store.open_session(id) {
-            Err(e) if e.code() == "SESSION_NOT_FOUND" => store.create(id, None, None)?,
+            Err(e) if e.code() == "SESSION_NOT_FOUND" => {
+                created = true;
+                store.create(id, None, None)?
+            }
             other => other?.0,
         }
     };
@@ -193,6 +200,7 @@ pub fn append(ctx: &Ctx, id: &str, create: bool, durable: bool) -> Result<()> {
         match seq {
             Ok(None) => {}
             Ok(Some(seq)) => {
+                appended = true;
                 #[derive(serde::Serialize)]
                 struct Appended {
                     seq: u64,
@@ -208,6 +216,10 @@ pub fn append(ctx: &Ctx, id: &str, create: bool, durable: bool) -> Result<()> {
     // What was appended before a refused line is kept, and made durable.
     session.close()?;
     if let Some((line, error)) = refused {
+        if created && !appended {
+            // A refused run leaves no trace: not the session it created for its events.
+            store.remove(id)?;
+        }
         crate::out::print_error_at(&error, &format!("stdin line {line}"));
         std::process::exit(i32::from(crate::exit_code(&error)));
     }
