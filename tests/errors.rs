@@ -581,3 +581,81 @@ fn reads_and_locked_refusals_name_the_session_and_the_seq() {
         );
     }
 }
+
+/// DUR-13, CKP-5: a roll whose directory sync failed poisons the writer, the new segment's
+/// name in the page cache only. A writer reopened and closed with nothing appended syncs
+/// the log directory before its checkpoint records that segment (a power loss would
+/// otherwise drop a name the checkpoint requires, RCV-14); a checkpointed open and close
+/// of a log whose names are durable syncs none.
+#[test]
+fn dur_13_a_flush_makes_the_segment_names_durable_before_a_checkpoint_records_them() {
+    let dir = scratch("errors", "dir-sync");
+    let storage = FaultyStorage::default();
+    let faults = Arc::clone(&storage.faults);
+    let options = store_options(Durability::Sync, 1024).storage(Arc::new(storage));
+    let store = Store::open_or_create(&dir, options).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    let log = dir.join("sessions/s/log");
+    let segments = || {
+        std::fs::read_dir(&log)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "seg")
+            })
+            .count()
+    };
+    // Whole turns until one's roll fails at its directory sync (the first append's sync
+    // syncs the directory too, DUR-9: not planned to fail).
+    for turn in 1.. {
+        let before = segments();
+        if turn > 1 {
+            faults.fail_sync_dir(1);
+        }
+        let started = session.append::<surfacelog::kinds::TurnStart>(
+            &format!(r#"{{"turn":{turn}}}"#),
+            surfacelog::NoSurface,
+        );
+        faults
+            .sync_dir
+            .store(0, std::sync::atomic::Ordering::SeqCst);
+        if started.is_err() {
+            assert_eq!(segments(), before + 1, "the roll created a segment");
+            break;
+        }
+        user_message(
+            &mut session,
+            &format!("hello {}", "x".repeat(turn * 7 % 50)),
+        );
+        common::turn_end(&mut session, turn as u64);
+        assert!(turn < 200, "no roll");
+    }
+    drop(session);
+    let synced_log = || faults.dirs_synced().iter().filter(|d| **d == log).count();
+    let before = synced_log();
+    let (session, _) = store.open_session("s").unwrap();
+    session.close().unwrap();
+    assert_eq!(
+        synced_log(),
+        before + 1,
+        "the close synced the log directory"
+    );
+    // A turn into the new segment, then opened again from the checkpoint's chain with
+    // nothing appended: no sync.
+    let (mut session, _) = store.open_session("s").unwrap();
+    common::turn_start(&mut session, 1000);
+    common::turn_end(&mut session, 1000);
+    session.close().unwrap();
+    let before = synced_log();
+    let (session, opened) = store.open_session("s").unwrap();
+    assert!(opened.log.from_known_chain);
+    session.close().unwrap();
+    assert_eq!(
+        synced_log(),
+        before,
+        "a checkpointed open and close syncs nothing"
+    );
+}

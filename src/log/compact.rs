@@ -84,8 +84,8 @@ pub enum KeptReason {
     NoGain,
     /// Already compressed (CZ-5): a compressed segment is never rewritten.
     Compressed,
-    /// Not compressed: the last segment's header does not check out, so this one could
-    /// become the last (RCV-7), and a compressed segment is never the last (CZ-6).
+    /// Not rewritten: the last segment's header does not check out, so this one could
+    /// become the last (RCV-7), which is never rewritten (CMP-1) nor compressed (CZ-6).
     BeforeUnbornLast,
 }
 
@@ -341,7 +341,7 @@ pub(crate) fn compact_then(
         let (opened, offsets, end, _) = examined(storage, dir, &place, log_id)?;
         let why = if links(&opened, dir)? > 1 {
             Some(KeptReason::Shared)
-        } else if options.level.is_some() && !last_born && place.next == firsts.last().copied() {
+        } else if !last_born && place.next == firsts.last().copied() {
             Some(KeptReason::BeforeUnbornLast)
         } else {
             None
@@ -491,10 +491,18 @@ fn rewrite(
         let _ = storage.remove_file(&tmp);
         return Err(error);
     }
-    // The old index lists the old offsets: removed before the rename, so that no crash
-    // leaves it beside the new file (it would fail IDX-2 and be rebuilt, but costs a scan).
+    // The old index lists the old offsets: removed, durably, before the rename, so that no
+    // crash leaves it beside the new file. There it would fail IDX-2 and be rebuilt, but
+    // should the segment ever be the last (a later one removed as a torn creation, RCV-7)
+    // an index that checks out whole is a durable mark (RCV-13) past the new file's end.
     let index_path = dir.join(index_name(first));
-    let _ = storage.remove_file(&index_path);
+    match storage.remove_file(&index_path) {
+        Ok(()) => storage
+            .sync_dir(dir)
+            .map_err(|e| Error::io("fsync", dir, &e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("remove", &index_path, &e)),
+    }
     storage
         .rename(&tmp, &path)
         .map_err(|e| Error::io("rename", &path, &e))?;

@@ -180,9 +180,11 @@ impl LogWriter {
         let (mut state, log_id, report, segments) =
             recover(&*storage, dir, &options, chain, marks)?;
         // DUR-9: the directory is synced once, at the first sync that acknowledges an append
-        // (not at open, which stays free of syncs for a cleanly closed log): a segment an
-        // earlier writer created may have its name in the page cache only.
-        state.dir_unsynced = true;
+        // or the first flush (not at open, which stays free of syncs for a cleanly closed
+        // log): a segment an earlier writer created may have its name in the page cache
+        // only. Not when the chain was taken from a checkpoint's record of it (CKP-8): a
+        // checkpoint records only names made durable before it was written (DUR-13).
+        state.dir_unsynced = !report.from_known_chain;
         let durable_seq = state.seq_next;
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
@@ -353,7 +355,22 @@ impl LogWriter {
     /// DUR-10).
     pub fn flush(&self) -> Result<()> {
         let seq_next = self.shared.lock_state().seq_next;
-        self.shared.wait_durable(seq_next)
+        self.shared.wait_durable(seq_next)?;
+        // DUR-13: the segments' names too, when no sync of an append has synced them (a
+        // flush with nothing to sync, before a checkpoint records the chain, CKP-5).
+        let mut state = self.shared.lock_state();
+        if state.dir_unsynced {
+            self.shared
+                .storage
+                .sync_dir(&self.shared.dir)
+                .map_err(|e| {
+                    state.poisoned = true;
+                    self.shared.commit.poison();
+                    Error::io("fsync", &self.shared.dir, &e).with_fate_unknown()
+                })?;
+            state.dir_unsynced = false;
+        }
+        Ok(())
     }
 
     /// The next seq: the number of events in the log.

@@ -44,6 +44,8 @@ pub struct Faults {
     /// Fail the n-th `open_read` (a checkpoint's, a pack's, a header's: `EACCES`).
     pub open_read: AtomicU64,
     counts: [AtomicU64; 7],
+    /// The directories synced so far, in order (successful `sync_dir` calls).
+    dirs_synced: std::sync::Mutex<Vec<std::path::PathBuf>>,
 }
 
 impl Faults {
@@ -56,6 +58,19 @@ impl Faults {
     /// Fails the `n`-th `sync_data` from now on.
     pub fn fail_sync(&self, n: u64) {
         self.sync.store(self.calls(1) + n, Ordering::SeqCst);
+    }
+
+    /// Fails the `n`-th `sync_dir` from now on.
+    pub fn fail_sync_dir(&self, n: u64) {
+        self.sync_dir.store(self.calls(2) + n, Ordering::SeqCst);
+    }
+
+    /// The directories synced so far, in order.
+    pub fn dirs_synced(&self) -> Vec<std::path::PathBuf> {
+        self.dirs_synced
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Fails the `n`-th `open_file` from now on with `EROFS`.
@@ -183,7 +198,13 @@ impl Storage for FaultyStorage {
         if self.faults.hit(2, &self.faults.sync_dir) {
             return Err(injected("sync_dir"));
         }
-        FsStorage.sync_dir(dir)
+        FsStorage.sync_dir(dir)?;
+        self.faults
+            .dirs_synced
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(dir.to_owned());
+        Ok(())
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

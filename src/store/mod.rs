@@ -1337,10 +1337,29 @@ impl Store {
             // A trashed directory without a log (a damaged session): nothing can open it.
             _ => None,
         };
-        match storage.remove_dir_all(path) {
+        // First renamed, durably, to a name no restore takes (`escape_id` never writes a
+        // `.`), so that a removal cut short (a crash, an I/O error between two files)
+        // leaves nothing a restore would bring back as the session, shortened.
+        let doomed = match path.file_name().and_then(|n| n.to_str()) {
+            Some(name) if !name.starts_with('.') => {
+                let trash = self.dir.join("trash");
+                let doomed = trash.join(format!("{PURGING}{name}"));
+                match storage.rename(path, &doomed) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+                    Err(e) => return Err(Error::io("rename", path, &e)),
+                }
+                storage
+                    .sync_dir(&trash)
+                    .map_err(|e| Error::io("fsync", &trash, &e))?;
+                doomed
+            }
+            _ => path.to_owned(),
+        };
+        match storage.remove_dir_all(&doomed) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(Error::io("remove", path, &e)),
+            Err(e) => Err(Error::io("remove", &doomed, &e)),
         }
     }
 
@@ -1644,6 +1663,10 @@ pub struct Summary {
 
 /// A trash entry's name, `escape(id)-<nanoseconds since the Unix epoch>` (STORE-9): the
 /// escaped id and the time it was trashed.
+/// The prefix of a trashed session's name while a purge removes it (STORE-24): no restore
+/// takes it, and the next purge finishes the removal.
+const PURGING: &str = ".purging-";
+
 fn trash_name_parts(name: &str) -> Option<(&str, u128)> {
     let (escaped, at) = name.rsplit_once('-')?;
     if at.is_empty() || !at.bytes().all(|b| b.is_ascii_digit()) {
