@@ -1245,7 +1245,7 @@ fn cmp_3_a_compaction_crashed_anywhere_leaves_a_session_that_opens_whole() {
     let run = |crash_at: Option<u64>, seed: u64| {
         let scratch = tempfile::tempdir().unwrap();
         let root = scratch.path().canonicalize().unwrap();
-        copy_tree(pristine.path(), &root);
+        common::copy_tree(pristine.path(), &root);
         let sim = SimStorage::new(&root, seed).unwrap();
         if let Some(point) = crash_at {
             sim.crash_at(point);
@@ -1267,19 +1267,6 @@ fn cmp_3_a_compaction_crashed_anywhere_leaves_a_session_that_opens_whole() {
     for point in 1..=points {
         for seed in 0..8 {
             let _ = run(Some(point), seed);
-        }
-    }
-}
-
-/// A copy of the directory tree `from` at `to` (files and directories; no links kept).
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &to.join(entry.file_name()));
-        } else {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
         }
     }
 }

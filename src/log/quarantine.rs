@@ -255,6 +255,14 @@ pub fn salvage(
         }
     }
     report.seq_next = seq;
+    // LIM-5: a limit whose segment a salvage cut short by a crash already moved aside.
+    let mut changed = false;
+    for &first in limits.iter().filter(|f| !firsts.contains(f)) {
+        if let Some(moved) = move_aside(storage, dir, &limit_name(first))? {
+            report.set_aside.push(moved);
+            changed = true;
+        }
+    }
     // CZ-6, CZ-7: the segment left last, when compressed, becomes its plain logical
     // segment (a cut inside a segment writes it plain already).
     let last = match &cut {
@@ -267,7 +275,6 @@ pub fn salvage(
     // Made plain first: the plain file holds the same records at the same offsets, so the
     // log is whole either way, and a copy that cannot be written (a full disk, IO) refuses
     // the salvage before anything is set aside (CZ-7), never leaving it compressed and last.
-    let mut changed = false;
     // SEG-6, SEG-8: a segment whose records all check out but whose length no writer gives
     // it is rewritten with the same bytes at a length it allows; nothing is lost.
     for (end, opened) in &misfits {
@@ -646,8 +653,17 @@ fn cut_segment(
             quarantine,
         });
     }
+    // RCV-13: the old index must never be left beside the cut copy.
+    let index = dir.join(index_name(first));
+    match storage.remove_file(&index) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("remove", &index, &e)),
+    }
+    storage
+        .sync_dir(dir)
+        .map_err(|e| Error::io("fsync", dir, &e))?;
     keep_prefix(storage, dir, opened, offset)?;
-    let _ = storage.remove_file(&dir.join(index_name(first)));
     if opened.limit.is_some()
         && let Some(moved) = move_aside(storage, dir, &limit_name(first))?
     {

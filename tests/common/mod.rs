@@ -362,3 +362,16 @@ impl Storage for HookedStorage {
         FsStorage.remove_file(path)
     }
 }
+
+/// A copy of the directory tree `from` at `to` (files and directories; no links kept).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
