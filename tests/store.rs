@@ -1798,3 +1798,35 @@ fn a_fork_keeps_a_negative_zero_its_source_was_admitted_with() {
     assert!(texts[0].contains(r#""x":-0"#), "{texts:?}");
     assert_eq!(state(&on_disk), state(&in_memory));
 }
+
+/// STORE-11: a follower of a session that is deleted, or deleted and created again (another
+/// session under the same id), ends with `SESSION_NOT_FOUND` at its next wait's timeout,
+/// never waiting for good on a log no one writes.
+#[test]
+fn store_11_a_follower_of_a_deleted_session_ends_with_session_not_found() {
+    use std::time::Duration;
+    let (_dir, store) = temp_store("follow-deleted");
+    for recreate in [false, true] {
+        let mut session = store.create("s", None, None).unwrap();
+        workload(&mut session, 1);
+        let committed = session.seq_next();
+        session.close().unwrap();
+        let mut follower = store.follow("s").unwrap();
+        assert!(
+            !follower
+                .wait_for(committed, Duration::from_millis(5))
+                .unwrap()
+        );
+        store.delete("s").unwrap();
+        if recreate {
+            store.create("s", None, None).unwrap().close().unwrap();
+        }
+        let error = follower
+            .wait_for(committed, Duration::from_millis(5))
+            .unwrap_err();
+        assert_eq!(error.code(), "SESSION_NOT_FOUND", "{error}");
+        if recreate {
+            store.delete("s").unwrap();
+        }
+    }
+}

@@ -6,7 +6,8 @@ export interface StoreOpenOptions {
   /** `"sync"` (default): an append resolves once durable. `"manual"`: durable at `flush()`
    * and `close()`. `"batch"`: durable within `batchDelayMs`. */
   durability?: 'sync' | 'manual' | 'batch';
-  /** For `"batch"`: the longest an appended event stays not durable, in ms (default 10). */
+  /** For `"batch"`: the longest an appended event stays not durable, in ms (default 10;
+   * a whole number, at most 2^32 − 1). */
   batchDelayMs?: number;
   /** The capacity of a new log segment, in bytes (default 8 MiB). */
   segmentBytes?: number;
@@ -65,7 +66,9 @@ export type ErrorCode =
   | 'SESSION_CLOSED'
   /** The binding's: an append to a session opened by `inspect`. */
   | 'READ_ONLY'
-  /** The binding's: an argument no call can take (a negative seq, an unknown option). */
+  /** The binding's: an argument no call can take (a seq that is not a safe integer ≥ 0,
+   * an unknown option, a value of the wrong type, a text with a lone surrogate). Every
+   * method that returns a promise rejects with it; none throws synchronously. */
   | 'INVALID_ARGUMENT'
   | (string & {});
 
@@ -143,7 +146,9 @@ export interface EventInput extends AppendOptions {
   data: JsonInput;
 }
 
-/** A session: a writer (`create`, `open`, `resume`, `fork`) or read-only (`inspect`). */
+/** A session: a writer (`create`, `open`, `resume`, `fork`) or read-only (`inspect`).
+ * Its calls run one at a time in the order they were made: the appends of a `Promise.all`
+ * get their seqs in call order, and `close()` runs after the calls made before it. */
 export class Session {
   private constructor();
   readonly id: string;
@@ -169,7 +174,7 @@ export class Session {
   transcript(): Promise<number[]>;
   /** Every replacement of the surface, in log order, with the seqs it shadowed. */
   replacements(): Promise<{ seq: number; start: number; end: number; shadowed: number[] }[]>;
-  /** Up to `limit` events from seq `from` (default: all). */
+  /** Up to `limit` events from seq `from` (default: all; `limit: Infinity` is no bound). */
   events(range?: { from?: number; limit?: number }): Promise<StoredEvent[]>;
   /** Closes the session (flushes a writer, releases its lock). Idempotent. */
   close(): Promise<void>;
@@ -191,7 +196,8 @@ export interface Listing {
 /** A store of sessions in a directory. */
 export class Store {
   private constructor();
-  /** Opens the store in `dir`, creating it unless `mustExist`. */
+  /** Opens the store in `dir`, creating it unless `mustExist`. An option not in
+   * `StoreOpenOptions` is refused (`INVALID_ARGUMENT`), never ignored. */
   static open(dir: string, options?: StoreOpenOptions): Promise<Store>;
   /** Creates session `id`, optionally with a header and seed events, and opens it. */
   create(id: string, options?: { header?: JsonInput; seed?: JsonInput[] }): Promise<Session>;
@@ -208,8 +214,10 @@ export class Store {
   /** Opens session `id` read-only. */
   inspect(id: string): Promise<Session>;
   /** Follows session `id` from seq `from` (default 0): its events as they are committed,
-   * by this process or another. Break out of the loop to stop; a refusal that ends it
-   * (the session deleted, damage) is thrown. */
+   * by this process or another. Break out of the loop (or call `return()`, also while a
+   * `next()` waits, which then resolves done) to stop; a refusal that ends it (the session
+   * deleted or deleted and created again: `SESSION_NOT_FOUND`; damage: `CORRUPT`) is
+   * thrown. */
   follow(id: string, options?: { from?: number }): AsyncIterable<StoredEvent>;
   /** Rewrites session `id`'s older segments with chunk records; with `compress: true` also
    * compressed (Zstandard at `level`, 1 to 22, default 9), its message pack too; the

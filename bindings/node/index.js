@@ -18,21 +18,29 @@ class SurfacelogError extends Error {
   }
 }
 
-/** The native error as a SurfacelogError when it is a refusal of the engine. */
-function translate(error) {
-  if (error && typeof error.message === 'string' && error.message.startsWith(ERROR_PREFIX)) {
-    let payload;
-    try {
-      payload = JSON.parse(error.message.slice(ERROR_PREFIX.length));
-    } catch {
-      return error;
-    }
-    return new SurfacelogError(payload, error);
-  }
-  return error;
+/** A refusal of an argument no call can take: `INVALID_ARGUMENT` (or `code`), nothing
+ * written. */
+function invalid(message, code = 'INVALID_ARGUMENT', cause = undefined) {
+  return new SurfacelogError({ code, message, outcome: 'nothingWritten' }, cause);
 }
 
-/** Runs a native call, rejecting with a SurfacelogError. */
+/** Any error of a call as a SurfacelogError: the engine's refusal with its payload; an
+ * argument the native module could not convert (a `TypeError`, napi's `StringExpected`,
+ * `NumberExpected`...) as `INVALID_ARGUMENT`. */
+function translate(error) {
+  if (error instanceof SurfacelogError) return error;
+  if (error && typeof error.message === 'string' && error.message.startsWith(ERROR_PREFIX)) {
+    try {
+      return new SurfacelogError(JSON.parse(error.message.slice(ERROR_PREFIX.length)), error);
+    } catch {
+      // Not a payload after all: an argument error below.
+    }
+  }
+  return invalid(error instanceof Error ? error.message : String(error), 'INVALID_ARGUMENT', error);
+}
+
+/** Runs a call (its argument checks too), rejecting with a SurfacelogError: nothing a
+ * promise-returning method does throws synchronously. */
 async function call(run) {
   try {
     return await run();
@@ -41,22 +49,64 @@ async function call(run) {
   }
 }
 
-/** JSON text as given, or an object's JSON.stringify (the convenience form). */
+/** `string`, checked whole: a lone surrogate has no UTF-8 form, and the native module
+ * would replace it (U+FFFD), changing the text or the id. */
+function wellFormed(value, what, code = 'INVALID_ARGUMENT') {
+  if (typeof value !== 'string') throw invalid(`${what}: a string`, code);
+  if (!value.isWellFormed()) {
+    throw invalid(`${what} holds a lone surrogate, which no stored text can: escape it as \\uXXXX in JSON`, code);
+  }
+  return value;
+}
+
+/** JSON text as given, or a value's JSON.stringify (the convenience form). */
 function text(value, what) {
-  if (typeof value === 'string') return value;
-  if (value === undefined) throw new TypeError(`${what}: a JSON text or a value`);
-  return JSON.stringify(value);
+  if (typeof value === 'string') return wellFormed(value, what);
+  let json;
+  try {
+    json = JSON.stringify(value);
+  } catch (error) {
+    throw invalid(`${what}: ${error.message}`, 'INVALID_ARGUMENT', error);
+  }
+  if (json === undefined) throw invalid(`${what}: a JSON text or a value JSON can hold`);
+  return json;
 }
 
 /** An optional JSON text or value: undefined stays absent, null is present. */
-function member(value) {
-  return value === undefined ? undefined : text(value);
+function member(value, what) {
+  return value === undefined ? undefined : text(value, what);
 }
 
 /** `surfaceOp`, always a value (`"append"`, `{op: "replace", start, end}`), as JSON text:
  * undefined stays absent, null is present (and refused, SURFACE_OP_INVALID). */
 function surfaceOpText(value) {
-  return value === undefined ? undefined : JSON.stringify(value);
+  if (value === undefined) return undefined;
+  const json = JSON.stringify(value);
+  if (json === undefined) throw invalid('surfaceOp: "append" or {op: "replace", start, end}');
+  return json;
+}
+
+/** A seq argument: a safe integer ≥ 0, never coerced (`NaN`, `Infinity`, `1.5` refused). */
+function seqArg(value, what) {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw invalid(`${what}: a seq, a safe integer ≥ 0 (got ${String(value)})`);
+  }
+  return value;
+}
+
+/** A count argument: like a seq, with `Infinity` meaning no bound. */
+function countArg(value, what) {
+  return value === Infinity ? Number.MAX_SAFE_INTEGER : seqArg(value, what);
+}
+
+/** `options` holds only the keys of `known` (an unknown option is a typo, never ignored). */
+function knownOptions(options, known, what) {
+  if (options === undefined || options === null) return {};
+  if (typeof options !== 'object') throw invalid(`${what}: options are an object`);
+  for (const key of Object.keys(options)) {
+    if (!known.includes(key)) throw invalid(`${what}: unknown option ${JSON.stringify(key)} (known: ${known.join(', ')})`);
+  }
+  return options;
 }
 
 /** How many lent message texts one native call makes (`Message.json`). */
@@ -131,11 +181,23 @@ class StoredEvent {
 
 const messages = (raw) => raw.map((m) => new Message(m.seq, m.json));
 
-/** A session: a writer (`create`, `open`, `resume`, `fork`) or read-only (`inspect`). */
+/** A session: a writer (`create`, `open`, `resume`, `fork`) or read-only (`inspect`).
+ * Its calls run one at a time, in the order they were made (a `Promise.all` of appends
+ * gets its seqs in call order; `close()` runs after the calls made before it). */
 class Session {
   #native;
+  #tail = Promise.resolve();
   constructor(handle) {
     this.#native = handle;
+  }
+  /** Runs `run` (a native call, its arguments checked first) after every call made before. */
+  #queue(run) {
+    const result = this.#tail.then(() => call(run));
+    this.#tail = result.then(
+      () => undefined,
+      () => undefined,
+    );
+    return result;
   }
   /** The session id. */
   get id() {
@@ -150,30 +212,40 @@ class Session {
    * (JSON.stringify). `surfaceOp` is `"append"` or `{op: "replace", start, end}`;
    * `sourceEventSeqs` an array of seqs (or its JSON text). Resolves with the seq.
    */
-  append(type, data, { surfaceOp, sourceEventSeqs } = {}) {
-    return call(() =>
-      this.#native.append(type, text(data, 'data'), surfaceOpText(surfaceOp), member(sourceEventSeqs)),
-    );
+  append(type, data, options) {
+    return this.#queue(() => {
+      const { surfaceOp, sourceEventSeqs } = knownOptions(options, ['surfaceOp', 'sourceEventSeqs'], 'append');
+      return this.#native.append(
+        wellFormed(type, 'type'),
+        text(data, 'data'),
+        surfaceOpText(surfaceOp),
+        member(sourceEventSeqs, 'sourceEventSeqs'),
+      );
+    });
   }
   /** Appends events `[{type, data, surfaceOp?, sourceEventSeqs?}]` all or none: their seqs. */
   appendAll(events) {
-    const n = events.length;
-    const types = new Array(n);
-    const data = new Array(n);
-    const ops = new Array(n);
-    const sources = new Array(n);
-    for (let i = 0; i < n; i += 1) {
-      const e = events[i];
-      types[i] = e.type;
-      data[i] = text(e.data, 'data');
-      ops[i] = surfaceOpText(e.surfaceOp);
-      sources[i] = member(e.sourceEventSeqs);
-    }
-    return call(() => this.#native.appendAll(types, data, ops, sources));
+    return this.#queue(() => {
+      if (!Array.isArray(events)) throw invalid('appendAll: an array of events');
+      const n = events.length;
+      const types = new Array(n);
+      const data = new Array(n);
+      const ops = new Array(n);
+      const sources = new Array(n);
+      for (let i = 0; i < n; i += 1) {
+        const e = events[i];
+        if (e === null || typeof e !== 'object') throw invalid(`appendAll: event ${i} is not an object`);
+        types[i] = wellFormed(e.type, `event ${i}: type`);
+        data[i] = text(e.data, `event ${i}: data`);
+        ops[i] = surfaceOpText(e.surfaceOp);
+        sources[i] = member(e.sourceEventSeqs, `event ${i}: sourceEventSeqs`);
+      }
+      return this.#native.appendAll(types, data, ops, sources);
+    });
   }
   /** Makes every appended event durable. */
   flush() {
-    return call(() => this.#native.flush());
+    return this.#queue(() => this.#native.flush());
   }
   /** Alias of `flush()`: resolves once every appended event is durable. */
   durable() {
@@ -181,35 +253,43 @@ class Session {
   }
   /** The number of events, which is also the next seq. */
   seqNext() {
-    return call(() => this.#native.seqNext());
+    return this.#queue(() => this.#native.seqNext());
   }
   /** The surface's messages, in order: `{seq, json, message}`. */
   async messages() {
-    return unpack(await call(() => this.#native.messages()));
+    return unpack(await this.#queue(() => this.#native.messages()));
   }
   /** The messages as the model saw them after event `seq`. */
   async asOf(seq) {
-    return messages(await call(() => this.#native.messagesAsOf(seq)));
+    return messages(await this.#queue(() => this.#native.messagesAsOf(seqArg(seq, 'asOf'))));
   }
   /** The seqs of the events appended to the surface, in log order. */
   transcript() {
-    return call(() => this.#native.transcript());
+    return this.#queue(() => this.#native.transcript());
   }
   /** Every replacement of the surface, in log order: `{seq, start, end, shadowed}`, where
    * `shadowed` lists the seqs the replacing event took off the surface (provenance). */
   replacements() {
-    return call(() => this.#native.replacements());
+    return this.#queue(() => this.#native.replacements());
   }
   /** Up to `limit` events from seq `from`: `{seq, type, time, text, event}`. */
-  async events({ from = 0, limit = Number.MAX_SAFE_INTEGER } = {}) {
-    const raw = await call(() => this.#native.events(from, limit));
+  async events(options) {
+    const raw = await this.#queue(() => {
+      const { from = 0, limit = Infinity } = knownOptions(options, ['from', 'limit'], 'events');
+      return this.#native.events(seqArg(from, 'events: from'), countArg(limit, 'events: limit'));
+    });
     return raw.map((e) => new StoredEvent(e));
   }
-  /** Closes the session (flushes a writer, releases its lock); idempotent. */
+  /** Closes the session (flushes a writer, releases its lock) once the calls made before
+   * it are done; idempotent. */
   close() {
-    return call(() => this.#native.close());
+    return this.#queue(() => this.#native.close());
   }
 }
+
+/** A session id argument: a well-formed string (`INVALID_ID` otherwise: a lone surrogate
+ * would become U+FFFD, and two ids one session). */
+const idArg = (id) => wellFormed(id, 'session id', 'INVALID_ID');
 
 /** A store of sessions in a directory. */
 class Store {
@@ -219,30 +299,51 @@ class Store {
   }
   /**
    * Opens the store in `dir`, creating it unless `mustExist`. Options: `durability`
-   * (`"sync"` default, `"manual"`, `"batch"`), `batchDelayMs`, `segmentBytes`.
+   * (`"sync"` default, `"manual"`, `"batch"`), `batchDelayMs`, `segmentBytes`,
+   * `mustExist`, `chunkRecords`; any other key is refused (`INVALID_ARGUMENT`).
    */
-  static async open(dir, options = {}) {
-    return new Store(await call(() => native.openStore(dir, options)));
+  static async open(dir, options) {
+    return new Store(
+      await call(() => {
+        const known = ['durability', 'batchDelayMs', 'segmentBytes', 'mustExist', 'chunkRecords'];
+        const checked = knownOptions(options, known, 'Store.open');
+        const { batchDelayMs } = checked;
+        if (batchDelayMs !== undefined && !(Number.isSafeInteger(batchDelayMs) && batchDelayMs >= 0 && batchDelayMs <= 0xffffffff)) {
+          throw invalid(`Store.open: batchDelayMs is a whole number of ms ≥ 0 (got ${String(batchDelayMs)})`);
+        }
+        return native.openStore(wellFormed(dir, 'Store.open: dir'), checked);
+      }),
+    );
   }
   /** Creates session `id` (optionally with a header and seed events) and opens it. */
-  async create(id, { header, seed } = {}) {
-    const seedTexts = seed === undefined ? undefined : seed.map((e) => text(e, 'seed'));
+  async create(id, options) {
     return new Session(
-      await call(() => this.#native.create(id, member(header), seedTexts)),
+      await call(() => {
+        const { header, seed } = knownOptions(options, ['header', 'seed'], 'create');
+        if (seed !== undefined && !Array.isArray(seed)) throw invalid('create: seed is an array of events');
+        const seedTexts = seed === undefined ? undefined : seed.map((e, i) => text(e, `seed ${i}`));
+        return this.#native.create(idArg(id), member(header, 'header'), seedTexts);
+      }),
     );
   }
   /** Opens session `id` for writing: recovery and crash repair (`openReport` says what). */
   async open(id) {
-    return new Session(await call(() => this.#native.openSession(id)));
+    return new Session(await call(() => this.#native.openSession(idArg(id))));
   }
   /** `open`, then the end-seed marker of a seeded session (contract §5). */
   async resume(id) {
-    return new Session(await call(() => this.#native.resume(id)));
+    return new Session(await call(() => this.#native.resume(idArg(id))));
   }
   /** Forks `id` at seq `at` (inclusive; default its last event) into session `as`. */
-  async fork(id, { at, as }) {
-    if (typeof as !== 'string') throw new TypeError('fork: `as` names the new session');
-    return new Session(await call(() => this.#native.fork(id, at ?? null, as)));
+  async fork(id, options) {
+    return new Session(
+      await call(() => {
+        const { at, as } = knownOptions(options, ['at', 'as'], 'fork');
+        if (typeof as !== 'string') throw invalid('fork: `as` names the new session');
+        const boundary = at === undefined || at === null ? null : seqArg(at, 'fork: at');
+        return this.#native.fork(idArg(id), boundary, idArg(as));
+      }),
+    );
   }
   /** The sessions: `{sessions: [{id, header}], damaged: [{code, message}]}`. */
   list() {
@@ -250,61 +351,103 @@ class Store {
   }
   /** Moves session `id` to the trash. */
   delete(id) {
-    return call(() => this.#native.delete(id));
+    return call(() => this.#native.delete(idArg(id)));
   }
   /** Opens session `id` read-only: no lock, no repair, nothing written. */
   async inspect(id) {
-    return new Session(await call(() => this.#native.inspect(id)));
+    return new Session(await call(() => this.#native.inspect(idArg(id))));
   }
   /**
    * Follows session `id` from seq `from` (default 0): an async iterable of its events as
    * they are committed, by this process or another, woken by the log's writes. It ends
-   * when the loop breaks (or `return()`), and throws the refusal that ends it (the
-   * session deleted: `SESSION_NOT_FOUND`; damage: `CORRUPT`).
+   * when the loop breaks (or `return()`, also while a `next()` waits), and throws the
+   * refusal that ends it (the session deleted: `SESSION_NOT_FOUND`; damage: `CORRUPT`).
    */
-  follow(id, { from = 0 } = {}) {
+  follow(id, options) {
     const store = this.#native;
+    const { from = 0 } = knownOptions(options, ['from'], 'follow');
     return {
-      async *[Symbol.asyncIterator]() {
+      [Symbol.asyncIterator]() {
         // The native follower (a thread, and a wake callback that keeps the event loop
-        // alive) exists only while this loop runs: from its first step to its end.
+        // alive) exists only while the iteration runs: from its first `next()` to its end.
+        let follower = null;
+        let queued = [];
+        let ended = false;
         let wake = null;
         let notified = false;
-        const follower = call(() =>
-          store.follow(id, from, () => {
-            notified = true;
-            if (wake) wake();
-          }),
-        );
-        try {
+        // The refusal that ended the native follower, thrown once its events are taken.
+        let failure = null;
+        const stop = () => {
+          ended = true;
+          queued = [];
+          if (follower) follower.then((f) => f.stop(), () => undefined);
+          if (wake) wake();
+        };
+        const next = async () => {
+          if (follower === null) {
+            follower = call(() =>
+              store.follow(idArg(id), seqArg(from, 'follow: from'), () => {
+                notified = true;
+                if (wake) wake();
+              }),
+            );
+          }
           for (;;) {
+            if (ended) return { done: true, value: undefined };
+            if (queued.length > 0) return { done: false, value: new StoredEvent(queued.shift()) };
+            if (failure !== null) {
+              stop();
+              throw translate(new Error(failure));
+            }
             notified = false;
-            const batch = (await follower).take();
-            for (const event of batch.events) yield new StoredEvent(event);
-            if (batch.error) throw translate(new Error(batch.error));
-            if (batch.events.length === 0 && !notified) {
+            let batch;
+            try {
+              batch = (await follower).take();
+            } catch (error) {
+              stop();
+              throw translate(error);
+            }
+            if (ended) return { done: true, value: undefined };
+            queued = batch.events;
+            // The events before the refusal first, then the refusal.
+            if (batch.error) failure = batch.error;
+            if (queued.length === 0 && failure === null && !notified) {
               await new Promise((resolve) => {
                 wake = resolve;
               });
               wake = null;
             }
           }
-        } finally {
-          (await follower).stop();
-        }
+        };
+        return {
+          next,
+          async return(value) {
+            stop();
+            return { done: true, value };
+          },
+          async throw(error) {
+            stop();
+            throw error;
+          },
+          [Symbol.asyncIterator]() {
+            return this;
+          },
+        };
       },
     };
   }
   /** Rewrites session `id`'s older segments with chunk records, and with
    * `{ compress: true, level? }` compressed (Zstandard, level 9 by default), its message
    * pack too: the bytes saved. */
-  compactLog(id, options = {}) {
-    const { compress = false, level } = options ?? {};
-    if (typeof compress !== 'boolean') throw new TypeError('compactLog: `compress` is a boolean');
-    if (level !== undefined && (typeof level !== 'number' || !compress)) {
-      throw new TypeError('compactLog: `level` is a number, with `compress: true`');
-    }
-    return call(() => this.#native.compactLog(id, compress ? (level ?? 9) : undefined));
+  compactLog(id, options) {
+    return call(() => {
+      const { compress = false, level } = knownOptions(options, ['compress', 'level'], 'compactLog');
+      if (typeof compress !== 'boolean') throw invalid('compactLog: `compress` is a boolean');
+      if (level !== undefined && (!Number.isSafeInteger(level) || !compress)) {
+        throw invalid('compactLog: `level` is a whole number, with `compress: true`');
+      }
+      return this.#native.compactLog(idArg(id), compress ? (level ?? 9) : undefined);
+    });
   }
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::Store;
 use super::checkpoint::Checkpoint;
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 use crate::event::{Event, EventRef, EventSource, Overlay, SharedBytes};
 use crate::log::LogReader;
 use crate::session::repair::RepairState;
@@ -15,6 +15,14 @@ use crate::surface::Surface;
 
 /// The longest pause between two looks at the log while waiting by polling.
 const POLL_INTERVAL_MAX: Duration = Duration::from_millis(10);
+
+/// The device and inode of the directory `dir`, for [`Follower::check_followed`].
+fn dir_identity(dir: &std::path::Path) -> Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir)
+        .map(|meta| (meta.dev(), meta.ino()))
+        .map_err(|e| crate::Error::io("stat", dir, &e))
+}
 
 /// A read-only view of a stored session that follows its writer.
 ///
@@ -39,6 +47,9 @@ const POLL_INTERVAL_MAX: Duration = Duration::from_millis(10);
 #[derive(Debug)]
 pub struct Follower {
     reader: LogReader,
+    /// The followed session: its id, its directory and that directory's identity (device
+    /// and inode) when the follower was made; none in the loom model.
+    followed: Option<(String, std::path::PathBuf, (u64, u64))>,
     /// How a wait sleeps until the log changes.
     #[cfg_attr(loom, allow(dead_code))]
     wake: Wake,
@@ -137,8 +148,10 @@ impl Store {
             .map_err(|e| Self::unless_deleted(id, &dir, e))?;
         super::checkpoint::check_not_ahead(&dir, reader.seq_next(), durable_seq)
             .map_err(|e| e.in_session(id))?;
+        let identity = dir_identity(&dir).map_err(|e| Self::unless_deleted(id, &dir, e))?;
         Ok(Follower {
             reader,
+            followed: Some((id.to_owned(), dir, identity)),
             wake: Wake::new(),
         })
     }
@@ -233,7 +246,22 @@ impl Follower {
     pub(crate) fn over(reader: LogReader) -> Self {
         Self {
             reader,
+            followed: None,
             wake: Wake::new(),
+        }
+    }
+
+    /// At a wait's timeout: `SESSION_NOT_FOUND` once the followed session is gone (deleted,
+    /// or deleted and created again: another directory under its name), whose log would
+    /// otherwise be waited on for good.
+    fn check_followed(&self) -> Result<()> {
+        let Some((id, dir, identity)) = &self.followed else {
+            return Ok(());
+        };
+        match dir_identity(dir) {
+            Ok(now) if now == *identity => Ok(()),
+            Ok(_) => Err(ErrorKind::SessionNotFound { id: id.clone() }.into()),
+            Err(error) => Err(Store::unless_deleted(id, dir, error)),
         }
     }
 
@@ -265,7 +293,8 @@ impl Follower {
     /// ```
     ///
     /// # Errors
-    /// `CORRUPT`, `IO`.
+    /// `CORRUPT`, `IO`; `SESSION_NOT_FOUND` at a timeout once the session is deleted (or
+    /// deleted and created again: the follower follows the session it was made for).
     pub fn wait_for(&mut self, seq: u64, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now().checked_add(timeout);
         #[cfg(all(any(target_os = "linux", target_os = "android"), not(loom)))]
@@ -282,7 +311,9 @@ impl Follower {
                     }
                     let now = Instant::now();
                     let left = match deadline {
-                        Some(deadline) if now >= deadline => return Ok(false),
+                        Some(deadline) if now >= deadline => {
+                            return self.check_followed().map(|()| false);
+                        }
                         Some(deadline) => deadline - now,
                         None => notify::FALLBACK_INTERVAL,
                     };
@@ -318,7 +349,7 @@ impl Follower {
             }
             let now = Instant::now();
             let pause_now = match deadline {
-                Some(deadline) if now >= deadline => return Ok(false),
+                Some(deadline) if now >= deadline => return self.check_followed().map(|()| false),
                 Some(deadline) => pause.min(deadline - now),
                 None => pause,
             };

@@ -678,6 +678,27 @@ pub struct NativeSession {
     inner: Arc<Mutex<Option<Held>>>,
 }
 
+/// A session JS collected without `close()`: a writer's drop flushes and syncs, which must
+/// not run on the event loop's thread, so it is dropped on a thread of its own (when no
+/// call in flight holds it: the last one drops it on the thread pool).
+impl Drop for NativeSession {
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.inner) > 1 {
+            return;
+        }
+        let held = self
+            .inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(held @ Held::Writer(_)) = held {
+            let _ = std::thread::Builder::new()
+                .name("surfacelog-drop".into())
+                .spawn(move || drop(held));
+        }
+    }
+}
+
 impl NativeSession {
     fn new(held: Held, report: OpenReport) -> Self {
         let id = on_held!(&held, s => s.id().to_owned());

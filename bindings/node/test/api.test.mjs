@@ -155,8 +155,10 @@ test('compactLog compresses the older segments and the message pack, events and 
     store.compactLog('z', { compress: true, level: 23 }),
     (error) => error.code === 'INVALID_ARGUMENT',
   );
-  assert.throws(() => store.compactLog('z', { level: 3 }), TypeError);
-  assert.throws(() => store.compactLog('z', { compress: 'yes' }), TypeError);
+  // Argument errors reject (never throw synchronously), with INVALID_ARGUMENT.
+  for (const options of [{ level: 3 }, { compress: 'yes' }, { compres: true }]) {
+    await assert.rejects(store.compactLog('z', options), (error) => error.code === 'INVALID_ARGUMENT');
+  }
   assert.ok((await store.compactLog('z', { compress: true, level: 19 })) > 0, 'bytes saved');
   const log = join(dir, 'sessions', 'z', 'log');
   const compressed = readdirSync(log)

@@ -1,0 +1,211 @@
+// How calls behave at their edges: a session's calls run in the order they were made,
+// arguments are checked (never coerced, never thrown synchronously) and refused with the
+// contract's codes, a follow loop ends when asked and when its session is deleted, texts
+// cross losslessly or are refused, and a collected writer does no I/O on the event loop.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { spawn, spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+const { Store, SurfacelogError } = require('../index.js');
+const INDEX = JSON.stringify(join(import.meta.dirname, '..', 'index.js'));
+
+/** A scratch directory, removed when the test ends. */
+function scratch(t) {
+  const dir = mkdtempSync(join(tmpdir(), 'surfacelog-calls-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** Runs `code` (CommonJS, `Store` in scope) in a child Node, killed after `ms`. */
+function child(code, ms = 8000) {
+  return new Promise((resolve) => {
+    const p = spawn(process.execPath, ['-e', `const { Store } = require(${INDEX});\n${code}`], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    p.stdout.on('data', (c) => (out += c));
+    p.stderr.on('data', (c) => (out += c));
+    const timer = setTimeout(() => p.kill('SIGKILL'), ms);
+    p.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, out });
+    });
+  });
+}
+
+/** An assertion for `assert.rejects`: a SurfacelogError with `code`. */
+const isCode = (code) => (error) => {
+  assert.ok(error instanceof SurfacelogError, `a SurfacelogError, got ${error?.constructor?.name}: ${error?.message}`);
+  assert.equal(error.code, code, error.message);
+  return true;
+};
+
+test('a session runs its calls in call order: Promise.all appends, and close() after them', async (t) => {
+  const store = await Store.open(scratch(t), { durability: 'manual' });
+  for (let round = 0; round < 3; round += 1) {
+    const s = await store.create(`s${round}`);
+    const n = 100;
+    const seqs = await Promise.all(Array.from({ length: n }, (_, i) => s.append('host/note', `{"i":${i}}`)));
+    assert.deepEqual(seqs, Array.from({ length: n }, (_, i) => i), 'seqs in call order');
+    const order = (await s.events()).map((e) => JSON.parse(e.text).data.i);
+    assert.deepEqual(order, Array.from({ length: n }, (_, i) => i), 'the log in call order');
+    // Appends made before close() are appended; calls after it are refused.
+    const appends = Array.from({ length: 4 }, (_, i) => s.append('host/note', `{"j":${i}}`));
+    const closed = s.close();
+    const after = s.append('host/note', '{}');
+    assert.deepEqual(await Promise.all(appends), [n, n + 1, n + 2, n + 3]);
+    await closed;
+    await assert.rejects(after, isCode('SESSION_CLOSED'));
+  }
+});
+
+test('seq and count arguments are refused when not safe integers ≥ 0, never coerced', async (t) => {
+  const store = await Store.open(scratch(t));
+  const s = await store.create('a');
+  for (let i = 0; i < 5; i += 1) await s.append('host/note', `{"n":${i}}`);
+  assert.equal((await s.events({ limit: Infinity })).length, 5, 'Infinity: no bound');
+  assert.equal((await s.events({ from: 3 })).length, 2);
+  for (const options of [{ limit: NaN }, { from: 1.7 }, { from: -1 }, { from: null }, { from: '1' }, { limt: 1 }]) {
+    await assert.rejects(s.events(options), isCode('INVALID_ARGUMENT'), JSON.stringify(options));
+  }
+  for (const seq of [NaN, 2.5, -1, Infinity, undefined]) {
+    await assert.rejects(s.asOf(seq), isCode('INVALID_ARGUMENT'), String(seq));
+  }
+  for (const at of [Infinity, NaN, 2.9, -1]) {
+    await assert.rejects(store.fork('a', { at, as: `f${at}` }), isCode('INVALID_ARGUMENT'), String(at));
+  }
+  const it = store.follow('a', { from: Infinity })[Symbol.asyncIterator]();
+  await assert.rejects(it.next(), isCode('INVALID_ARGUMENT'));
+  await s.close();
+  assert.deepEqual((await store.list()).sessions.map((x) => x.id), ['a'], 'no fork was made');
+});
+
+test('options are checked: batchDelayMs a whole number of ms, unknown keys refused', async (t) => {
+  const dir = scratch(t);
+  for (const options of [
+    { durability: 'batch', batchDelayMs: -1 },
+    { durability: 'batch', batchDelayMs: NaN },
+    { durability: 'batch', batchDelayMs: 2 ** 32 + 5 },
+    { durabilty: 'manual' },
+  ]) {
+    await assert.rejects(Store.open(dir, options), isCode('INVALID_ARGUMENT'), JSON.stringify(options));
+  }
+  const store = await Store.open(dir);
+  await assert.rejects(store.create('x', { sead: [] }), isCode('INVALID_ARGUMENT'));
+  const s = await store.create('x');
+  await assert.rejects(s.append('host/note', '{}', { surfaceop: 'append' }), isCode('INVALID_ARGUMENT'));
+  assert.equal(await s.seqNext(), 0, 'nothing appended');
+  await s.close();
+});
+
+test('argument errors reject with INVALID_ARGUMENT, never throw synchronously', async (t) => {
+  const dir = scratch(t);
+  const store = await Store.open(dir);
+  const s = await store.create('a');
+  const calls = {
+    'append(5, …)': () => s.append(5, '{}'),
+    'append without data': () => s.append('host/note'),
+    'append of a function': () => s.append('host/note', () => 1),
+    'append of a BigInt': () => s.append('host/note', { n: 1n }),
+    'appendAll(null)': () => s.appendAll(null),
+    'appendAll without data': () => s.appendAll([{ type: 'host/note' }]),
+    'appendAll of a BigInt': () => s.appendAll([{ type: 'host/note', data: { n: 1n } }]),
+    'compactLog compress: "yes"': () => store.compactLog('a', { compress: 'yes' }),
+    'Store.open durability: 5': () => Store.open(dir, { durability: 5 }),
+  };
+  for (const [name, run] of Object.entries(calls)) {
+    let promise;
+    assert.doesNotThrow(() => {
+      promise = run();
+    }, name);
+    await assert.rejects(promise, isCode('INVALID_ARGUMENT'), name);
+  }
+  await assert.rejects(store.open(5), isCode('INVALID_ID'));
+  assert.equal(await s.seqNext(), 0, 'nothing appended');
+  await s.close();
+});
+
+test('a text or id with a lone surrogate is refused, never altered', async (t) => {
+  const store = await Store.open(scratch(t));
+  const s = await store.create('a');
+  await assert.rejects(s.append('host/note', '{"s":"\ud800x"}'), isCode('INVALID_ARGUMENT'));
+  await assert.rejects(s.append('host/n\ud800', '{}'), isCode('INVALID_ARGUMENT'));
+  // As a value it is escaped (JSON.stringify writes \ud800), so it round-trips.
+  const seq = await s.append('host/note', { s: '\ud800x' });
+  assert.equal(JSON.parse((await s.events({ from: seq }))[0].text).data.s, '\ud800x');
+  await assert.rejects(store.create('x\ud800'), isCode('INVALID_ID'));
+  await s.close();
+  assert.deepEqual((await store.list()).sessions.map((x) => x.id), ['a']);
+});
+
+test('a follow loop ends at return(), also while a next() waits, releasing its follower', async (t) => {
+  const dir = scratch(t);
+  const r = await child(`(async () => {
+    const store = await Store.open(${JSON.stringify(dir)});
+    const s = await store.create('b'); await s.append('host/note', '{"n":0}'); await s.close();
+    const it = store.follow('b', { from: 1 })[Symbol.asyncIterator]();
+    const pending = it.next();
+    await new Promise((r) => setTimeout(r, 200));
+    const done = await Promise.race([it.return().then(() => 'returned'),
+      new Promise((r) => setTimeout(() => r('return() still pending after 3 s'), 3000).unref())]);
+    console.log(done, JSON.stringify(await pending));
+  })();`);
+  assert.match(r.out, /returned \{"done":true\}/, r.out);
+  assert.equal(r.signal, null, 'the child exits by itself: no follower keeps its loop alive');
+  assert.equal(r.code, 0, r.out);
+});
+
+test('a follow loop throws SESSION_NOT_FOUND once its session is deleted', async (t) => {
+  const store = await Store.open(scratch(t));
+  const s = await store.create('a');
+  await s.append('host/note', '{"n":0}');
+  await s.close();
+  const it = store.follow('a', { from: 1 })[Symbol.asyncIterator]();
+  const next = it.next().then(
+    (r) => `event ${JSON.stringify(r)}`,
+    (e) => `threw ${e.code}`,
+  );
+  await new Promise((r) => setTimeout(r, 200));
+  await store.delete('a');
+  const timeout = new Promise((r) => setTimeout(() => r('no end after 5 s'), 5000).unref());
+  assert.equal(await Promise.race([next, timeout]), 'threw SESSION_NOT_FOUND');
+  assert.deepEqual(await it.next(), { done: true, value: undefined });
+});
+
+test('a writer collected without close() does no disk I/O on the event loop thread', {
+  skip: spawnSync('strace', ['-V']).status !== 0 && 'needs strace',
+}, async (t) => {
+  const dir = scratch(t);
+  const script = join(dir, 'gc.cjs');
+  const log = join(dir, 'strace.txt');
+  writeFileSync(script, `const { Store } = require(${INDEX});
+  (async () => {
+    const store = await Store.open(${JSON.stringify(join(dir, 'store'))}, { durability: 'manual' });
+    let s = await store.create('a');
+    await s.appendAll(Array.from({ length: 100 }, (_, i) => ({ type: 'host/note', data: '{"n":' + i + '}' })));
+    s = null;
+    await new Promise((r) => setTimeout(r, 200));
+    process.stderr.write('MAIN ' + process.pid + '\\n');
+    for (let i = 0; i < 3; i++) { global.gc(); await new Promise((r) => setImmediate(r)); }
+    process.stderr.write('GC DONE\\n');
+    await new Promise((r) => setTimeout(r, 500));
+  })();`);
+  const r = spawnSync('strace', ['-f', '-e', 'trace=fsync,fdatasync,pwrite64', '-o', log, process.execPath, '--expose-gc', script], {
+    encoding: 'utf8',
+  });
+  const main = /MAIN (\d+)/.exec(r.stderr)?.[1];
+  assert.ok(main, r.stderr);
+  const lines = readFileSync(log, 'utf8').split('\n');
+  const onLoop = lines.filter((l) => l.startsWith(`${main} `) && /fsync|fdatasync|pwrite64/.test(l));
+  assert.deepEqual(onLoop.filter((l) => !l.includes('"MAIN') && !l.includes('GC DONE')), [], 'disk I/O on the event loop thread');
+  // The collected writer was closed all the same, on a thread of its own.
+  const store = await Store.open(join(dir, 'store'));
+  const s = await store.inspect('a');
+  assert.equal(await s.seqNext(), 100);
+  await s.close();
+});
