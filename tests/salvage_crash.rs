@@ -228,3 +228,57 @@ fn salvage_of_a_fork_crashed_anywhere_then_salvaged_again_opens() {
         .collect();
     run_crashed_salvage(root, "c", &keep);
 }
+
+/// SLV-2, RCV-13: a log whose last segment's index lists records the segment no longer
+/// holds (zeros where they were: what a crash of an earlier build's salvage or compaction
+/// could leave, the index beside a shorter copy) never opens; salvage removes that index
+/// (a cache), reports the first lost seq, and the log then opens with what is left.
+#[test]
+fn salvage_removes_an_index_that_lists_records_the_segment_lost() {
+    let pristine = tempfile::tempdir().unwrap();
+    let dir = pristine.path().join("store");
+    let store = Store::open_or_create(&dir, options()).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    for t in 1..=3 {
+        common::closed_turn(&mut session, t, &format!("question number {t}"), "out");
+    }
+    let total = session.seq_next();
+    session.close().unwrap();
+    let before = opened(&dir, "s").unwrap();
+    let log = dir.join("sessions/s/log");
+    let segment = files(&log)
+        .into_iter()
+        .rfind(|f| f.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    assert!(
+        segment.with_extension("idx").exists(),
+        "closed: indexed (IDX-5)"
+    );
+    // The last record zeroed: the file keeps its length, the records end before it.
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let mut at = 64;
+    let mut last = 64;
+    while let Some(len) = bytes.get(at..at + 4) {
+        let len = u32::from_le_bytes(len.try_into().unwrap()) as usize;
+        if len == 0 {
+            break;
+        }
+        last = at;
+        at += (8 + len).next_multiple_of(8);
+    }
+    bytes[last..at].fill(0);
+    std::fs::write(&segment, &bytes).unwrap();
+    let error = opened(&dir, "s").unwrap_err();
+    assert!(error.contains("RCV-13"), "{error}");
+    let report = store.salvage("s").unwrap();
+    assert_eq!(report.log.first_lost_seq, Some(total - 1), "{report:?}");
+    // What is left, then the closer of the turn the lost record had ended (contract §8).
+    let after = opened(&dir, "s").unwrap();
+    let kept = usize::try_from(total - 1).unwrap();
+    assert_eq!(after[..kept], before[..kept]);
+    assert!(
+        after[kept..].iter().all(|e| e.contains("interrupted")),
+        "{:?}",
+        &after[kept..]
+    );
+}

@@ -251,7 +251,7 @@ pub(crate) fn durable_marks(
 /// recovery then refuses damage below its `end` (`CORRUPT`) instead of taking it for a
 /// torn tail. Returns how many records it lists and its `end`. Read only on the rare path
 /// where the vouched check failed; a missing file costs one failed open.
-fn durable_listing(
+pub(super) fn durable_listing(
     storage: &dyn Storage,
     path: &Path,
     log_id: &LogId,

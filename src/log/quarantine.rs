@@ -285,6 +285,7 @@ pub fn salvage(
     }
     if let Some(first) = last {
         changed |= make_plain(storage, dir, first)?;
+        changed |= drop_overlisting_index(storage, dir, first, log_id, seq, &mut report)?;
     }
     if let Some(cut) = cut {
         let nothing_left = matches!(cut, Cut::Before { position: 0 });
@@ -305,6 +306,43 @@ pub fn salvage(
     }
     then(&report)?;
     Ok(report)
+}
+
+/// RCV-13, SLV-2: removes the index of `first`, the segment left last (holding the log's
+/// events up to `seq_next`), when it lists more records than that segment keeps: one a
+/// salvage or compaction of an earlier build left beside a shorter copy (its crash kept the
+/// rename and lost the removal) would refuse every open. The index is a cache (IDX-2); the
+/// records it named are gone, and the report says from which seq. `true` when removed.
+///
+/// # Errors
+/// `IO` when the index cannot be removed.
+fn drop_overlisting_index(
+    storage: &dyn Storage,
+    dir: &Path,
+    first: u64,
+    log_id: Option<super::segment::LogId>,
+    seq_next: u64,
+    report: &mut LogSalvage,
+) -> Result<bool> {
+    let index = dir.join(index_name(first));
+    let listed = log_id
+        .and_then(|id| super::index::durable_listing(storage, &index, &id, first))
+        .map_or(0, |(records, _)| records as u64);
+    let kept = seq_next.saturating_sub(first);
+    if listed <= kept {
+        return Ok(false);
+    }
+    storage
+        .remove_file(&index)
+        .map_err(|e| Error::io("remove", &index, &e))?;
+    report.reason.get_or_insert_with(|| {
+        format!(
+            "{}: its index lists {listed} durable records, the segment holds {kept} (RCV-13)",
+            index.display()
+        )
+    });
+    report.first_lost_seq = Some(seq_next);
+    Ok(true)
 }
 
 /// What salvage and compaction (CMP-1) start from: the log's lock (LOG-1; `LOCKED` while a
