@@ -1346,3 +1346,186 @@ fn rec_9_a_record_at_the_last_u64_seq_is_corrupt() {
     let error = LogReader::open(&dir).map(|r| r.seq_next()).unwrap_err();
     assert_eq!(error.code(), "CORRUPT", "{error}");
 }
+
+/// A hook, run once.
+type Hook = Box<dyn FnOnce() + Send>;
+
+/// The real filesystem with hooks: one run at the first `list_dir`, one at the `n`-th
+/// `open_file` of a path: the moments a writer in another process makes progress while a
+/// following reader lists the directory or opens a file again.
+#[derive(Default)]
+struct HookStorage {
+    on_list: std::sync::Mutex<Option<Hook>>,
+    on_open: std::sync::Mutex<Option<(PathBuf, u32, Hook)>>,
+}
+
+impl std::fmt::Debug for HookStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HookStorage")
+    }
+}
+
+impl surfacelog::internals::storage::Storage for HookStorage {
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        let hook = self.on_list.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook();
+        }
+        surfacelog::internals::storage::FsStorage.list_dir(dir)
+    }
+    fn create_file(&self, path: &Path, len: u64) -> std::io::Result<std::fs::File> {
+        surfacelog::internals::storage::FsStorage.create_file(path, len)
+    }
+    fn open_file(&self, path: &Path, write: bool) -> std::io::Result<std::fs::File> {
+        let mut armed = self.on_open.lock().unwrap();
+        if let Some((target, left, _)) = armed.as_mut()
+            && target == path
+        {
+            *left -= 1;
+            if *left == 0 {
+                let (_, _, hook) = armed.take().unwrap();
+                drop(armed);
+                hook();
+            }
+        }
+        surfacelog::internals::storage::FsStorage.open_file(path, write)
+    }
+    fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.write_at(file, offset, bytes)
+    }
+    fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.set_len(file, len)
+    }
+    fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.sync_data(file)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.sync_dir(dir)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.remove_file(path)
+    }
+}
+
+/// RD-1, RD-2, SEG-6: a following reader whose last segment held no record lists the
+/// directory; meanwhile the writer appends records to that segment, seals it and creates
+/// the next one, whose header it has not written yet ("being created"). Every byte on disk
+/// is a state a live writer passes through: the refresh returns the records (or fewer),
+/// never `CORRUPT`.
+#[test]
+fn rd_2_a_segment_being_created_while_the_reader_lists_is_not_damage() {
+    let dir = temp_dir("being-created");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1024)).unwrap();
+    writer.flush().unwrap();
+    let storage = Arc::new(HookStorage::default());
+    let mut reader = LogReader::open_with(&dir, storage.clone()).unwrap();
+    assert_eq!(reader.seq_next(), 0);
+    let next = dir.join(format!("{:020}.seg", 3));
+    *storage.on_list.lock().unwrap() = Some(Box::new(move || {
+        writer.append(&events(0..3)).unwrap();
+        writer.flush().unwrap();
+        let file = std::fs::File::create_new(&next).unwrap();
+        file.set_len(1024).unwrap();
+        std::mem::forget(writer); // still running: it keeps its lock
+    }));
+    let refreshed = reader.refresh();
+    assert!(
+        matches!(refreshed, Ok(n) if n <= 3),
+        "a segment being created taken for damage: {refreshed:?}"
+    );
+}
+
+/// RD-2, RCV-7, SEG-6: a following reader reads the next segment's header while the writer
+/// has just created the file (zeros: being created); before the reader judges that file
+/// (opening it again, reading its records and index), the writer writes the header, fills
+/// the segment and rolls past it. The stale header is never judged against the fresh file.
+#[test]
+fn rd_2_a_header_written_since_the_reader_read_it_is_not_damage() {
+    let dir = temp_dir("stale-header");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1024)).unwrap();
+    writer.append(&events(0..2)).unwrap();
+    writer.flush().unwrap();
+    let storage = Arc::new(HookStorage::default());
+    let mut reader = LogReader::open_with(&dir, storage.clone()).unwrap();
+    assert_eq!(reader.seq_next(), 2);
+    let mut seq = 2;
+    while segments(&dir).len() < 2 {
+        writer.append(&events(seq..seq + 1)).unwrap();
+        seq += 1;
+    }
+    writer.flush().unwrap();
+    // The second segment as the writer's create_file leaves it: length set, zeros.
+    let second = segments(&dir)[1].clone();
+    let mut bytes = std::fs::read(&second).unwrap();
+    let written = bytes.clone();
+    bytes.fill(0);
+    std::fs::write(&second, &bytes).unwrap();
+    let at = second.clone();
+    // At the reader's second open of it (the first reads the header): the writer catches up.
+    *storage.on_open.lock().unwrap() = Some((
+        second.clone(),
+        2,
+        Box::new(move || {
+            std::fs::write(&at, &written).unwrap();
+            let mut seq = seq;
+            while segments(at.parent().unwrap()).len() < 3 {
+                writer.append(&events(seq..seq + 1)).unwrap();
+                seq += 1;
+            }
+            writer.flush().unwrap();
+            std::mem::forget(writer);
+        }),
+    ));
+    let refreshed = reader.refresh();
+    assert!(
+        refreshed.is_ok(),
+        "a header written since the reader read it taken for damage: {refreshed:?}"
+    );
+}
+
+/// RD-2, RD-6: a writer rolling often, a reader refreshing in a loop: the log is never
+/// damaged, so every refresh succeeds, and a fresh reader reads every event.
+#[test]
+fn rd_2_a_reader_following_a_writer_that_rolls_reports_no_damage() {
+    let dir = temp_dir("live-roll");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1024)).unwrap();
+    writer.flush().unwrap();
+    let mut reader = LogReader::open(&dir).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = Arc::clone(&stop);
+    let appender = std::thread::spawn(move || {
+        let mut seq = 0;
+        while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            writer.append(&events(seq..seq + 1)).unwrap();
+            seq += 1;
+        }
+        writer.close().unwrap();
+        seq
+    });
+    let started = std::time::Instant::now();
+    let mut errors = Vec::new();
+    while started.elapsed() < Duration::from_secs(2) {
+        if let Err(error) = reader.refresh() {
+            errors.push(error.to_string());
+            reader = LogReader::open(&dir).unwrap();
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let written = appender.join().unwrap();
+    assert!(
+        errors.is_empty(),
+        "{} false reports, the first: {}",
+        errors.len(),
+        errors[0]
+    );
+    assert_eq!(reader.refresh().unwrap(), written);
+    let fresh = LogReader::open(&dir).unwrap();
+    assert_eq!(fresh.seq_next(), written);
+    assert!(fresh.iter_from(0).all(|e| e.is_ok()));
+}

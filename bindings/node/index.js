@@ -383,7 +383,9 @@ class Store {
           if (follower) follower.then((f) => f.stop(), () => undefined);
           if (wake) wake();
         };
-        const next = async () => {
+        // One step at a time: `next()` calls made while one waits run after it, in order
+        // (each gets the next event; none is lost), as an async generator queues them.
+        const step = async () => {
           if (follower === null) {
             follower = call(() =>
               store.follow(idArg(id), seqArg(from, 'follow: from'), () => {
@@ -418,6 +420,15 @@ class Store {
               wake = null;
             }
           }
+        };
+        let steps = Promise.resolve();
+        const next = () => {
+          const result = steps.then(step);
+          steps = result.then(
+            () => undefined,
+            () => undefined,
+          );
+          return result;
         };
         return {
           next,

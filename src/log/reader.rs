@@ -43,6 +43,11 @@ pub struct LogReader {
     /// Where in the last segment the last refresh took RCV-4's shape for the end of the
     /// records (only when `torn_tails`; [`LogReader::torn_shape`]).
     torn_shape: Option<usize>,
+    /// RD-2: the last listing of the log directory that found no segment named after a
+    /// seq `bound`: `(bound, the directory's modification time before it, when)`. A refresh
+    /// stopping at the same bound lists again only once the directory changed or a second
+    /// passed, so an idle follower does not list it at every look.
+    unlisted: Option<(u64, Option<std::time::SystemTime>, std::time::Instant)>,
 }
 
 /// One segment as a reader holds it.
@@ -366,6 +371,7 @@ impl LogReader {
             cursor: AtomicUsize::new(0),
             torn_tails,
             torn_shape: None,
+            unlisted: None,
         };
         reader.refresh_checked(check_end)?;
         // RD-4: what recovery scanned (and the last record of a vouched prefix, IDX-5) is
@@ -393,10 +399,10 @@ impl LogReader {
     fn refresh_checked(&mut self, check_end: bool) -> Result<u64> {
         // Found again by this refresh's scan of the last segment, if it is still there.
         self.torn_shape = None;
-        // A segment after the last one was seen (RD-2): the last is sealed, so where its
-        // records stop is final, and a stop that is not where the next segment starts is
-        // damage (RCV-6), or a segment is missing (LOG-2).
-        let mut sealed = false;
+        // The seq where the last segment's records stopped when a listing found a segment
+        // after it (RD-2): the last is then sealed, and a scan again that gets no further
+        // is final: damage (RCV-6), or a missing segment (LOG-2).
+        let mut sealed_at = None;
         loop {
             if let Some(last) = self.segments.last_mut() {
                 // LIM-4: nothing after a limit belongs to this log; the next segment may.
@@ -471,7 +477,7 @@ impl LogReader {
                         // Sealed if any segment follows it (SEG-7: a sealed segment ends at
                         // an end marker or its capacity, and holds a record).
                         let after = self.segments.last().map_or(0, |s| s.first_seq);
-                        if !check_end || !self.sealed_after_all(&mut sealed, after)? {
+                        if !check_end || !self.sealed_after_all(&mut sealed_at, after)? {
                             return Ok(self.seq_next);
                         }
                         continue;
@@ -482,8 +488,8 @@ impl LogReader {
             // the next seq's name whose header is not written yet is being created; one of
             // a later name means this one is sealed and its records stop short.
             if self.open_next_segment()? {
-                sealed = false;
-            } else if !check_end || !self.sealed_after_all(&mut sealed, self.seq_next)? {
+                sealed_at = None;
+            } else if !check_end || !self.sealed_after_all(&mut sealed_at, self.seq_next)? {
                 return Ok(self.seq_next);
             }
         }
@@ -491,23 +497,28 @@ impl LogReader {
 
     /// Whether the last segment, whose records stop at `seq_next` with no segment of that
     /// name after it, is sealed after all: a segment file named after the seq `after`
-    /// exists (the writer seals a segment before it creates the next, SEG-7). The first
-    /// time (`sealed` false) it lists the log directory and, if so, sets `sealed` and
-    /// returns `true`: the caller scans the segment once more, since the writer may have
-    /// written records into it between this refresh's scan and its rolling. The second
-    /// time, that scan was final: the records stop short of the next segment. A log
-    /// directory that is gone has no later segment (its session was deleted: the
-    /// caller's checks report that).
+    /// exists (the writer seals a segment before it creates the next, SEG-7). When one is
+    /// found, `sealed_at` is set to `seq_next` and `true` returned: the caller scans the
+    /// segment once more, since the writer may have written records into it between this
+    /// refresh's scan and its rolling. When that scan got no further (`sealed_at` is still
+    /// `seq_next`), the directory is listed again, and a later segment still there is
+    /// damage. A log directory that is gone has no later segment (its session was
+    /// deleted: the caller's checks report that).
     ///
     /// # Errors
     /// `CORRUPT` naming the last segment and the offset where its records stop, when a
     /// later segment exists but none starts at `seq_next` (RCV-6, LOG-2): damage, never
     /// the end of the log (RD-6). `IO` when the directory cannot be listed.
-    fn sealed_after_all(&self, sealed: &mut bool, after: u64) -> Result<bool> {
-        let Some(last) = self.segments.last() else {
+    fn sealed_after_all(&mut self, sealed_at: &mut Option<u64>, after: u64) -> Result<bool> {
+        if self.segments.is_empty() {
             return Ok(false);
-        };
-        if *sealed {
+        }
+        let again = *sealed_at == Some(self.seq_next);
+        *sealed_at = None;
+        if !self.segment_after(after, again)? {
+            return Ok(false);
+        }
+        if again && let Some(last) = self.segments.last() {
             let reason = format!(
                 "a later segment exists, but none starts at seq {}: this segment's records \
                  stop short, or the next segment is missing (RCV-6, LOG-2)",
@@ -515,7 +526,32 @@ impl LogReader {
             );
             return Err(corrupt(last.path(&self.dir), last.end, &reason));
         }
-        *sealed = match self.storage.list_dir(&self.dir) {
+        *sealed_at = Some(self.seq_next);
+        Ok(true)
+    }
+
+    /// Whether a segment file named after the seq `after` exists. Lists the log directory,
+    /// unless `fresh` is false and the last listing at the same `after` found none, less
+    /// than a second ago, with the directory unchanged since (its modification time): what
+    /// an idle follower's every look would otherwise cost (a listing, growing with the
+    /// segments). A listing that finds one is never kept.
+    ///
+    /// # Errors
+    /// `IO` when the directory cannot be listed.
+    fn segment_after(&mut self, after: u64, fresh: bool) -> Result<bool> {
+        let changed = std::fs::metadata(&self.dir)
+            .and_then(|meta| meta.modified())
+            .ok();
+        if !fresh
+            && let Some((bound, modified, at)) = self.unlisted
+            && bound == after
+            && modified.is_some()
+            && modified == changed
+            && at.elapsed() < UNLISTED_FOR_AT_MOST
+        {
+            return Ok(false);
+        }
+        let found = match self.storage.list_dir(&self.dir) {
             Ok(names) => names
                 .iter()
                 .filter_map(|n| parse_segment_name(n))
@@ -523,7 +559,8 @@ impl LogReader {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             Err(e) => return Err(Error::io("list", &self.dir, &e)),
         };
-        Ok(*sealed)
+        self.unlisted = (!found).then(|| (after, changed, std::time::Instant::now()));
+        Ok(found)
     }
 
     /// [`LogReader::refresh`] for the reader beside this process's writer (`DiskLog`):
@@ -875,30 +912,45 @@ impl LogReader {
             return Ok(false);
         };
         let map = map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
-        let header = match SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN))
-        {
-            Ok(header) => header,
-            Err(HeaderError::Version(found)) => return Err(version_error(found, &path)),
-            // Being created (SEG-6): not there yet, unless later segments exist, or it
-            // holds what only a segment that was written holds (RCV-7, as at open).
-            Err(HeaderError::Invalid(reason)) => {
-                if self.later_segment_exists(first_seq)? {
-                    return Err(corrupt(&path, 0, reason));
-                }
+        // Being created (SEG-6): not there yet, unless later segments exist, or it holds
+        // what only a segment that was written holds (RCV-7, as at open). Judged on two
+        // reads of the header: a writer may have written it since the first (and gone on,
+        // filling and sealing the segment), so a header still invalid at the second is
+        // damage, never the first read's stale view.
+        let mut looks = 0;
+        let header = loop {
+            let reason =
+                match SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN)) {
+                    Ok(header) => break header,
+                    Err(HeaderError::Version(found)) => return Err(version_error(found, &path)),
+                    Err(HeaderError::Invalid(reason)) => reason,
+                };
+            let damage = if self.later_segment_exists(first_seq)? {
+                Some(reason.to_owned())
+            } else {
                 let previous = self
                     .segments
                     .last()
                     .and_then(Segment::mapped)
                     .map(|mapped| &mapped.header);
-                let unborn = super::chain::Unborn { path, map, reason };
-                return match unborn.damage(
+                let again = super::map::map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
+                let unborn = super::chain::Unborn {
+                    path: path.clone(),
+                    map: again,
+                    reason,
+                };
+                unborn.damage(
                     &*self.storage,
                     previous,
                     super::LogOptions::default().segment_capacity(),
-                )? {
-                    Some(reason) => Err(corrupt(&unborn.path, 0, &reason)),
-                    None => Ok(false),
-                };
+                )?
+            };
+            let Some(damage) = damage else {
+                return Ok(false);
+            };
+            looks += 1;
+            if looks == 2 {
+                return Err(corrupt(&path, 0, &damage));
             }
         };
         if expected_index == 0 {
@@ -1036,6 +1088,10 @@ impl LogReader {
         later_segment_exists(&*self.storage, &self.dir, first_seq)
     }
 }
+
+/// How long a listing of the log directory that found no later segment stands for the
+/// next ones at the same place, the directory unchanged ([`LogReader::segment_after`]).
+const UNLISTED_FOR_AT_MOST: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `true` when a segment file starting after `first_seq` exists in the log directory `dir`.
 ///

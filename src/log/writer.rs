@@ -121,10 +121,12 @@ struct State {
     /// `Staged` (DUR-6): the syncs of sealed segments still running in the background,
     /// each with its segment's path; the next flush waits for them.
     sealing: Vec<(PathBuf, JoinHandle<std::io::Result<()>>)>,
-    /// The directory is to be synced at the next sync that makes appends durable: a
-    /// segment was created since it was last synced (`Staged`, DUR-6), or this writer has
-    /// not synced it since it opened (DUR-9).
-    dir_unsynced: bool,
+    /// Changes of the directory to be made durable by a sync of it (a segment created in
+    /// `Staged`, DUR-6; this writer's open, DUR-9), counted; and how many of them a sync
+    /// has made durable. Counted, not flagged, so that a sync running (outside the lock)
+    /// is never taken for done by a flush that does not wait for it (DUR-13).
+    dir_changes: u64,
+    dir_synced: u64,
 }
 
 #[derive(Debug)]
@@ -184,7 +186,7 @@ impl LogWriter {
         // log): a segment an earlier writer created may have its name in the page cache
         // only. Not when the chain was taken from a checkpoint's record of it (CKP-8): a
         // checkpoint records only names made durable before it was written (DUR-13).
-        state.dir_unsynced = !report.from_known_chain;
+        state.dir_changes = u64::from(!report.from_known_chain);
         let durable_seq = state.seq_next;
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
@@ -359,7 +361,7 @@ impl LogWriter {
         // DUR-13: the segments' names too, when no sync of an append has synced them (a
         // flush with nothing to sync, before a checkpoint records the chain, CKP-5).
         let mut state = self.shared.lock_state();
-        if state.dir_unsynced {
+        if state.dir_synced < state.dir_changes {
             self.shared
                 .storage
                 .sync_dir(&self.shared.dir)
@@ -368,7 +370,7 @@ impl LogWriter {
                     self.shared.commit.poison();
                     Error::io("fsync", &self.shared.dir, &e).with_fate_unknown()
                 })?;
-            state.dir_unsynced = false;
+            state.dir_synced = state.dir_changes;
         }
         Ok(())
     }
@@ -545,7 +547,7 @@ impl Shared {
             incompat_features: self.options.segment_features(),
         };
         let file = if staged {
-            state.dir_unsynced = true;
+            state.dir_changes += 1;
             write_segment_file(&*self.storage, &self.dir, &header)?
         } else {
             create_segment(&*self.storage, &self.dir, &header)?
@@ -587,7 +589,7 @@ impl Shared {
             initial_len(&header),
         )?;
         if self.options.durability == Durability::Staged {
-            state.dir_unsynced = true;
+            state.dir_changes += 1;
         } else {
             self.storage
                 .sync_dir(&self.dir)
@@ -759,12 +761,16 @@ impl Shared {
                     state.seq_next,
                     self.active_path(&state),
                     std::mem::take(&mut state.sealing),
-                    std::mem::take(&mut state.dir_unsynced),
+                    (state.dir_synced < state.dir_changes).then_some(state.dir_changes),
                 )
             };
-            if let Err((path, error)) = self.finish_staged(sealing, dir_unsynced) {
+            if let Err((path, error)) = self.finish_staged(sealing, dir_unsynced.is_some()) {
                 failed_path = Some(path);
                 return Err(error);
+            }
+            if let Some(changes) = dir_unsynced {
+                let mut state = self.lock_state();
+                state.dir_synced = state.dir_synced.max(changes);
             }
             let before = self.synced_upto.load(Ordering::SeqCst);
             let synced = self.storage.sync_data(&file).map(|()| upto);
@@ -1428,7 +1434,8 @@ fn new_state(
         poisoned: false,
         buffer: Vec::new(),
         sealing: Vec::new(),
-        dir_unsynced: false,
+        dir_changes: 0,
+        dir_synced: 0,
     }
 }
 

@@ -1661,12 +1661,13 @@ pub struct Summary {
     pub segments: u64,
 }
 
-/// A trash entry's name, `escape(id)-<nanoseconds since the Unix epoch>` (STORE-9): the
-/// escaped id and the time it was trashed.
 /// The prefix of a trashed session's name while a purge removes it (STORE-24): no restore
-/// takes it, and the next purge finishes the removal.
+/// takes it, and a later purge (`purge`, or `purge_older_than` once it is that old: the
+/// name keeps its time) finishes the removal.
 const PURGING: &str = ".purging-";
 
+/// A trash entry's name, `escape(id)-<nanoseconds since the Unix epoch>` (STORE-9): the
+/// escaped id and the time it was trashed.
 fn trash_name_parts(name: &str) -> Option<(&str, u128)> {
     let (escaped, at) = name.rsplit_once('-')?;
     if at.is_empty() || !at.bytes().all(|b| b.is_ascii_digit()) {

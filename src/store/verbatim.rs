@@ -735,10 +735,10 @@ fn revision(reader: &LogReader, writing: &Writing<'_>, torn: bool) -> Result<Str
 }
 
 /// VBT-8, VBT-10: the revision a listing gives a session whose log cannot be read:
-/// `surfacelog:unreadable:<device>.<inode>:<segments>`, the identity of its `log/`
-/// directory and the CRC-32C, in 8 lowercase hex digits, of its segment files' names,
-/// lengths and modification times (metadata only: the same at every listing of the same
-/// files, another once one changes).
+/// `surfacelog:unreadable:<device>.<inode>:<files>`, the identity of its `log/`
+/// directory and the CRC-32C, in 8 lowercase hex digits, of the names, lengths and
+/// modification times of the files in it (metadata only: the same at every listing of the
+/// same files, another once one changes).
 fn unreadable_revision(dir: &Path) -> String {
     use std::fmt::Write;
     use std::os::unix::fs::MetadataExt;

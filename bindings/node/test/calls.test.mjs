@@ -209,3 +209,30 @@ test('a writer collected without close() does no disk I/O on the event loop thre
   assert.equal(await s.seqNext(), 100);
   await s.close();
 });
+
+/** `p`, or a rejection after `ms`. */
+const within = (p, ms, what) =>
+  Promise.race([p, new Promise((_, reject) => setTimeout(() => reject(new Error(`${what}: not settled in ${ms} ms`)), ms).unref())]);
+
+test('next() calls made while one waits each get the next event, in order; return() ends them all', async (t) => {
+  const store = await Store.open(scratch(t));
+  const s = await store.create('a');
+  await s.append('host/note', '{"n":0}');
+  const it = store.follow('a')[Symbol.asyncIterator]();
+  assert.equal((await within(it.next(), 3000, 'first next()')).value.seq, 0);
+  for (let i = 1; i <= 3; i += 1) await s.append('host/note', `{"n":${i}}`);
+  await new Promise((r) => setTimeout(r, 300));
+  const calls = [it.next(), it.next(), it.next(), it.next()];
+  const seqs = [];
+  for (const [i, call] of calls.slice(0, 3).entries()) seqs.push((await within(call, 3000, `next() ${i}`)).value.seq);
+  assert.deepEqual(seqs, [1, 2, 3], 'events 1, 2, 3 in order, none lost');
+  await s.append('host/note', '{"n":4}');
+  assert.equal((await within(calls[3], 3000, 'next() 3')).value.seq, 4);
+  // Two calls waiting when return() comes: both end.
+  const waiting = [it.next(), it.next()];
+  await new Promise((r) => setTimeout(r, 200));
+  await it.return();
+  const ended = await within(Promise.all(waiting), 3000, 'the waiting next() calls');
+  assert.deepEqual(ended, [{ done: true, value: undefined }, { done: true, value: undefined }]);
+  await s.close();
+});
