@@ -1830,3 +1830,21 @@ fn store_11_a_follower_of_a_deleted_session_ends_with_session_not_found() {
         }
     }
 }
+
+/// STORE-11: a follower waiting without a timeout (`Duration::MAX`) also ends with
+/// `SESSION_NOT_FOUND` once its session is deleted.
+#[test]
+fn store_11_a_follower_waiting_for_good_ends_when_its_session_is_deleted() {
+    let (_dir, store) = temp_store("follow-deleted-forever");
+    let mut session = store.create("s", None, None).unwrap();
+    workload(&mut session, 1);
+    let committed = session.seq_next();
+    session.close().unwrap();
+    let mut follower = store.follow("s").unwrap();
+    let waiting =
+        std::thread::spawn(move || follower.wait_for(committed, std::time::Duration::MAX));
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    store.delete("s").unwrap();
+    let error = waiting.join().unwrap().unwrap_err();
+    assert_eq!(error.code(), "SESSION_NOT_FOUND", "{error}");
+}

@@ -16,6 +16,19 @@ use crate::surface::Surface;
 /// The longest pause between two looks at the log while waiting by polling.
 const POLL_INTERVAL_MAX: Duration = Duration::from_millis(10);
 
+/// [`Follower::check_followed`] of the followed session `followed` (a field of its own, so
+/// that it can be checked while the wake-up is borrowed).
+fn check_followed(followed: Option<&(String, std::path::PathBuf, (u64, u64))>) -> Result<()> {
+    let Some((id, dir, identity)) = followed else {
+        return Ok(());
+    };
+    match dir_identity(dir) {
+        Ok(now) if now == *identity => Ok(()),
+        Ok(_) => Err(ErrorKind::SessionNotFound { id: id.clone() }.into()),
+        Err(error) => Err(Store::unless_deleted(id, dir, error)),
+    }
+}
+
 /// The device and inode of the directory `dir`, for [`Follower::check_followed`].
 fn dir_identity(dir: &std::path::Path) -> Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
@@ -255,14 +268,7 @@ impl Follower {
     /// or deleted and created again: another directory under its name), whose log would
     /// otherwise be waited on for good.
     fn check_followed(&self) -> Result<()> {
-        let Some((id, dir, identity)) = &self.followed else {
-            return Ok(());
-        };
-        match dir_identity(dir) {
-            Ok(now) if now == *identity => Ok(()),
-            Ok(_) => Err(ErrorKind::SessionNotFound { id: id.clone() }.into()),
-            Err(error) => Err(Store::unless_deleted(id, dir, error)),
-        }
+        check_followed(self.followed.as_ref())
     }
 
     /// Waits until event `seq` is committed, at most `timeout` (a timeout too long to
@@ -294,7 +300,8 @@ impl Follower {
     ///
     /// # Errors
     /// `CORRUPT`, `IO`; `SESSION_NOT_FOUND` at a timeout once the session is deleted (or
-    /// deleted and created again: the follower follows the session it was made for).
+    /// deleted and created again: the follower follows the session it was made for), and,
+    /// waiting without a timeout, at the first look after that.
     pub fn wait_for(&mut self, seq: u64, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now().checked_add(timeout);
         #[cfg(all(any(target_os = "linux", target_os = "android"), not(loom)))]
@@ -315,7 +322,11 @@ impl Follower {
                             return self.check_followed().map(|()| false);
                         }
                         Some(deadline) => deadline - now,
-                        None => notify::FALLBACK_INTERVAL,
+                        // No deadline: the session is looked for at each fallback look.
+                        None => {
+                            check_followed(self.followed.as_ref())?;
+                            notify::FALLBACK_INTERVAL
+                        }
                     };
                     if !watch.sleep(left.min(notify::FALLBACK_INTERVAL)) {
                         // The watch broke (its directory replaced, a poll error): make
@@ -351,7 +362,10 @@ impl Follower {
             let pause_now = match deadline {
                 Some(deadline) if now >= deadline => return self.check_followed().map(|()| false),
                 Some(deadline) => pause.min(deadline - now),
-                None => pause,
+                None => {
+                    self.check_followed()?;
+                    pause
+                }
             };
             crate::sync::pause(pause_now);
             pause = (pause * 2).min(POLL_INTERVAL_MAX);
