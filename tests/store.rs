@@ -1841,10 +1841,15 @@ fn store_11_a_follower_waiting_for_good_ends_when_its_session_is_deleted() {
     let committed = session.seq_next();
     session.close().unwrap();
     let mut follower = store.follow("s").unwrap();
-    let waiting =
-        std::thread::spawn(move || follower.wait_for(committed, std::time::Duration::MAX));
+    let (done, waited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(follower.wait_for(committed, std::time::Duration::MAX));
+    });
     std::thread::sleep(std::time::Duration::from_millis(100));
     store.delete("s").unwrap();
-    let error = waiting.join().unwrap().unwrap_err();
+    let outcome = waited
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the wait ends once the session is deleted");
+    let error = outcome.unwrap_err();
     assert_eq!(error.code(), "SESSION_NOT_FOUND", "{error}");
 }
