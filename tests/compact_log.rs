@@ -1198,17 +1198,7 @@ fn cmp_3_a_compaction_crashed_anywhere_leaves_a_session_that_opens_whole() {
     use surfacelog::internals::log::segment::segment_name;
     use surfacelog::internals::storage::sim::SimStorage;
 
-    /// Every event text of session `s` of the store in `dir`, read by a writer's open.
-    fn opened(dir: &Path) -> Result<Vec<String>, String> {
-        let store = Store::open(dir, StoreOptions::new()).map_err(|e| e.to_string())?;
-        let (session, _) = store.open_session("s").map_err(|e| e.to_string())?;
-        let texts = (0..session.seq_next())
-            .map(|seq| session.event(seq).map(|e| e.unwrap().text().into_owned()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?;
-        session.close().map_err(|e| e.to_string())?;
-        Ok(texts)
-    }
+    let opened = |dir: &Path| common::opened_texts(dir, "s", StoreOptions::new());
 
     let pristine = tempfile::tempdir().unwrap();
     let old = store(&pristine.path().join("store"), false, 4096);

@@ -494,10 +494,11 @@ fn a_batch_that_panics_leaves_the_surface_as_it_was() {
     let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let hook = {
         let armed = Arc::clone(&armed);
-        move |path: Option<&Path>| {
-            let write = path.is_none();
+        move |op: common::Op<'_>| {
+            let write = matches!(op, common::Op::Write);
             let armed = write && armed.swap(false, std::sync::atomic::Ordering::SeqCst);
             assert!(!armed, "the storage panics at a write (a bug)");
+            Ok(())
         }
     };
     let storage = Arc::new(common::HookedStorage(Box::new(hook)));

@@ -1348,68 +1348,29 @@ fn rec_9_a_record_at_the_last_u64_seq_is_corrupt() {
 }
 
 /// A hook, run once.
-type Hook = Box<dyn FnOnce() + Send>;
+type Once = Box<dyn FnOnce() + Send>;
 
-/// The real filesystem with hooks: one run at the first `list_dir`, one at the `n`-th
-/// `open_file` of a path: the moments a writer in another process makes progress while a
-/// following reader lists the directory or opens a file again.
+/// A hook run once, by a [`common::HookedStorage`], at the first listing of a directory:
+/// the moment a writer in another process makes progress while a following reader lists
+/// the log directory.
 #[derive(Default)]
-struct HookStorage {
-    on_list: std::sync::Mutex<Option<Hook>>,
-    on_open: std::sync::Mutex<Option<(PathBuf, u32, Hook)>>,
+struct Moments {
+    on_list: std::sync::Mutex<Option<Once>>,
 }
 
-impl std::fmt::Debug for HookStorage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("HookStorage")
-    }
-}
-
-impl surfacelog::internals::storage::Storage for HookStorage {
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        let hook = self.on_list.lock().unwrap().take();
-        if let Some(hook) = hook {
-            hook();
-        }
-        surfacelog::internals::storage::FsStorage.list_dir(dir)
-    }
-    fn create_file(&self, path: &Path, len: u64) -> std::io::Result<std::fs::File> {
-        surfacelog::internals::storage::FsStorage.create_file(path, len)
-    }
-    fn open_file(&self, path: &Path, write: bool) -> std::io::Result<std::fs::File> {
-        let mut armed = self.on_open.lock().unwrap();
-        if let Some((target, left, _)) = armed.as_mut()
-            && target == path
-        {
-            *left -= 1;
-            if *left == 0 {
-                let (_, _, hook) = armed.take().unwrap();
-                drop(armed);
-                hook();
+impl Moments {
+    /// A storage running the hook.
+    fn storage(self: &Arc<Self>) -> Arc<common::HookedStorage> {
+        let moments = Arc::clone(self);
+        Arc::new(common::HookedStorage(Box::new(move |op| {
+            if matches!(op, common::Op::List(_)) {
+                let hook = moments.on_list.lock().unwrap().take();
+                if let Some(hook) = hook {
+                    hook();
+                }
             }
-        }
-        surfacelog::internals::storage::FsStorage.open_file(path, write)
-    }
-    fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.write_at(file, offset, bytes)
-    }
-    fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.set_len(file, len)
-    }
-    fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.sync_data(file)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.sync_dir(dir)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.remove_file(path)
+            Ok(())
+        })))
     }
 }
 
@@ -1423,11 +1384,11 @@ fn rd_2_a_segment_being_created_while_the_reader_lists_is_not_damage() {
     let dir = temp_dir("being-created");
     let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1024)).unwrap();
     writer.flush().unwrap();
-    let storage = Arc::new(HookStorage::default());
-    let mut reader = LogReader::open_with(&dir, storage.clone()).unwrap();
+    let moments = Arc::new(Moments::default());
+    let mut reader = LogReader::open_with(&dir, moments.storage()).unwrap();
     assert_eq!(reader.seq_next(), 0);
     let next = dir.join(format!("{:020}.seg", 3));
-    *storage.on_list.lock().unwrap() = Some(Box::new(move || {
+    *moments.on_list.lock().unwrap() = Some(Box::new(move || {
         writer.append(&events(0..3)).unwrap();
         writer.flush().unwrap();
         let file = std::fs::File::create_new(&next).unwrap();
@@ -1451,8 +1412,8 @@ fn rd_2_a_header_written_since_the_reader_read_it_is_not_damage() {
     let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1024)).unwrap();
     writer.append(&events(0..2)).unwrap();
     writer.flush().unwrap();
-    let storage = Arc::new(HookStorage::default());
-    let mut reader = LogReader::open_with(&dir, storage.clone()).unwrap();
+    let moments = Arc::new(Moments::default());
+    let mut reader = LogReader::open_with(&dir, moments.storage()).unwrap();
     assert_eq!(reader.seq_next(), 2);
     let mut seq = 2;
     while segments(&dir).len() < 2 {
@@ -1467,21 +1428,18 @@ fn rd_2_a_header_written_since_the_reader_read_it_is_not_damage() {
     bytes.fill(0);
     std::fs::write(&second, &bytes).unwrap();
     let at = second.clone();
-    // At the reader's second open of it (the first reads the header): the writer catches up.
-    *storage.on_open.lock().unwrap() = Some((
-        second.clone(),
-        2,
-        Box::new(move || {
-            std::fs::write(&at, &written).unwrap();
-            let mut seq = seq;
-            while segments(at.parent().unwrap()).len() < 3 {
-                writer.append(&events(seq..seq + 1)).unwrap();
-                seq += 1;
-            }
-            writer.flush().unwrap();
-            std::mem::forget(writer);
-        }),
-    ));
+    // While the reader, having read the header as zeros, looks for later segments: the
+    // writer catches up (writes the header, fills the segment, rolls past it).
+    *moments.on_list.lock().unwrap() = Some(Box::new(move || {
+        std::fs::write(&at, &written).unwrap();
+        let mut seq = seq;
+        while segments(at.parent().unwrap()).len() < 3 {
+            writer.append(&events(seq..seq + 1)).unwrap();
+            seq += 1;
+        }
+        writer.flush().unwrap();
+        std::mem::forget(writer);
+    }));
     let refreshed = reader.refresh();
     assert!(
         refreshed.is_ok(),
@@ -1528,4 +1486,64 @@ fn rd_2_a_reader_following_a_writer_that_rolls_reports_no_damage() {
     let fresh = LogReader::open(&dir).unwrap();
     assert_eq!(fresh.seq_next(), written);
     assert!(fresh.iter_from(0).all(|e| e.is_ok()));
+}
+
+/// RD-2, SEG-7, CZ-4: a following reader whose last segment held no record when it looked,
+/// since replaced by a larger one (SEG-7), filled, sealed and compressed by a compaction,
+/// maps the compressed segment's logical bytes, never the compressed file as records.
+#[cfg(feature = "compress")]
+#[test]
+fn rd_2_a_replaced_last_segment_compressed_since_is_read_through_its_logical_bytes() {
+    let dir = temp_dir("replaced-compressed");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 512)).unwrap();
+    writer.flush().unwrap();
+    let mut reader = LogReader::open(&dir).unwrap();
+    assert_eq!(reader.refresh().unwrap(), 0);
+    writer.append(&[common::padded_event(0, 2000)]).unwrap(); // too large: replaced (SEG-7)
+    writer.append(&events(1..4)).unwrap();
+    writer.close().unwrap();
+    let options = surfacelog::CompactOptions::new().compress(true);
+    let report = surfacelog::internals::log::compact_with(
+        &surfacelog::internals::storage::FsStorage,
+        &dir,
+        options,
+    )
+    .unwrap();
+    assert!(!report.rewritten.is_empty(), "a segment compressed");
+    assert_eq!(LogReader::open(&dir).unwrap().seq_next(), 4);
+    assert_eq!(reader.refresh().unwrap(), 4);
+    assert!(reader.iter_from(0).all(|e| e.is_ok()));
+}
+
+/// RD-2, RCV-7: the next segment judged as being created is the file the reader opened,
+/// never its name opened again: here, while the reader looks for later segments, another
+/// file takes the name (as a compaction's rename does once the writer has filled the
+/// segment and rolled past it), shorter than the one the reader mapped. The file the reader
+/// opened is still one being created: no damage, and no read past another file's end.
+#[test]
+fn rd_2_the_next_segment_is_judged_as_opened_not_as_renamed_since() {
+    let dir = temp_dir("unborn-renamed");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1024)).unwrap();
+    writer.append(&events(0..2)).unwrap();
+    writer.flush().unwrap();
+    let moments = Arc::new(Moments::default());
+    let mut reader = LogReader::open_with(&dir, moments.storage()).unwrap();
+    let mut seq = 2;
+    while segments(&dir).len() < 2 {
+        writer.append(&events(seq..seq + 1)).unwrap();
+        seq += 1;
+    }
+    writer.flush().unwrap();
+    std::mem::forget(writer); // still running: it keeps its lock
+    let second = segments(&dir)[1].clone();
+    let written = std::fs::read(&second).unwrap();
+    std::fs::write(&second, vec![0u8; written.len()]).unwrap(); // as create_file leaves it
+    let at = second.clone();
+    *moments.on_list.lock().unwrap() = Some(Box::new(move || {
+        let tmp = at.with_extension("tmp");
+        std::fs::write(&tmp, &written[..64]).unwrap();
+        std::fs::rename(&tmp, &at).unwrap();
+    }));
+    let refreshed = reader.refresh();
+    assert_eq!(refreshed.map_err(|e| e.to_string()), Ok(seq - 1));
 }

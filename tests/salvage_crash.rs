@@ -24,14 +24,7 @@ fn created(segment_bytes: u64) -> StoreOptions {
 
 /// Every event text of session `id`, read by a writer's open.
 fn opened(store: &Path, id: &str) -> Result<Vec<String>, String> {
-    let store = Store::open(store, options()).map_err(|e| e.to_string())?;
-    let (session, _) = store.open_session(id).map_err(|e| e.to_string())?;
-    let texts = (0..session.seq_next())
-        .map(|seq| session.event(seq).map(|e| e.unwrap().text().into_owned()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    session.close().map_err(|e| e.to_string())?;
-    Ok(texts)
+    common::opened_texts(store, id, options())
 }
 
 fn files(dir: &Path) -> Vec<PathBuf> {

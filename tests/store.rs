@@ -1144,9 +1144,10 @@ fn redo_checkpoint_crc(bytes: &mut [u8]) {
     bytes[len - 4..].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Storage that counts directory listings, for tests of what open lists; and, while
-/// `cut_removals` is set, stops each `remove_dir_all` part-way (a crash or an I/O error
-/// between two files): the checkpoint, the pack and the last segment go, then `EIO`.
+/// What a store's storage ([`common::HookedStorage`]) counts and does: its directory
+/// listings, for tests of what open lists; and, while `cut_removals` is set, each tree
+/// removal stopped part-way (a crash or an I/O error between two files): the checkpoint,
+/// the pack and the last segment go, then `EIO`.
 #[derive(Debug, Default)]
 struct CountingStorage {
     lists: std::sync::atomic::AtomicU64,
@@ -1157,58 +1158,45 @@ impl CountingStorage {
     fn lists(&self) -> u64 {
         self.lists.load(std::sync::atomic::Ordering::SeqCst)
     }
+
+    /// The hook of a storage that counts and cuts as `self` says.
+    fn hook(self: &Arc<Self>) -> common::Hook {
+        let counting = Arc::clone(self);
+        Box::new(move |op| match op {
+            common::Op::List(_) => {
+                counting
+                    .lists
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            }
+            common::Op::RemoveAll(path)
+                if counting
+                    .cut_removals
+                    .load(std::sync::atomic::Ordering::SeqCst) =>
+            {
+                cut_removal(path)
+            }
+            _ => Ok(()),
+        })
+    }
 }
 
-impl surfacelog::internals::storage::Storage for CountingStorage {
-    fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.create_dir_all(dir)
+/// A removal of the trashed session directory `path` stopped part-way: its checkpoint,
+/// its pack and its last segment removed, then `EIO`.
+fn cut_removal(path: &std::path::Path) -> std::io::Result<()> {
+    for name in ["checkpoint", "messages"] {
+        let _ = std::fs::remove_file(path.join(name));
     }
-    fn list_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
-        self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        surfacelog::internals::storage::FsStorage.list_dir(dir)
+    let mut segments: Vec<_> = std::fs::read_dir(path.join("log"))?
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segments.sort();
+    if let Some(last) = segments.pop() {
+        let _ = std::fs::remove_file(last.with_extension("idx"));
+        std::fs::remove_file(&last)?;
     }
-    fn create_file(&self, path: &std::path::Path, len: u64) -> std::io::Result<std::fs::File> {
-        surfacelog::internals::storage::FsStorage.create_file(path, len)
-    }
-    fn open_file(&self, path: &std::path::Path, write: bool) -> std::io::Result<std::fs::File> {
-        surfacelog::internals::storage::FsStorage.open_file(path, write)
-    }
-    fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.write_at(file, offset, bytes)
-    }
-    fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.set_len(file, len)
-    }
-    fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.sync_data(file)
-    }
-    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.sync_dir(dir)
-    }
-    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.rename(from, to)
-    }
-    fn remove_file(&self, path: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.remove_file(path)
-    }
-    fn remove_dir_all(&self, path: &std::path::Path) -> std::io::Result<()> {
-        if !self.cut_removals.load(std::sync::atomic::Ordering::SeqCst) {
-            return std::fs::remove_dir_all(path);
-        }
-        for name in ["checkpoint", "messages"] {
-            let _ = std::fs::remove_file(path.join(name));
-        }
-        let mut segments: Vec<_> = std::fs::read_dir(path.join("log"))?
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-            .collect();
-        segments.sort();
-        if let Some(last) = segments.pop() {
-            let _ = std::fs::remove_file(last.with_extension("idx"));
-            std::fs::remove_file(&last)?;
-        }
-        Err(std::io::Error::from_raw_os_error(5))
-    }
+    Err(std::io::Error::from_raw_os_error(5))
 }
 
 /// STORE-24: a purge cut short part-way through its removal (a crash, an I/O error) never
@@ -1240,7 +1228,7 @@ fn store_24_a_purge_cut_short_leaves_nothing_a_restore_brings_back() {
 fn counting_store(name: &str) -> (common::ScratchPath, Store, Arc<CountingStorage>) {
     let (dir, _) = temp_store(name);
     let counting = Arc::new(CountingStorage::default());
-    let options = store_options().storage(counting.clone());
+    let options = store_options().storage(Arc::new(common::HookedStorage(counting.hook())));
     let store = Store::open_or_create(&dir, options).unwrap();
     (dir, store, counting)
 }

@@ -1016,13 +1016,18 @@ fn reads_while_a_writer_recovers_a_torn_tail() {
     let go_slot: Slot<std::sync::mpsc::Receiver<()>> = Slot::default();
     let hook = {
         let (paused, go) = (paused_slot.clone(), go_slot.clone());
-        move |path: Option<&Path>| {
-            let quarantine = path.is_some_and(|p| p.to_string_lossy().contains(".quarantine"));
-            if let Some(paused) = paused.lock().unwrap().take_if(|_| quarantine) {
+        move |op: common::Op<'_>| {
+            let quarantine =
+                matches!(op, common::Op::Create(p) if p.to_string_lossy().contains(".quarantine"));
+            // Taken out first: the lock is not held while the creation waits (reads meanwhile
+            // run this hook too).
+            let taken = paused.lock().unwrap().take_if(|_| quarantine);
+            if let Some(paused) = taken {
                 paused.send(()).unwrap();
                 let go = go.lock().unwrap().take().unwrap();
                 go.recv().unwrap();
             }
+            Ok(())
         }
     };
     let options = LogOptions {

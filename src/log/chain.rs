@@ -62,6 +62,9 @@ impl Sealed {
 #[derive(Debug)]
 pub(crate) struct Unborn {
     pub path: PathBuf,
+    /// The file opened under `path`: judged itself, never the name opened again (another
+    /// file may have taken it since: compaction, a writer's recovery).
+    pub file: std::fs::File,
     pub map: Mmap,
     pub reason: &'static str,
 }
@@ -90,9 +93,7 @@ impl Unborn {
         configured: u64,
     ) -> Result<Option<String>> {
         let log_id = previous.map(|header| &header.log_id);
-        let file = storage
-            .open_file(&self.path, false)
-            .map_err(|e| Error::io("open", &self.path, &e))?;
+        let file = &self.file;
         let len = file
             .metadata()
             .map_err(|e| Error::io("stat", &self.path, &e))?
@@ -108,10 +109,10 @@ impl Unborn {
             )));
         }
         let source = super::scan::FileBytes {
-            file: &file,
+            file,
             len: self.map.len(),
         };
-        let regions = super::writer::data_regions(&file, 0, source.len);
+        let regions = super::writer::data_regions(file, 0, source.len);
         if super::scan::valid_record_after(&source, 0, &regions)
             .map_err(|e| super::reader::read_error(&self.path, 0, &e))?
         {
@@ -206,7 +207,12 @@ pub(crate) fn open_chain_listed(
         Ok(header) => Some((header, path, file, map)),
         Err(HeaderError::Version(found)) => return Err(version_error(found, &path)),
         Err(HeaderError::Invalid(reason)) => {
-            chain.unborn = Some(Unborn { path, map, reason });
+            chain.unborn = Some(Unborn {
+                path,
+                file,
+                map,
+                reason,
+            });
             // RCV-7: the segment before a torn last one is the last, and must check out.
             match last_at.checked_sub(1) {
                 None => None,

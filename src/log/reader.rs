@@ -936,6 +936,7 @@ impl LogReader {
                 let again = super::map::map(&file).map_err(|e| Error::io("mmap", &path, &e))?;
                 let unborn = super::chain::Unborn {
                     path: path.clone(),
+                    file: file.try_clone().map_err(|e| Error::io("open", &path, &e))?,
                     map: again,
                     reason,
                 };
@@ -1067,12 +1068,20 @@ impl LogReader {
                 "segment does not continue the log (SEG-3)",
             ));
         }
+        // CZ-4: since filled, sealed and compressed by a compaction: its logical segment is
+        // mapped, as `open_next_segment` maps one, never the compressed file.
+        let compressed = super::compressed::is_compressed(&header);
+        let map = if compressed {
+            super::compressed::materialize(&self.dir, &path, &file, &header)?.1
+        } else {
+            map
+        };
         if let Some(last) = self.segments.last_mut() {
             last.mapped = OnceLock::from(Ok(Mapped {
                 header,
                 map,
                 identity: Some(now),
-                file: Some(file),
+                file: (!compressed).then_some(file),
             }));
             last.offsets = OnceLock::from(Vec::new());
             last.unread = None;

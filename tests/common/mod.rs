@@ -315,11 +315,28 @@ pub fn scratch_path(file: &str, name: &str) -> ScratchPath {
     }
 }
 
-/// What a [`HookedStorage`] runs before a file creation (`Some(path)`) and before a write
-/// (`None`): where a test pauses the engine, or makes it panic.
-pub type Hook = Box<dyn Fn(Option<&Path>) + Send + Sync>;
+/// A storage call a [`HookedStorage`] runs its hook before.
+#[derive(Debug, Clone, Copy)]
+pub enum Op<'a> {
+    /// A file's creation.
+    Create(&'a Path),
+    /// A write.
+    Write,
+    /// A directory's listing.
+    List(&'a Path),
+    /// A file's opening.
+    Open(&'a Path),
+    /// A directory tree's removal.
+    RemoveAll(&'a Path),
+}
 
-/// The file system's storage, with a hook run before each file creation and each write.
+/// What a [`HookedStorage`] runs before each call of [`Op`]: where a test pauses the
+/// engine, lets another writer make progress, counts calls, or makes the call fail (its
+/// `Err` is the call's, which is then not made).
+pub type Hook = Box<dyn Fn(Op<'_>) -> std::io::Result<()> + Send + Sync>;
+
+/// The file system's storage, with a hook run before each file creation, write, listing,
+/// opening and tree removal.
 pub struct HookedStorage(pub Hook);
 
 impl std::fmt::Debug for HookedStorage {
@@ -333,17 +350,19 @@ impl Storage for HookedStorage {
         FsStorage.create_dir_all(dir)
     }
     fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        (self.0)(Op::List(dir))?;
         FsStorage.list_dir(dir)
     }
     fn create_file(&self, path: &Path, len: u64) -> std::io::Result<std::fs::File> {
-        (self.0)(Some(path));
+        (self.0)(Op::Create(path))?;
         FsStorage.create_file(path, len)
     }
     fn open_file(&self, path: &Path, write: bool) -> std::io::Result<std::fs::File> {
+        (self.0)(Op::Open(path))?;
         FsStorage.open_file(path, write)
     }
     fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
-        (self.0)(None);
+        (self.0)(Op::Write)?;
         FsStorage.write_at(file, offset, bytes)
     }
     fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
@@ -361,6 +380,10 @@ impl Storage for HookedStorage {
     fn remove_file(&self, path: &Path) -> std::io::Result<()> {
         FsStorage.remove_file(path)
     }
+    fn remove_dir_all(&self, path: &Path) -> std::io::Result<()> {
+        (self.0)(Op::RemoveAll(path))?;
+        FsStorage.remove_dir_all(path)
+    }
 }
 
 /// A copy of the directory tree `from` at `to` (files and directories; no links kept).
@@ -374,4 +397,18 @@ pub fn copy_tree(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
         }
     }
+}
+
+/// Every event text of session `id` of the store in `dir`, read by a writer's open (with
+/// `options`; its repair, if any, included), or the refusal's text: what a test of a store
+/// left by a crash compares.
+pub fn opened_texts(dir: &Path, id: &str, options: StoreOptions) -> Result<Vec<String>, String> {
+    let store = surfacelog::Store::open(dir, options).map_err(|e| e.to_string())?;
+    let (session, _) = store.open_session(id).map_err(|e| e.to_string())?;
+    let texts = (0..session.seq_next())
+        .map(|seq| session.event(seq).map(|e| e.unwrap().text().into_owned()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    session.close().map_err(|e| e.to_string())?;
+    Ok(texts)
 }
