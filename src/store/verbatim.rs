@@ -489,7 +489,7 @@ impl VerbatimStore {
     /// ```
     ///
     /// A session whose log cannot be read (`CORRUPT`, `FORMAT_VERSION`) is listed with a
-    /// revision that says so ([`unreadable_revision`]): the reads of that session report
+    /// revision that says so (`surfacelog:unreadable:…`, VBT-10): the reads of that session report
     /// the damage, and the listing is neither refused for it nor shortened (VBT-10).
     ///
     /// # Errors
