@@ -496,13 +496,7 @@ fn rewrite(
     // should the segment ever be the last (a later one removed as a torn creation, RCV-7)
     // an index that checks out whole is a durable mark (RCV-13) past the new file's end.
     let index_path = dir.join(index_name(first));
-    match storage.remove_file(&index_path) {
-        Ok(()) => storage
-            .sync_dir(dir)
-            .map_err(|e| Error::io("fsync", dir, &e))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io("remove", &index_path, &e)),
-    }
+    super::index::remove_durably(storage, dir, first)?;
     storage
         .rename(&tmp, &path)
         .map_err(|e| Error::io("rename", &path, &e))?;

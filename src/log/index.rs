@@ -262,3 +262,26 @@ pub(super) fn durable_listing(
     index.data_crc?;
     Some((index.offsets.len(), index.end))
 }
+
+/// Removes the index of the segment starting at `first_seq` from the log directory `dir`,
+/// durably (the directory synced when one was removed), before a shorter file takes the
+/// segment's name (compaction's rewrite, CMP-3; salvage's cut, SLV-2): no crash may leave
+/// it beside that file, where an index that checks out whole would be a durable mark past
+/// the file's end (RCV-13).
+///
+/// # Errors
+/// `IO` when the index cannot be removed (other than being absent) or the directory synced.
+pub(crate) fn remove_durably(
+    storage: &dyn Storage,
+    dir: &Path,
+    first_seq: u64,
+) -> crate::Result<()> {
+    let index = dir.join(super::segment::index_name(first_seq));
+    match storage.remove_file(&index) {
+        Ok(()) => storage
+            .sync_dir(dir)
+            .map_err(|e| crate::Error::io("fsync", dir, &e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(crate::Error::io("remove", &index, &e)),
+    }
+}

@@ -692,15 +692,7 @@ fn cut_segment(
         });
     }
     // RCV-13: the old index must never be left beside the cut copy.
-    let index = dir.join(index_name(first));
-    match storage.remove_file(&index) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io("remove", &index, &e)),
-    }
-    storage
-        .sync_dir(dir)
-        .map_err(|e| Error::io("fsync", dir, &e))?;
+    super::index::remove_durably(storage, dir, first)?;
     keep_prefix(storage, dir, opened, offset)?;
     if opened.limit.is_some()
         && let Some(moved) = move_aside(storage, dir, &limit_name(first))?
