@@ -3,7 +3,7 @@
 //! [`InvariantState::apply`] performs it at commit, so a refused event leaves the state as
 //! it was and an accepted one costs O(1) (no copy of the state).
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 
 use crate::error::{Invariant, Result};
 use crate::event::{EventSource, SurfaceOp};
@@ -17,9 +17,9 @@ pub struct InvariantState {
     open_step: Option<f64>,
     next_turn: f64,
     next_step: f64,
-    /// Call ids (decoded) of the open step's `tool/call` events not yet answered, with
-    /// how many times each is pending.
-    pending: HashMap<Vec<u8>, u32>,
+    /// Call ids (decoded) of the open step's `tool/call` events not yet answered: a set
+    /// (contract §9: `tool/call` adds its id, an appended `tool/result` removes it).
+    pending: HashSet<Vec<u8>>,
 }
 
 /// What an accepted event does to the invariant state.
@@ -48,7 +48,7 @@ impl Default for InvariantState {
             open_step: None,
             next_turn: 1.0,
             next_step: 1.0,
-            pending: HashMap::new(),
+            pending: HashSet::new(),
         }
     }
 }
@@ -125,14 +125,11 @@ impl InvariantState {
                 self.pending.clear();
                 self.next_step += 1.0;
             }
-            Change::CallStarted(id) => *self.pending.entry(id).or_insert(0) += 1,
+            Change::CallStarted(id) => {
+                self.pending.insert(id);
+            }
             Change::CallAnswered(id) => {
-                if let Some(count) = self.pending.get_mut(&id) {
-                    *count -= 1;
-                    if *count == 0 {
-                        self.pending.remove(&id);
-                    }
-                }
+                self.pending.remove(&id);
             }
         }
     }
@@ -167,7 +164,7 @@ impl InvariantState {
             .and_then(|s| s.get("callId"))
             .and_then(|c| c.as_wtf8());
         match call_id {
-            Some(id) if self.pending.contains_key(id.as_ref()) => {
+            Some(id) if self.pending.contains(id.as_ref()) => {
                 Ok(Change::CallAnswered(id.into_owned()))
             }
             _ if is_not_started_closer(data) => Ok(Change::None),

@@ -891,3 +891,32 @@ fn repair_stays_linear_with_many_pending_calls() {
         "linear, not quadratic"
     );
 }
+
+#[test]
+fn pending_call_ids_are_a_set() {
+    // Contract §9: `tool/call` adds its id to pending, an appended `tool/result` removes
+    // it. A second call with the same id adds nothing, so one result answers both and a
+    // second result is unmatched (found in review: ids were counted).
+    let mut session = new_session(with_invariants());
+    session
+        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+        .unwrap();
+    session
+        .append::<kinds::StepStart>(r#"{"turn":1,"step":1}"#, NoSurface)
+        .unwrap();
+    for _ in 0..2 {
+        session
+            .append::<kinds::ToolCall>(r#"{"turn":1,"step":1,"callId":"a"}"#, NoSurface)
+            .unwrap();
+    }
+    let answer = tool_result_data(1, 1, "a");
+    session
+        .append::<kinds::ToolResult>(&answer, SurfaceIntent::append())
+        .unwrap();
+    let before = (session.invariants.clone(), session.seq_next());
+    let again = session
+        .append::<kinds::ToolResult>(&answer, SurfaceIntent::append())
+        .unwrap_err();
+    assert_eq!(again.code(), "INV_TOOL_RESULT_UNMATCHED");
+    assert_eq!((session.invariants.clone(), session.seq_next()), before);
+}
