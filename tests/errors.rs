@@ -14,6 +14,10 @@ use surfacelog::internals::store::Store;
 use surfacelog::{ErrorKind, Outcome};
 
 mod common;
+#[path = "errors/context.rs"]
+mod context;
+#[path = "errors/header_limit.rs"]
+mod header_limit;
 
 use common::{Scratch, log_options, padded_event, scratch, store_options, user_message};
 

@@ -36,7 +36,7 @@ pub(crate) use reader::BoundarySegment;
 pub use reader::LogReader;
 pub(crate) use writer::DurableWait;
 pub use writer::LogWriter;
-pub(crate) use writer::{FileLock, take_lock};
+pub(crate) use writer::{FileLock, LogDir, take_lock};
 
 /// A log opened for writing together with a reader of it: what a stored session holds.
 /// Appends go through the writer; reads come from the reader, refreshed after each
@@ -75,7 +75,7 @@ impl DiskLog {
     /// # Errors
     /// As [`LogWriter::open`] and [`LogReader::open`].
     pub fn open(dir: &std::path::Path, options: LogOptions) -> crate::Result<(Self, OpenReport)> {
-        Self::open_from(dir, options, None, None, 0)
+        Self::open_from(dir, options, None, None, 0, LogDir::Create)
     }
 
     /// [`DiskLog::open`] over a chain already opened and checked, when given: a fork's
@@ -83,6 +83,7 @@ impl DiskLog {
     /// (a checkpoint's, `checkpoint.md` CKP-8) when they are still the log's, without
     /// listing the directory (RCV-11). `durable_seq` is a durable mark (§7): the log held at
     /// least that many events durably (a checkpoint's `seq_next`), 0 when none is known.
+    /// `how` says whether `dir` may be created and whether its lock is held ([`LogDir`]).
     ///
     /// # Errors
     /// As [`DiskLog::open`]; `CORRUPT` when the log holds fewer than `durable_seq` events.
@@ -92,10 +93,11 @@ impl DiskLog {
         chain: Option<Chain>,
         known: Option<&[KnownSegment]>,
         durable_seq: u64,
+        how: LogDir,
     ) -> crate::Result<(Self, OpenReport)> {
         let storage = Arc::clone(&options.storage);
         let (writer, report, segments) =
-            LogWriter::open_recovered_from(dir, options, chain, known, durable_seq)?;
+            LogWriter::open_recovered_from(dir, options, chain, known, durable_seq, how)?;
         let reader = LogReader::from_recovered(dir, storage, segments, false, false)?;
         Ok((
             Self {

@@ -155,14 +155,15 @@ impl LogWriter {
         dir: &Path,
         options: LogOptions,
     ) -> Result<(Self, OpenReport, Vec<Segment>)> {
-        Self::open_recovered_from(dir, options, None, None, 0)
+        Self::open_recovered_from(dir, options, None, None, 0, LogDir::Create)
     }
 
     /// [`LogWriter::open_recovered`] over a chain already opened and checked, when given
     /// (a fork's child, whose segments its source's reader has just checked), instead of
     /// opening every segment of `dir` again; otherwise over the segments `known` records,
     /// when they are still the log's (RCV-11), without listing `dir`. `durable_seq` is a
-    /// durable mark (§7, RCV-14): a checkpoint's `seq_next`, or 0.
+    /// durable mark (§7, RCV-14): a checkpoint's `seq_next`, or 0. `how` says whether `dir`
+    /// may be created and whether its lock is already held ([`LogDir`]).
     ///
     /// # Errors
     /// As [`LogWriter::open`].
@@ -172,12 +173,19 @@ impl LogWriter {
         chain: Option<Chain>,
         known: Option<&[KnownSegment]>,
         durable_seq: u64,
+        how: LogDir,
     ) -> Result<(Self, OpenReport, Vec<Segment>)> {
         let storage = Arc::clone(&options.storage);
-        storage
-            .create_dir_all(dir)
-            .map_err(|e| Error::io("create_dir", dir, &e))?;
-        let lock = take_lock(&*storage, dir)?;
+        let lock = match how {
+            LogDir::Create => {
+                storage
+                    .create_dir_all(dir)
+                    .map_err(|e| Error::io("create_dir", dir, &e))?;
+                take_lock(&*storage, dir)?
+            }
+            LogDir::Existing => take_lock(&*storage, dir)?,
+            LogDir::Locked(lock) => lock,
+        };
         let marks = Marks { known, durable_seq };
         let (mut state, log_id, report, segments) =
             recover(&*storage, dir, &options, chain, marks)?;
@@ -817,10 +825,30 @@ impl Flusher {
     }
 }
 
+/// How a writer's open finds its log directory and takes its lock (LOG-1).
+#[derive(Debug)]
+pub(crate) enum LogDir {
+    /// A new log's: the directory is created when absent.
+    Create,
+    /// A published session's: never created; gone (its session deleted meanwhile), the
+    /// open fails with an `IO` error of kind `NotFound`.
+    Existing,
+    /// A session's just published, with the lock taken in its build directory and held
+    /// through the rename that published it (STORE-6): no other opener can take the
+    /// session between its publish and its creator's open.
+    Locked(FileLock),
+}
+
 /// LOG-1: the exclusive lock, refused at once with `LOCKED`. `LOCK` is created only when
 /// it is absent; any other failure to open it (a read-only filesystem, a permission) is
 /// reported as it is, with the path.
 pub(crate) fn take_lock(storage: &dyn Storage, dir: &Path) -> Result<FileLock> {
+    take_lock_attempt(storage, dir, 0)
+}
+
+/// [`take_lock`], for the `attempt`-th time: the file locked at an earlier attempt was
+/// replaced at `LOCK` meanwhile.
+fn take_lock_attempt(storage: &dyn Storage, dir: &Path, attempt: u32) -> Result<FileLock> {
     let path = dir.join("LOCK");
     let file = match storage.open_file(&path, true) {
         Ok(file) => file,
@@ -837,10 +865,34 @@ pub(crate) fn take_lock(storage: &dyn Storage, dir: &Path) -> Result<FileLock> {
         Err(e) => return Err(Error::io("open", &path, &e)),
     };
     match file.try_lock() {
-        Ok(()) => Ok(FileLock(file)),
-        Err(TryLockError::WouldBlock) => Err(ErrorKind::Locked { path }.into()),
-        Err(TryLockError::Error(error)) => Err(Error::io("flock", &path, &error)),
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => return Err(ErrorKind::Locked { path }.into()),
+        Err(TryLockError::Error(error)) => return Err(Error::io("flock", &path, &error)),
     }
+    let lock = FileLock(file);
+    // LOG-1: the lock holds only if the file locked is still the one at `path`. Between
+    // the open and the lock, the log's directory may have been renamed away (a delete,
+    // STORE-9) and another made in its place (a create of the same id): a lock on the
+    // old file would let this writer open the new log beside its own writer.
+    let same = match storage.open_file(&path, false) {
+        Ok(now) => match (lock.0.metadata(), now.metadata()) {
+            (Ok(locked), Ok(now)) => {
+                use std::os::unix::fs::MetadataExt;
+                (locked.dev(), locked.ino()) == (now.dev(), now.ino())
+            }
+            _ => false,
+        },
+        // Gone: the log's directory was renamed away (its session deleted).
+        Err(e) => return Err(Error::io("open", &path, &e)),
+    };
+    if same {
+        return Ok(lock);
+    }
+    drop(lock);
+    if attempt >= 8 {
+        return Err(ErrorKind::Locked { path }.into());
+    }
+    take_lock_attempt(storage, dir, attempt + 1)
 }
 
 /// A held `flock` on a file, released explicitly (`LOCK_UN`) when dropped, before the file

@@ -856,10 +856,10 @@ impl<L: SessionLog> Session<L> {
     /// cannot be read back.
     pub fn as_of(&self, seq: u64) -> Result<Snapshot<'_>> {
         if seq >= self.log.seq_next() {
-            return Err(ErrorKind::InvalidBoundary {
+            return Err(crate::Error::from(ErrorKind::InvalidBoundary {
                 boundary: seq.to_string(),
-            }
-            .into());
+            })
+            .in_session(self.header.id()));
         }
         let prefix = Prefix {
             log: &self.log,

@@ -143,6 +143,7 @@ impl Store {
     /// `SESSION_NOT_FOUND`, `CORRUPT`, `IO`.
     pub fn follow(&self, id: &str) -> Result<Follower> {
         self.follow_unlogged(id)
+            .map_err(|error| error.in_session(id))
             .inspect_err(|error| super::trace_refusal("follow", id, error))
     }
 
@@ -206,6 +207,7 @@ impl Store {
     /// As [`Store::follow`].
     pub fn inspect(&self, id: &str) -> Result<Session<ReadOnlyLog>> {
         self.inspect_unlogged(id)
+            .map_err(|error| error.in_session(id))
             .inspect_err(|error| super::trace_refusal("inspect", id, error))
     }
 

@@ -53,13 +53,14 @@ impl Store {
         super::check_id(child)?;
         let child_dir = self.session_dir(child);
         if child_dir.exists() {
-            return Err(ErrorKind::SessionExists {
+            return Err(Error::from(ErrorKind::SessionExists {
                 id: child.to_owned(),
-            }
-            .into());
+            })
+            .in_session(child));
         }
         let source_dir = self.session_dir(source);
-        let header = Self::read_header(&*self.options.log.storage, source, &source_dir)?;
+        let header = Self::read_header(&*self.options.log.storage, source, &source_dir)
+            .map_err(|e| e.in_session(source))?;
         let storage = &self.options.log.storage;
         let reader = LogReader::open_with(&source_dir.join("log"), storage.clone())
             .map_err(|e| Self::unless_deleted(source, &source_dir, e).in_session(source))?;
@@ -96,7 +97,7 @@ impl Store {
             segment_features: self.options.log.segment_features(),
         };
         let mut limit = None;
-        self.publish(child, |tmp| {
+        let lock = self.publish(child, |tmp| {
             limit = write_fork(&**storage, tmp, &child_header, &reader, &child_log)
                 .map_err(|e| e.in_session(source))?;
             Ok(())
@@ -106,7 +107,7 @@ impl Store {
         let log_dir = self.session_dir(child).join("log");
         let own = open_own_segment(&**storage, &log_dir.join(segment_name(len)))?;
         let chain = reader.into_fork_chain(len, limit, own);
-        let (session, _) = self.open_live_from(child, Some(len), Some(chain))?;
+        let (session, _) = self.open_live_from(child, Some(len), Some(chain), Some(lock))?;
         Ok(session)
     }
 }

@@ -37,7 +37,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::event::Header;
 use crate::event::header::NegativeZero;
 use crate::json::Json;
-use crate::log::{DiskLog, LogOptions, OpenReport};
+use crate::log::{DiskLog, FileLock, LogDir, LogOptions, OpenReport};
 use crate::session::{Options, Session};
 use crate::storage::Storage;
 
@@ -780,11 +780,24 @@ impl Store {
         let final_dir = self.session_dir(id);
         self.refuse_store_links()?;
         if std::fs::symlink_metadata(&final_dir).is_ok() {
-            return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
+            return Err(Error::from(ErrorKind::SessionExists { id: id.to_owned() }).in_session(id));
         }
         let memory = Session::create(id, header, seed, self.options.session.clone())?;
-        self.publish(id, |tmp| self.write_session(tmp, &memory))?;
-        let (session, _) = self.open_live_from(id, Some(memory.first_live_seq()), None)?;
+        // STORE-4: every later read refuses a `header.json` (the text and a newline) over
+        // HEADER_BYTES_MAX as damage; such a header is refused here, before anything is
+        // written.
+        if memory.header().text().len() as u64 + 1 > HEADER_BYTES_MAX {
+            let reason = format!(
+                "the header is larger than {} bytes (STORE-4)",
+                HEADER_BYTES_MAX - 1
+            );
+            return Err(Error::from(ErrorKind::HeaderInvalid { reason }).in_session(id));
+        }
+        let lock = self
+            .publish(id, |tmp| self.write_session(tmp, &memory))
+            .map_err(|e| e.in_session(id))?;
+        let (session, _) =
+            self.open_live_from(id, Some(memory.first_live_seq()), None, Some(lock))?;
         Ok(session)
     }
 
@@ -811,7 +824,7 @@ impl Store {
     /// writer has it open, `CORRUPT` (also for a damaged or missing `header.json`, STORE-4),
     /// `FORMAT_VERSION`, `HEADER_INVALID`, `IO`.
     pub fn open_session(&self, id: &str) -> Result<(StoredSession, Opened)> {
-        self.open_live_from(id, None, None)
+        self.open_live_from(id, None, None, None)
     }
 
     /// [`Store::open_session`], or, when `first_live_seq` is given, the first open of a
@@ -820,14 +833,17 @@ impl Store {
     /// it is not repaired, since crash repair applies only when a stored log is reopened
     /// (§5: a seed may end inside an open turn, kept as given). A fork's child is opened
     /// over `chain`, the segments its source's reader has just opened and checked, handed
-    /// over rather than opened again.
+    /// over rather than opened again. `lock` is the log's lock when its creator holds it
+    /// already (taken before the publish, [`Store::publish`]).
     fn open_live_from(
         &self,
         id: &str,
         first_live_seq: Option<u64>,
         chain: Option<crate::log::Chain>,
+        lock: Option<FileLock>,
     ) -> Result<(StoredSession, Opened)> {
-        self.open_live_recovering(id, first_live_seq, chain)
+        self.open_live_recovering(id, first_live_seq, chain, lock)
+            .map_err(|error| error.in_session(id))
             .inspect_err(|error| trace_refusal("open", id, error))
     }
 
@@ -837,8 +853,12 @@ impl Store {
         id: &str,
         first_live_seq: Option<u64>,
         chain: Option<crate::log::Chain>,
+        lock: Option<FileLock>,
     ) -> Result<(StoredSession, Opened)> {
         let dir = self.session_dir(id);
+        // LOG-1, STORE-9: the directory whose header is read must be the one whose log is
+        // locked; a delete (and a create of the same id) in between is seen below.
+        let identity = dir_identity(&dir);
         let header = Self::read_header(&*self.options.log.storage, id, &dir)?;
         self.step(Step::SessionChecked(id));
         let log_dir = dir.join("log");
@@ -872,8 +892,9 @@ impl Store {
             chain,
             known,
             durable_seq,
+            lock.map_or(LogDir::Existing, LogDir::Locked),
         )
-        .map_err(|e| e.in_session(id))?;
+        .map_err(|e| Self::unless_deleted(id, &dir, e))?;
         // CKP-3: a checkpoint is used only when it matches this log; otherwise fold it all.
         let loaded = read.and_then(|c| c.verify(&log, self.log_origin(&dir)));
         let (log, report) = if loaded == Err(checkpoint::Unusable::Stale) && report.from_known_chain
@@ -882,11 +903,26 @@ impl Store {
             // log is opened again from a listing (CKP-8). The first open repaired nothing
             // (RCV-11); closing it may write its last segment's index, a cache (IDX-2).
             drop(log);
-            DiskLog::open_from(&log_dir, self.options.log.clone(), None, None, 0)
-                .map_err(|e| e.in_session(id))?
+            DiskLog::open_from(
+                &log_dir,
+                self.options.log.clone(),
+                None,
+                None,
+                0,
+                LogDir::Existing,
+            )
+            .map_err(|e| Self::unless_deleted(id, &dir, e))?
         } else {
             (log, report)
         };
+        // Under the lock: the session is still the one whose header was read, not deleted
+        // (and perhaps created again) since (LOG-1, STORE-9).
+        if identity.is_none() || dir_identity(&dir) != identity {
+            drop(log);
+            return Err(
+                Error::from(ErrorKind::SessionNotFound { id: id.to_owned() }).in_session(id),
+            );
+        }
         // STORE-20: the log directory is synced before the first append is acknowledged
         // durable (`log-format.md` DUR-9), not here.
         let stored = crate::event::EventSource::seq_next(&log);
@@ -1465,13 +1501,23 @@ impl Store {
 
     /// STORE-6: `write` fills a directory under `tmp/`, which is then renamed to the
     /// session's directory; on any failure nothing is left behind.
-    fn publish(&self, id: &str, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    fn publish(&self, id: &str, write: impl FnOnce(&Path) -> Result<()>) -> Result<FileLock> {
         let build = self.tmp_dir(id)?;
-        if let Err(error) = write(build.path()) {
-            let _ = self.options.log.storage.remove_dir_all(build.path());
-            return Err(error);
-        }
-        self.publish_dir(id, build.path())
+        // LOG-1: the new log's lock is taken before the session is published and held
+        // through the rename (a rename keeps the file, so the lock stays on the `LOCK` the
+        // session then has): no other opener takes the session before its creator opens it.
+        let written = write(build.path()).and_then(|()| {
+            crate::log::take_lock(&*self.options.log.storage, &build.path().join("log"))
+        });
+        let lock = match written {
+            Ok(lock) => lock,
+            Err(error) => {
+                let _ = self.options.log.storage.remove_dir_all(build.path());
+                return Err(error);
+            }
+        };
+        self.publish_dir(id, build.path())?;
+        Ok(lock)
     }
 
     /// A fresh, unique directory name under `tmp/` for building session `id`, with the
@@ -1674,6 +1720,14 @@ fn trash_name_parts(name: &str) -> Option<(&str, u128)> {
         return None;
     }
     Some((escaped, at.parse().ok()?))
+}
+
+/// The device and inode of directory `dir`, none when it cannot be looked up.
+fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir)
+        .ok()
+        .map(|meta| (meta.dev(), meta.ino()))
 }
 
 pub(crate) fn check_id(id: &str) -> Result<()> {
