@@ -62,8 +62,17 @@ impl Store {
         let header = Self::read_header(&*self.options.log.storage, source, &source_dir)
             .map_err(|e| e.in_session(source))?;
         let storage = &self.options.log.storage;
+        // RCV-14, as a follower and an inspection: the source's checkpoint, read before its
+        // log, is a durable mark; a log shorter than it lost events, which a fork must not
+        // take for the end of the source (nor carry into the child as its whole prefix).
+        let durable_seq = super::checkpoint::Checkpoint::read(&**storage, &source_dir)
+            .map_err(|e| e.in_session(source))?
+            .as_ref()
+            .map_or(0, super::checkpoint::Unverified::seq_next);
         let reader = LogReader::open_with(&source_dir.join("log"), storage.clone())
             .map_err(|e| Self::unless_deleted(source, &source_dir, e).in_session(source))?;
+        super::checkpoint::check_not_ahead(&source_dir, reader.seq_next(), durable_seq)
+            .map_err(|e| e.in_session(source))?;
         let len = fork_len(boundary, reader.seq_next()).map_err(|e| e.in_session(source))?;
         if let Some(turn_start) = open_turn_at(&reader, len).map_err(|e| e.in_session(source))? {
             return Err(Error::from(ErrorKind::OpenTurn {

@@ -668,6 +668,25 @@ impl Surface {
         self.nodes.is_empty() && self.node_state() == NodeState::Lost
     }
 
+    /// `CORRUPT` when the nodes were lost ([`NodeState::Lost`], CKP-2): what every read
+    /// that derives something from the nodes returns instead of an empty surface, so that
+    /// the loss is never taken for a conversation without messages.
+    ///
+    /// # Errors
+    /// `CORRUPT` naming the checkpoint's `seq_next`.
+    pub(crate) fn check_not_lost(&self) -> Result<()> {
+        if self.nodes_lost() {
+            return Err(ErrorKind::Corrupt {
+                location: format!("surface checkpoint at seq {}", self.seq_next),
+                reason: "the checkpoint's nodes failed their check and the log under it \
+                         could not be folded again"
+                    .into(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
     /// Where the nodes are and whether they have been checked: see [`NodeState`].
     #[doc(hidden)]
     pub fn node_state(&self) -> NodeState {
@@ -759,15 +778,7 @@ impl Surface {
         };
         // CKP-2: no surface op lands on a surface whose nodes were lost (the first read of
         // deferred nodes checks them here, as the apply would).
-        if self.nodes_lost() {
-            return Err(ErrorKind::Corrupt {
-                location: format!("surface checkpoint at seq {}", self.seq_next),
-                reason: "the checkpoint's nodes failed their check and the log under it \
-                         could not be folded again"
-                    .into(),
-            }
-            .into());
-        }
+        self.check_not_lost()?;
         let sources: &[u64] = match &event.sources {
             Field::Absent => &[],
             Field::Invalid => return Err(ErrorKind::SourcesInvalid.into()),

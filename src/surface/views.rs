@@ -83,6 +83,8 @@ pub fn each_message<'a>(
     source: &'a impl EventSource,
     mut visit: impl FnMut(Message<'a>),
 ) -> Result<()> {
+    // CKP-2: nodes that were lost are damage, never a surface without messages.
+    surface.check_not_lost()?;
     for &seq in surface.nodes() {
         if let Some(json) = source.message_at(seq).map_err(|e| e.at_seq(seq))? {
             visit(Message { seq, json });
