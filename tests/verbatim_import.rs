@@ -50,11 +50,42 @@ fn dir_name(id: &str) -> String {
 
 /// Puts `text` where DSH's JSONL backend keeps session `id` under `root` (DIR-1).
 fn place(root: &Path, id: &str, text: &str) -> PathBuf {
-    let dir = root.join("--workspace--").join(dir_name(id));
+    let dir = root.join(project_name(text)).join(dir_name(id));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("session.jsonl");
     std::fs::write(&path, text).unwrap();
     path
+}
+
+/// DIR-2 for the `cwd` of the header line of `text` (ASCII `cwd`s): the project directory
+/// DSH keeps the log in (DIR-9 refuses it anywhere else).
+fn project_name(text: &str) -> String {
+    use std::fmt::Write;
+    let line = text.lines().next().unwrap();
+    let json = Json::parse(line).unwrap();
+    let Some(cwd) = json.root().get("cwd").and_then(|c| c.as_str()) else {
+        return "_no-cwd".to_owned();
+    };
+    let mut slug = String::new();
+    let mut separator = false;
+    for b in cwd.bytes() {
+        if matches!(b, b'/' | b'\\' | b':') {
+            if !separator {
+                slug.push('-');
+            }
+            separator = true;
+            continue;
+        }
+        separator = false;
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+            slug.push(char::from(b));
+        } else {
+            let _ = write!(slug, "~{b:04X}");
+        }
+    }
+    let slug = slug.trim_start_matches('-');
+    let slug = if slug.is_empty() { "root" } else { slug };
+    format!("--{}--", &slug[..slug.len().min(251)])
 }
 
 /// The elements of a JSON array text, each as its exact text.

@@ -264,8 +264,12 @@ impl JsonlReader {
                 Frame::Torn(bytes) => {
                     // ZST-15 first: what the complete frames held must have scanned clean.
                     scanner.require_clean()?;
-                    let plain = decode_torn(&bytes);
-                    scanner.feed(&plain, each)?;
+                    // ZST-16: a decoder error yields no output at all, so the frame is
+                    // decoded once to find out, then again into the scanner, a piece at a
+                    // time: memory stays bounded by the record limit, not the plaintext.
+                    if decode_torn(&bytes, &mut |_| Ok(()))? {
+                        decode_torn(&bytes, &mut |piece| scanner.feed(piece, each))?;
+                    }
                     let mut scan = scanner.finish_torn();
                     scan.torn = Some(TornTail {
                         offset: start,
@@ -766,22 +770,27 @@ fn decode_frame(
     }
 }
 
-/// ZST-16: what the bytes of a torn frame decode to before they run out (nothing on a
-/// decoder error).
-fn decode_torn(frame: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
+/// ZST-16: streams what the bytes of a torn frame decode to before they run out into
+/// `sink`, a piece at a time. Returns `false` when the decoder fails on the bytes (a
+/// decoder error yields no output, ZST-16; what `sink` was given before the error is then
+/// to be dropped by the caller, which is why it decodes a first time into a sink that
+/// keeps nothing). The end of the bytes inside the frame is not an error.
+fn decode_torn(frame: &[u8], sink: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<bool> {
     let Ok(decoder) = zstd::stream::read::Decoder::with_buffer(frame) else {
-        return out;
+        return Ok(false);
     };
     let mut decoder = decoder.single_frame();
-    let mut buf = [0u8; 4096];
-    while let Ok(n) = decoder.read(&mut buf) {
-        if n == 0 {
-            break;
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match decoder.read(&mut buf) {
+            Ok(0) => return Ok(true),
+            Ok(n) => sink(&buf[..n])?,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // The input ran out inside the frame: what it held has been handed out.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(true),
+            Err(_) => return Ok(false),
         }
-        out.extend_from_slice(&buf[..n]);
     }
-    out
 }
 
 fn corrupt(path: &Path, at: &str, reason: &str) -> Error {

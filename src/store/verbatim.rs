@@ -1320,8 +1320,11 @@ fn jsonl_logs(root: &Path) -> Result<Vec<JsonlLog>> {
                     continue;
                 }
             };
-            let id = match JsonlReader::open(&log, compression) {
-                Ok(reader) => reader.id().to_owned(),
+            let (id, expected) = match JsonlReader::open(&log, compression) {
+                Ok(reader) => (
+                    reader.id().to_owned(),
+                    dsh_project_dir_name(reader.header()),
+                ),
                 // HDR-3 to HDR-7: a log the reference's listing skips; reported, not read.
                 Err(error) if refusal(&error) => {
                     logs.push(Err((log, named, error)));
@@ -1329,8 +1332,14 @@ fn jsonl_logs(root: &Path) -> Result<Vec<JsonlLog>> {
                 }
                 Err(error) => return Err(error),
             };
-            if dsh_session_dir_name(&id) != name {
-                let reason = format!("the header names session {id:?}, not this directory (DIR-9)");
+            let project_name = project.file_name().to_string_lossy().into_owned();
+            let place = Place {
+                root,
+                project: &project_name,
+                name: &name,
+                dir: &path,
+            };
+            if let Some(reason) = place.misplaced(&id, expected.as_deref()) {
                 let error = corrupt(&log, &reason);
                 logs.push(Err((log, named, error)));
                 continue;
@@ -1394,11 +1403,116 @@ fn dsh_session_id_of_dir_name(name: &str) -> Option<String> {
     (dsh_session_dir_name(&id) == name).then_some(id)
 }
 
+/// Where a log was found under a DSH root: `root/<project>/<name>/`, directory `dir`.
+#[cfg(feature = "dsh")]
+struct Place<'a> {
+    root: &'a Path,
+    project: &'a str,
+    name: &'a str,
+    dir: &'a Path,
+}
+
+#[cfg(feature = "dsh")]
+impl Place<'_> {
+    /// DIR-9: why a log whose header names session `id` and project directory `project`
+    /// (DIR-2, `None` for a `cwd` that names none) is not in its place, `None` when it is.
+    /// The session directory must be `id`'s (DIR-3); the project directory must be the one
+    /// the header's `cwd` names, or resolve to the same file (a case alias).
+    fn misplaced(&self, id: &str, project: Option<&str>) -> Option<String> {
+        if dsh_session_dir_name(id) != self.name {
+            return Some(format!(
+                "the header names session {id:?}, not this directory (DIR-9)"
+            ));
+        }
+        let same = project.is_some_and(|project| {
+            project == self.project || same_file(&self.root.join(project).join(self.name), self.dir)
+        });
+        (!same).then(|| {
+            format!(
+                "the header's cwd names project directory {:?}, not {:?} (DIR-9)",
+                project.unwrap_or_default(),
+                self.project
+            )
+        })
+    }
+}
+
+/// DSH's project directory name (DIR-2) for the header record `header`: `_no-cwd` without
+/// a `cwd`, else `--` + the slug of its UTF-16 units + `--`; `None` for an empty `cwd`
+/// (DIR-2: it cannot be encoded) or one that is not a string.
+#[cfg(feature = "dsh")]
+fn dsh_project_dir_name(header: &str) -> Option<String> {
+    let json = Json::parse(header).ok()?;
+    let Some(cwd) = json.root().get("cwd") else {
+        return Some("_no-cwd".to_owned());
+    };
+    let wtf8 = cwd.as_wtf8()?;
+    let units = wtf8_units(&wtf8);
+    if units.is_empty() {
+        return None;
+    }
+    let mut slug = String::new();
+    let mut in_separator = false;
+    for unit in units {
+        let separator = matches!(unit, 0x2F | 0x5C | 0x3A); // `/`, `\`, `:`
+        if separator {
+            if !in_separator {
+                slug.push('-');
+            }
+            in_separator = true;
+            continue;
+        }
+        in_separator = false;
+        push_dir_unit(&mut slug, unit);
+    }
+    let slug = slug.trim_start_matches('-');
+    let slug = if slug.is_empty() { "root" } else { slug };
+    let slug = &slug[..slug.len().min(251)];
+    Some(format!("--{slug}--"))
+}
+
+/// The UTF-16 code units of a WTF-8 string (a lone surrogate is one unit).
+#[cfg(feature = "dsh")]
+fn wtf8_units(wtf8: &[u8]) -> Vec<u16> {
+    let mut units = Vec::with_capacity(wtf8.len());
+    let mut at = 0;
+    while at < wtf8.len() {
+        let b = wtf8[at];
+        let (len, init) = match b {
+            0x00..=0x7F => (1, u32::from(b)),
+            0xC0..=0xDF => (2, u32::from(b & 0x1F)),
+            0xE0..=0xEF => (3, u32::from(b & 0x0F)),
+            _ => (4, u32::from(b & 0x07)),
+        };
+        let code = wtf8[at + 1..(at + len).min(wtf8.len())]
+            .iter()
+            .fold(init, |c, &cont| c << 6 | u32::from(cont & 0x3F));
+        at += len;
+        if code >= 0x1_0000 {
+            let c = code - 0x1_0000;
+            units.push(0xD800 | u16::try_from(c >> 10).unwrap_or(0));
+            units.push(0xDC00 | u16::try_from(c & 0x3FF).unwrap_or(0));
+        } else {
+            units.push(u16::try_from(code).unwrap_or(0xFFFD));
+        }
+    }
+    units
+}
+
+/// Whether `a` and `b` are the same file (device and inode).
+#[cfg(feature = "dsh")]
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 /// DSH's session directory name of `id` (DIR-3): each UTF-16 unit outside
 /// `A-Z a-z 0-9 . _ -` as `~` and 4 uppercase hex digits; `.` and `..` escaped whole.
 #[cfg(feature = "dsh")]
 fn dsh_session_dir_name(id: &str) -> String {
-    use std::fmt::Write;
     match id {
         "." => return "~002E".to_owned(),
         ".." => return "~002E~002E".to_owned(),
@@ -1406,21 +1520,71 @@ fn dsh_session_dir_name(id: &str) -> String {
     }
     let mut name = String::with_capacity(id.len());
     for unit in id.encode_utf16() {
-        match u8::try_from(unit) {
-            Ok(b) if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') => {
-                name.push(char::from(b));
-            }
-            _ => {
-                let _ = write!(name, "~{unit:04X}");
-            }
-        }
+        push_dir_unit(&mut name, unit);
     }
     name
+}
+
+/// One UTF-16 unit of a DSH directory name (DIR-2, DIR-3): a unit of the safe set
+/// (`A-Z a-z 0-9 . _ -`) as itself, any other as `~` and 4 uppercase hex digits.
+#[cfg(feature = "dsh")]
+fn push_dir_unit(out: &mut String, unit: u16) {
+    use std::fmt::Write;
+    match u8::try_from(unit) {
+        Ok(b) if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') => {
+            out.push(char::from(b));
+        }
+        _ => {
+            let _ = write!(out, "~{unit:04X}");
+        }
+    }
 }
 
 #[cfg(all(test, feature = "dsh"))]
 mod tests {
     use super::{dsh_session_dir_name, dsh_session_id_of_dir_name};
+
+    /// DIR-2: the project directory names of the table of `dsh-formats.md` §7.1.
+    #[test]
+    fn dsh_project_names_follow_the_dir_2_table() {
+        let name = |cwd: Option<&str>| {
+            let cwd = cwd
+                .map(|c| format!(",\"cwd\":{}", serde_like(c)))
+                .unwrap_or_default();
+            super::dsh_project_dir_name(&format!("{{\"id\":\"x\"{cwd}}}"))
+        };
+        let a300 = format!("/{}", "a".repeat(300));
+        let a251 = format!("--{}--", "a".repeat(251));
+        for (cwd, want) in [
+            (None, "_no-cwd"),
+            (Some("/home/u/proj"), "--home-u-proj--"),
+            (Some("/"), "--root--"),
+            (Some(":::"), "--root--"),
+            (Some("C:\\Users\\me"), "--C-Users-me--"),
+            (Some("//a//b/"), "--a-b---"),
+            (Some("/a~b/\u{e7}"), "--a~007Eb-~00E7--"),
+            (Some("/a b"), "--a~0020b--"),
+            (Some("-x"), "--x--"),
+            (Some(a300.as_str()), a251.as_str()),
+        ] {
+            assert_eq!(name(cwd).as_deref(), Some(want), "{cwd:?}");
+        }
+        assert_eq!(name(Some("")), None);
+    }
+
+    /// A JSON string literal of `s`.
+    fn serde_like(s: &str) -> String {
+        let mut out = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
 
     /// DIR-3 read backwards: every id's directory name gives the id back, and a name DIR-3
     /// never writes gives none.

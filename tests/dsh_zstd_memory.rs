@@ -1,0 +1,69 @@
+//! Memory of the Zstandard JSONL reader on a torn frame that stands for gigabytes of text
+//! (ZST-16): its text goes to the scanner a piece at a time, bounded by the record limit
+//! (found in review: it was decompressed whole). Alone in its file, with one test, because
+//! it reads the process's peak resident size (`VmHWM`).
+
+#![cfg(all(feature = "dsh", target_os = "linux"))]
+
+use std::path::Path;
+
+use surfacelog::internals::adapters::jsonl::{Compression, JsonlReader};
+
+const HEADER: &[u8] =
+    b"{\"type\":\"session\",\"version\":0,\"id\":\"b1\",\"createdAt\":5,\"delegationDepth\":0}\n";
+const MIB: u64 = 1 << 20;
+
+/// The process's peak resident set, in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// A zstd block header (ZST-9).
+fn block(last: bool, kind: u32, size: u32) -> [u8; 3] {
+    let v = u32::from(last) | kind << 1 | size << 3;
+    let [low, mid, high, _] = v.to_le_bytes();
+    [low, mid, high]
+}
+
+fn header_frame() -> Vec<u8> {
+    zstd::stream::encode_all(HEADER, 3).unwrap()
+}
+
+/// Reads `bytes` as a Zstandard JSONL log; returns the growth of the peak resident set
+/// and whether the read succeeded.
+fn read(dir: &Path, bytes: &[u8]) -> (u64, bool) {
+    let path = dir.join("session.jsonl.zstd");
+    std::fs::write(&path, bytes).unwrap();
+    let before = peak_rss();
+    let reader = JsonlReader::open(&path, Compression::Zstd).unwrap();
+    let ok = reader.read_events(&mut |_| Ok(()), &mut |_| {}).is_ok();
+    (peak_rss().saturating_sub(before), ok)
+}
+
+/// A torn last frame of 64 KiB whose RLE blocks stand for 2 GiB of plaintext (one record
+/// that never ends): the reader must not hold that plaintext. Every record it could keep is
+/// at most `RECORD_BYTES_MAX` (64 MiB) long, so its memory stays well under 512 MiB.
+#[test]
+fn a_torn_frame_is_not_decompressed_whole_into_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut file = header_frame();
+    file.extend_from_slice(&[0x28, 0xB5, 0x2F, 0xFD, 0x04, 0x58]);
+    let first = b"{\"type\":\"turn/start\",\"seq\":0,\"time\":1,\"data\":{\"turn\":1}}\n{\"type\":\"x\",\"seq\":1,\"time\":1,\"data\":\"";
+    file.extend_from_slice(&block(false, 0, u32::try_from(first.len()).unwrap()));
+    file.extend_from_slice(first);
+    for _ in 0..16384 {
+        file.extend_from_slice(&block(false, 1, 128 << 10));
+        file.push(b'a');
+    }
+    // No last block, no checksum: the frame is torn (ZST-9).
+    assert!(file.len() < 72 << 10);
+    let (growth, _) = read(dir.path(), &file);
+    assert!(
+        growth < 512 * MIB,
+        "peak resident set grew by {} MiB",
+        growth / MIB
+    );
+}
