@@ -13,7 +13,7 @@
 
 use std::borrow::Cow;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::{legacy, rows};
@@ -69,11 +69,20 @@ pub struct TornTail {
     pub reason: String,
 }
 
+/// What a [`JsonlReader`] reads: a file, or any byte source that can seek like one (a
+/// Zstandard log's frames are found by skipping their blocks, then decoded from where
+/// they lie, so no frame is held in memory whole).
+pub trait Source: Read + Seek {}
+
+impl<T: Read + Seek> Source for T {}
+
 /// A JSONL log opened for reading: its header record has been read and checked.
 pub struct JsonlReader {
     path: PathBuf,
     compression: Compression,
-    file: BufReader<Box<dyn Read>>,
+    file: BufReader<Box<dyn Source>>,
+    /// The source's length when it was opened: bytes appended later are not read.
+    len: u64,
     /// The header record's JSON text (HDR-4), without its line feed.
     header: String,
     id: String,
@@ -110,19 +119,25 @@ impl JsonlReader {
         Self::from_reader(Box::new(file), path, compression)
     }
 
-    /// [`JsonlReader::open`] over any byte stream; `name` is what errors call it.
+    /// [`JsonlReader::open`] over any seekable byte source, read from its start; `name`
+    /// is what errors call it.
     ///
     /// # Errors
     /// As [`JsonlReader::open`].
     pub fn from_reader(
-        source: Box<dyn Read>,
+        mut source: Box<dyn Source>,
         name: &Path,
         compression: Compression,
     ) -> Result<Self> {
+        let len = source
+            .seek(SeekFrom::End(0))
+            .and_then(|len| source.rewind().map(|()| len))
+            .map_err(|e| Error::io("seek", name, &e))?;
         let mut reader = Self {
             path: name.to_owned(),
             compression,
             file: BufReader::with_capacity(1 << 20, source),
+            len,
             header: String::new(),
             id: String::new(),
             rest: Vec::new(),
@@ -190,15 +205,15 @@ impl JsonlReader {
 
     /// HDR-3 and ZST-14: the plaintext of the first complete frame, one line exactly.
     fn zstd_header(&mut self) -> Result<Vec<u8>> {
-        let frame = match next_frame(&mut self.file, 0, &self.path)? {
-            Frame::Complete(bytes) => bytes,
+        let len = match next_frame(&mut self.file, 0, self.len, &self.path)? {
+            Frame::Complete(len) => len,
             Frame::Torn(_) | Frame::End => {
                 let reason = "empty or header-less log: no complete first frame (ZST-12)";
                 return Err(corrupt(&self.path, "byte 0", reason));
             }
         };
         let mut plain = Vec::new();
-        decode_frame(&frame, 0, &self.path, &mut |piece| {
+        decode_frame(&mut self.file, 0, len, &self.path, &mut |piece| {
             plain.extend_from_slice(piece);
             if plain.len() > RECORD_BYTES_MAX {
                 let reason = "the header record is longer than the record limit";
@@ -213,7 +228,7 @@ impl JsonlReader {
             let reason = "the first frame does not hold exactly one line (ZST-14)";
             return Err(corrupt(&self.path, "byte 0", reason));
         }
-        self.offset = frame.len() as u64;
+        self.offset = len;
         Ok(plain)
     }
 
@@ -252,23 +267,26 @@ impl JsonlReader {
     ) -> Result<Scan> {
         loop {
             let start = self.offset;
-            match next_frame(&mut self.file, start, &self.path)? {
+            match next_frame(&mut self.file, start, self.len, &self.path)? {
                 Frame::End => break,
-                Frame::Complete(bytes) => {
-                    self.offset += bytes.len() as u64;
-                    decode_frame(&bytes, start, &self.path, &mut |piece| {
+                Frame::Complete(len) => {
+                    decode_frame(&mut self.file, start, len, &self.path, &mut |piece| {
                         scanner.feed(piece, each)
                     })?;
+                    self.offset += len;
                     progress(self.offset);
                 }
-                Frame::Torn(bytes) => {
+                Frame::Torn(len) => {
                     // ZST-15 first: what the complete frames held must have scanned clean.
                     scanner.require_clean()?;
                     // ZST-16: a decoder error yields no output at all, so the frame is
                     // decoded once to find out, then again into the scanner, a piece at a
                     // time: memory stays bounded by the record limit, not the plaintext.
-                    if decode_torn(&bytes, &mut |_| Ok(()))? {
-                        decode_torn(&bytes, &mut |piece| scanner.feed(piece, each))?;
+                    let file = &mut self.file;
+                    if decode_torn(file, len, &self.path, &mut |_| Ok(()))? {
+                        decode_torn(file, len, &self.path, &mut |piece| {
+                            scanner.feed(piece, each)
+                        })?;
                     }
                     let mut scan = scanner.finish_torn();
                     scan.torn = Some(TornTail {
@@ -656,49 +674,66 @@ fn classify<'t>(root: Value<'_, 't>, members: &mut rows::Members) -> Record<'t> 
     }
 }
 
-/// One frame found by the structural scan of §6.2.
+/// One frame found by the structural scan of §6.2: its length in bytes from where it
+/// starts.
 enum Frame {
-    /// A complete frame's bytes.
-    Complete(Vec<u8>),
-    /// The bytes of a frame the file ends inside (ZST-11).
-    Torn(Vec<u8>),
+    /// A complete frame.
+    Complete(u64),
+    /// A frame the file ends inside (ZST-11): the bytes from its start to the end.
+    Torn(u64),
     /// No bytes left.
     End,
 }
 
-/// ZST-5 to ZST-11: reads one frame structurally, without decompressing.
-fn next_frame(file: &mut impl Read, start: u64, path: &Path) -> Result<Frame> {
-    let mut frame = Vec::new();
-    // Reads exactly `n` more bytes into the frame; false when the file ends first.
-    let mut take = |frame: &mut Vec<u8>, n: usize| -> Result<bool> {
-        let have = frame.len();
-        let got = file
-            .by_ref()
-            .take(n as u64)
-            .read_to_end(frame)
-            .map_err(|e| Error::io("read", path, &e))?;
-        Ok(frame.len() - have == n && got == n)
+/// ZST-5 to ZST-11: reads the frame at `start` (where `file` is) structurally, without
+/// decompressing it or holding it: its headers are read, its blocks' payloads skipped.
+/// `file_len` is the file's length; the file is left just past the frame.
+fn next_frame(
+    file: &mut BufReader<Box<dyn Source>>,
+    start: u64,
+    file_len: u64,
+    path: &Path,
+) -> Result<Frame> {
+    let left = file_len.saturating_sub(start);
+    if left == 0 {
+        return Ok(Frame::End); // ZST-5
+    }
+    let torn = |file: &mut BufReader<Box<dyn Source>>| -> Result<Frame> {
+        file.seek(SeekFrom::Start(file_len))
+            .map_err(|e| Error::io("seek", path, &e))?;
+        Ok(Frame::Torn(left))
     };
-    let torn_or_end = |frame: Vec<u8>| {
-        if frame.is_empty() {
-            Frame::End
-        } else {
-            Frame::Torn(frame)
+    // The frame's bytes so far, and the last few read (a header's).
+    let mut at: u64 = 0;
+    let mut head = [0u8; 18];
+    // Reads the next `n` bytes of the frame into `head[..n]`; false when the file ends
+    // first.
+    let take = |file: &mut BufReader<Box<dyn Source>>, head: &mut [u8; 18], at: &mut u64, n| {
+        if *at + n as u64 > left {
+            return Ok(false);
         }
+        file.read_exact(&mut head[..n])
+            .map_err(|e| Error::io("read", path, &e))?;
+        *at += n as u64;
+        Ok::<_, Error>(true)
     };
-    let at = |offset: usize| format!("byte {}", start + offset as u64);
-    if !take(&mut frame, 4)? {
-        return Ok(torn_or_end(frame)); // ZST-5
+    let place = |offset: u64| format!("byte {}", start + offset);
+    if !take(file, &mut head, &mut at, 4)? {
+        return torn(file);
     }
-    if frame[..4] != [0x28, 0xB5, 0x2F, 0xFD] {
-        return Err(corrupt(path, &at(0), "invalid frame magic (ZST-6)"));
+    if head[..4] != [0x28, 0xB5, 0x2F, 0xFD] {
+        return Err(corrupt(path, &place(0), "invalid frame magic (ZST-6)"));
     }
-    if !take(&mut frame, 1)? {
-        return Ok(Frame::Torn(frame));
+    if !take(file, &mut head, &mut at, 1)? {
+        return torn(file);
     }
-    let descriptor = frame[4];
+    let descriptor = head[0];
     if descriptor & 0x18 != 0 {
-        return Err(corrupt(path, &at(4), "reserved frame-header bit (ZST-7)"));
+        return Err(corrupt(
+            path,
+            &place(4),
+            "reserved frame-header bit (ZST-7)",
+        ));
     }
     let single_segment = descriptor & 0x20 != 0;
     let dictionary = [0, 1, 2, 4][usize::from(descriptor & 0x03)];
@@ -709,88 +744,156 @@ fn next_frame(file: &mut impl Read, start: u64, path: &Path) -> Result<Frame> {
         _ => 8,
     };
     let header_rest = usize::from(!single_segment) + dictionary + content_size; // ZST-8
-    if !take(&mut frame, header_rest)? {
-        return Ok(Frame::Torn(frame));
+    if !take(file, &mut head, &mut at, header_rest)? {
+        return torn(file);
     }
     loop {
-        let block_at = frame.len();
-        if !take(&mut frame, 3)? {
-            return Ok(Frame::Torn(frame)); // ZST-9
+        let block_at = at;
+        if !take(file, &mut head, &mut at, 3)? {
+            return torn(file); // ZST-9
         }
-        let header = u32::from(frame[block_at])
-            | u32::from(frame[block_at + 1]) << 8
-            | u32::from(frame[block_at + 2]) << 16;
+        let header = u32::from(head[0]) | u32::from(head[1]) << 8 | u32::from(head[2]) << 16;
         let last = header & 1 != 0;
         let block_type = (header >> 1) & 3;
-        let size = (header >> 3) as usize;
+        let size = u64::from(header >> 3);
         let payload = match block_type {
             1 => 1,
-            3 => return Err(corrupt(path, &at(block_at), "reserved block type (ZST-9)")),
+            3 => {
+                return Err(corrupt(
+                    path,
+                    &place(block_at),
+                    "reserved block type (ZST-9)",
+                ));
+            }
             _ => size,
         };
-        if !take(&mut frame, payload)? {
-            return Ok(Frame::Torn(frame));
+        if at + payload > left {
+            return torn(file);
         }
+        // Skipped, not read: the decoder reads it from here (`decode_frame`).
+        #[expect(clippy::cast_possible_wrap, reason = "a block is under 2^21 bytes")]
+        file.seek_relative(payload as i64)
+            .map_err(|e| Error::io("seek", path, &e))?;
+        at += payload;
         if last {
             break;
         }
     }
-    if descriptor & 0x04 != 0 && !take(&mut frame, 4)? {
-        return Ok(Frame::Torn(frame)); // ZST-10
+    if descriptor & 0x04 != 0 && !take(file, &mut head, &mut at, 4)? {
+        return torn(file); // ZST-10
     }
-    Ok(Frame::Complete(frame))
+    Ok(Frame::Complete(at))
 }
 
-/// ZST-13: decompresses one complete frame, checking its content checksum.
+/// A decoder's input: the `len` bytes of a frame of `file`, remembering an I/O error of
+/// the file, which is the file's failure, not the frame's.
+struct FrameBytes<'a> {
+    bytes: std::io::Take<&'a mut BufReader<Box<dyn Source>>>,
+    failed: Option<std::io::Error>,
+}
+
+impl<'a> FrameBytes<'a> {
+    /// The frame of `len` bytes that `file` has just been moved past ([`next_frame`]).
+    fn behind(file: &'a mut BufReader<Box<dyn Source>>, len: u64, path: &Path) -> Result<Self> {
+        let back = i64::try_from(len).map_err(|_| {
+            let error = std::io::Error::from(std::io::ErrorKind::InvalidInput);
+            Error::io("seek", path, &error)
+        })?;
+        // Within the buffer when the frame is small: no system call.
+        file.seek_relative(-back)
+            .map_err(|e| Error::io("seek", path, &e))?;
+        Ok(Self {
+            bytes: file.take(len),
+            failed: None,
+        })
+    }
+
+    /// Reads what the decoder left of the frame, so that `file` is past it again.
+    fn finish(mut self, path: &Path) -> Result<()> {
+        if let Some(error) = self.failed {
+            return Err(Error::io("read", path, &error));
+        }
+        std::io::copy(&mut self.bytes, &mut std::io::sink())
+            .map_err(|e| Error::io("read", path, &e))?;
+        Ok(())
+    }
+}
+
+impl Read for FrameBytes<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.bytes.read(buf).inspect_err(|e| {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                self.failed = Some(std::io::Error::new(e.kind(), e.to_string()));
+            }
+        })
+    }
+}
+
+/// Decodes the frame of `len` bytes that `file` has just been moved past into `sink`, a
+/// piece at a time, and leaves `file` past it again. `Ok(Err(e))` is the decoder's error
+/// `e` (the frame's bytes); the file's own read errors are `Err` (`IO`).
+fn decode_pieces(
+    file: &mut BufReader<Box<dyn Source>>,
+    len: u64,
+    path: &Path,
+    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<std::result::Result<(), std::io::Error>> {
+    let mut input = FrameBytes::behind(file, len, path)?;
+    let mut piece = vec![0; 64 << 10];
+    let outcome = match zstd::stream::read::Decoder::new(&mut input) {
+        Ok(decoder) => {
+            let mut decoder = decoder.single_frame();
+            loop {
+                match decoder.read(&mut piece) {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => sink(&piece[..n])?,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+            }
+        }
+        Err(e) => Err(e),
+    };
+    input.finish(path)?;
+    Ok(outcome)
+}
+
+/// ZST-13: decompresses the complete frame of `len` bytes at `start` that `file` has just
+/// been moved past into `sink`, a piece at a time, checking its content checksum; memory
+/// does not grow with the frame.
 fn decode_frame(
-    frame: &[u8],
+    file: &mut BufReader<Box<dyn Source>>,
     start: u64,
+    len: u64,
     path: &Path,
     sink: &mut dyn FnMut(&[u8]) -> Result<()>,
 ) -> Result<()> {
-    let invalid = |e: std::io::Error| {
+    decode_pieces(file, len, path, sink)?.map_err(|e| {
         corrupt(
             path,
             &format!("byte {start}"),
             &format!("frame failed validation (ZST-13): {e}"),
         )
-    };
-    let mut decoder = zstd::stream::read::Decoder::with_buffer(frame)
-        .map_err(invalid)?
-        .single_frame();
-    // The plaintext goes on in pieces, so memory does not grow with the frame.
-    let mut piece = vec![0; 64 << 10];
-    loop {
-        match decoder.read(&mut piece) {
-            Ok(0) => return Ok(()),
-            Ok(n) => sink(&piece[..n])?,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(invalid(e)),
-        }
-    }
+    })
 }
 
-/// ZST-16: streams what the bytes of a torn frame decode to before they run out into
-/// `sink`, a piece at a time. Returns `false` when the decoder fails on the bytes (a
-/// decoder error yields no output, ZST-16; what `sink` was given before the error is then
-/// to be dropped by the caller, which is why it decodes a first time into a sink that
-/// keeps nothing). The end of the bytes inside the frame is not an error.
-fn decode_torn(frame: &[u8], sink: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<bool> {
-    let Ok(decoder) = zstd::stream::read::Decoder::with_buffer(frame) else {
-        return Ok(false);
-    };
-    let mut decoder = decoder.single_frame();
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        match decoder.read(&mut buf) {
-            Ok(0) => return Ok(true),
-            Ok(n) => sink(&buf[..n])?,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            // The input ran out inside the frame: what it held has been handed out.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(true),
-            Err(_) => return Ok(false),
-        }
-    }
+/// ZST-16: streams what the `len` bytes of the torn frame that `file` has just been moved
+/// past decode to before they run out into `sink`, a piece at a time. Returns `false` when the decoder
+/// fails on the bytes (a decoder error yields no output, ZST-16; what `sink` was given
+/// before the error is then to be dropped by the caller, which is why it decodes a first
+/// time into a sink that keeps nothing). The end of the bytes inside the frame is not an
+/// error.
+fn decode_torn(
+    file: &mut BufReader<Box<dyn Source>>,
+    len: u64,
+    path: &Path,
+    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<bool> {
+    Ok(match decode_pieces(file, len, path, sink)? {
+        Ok(()) => true,
+        // The input ran out inside the frame: what it held has been handed out.
+        Err(e) => e.kind() == std::io::ErrorKind::UnexpectedEof,
+    })
 }
 
 fn corrupt(path: &Path, at: &str, reason: &str) -> Error {
