@@ -935,6 +935,26 @@ test('§3.3: signals are checked before and after native work; lossless JSON rou
 
 // --- migration (issue 17: importFrom) ---
 
+/** DSH's project directory for a header's `cwd` (dsh-formats.md DIR-2), where its JSONL
+ * backend keeps the session (DIR-9 refuses a log anywhere else). */
+const projectDir = (cwd) => {
+  if (cwd === undefined) return '_no-cwd';
+  let slug = '';
+  let separator = false;
+  for (let i = 0; i < cwd.length; i += 1) {
+    const unit = cwd.charCodeAt(i);
+    if (unit === 0x2f || unit === 0x5c || unit === 0x3a) {
+      if (!separator) slug += '-';
+      separator = true;
+      continue;
+    }
+    separator = false;
+    slug += /^[A-Za-z0-9._-]$/.test(cwd[i]) ? cwd[i] : `~${unit.toString(16).toUpperCase().padStart(4, '0')}`;
+  }
+  slug = slug.replace(/^-+/, '') || 'root';
+  return `--${slug.slice(0, 251)}--`;
+};
+
 test('importFrom: a host switching from DSH JSONL finds its sessions, imported once before first use', async (t) => {
   const corpus = join(import.meta.dirname, '..', '..', '..', 'tests', 'data', 'dsh-sessions');
   const legacy = await scratch(t);
@@ -942,8 +962,8 @@ test('importFrom: a host switching from DSH JSONL finds its sessions, imported o
   const expected = {};
   for (const name of names) {
     const text = await readFile(join(corpus, `${name}.jsonl`), 'utf8');
-    const id = JSON.parse(text.slice(0, text.indexOf('\n'))).id;
-    const dir = join(legacy, '--workspace--', id);
+    const { id, cwd } = JSON.parse(text.slice(0, text.indexOf('\n')));
+    const dir = join(legacy, projectDir(cwd), id);
     await mkdir(dir, { recursive: true });
     await writeFile(join(dir, 'session.jsonl'), text);
     expected[id] = JSON.parse(await readFile(join(corpus, 'expected', `${name}.json`), 'utf8'));
@@ -989,12 +1009,14 @@ test('importFrom, §1.17: a log DSH refuses is never "not found", and its id is 
     await writeFile(join(dir, 'session.jsonl'), lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
   };
   const head = (id, version = 0) => ({ type: 'session', version, id, createdAt: 1000, cwd: WORK, delegationDepth: 0 });
-  await log('--w--', 'fine', [head('fine'), ...turn()]);
-  await log('--w--', 'newer', [head('newer', 1), { type: 'future/thing', seq: 0, time: 1 }]);
-  await log('--w--', 'dup', [head('dup'), ...turn()]);
+  const work = projectDir(WORK);
+  await log(work, 'fine', [head('fine'), ...turn()]);
+  await log(work, 'newer', [head('newer', 1), { type: 'future/thing', seq: 0, time: 1 }]);
+  await log(work, 'dup', [head('dup'), ...turn()]);
   await log('--v--', 'dup', [head('dup'), ...turn()]);
-  await log('--w--', 'damaged', [head('damaged'), ...turn()]);
-  const damaged = join(legacy, '--w--', 'damaged', 'session.jsonl');
+  await log(work, 'damaged', [head('damaged'), ...turn()]);
+  await log('--elsewhere--', 'misplaced', [head('misplaced'), ...turn()]);
+  const damaged = join(legacy, work, 'damaged', 'session.jsonl');
   const lines = (await readFile(damaged, 'utf8')).split('\n');
   lines[3] = '{"type":"step/start","seq":2,';
   await writeFile(damaged, lines.join('\n'));
@@ -1004,7 +1026,7 @@ test('importFrom, §1.17: a log DSH refuses is never "not found", and its id is 
   assert.equal((await persistence.load(SessionId('fine'))).events.length, 6);
   assert.deepEqual(
     persistence.imported.refused.map((r) => [r.id, r.code]).sort(),
-    [['damaged', 'CORRUPT'], ['dup', 'CORRUPT'], ['dup', 'CORRUPT'], ['newer', 'FORMAT_VERSION']],
+    [['damaged', 'CORRUPT'], ['dup', 'CORRUPT'], ['dup', 'CORRUPT'], ['misplaced', 'CORRUPT'], ['newer', 'FORMAT_VERSION']],
   );
   // Another version: DSH's own refusal, naming the upgrade, never "corrupt" or "not found".
   await assert.rejects(persistence.load(SessionId('newer')), (error) => {
@@ -1012,8 +1034,9 @@ test('importFrom, §1.17: a log DSH refuses is never "not found", and its id is 
     assert.match(error.message, /uses log format v1, but this harness reads only v0/);
     return true;
   });
-  // Damage and a duplicate id: refused with the error naming the DSH file.
-  for (const [id, rule] of [['damaged', 'session.jsonl'], ['dup', 'DIR-8']]) {
+  // Damage, a duplicate id and a log outside its project: refused with the error naming
+  // the DSH file.
+  for (const [id, rule] of [['damaged', 'session.jsonl'], ['dup', 'DIR-8'], ['misplaced', 'DIR-9']]) {
     await assert.rejects(persistence.load(SessionId(id)), (error) => {
       assert.equal(error.code, 'CORRUPT');
       assert.ok(error.message.includes(rule) && error.message.includes(legacy), error.message);
@@ -1022,7 +1045,7 @@ test('importFrom, §1.17: a log DSH refuses is never "not found", and its id is 
   }
   // Their ids are not free for a new session.
   await assert.rejects(persistence.create(header('newer')), /already has a persisted log on disk/);
-  for (const id of ['damaged', 'dup']) {
+  for (const id of ['damaged', 'dup', 'misplaced']) {
     await assert.rejects(persistence.create(header(id)), (error) => error.code === 'CORRUPT');
   }
   assert.deepEqual((await persistence.list()).map((h) => h.id), ['fine']);
