@@ -1,6 +1,7 @@
-//! DSH import rules the reviews found broken (`dsh-formats.md`): a decoder error in a torn
-//! last Zstandard frame yields no record of it (ZST-16), and a log under a project
-//! directory its header's `cwd` does not name is refused (DIR-9).
+//! DSH import rules the reviews found broken, or checked (`dsh-formats.md`): a decoder
+//! error in a torn last Zstandard frame yields no record of it, a frame cut where the input
+//! ends keeps what its complete blocks hold (ZST-16), and a log under a project directory
+//! its header's `cwd` does not name is refused (DIR-9).
 
 #![cfg(feature = "dsh")]
 
@@ -134,4 +135,89 @@ fn import_dsh_refuses_a_log_under_a_project_its_cwd_does_not_name() {
             ("nocwdmoved".to_owned(), "CORRUPT")
         ]
     );
+}
+
+/// The end offsets of the blocks of `frame` (checksum on, single frame).
+fn block_ends(frame: &[u8]) -> Vec<usize> {
+    let fhd = frame[4];
+    let single = fhd & 0x20 != 0;
+    let dict = [0, 1, 2, 4][usize::from(fhd & 3)];
+    let fcs = match fhd >> 6 {
+        0 => usize::from(single),
+        1 => 2,
+        2 => 4,
+        _ => 8,
+    };
+    let mut at = 5 + usize::from(!single) + dict + fcs;
+    let mut ends = Vec::new();
+    loop {
+        let h =
+            u32::from(frame[at]) | u32::from(frame[at + 1]) << 8 | u32::from(frame[at + 2]) << 16;
+        let size = (h >> 3) as usize;
+        let payload = if (h >> 1) & 3 == 1 { 1 } else { size };
+        at += 3 + payload;
+        ends.push(at);
+        if h & 1 != 0 {
+            break;
+        }
+    }
+    ends
+}
+
+/// The records read from `bytes` as a Zstandard log, and whether a torn tail was dropped.
+fn count(dir: &std::path::Path, bytes: &[u8]) -> (u64, bool) {
+    let path = dir.join("session.jsonl.zstd");
+    std::fs::write(&path, bytes).unwrap();
+    let reader = JsonlReader::open(&path, Compression::Zstd).unwrap();
+    let mut n = 0;
+    let scan = reader.read_events(
+        &mut |_| {
+            n += 1;
+            Ok(())
+        },
+        &mut |_| {},
+    );
+    (n, scan.is_ok_and(|s| s.torn.is_some()))
+}
+
+/// ZST-16: a torn last frame cut where the input ends (not a decoder error) keeps the
+/// complete records its decodable blocks hold, and nothing of a block cut short.
+#[test]
+fn a_torn_frame_cut_at_the_end_of_input_keeps_the_records_of_its_decodable_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut records =
+        b"{\"type\":\"turn/start\",\"seq\":0,\"time\":1,\"data\":{\"turn\":1}}\n".to_vec();
+    let mut seq = 1u64;
+    while records.len() < 600 << 10 {
+        records.extend_from_slice(
+            format!(
+                "{{\"type\":\"session/title\",\"seq\":{seq},\"time\":1,\"data\":{{\"title\":\"{seq:x}{}\"}}}}\n",
+                "t".repeat(usize::try_from(seq * 7919 % 300).unwrap())
+            )
+            .as_bytes(),
+        );
+        seq += 1;
+    }
+    let total = seq;
+    let header = frame(HEADER);
+    let body = frame(&records);
+    let ends = block_ends(&body);
+    assert!(ends.len() >= 3, "{ends:?}");
+    let with = |cut: usize| {
+        let mut file = header.clone();
+        file.extend_from_slice(&body[..cut]);
+        count(dir.path(), &file)
+    };
+    // Complete: every record.
+    assert_eq!(with(body.len()), (total, false));
+    // Cut inside the checksum: every record (checklist 46).
+    assert_eq!(with(body.len() - 2), (total, true));
+    // Cut right after the first and second blocks: their complete records (checklist 45).
+    for &end in &ends[..2] {
+        let (n, torn) = with(end);
+        assert!(torn);
+        assert!(n > 0 && n < total, "cut at {end}: {n} of {total}");
+    }
+    // Cut inside the first block: nothing.
+    assert_eq!(with(ends[0] - 5), (0, true));
 }

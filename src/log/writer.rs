@@ -873,17 +873,19 @@ fn take_lock_attempt(storage: &dyn Storage, dir: &Path, attempt: u32) -> Result<
     // LOG-1: the lock holds only if the file locked is still the one at `path`. Between
     // the open and the lock, the log's directory may have been renamed away (a delete,
     // STORE-9) and another made in its place (a create of the same id): a lock on the
-    // old file would let this writer open the new log beside its own writer.
-    let same = match storage.open_file(&path, false) {
-        Ok(now) => match (lock.0.metadata(), now.metadata()) {
-            (Ok(locked), Ok(now)) => {
+    // old file would let this writer open the new log beside its own writer. Looked up
+    // by path, not through `storage`: the check is no I/O of the log (a simulated disk's
+    // I/O points and seeded faults stay those of the opens it models).
+    let same = match std::fs::symlink_metadata(&path) {
+        Ok(now) => match lock.0.metadata() {
+            Ok(locked) => {
                 use std::os::unix::fs::MetadataExt;
                 (locked.dev(), locked.ino()) == (now.dev(), now.ino())
             }
             _ => false,
         },
         // Gone: the log's directory was renamed away (its session deleted).
-        Err(e) => return Err(Error::io("open", &path, &e)),
+        Err(e) => return Err(Error::io("stat", &path, &e)),
     };
     if same {
         return Ok(lock);

@@ -91,6 +91,8 @@ impl Store {
         }
         let now = u64::try_from(self.options.session.clock.now_ms()).unwrap_or(0);
         let child_header = Header::for_fork(child, now, header.cwd(), source, len);
+        // STORE-4: the child's header (the source's `cwd`, the child's id) must read back.
+        super::check_header_size(&child_header).map_err(|e| e.in_session(child))?;
         // The end-seed marker (contract §5), unless the prefix already ends with one, as
         // `Session::end_seed` decides: written into the child's own last segment before
         // the child is published, so the child is never seen without it (STORE-13).

@@ -63,6 +63,8 @@ impl Store {
         }
         let header =
             Header::parse(header, id, NegativeZero::Accept).map_err(|e| e.in_session(id))?;
+        // STORE-4: a header no read takes back is refused before anything is written.
+        super::check_header_size(&header).map_err(|e| e.in_session(id))?;
         let build = self.tmp_dir(id)?;
         let mut import = Import {
             store: self,

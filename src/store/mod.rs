@@ -786,13 +786,7 @@ impl Store {
         // STORE-4: every later read refuses a `header.json` (the text and a newline) over
         // HEADER_BYTES_MAX as damage; such a header is refused here, before anything is
         // written.
-        if memory.header().text().len() as u64 + 1 > HEADER_BYTES_MAX {
-            let reason = format!(
-                "the header is larger than {} bytes (STORE-4)",
-                HEADER_BYTES_MAX - 1
-            );
-            return Err(Error::from(ErrorKind::HeaderInvalid { reason }).in_session(id));
-        }
+        check_header_size(memory.header()).map_err(|e| e.in_session(id))?;
         let lock = self
             .publish(id, |tmp| self.write_session(tmp, &memory))
             .map_err(|e| e.in_session(id))?;
@@ -1720,6 +1714,20 @@ fn trash_name_parts(name: &str) -> Option<(&str, u128)> {
         return None;
     }
     Some((escaped, at.parse().ok()?))
+}
+
+/// STORE-4: every read refuses a `header.json` (the text and a newline) over
+/// [`HEADER_BYTES_MAX`] as damage, so a session is never written with one
+/// (`HEADER_INVALID`).
+pub(crate) fn check_header_size(header: &Header) -> Result<()> {
+    if header.text().len() as u64 + 1 > HEADER_BYTES_MAX {
+        let reason = format!(
+            "the header is larger than {} bytes (STORE-4)",
+            HEADER_BYTES_MAX - 1
+        );
+        return Err(ErrorKind::HeaderInvalid { reason }.into());
+    }
+    Ok(())
 }
 
 /// The device and inode of directory `dir`, none when it cannot be looked up.

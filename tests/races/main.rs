@@ -5,3 +5,4 @@
 mod create;
 mod delete;
 mod delete_and_create;
+mod lock_io;
