@@ -60,7 +60,9 @@ impl Limit {
     ///
     /// # Errors
     /// Why the limit is refused: [`LimitError::Version`] for a file of a version or with
-    /// incompatible features this build does not read, [`LimitError::Invalid`] otherwise.
+    /// incompatible features this build does not read, [`LimitError::Record`] for a limit
+    /// that checks out over a segment whose record at its last offset does not,
+    /// [`LimitError::Invalid`] otherwise.
     pub fn decode(
         bytes: &[u8],
         header: &SegmentHeader,
@@ -115,16 +117,18 @@ impl Limit {
             {
                 Ok(limit)
             }
-            _ => Err(LimitError::Invalid(
-                "a segment limit whose last record does not check out (LIM-3)",
-            )),
+            // The limit checks out; the segment's record under it does not: damage in
+            // the segment, at that record (RCV-13).
+            _ => Err(LimitError::Record(limit.last_offset)),
         }
     }
 
     /// Reads and checks the limit file at `path` (LIM-3).
     ///
     /// # Errors
-    /// `CORRUPT` for a limit that does not check out, `FORMAT_VERSION` for one of a
+    /// `CORRUPT` for a limit that does not check out (at the limit file), or for the
+    /// segment's record under it that does not (at the segment and the record's offset,
+    /// RCV-13), `FORMAT_VERSION` for one of a
     /// version or with incompatible features this build does not read (VER-2, LIM-7),
     /// `IO`.
     pub fn load(
@@ -139,6 +143,9 @@ impl Limit {
             .unwrap_or_else(|| vec![0xFF]);
         Self::decode(&bytes, header, segment).map_err(|error| match error {
             LimitError::Invalid(reason) => super::reader::corrupt(path, 0, reason),
+            LimitError::Record(offset) => {
+                super::reader::corrupt(&path.with_extension("seg"), offset as usize, LAST_RECORD)
+            }
             LimitError::Version(found) => unsupported_error(found, LIMIT_VERSION).at_place(path, 8),
         })
     }
@@ -147,12 +154,20 @@ impl Limit {
 /// Why a limit file is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LimitError {
-    /// It does not check out (LIM-3): `CORRUPT`.
+    /// It does not check out (LIM-3): `CORRUPT` at the limit file.
     Invalid(&'static str),
+    /// It checks out, but the segment's record at its last offset (given) does not carry
+    /// its last seq or end at its end (LIM-3): `CORRUPT` at the segment and that offset
+    /// (RCV-13).
+    Record(u32),
     /// A version, or incompatible features, this build does not read (VER-2, LIM-7):
     /// `FORMAT_VERSION`.
     Version(Unsupported),
 }
+
+/// Why [`LimitError::Record`] is damage.
+pub const LAST_RECORD: &str =
+    "the record a segment limit ends at does not check out (LIM-3, RCV-13)";
 
 /// The file name of the limit of the segment starting at `first_seq` (LOG-1, LIM-1).
 pub fn limit_name(first_seq: u64) -> String {

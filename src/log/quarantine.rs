@@ -530,6 +530,11 @@ fn open_checked(
             super::limit::LimitError::Invalid(reason) => {
                 Unjudged::Damage(format!("{} offset=0: {reason}", limit_path.display()))
             }
+            super::limit::LimitError::Record(offset) => Unjudged::Damage(format!(
+                "{} offset={offset}: {}",
+                path.display(),
+                super::limit::LAST_RECORD
+            )),
             // LIM-7, VER-1: a limit this build does not read is not damage.
             super::limit::LimitError::Version(found) => Unjudged::Refused(
                 super::segment::unsupported_error(found, super::limit::LIMIT_VERSION)

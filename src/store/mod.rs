@@ -519,7 +519,19 @@ impl Store {
     /// identity file or a store directory without its `sessions/`, `trash/` or `tmp/`,
     /// `UNSAFE_PATH` for a symbolic link among the store's own paths (STORE-1), `IO`.
     pub fn open(dir: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
-        Self::open_dir(dir.as_ref(), options, false)
+        Self::open_dir(dir.as_ref(), options, false, true)
+    }
+
+    /// [`Store::open`] for a read-only tool (`ls`, `show`, `tail`, `export`, `stats`,
+    /// `verify`): the same checks, but the leftovers of interrupted builds in `tmp/` are
+    /// left where they are (STORE-17 cleaning is a write; STORE-16: verify changes no
+    /// file). The next writer's open cleans them.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    #[doc(hidden)]
+    pub fn open_read_only(dir: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
+        Self::open_dir(dir.as_ref(), options, false, false)
     }
 
     /// Opens the store in `dir`, creating it (mode 0700, with its `STORE` identity file)
@@ -542,13 +554,13 @@ impl Store {
     /// identity file, `UNSAFE_PATH` for a symbolic link (or, for `STORE`, a file that is
     /// not regular) among the store's own paths (STORE-1), `IO`.
     pub fn open_or_create(dir: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
-        Self::open_dir(dir.as_ref(), options, true)
+        Self::open_dir(dir.as_ref(), options, true, true)
     }
 
     /// [`Store::open`] (`create` false) or [`Store::open_or_create`], with the event of
     /// a refusal.
-    fn open_dir(dir: &Path, options: StoreOptions, create: bool) -> Result<Self> {
-        Self::at_dir(dir, options, create).inspect_err(|error| {
+    fn open_dir(dir: &Path, options: StoreOptions, create: bool, clean: bool) -> Result<Self> {
+        Self::at_dir(dir, options, create, clean).inspect_err(|error| {
             tracing::error!(
                 store = %dir.display(),
                 code = error.code(),
@@ -559,7 +571,7 @@ impl Store {
     }
 
     /// [`Store::open_dir`], without the event of its refusal.
-    fn at_dir(dir: &Path, mut options: StoreOptions, create: bool) -> Result<Self> {
+    fn at_dir(dir: &Path, mut options: StoreOptions, create: bool, clean: bool) -> Result<Self> {
         // STORE-23: without `create`, a directory without the identity file is no store,
         // and nothing is made.
         if !create && std::fs::symlink_metadata(dir.join("STORE")).is_err() {
@@ -662,7 +674,9 @@ impl Store {
             options,
             hook: Hook::default(),
         };
-        store.clean_tmp(create);
+        if clean {
+            store.clean_tmp(create);
+        }
         Ok(store)
     }
 

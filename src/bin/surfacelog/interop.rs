@@ -202,7 +202,7 @@ struct ExportedLine<'a> {
 /// the reference's loader repairs on load). A session whose writer is live is refused
 /// with `LOCKED` unless `committed_prefix`.
 pub fn export(ctx: &Ctx, id: &str, format: Format, options: &ExportOptions<'_>) -> Result<()> {
-    let store = ctx.open()?;
+    let store = ctx.open_read_only()?;
     if !options.committed_prefix {
         store.check_no_writer(id)?;
     }

@@ -293,6 +293,12 @@ impl Ctx {
     fn open(&self) -> surfacelog::Result<surfacelog::Store> {
         surfacelog::Store::open(&self.store, surfacelog::StoreOptions::new())
     }
+
+    /// The store for a read-only command: nothing in it is changed, not even the
+    /// leftovers of interrupted builds in `tmp/` (STORE-17), which a writer's open cleans.
+    fn open_read_only(&self) -> surfacelog::Result<surfacelog::Store> {
+        surfacelog::Store::open_read_only(&self.store, surfacelog::StoreOptions::new())
+    }
 }
 
 fn main() -> ExitCode {

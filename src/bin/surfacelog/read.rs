@@ -77,7 +77,7 @@ const ELIDE_AT: usize = 160;
     reason = "one view after the other, read top to bottom"
 )]
 pub fn show(ctx: &Ctx, args: &ShowArgs) -> Result<()> {
-    let store = ctx.open()?;
+    let store = ctx.open_read_only()?;
     let session = store.inspect(&args.id)?;
     let elide = !args.full && std::io::stdout().is_terminal();
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
@@ -285,7 +285,7 @@ fn human_event(event: &EventRef<'_>, elide: bool, color: bool) -> String {
 
 /// `surfacelog tail ID [-n N] [-f]`.
 pub fn tail(ctx: &Ctx, id: &str, lines: u64, follow: bool) -> Result<()> {
-    let store = ctx.open()?;
+    let store = ctx.open_read_only()?;
     let mut follower = store.follow(id)?;
     let elide = std::io::stdout().is_terminal();
     let mut stdout = std::io::stdout().lock();
@@ -331,7 +331,7 @@ pub fn tail(ctx: &Ctx, id: &str, lines: u64, follow: bool) -> Result<()> {
 
 /// `surfacelog wait ID SEQ`: exit 0 when committed, 4 (`TIMEOUT`) otherwise.
 pub fn wait(ctx: &Ctx, id: &str, seq: u64, timeout_ms: u64) -> Result<()> {
-    let mut follower = ctx.open()?.follow(id)?;
+    let mut follower = ctx.open_read_only()?.follow(id)?;
     if follower.wait_for(seq, Duration::from_millis(timeout_ms))? {
         return Ok(());
     }

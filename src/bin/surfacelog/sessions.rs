@@ -56,7 +56,7 @@ impl From<&Error> for Refusal {
 
 /// `surfacelog ls`.
 pub fn ls(ctx: &Ctx, sort: SortBy) -> Result<()> {
-    let store = ctx.open()?;
+    let store = ctx.open_read_only()?;
     let listing = store.list_summaries()?;
     let mut rows: Vec<Row> = listing
         .sessions
@@ -299,7 +299,7 @@ impl Stats {
 
 /// `surfacelog stats [ID]`.
 pub fn stats(ctx: &Ctx, id: Option<&str>) -> Result<()> {
-    let store = ctx.open()?;
+    let store = ctx.open_read_only()?;
     let mut stats = Stats::default();
     if let Some(id) = id {
         stats.id = Some(id.to_owned());
@@ -368,7 +368,7 @@ pub fn stats(ctx: &Ctx, id: Option<&str>) -> Result<()> {
 /// `surfacelog verify [IDS]`: whether everything checks out.
 pub fn verify(ctx: &Ctx, ids: &[String]) -> Result<bool> {
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let store = ctx.open()?;
+    let store = ctx.open_read_only()?;
     let report = store.verify((!ids.is_empty()).then_some(&ids[..]))?;
     if ctx.json {
         out::json(&VerifyJson::new(&report))?;

@@ -24,6 +24,19 @@ pub(super) fn read_checkpoint(
     found: &mut Found,
     path: &Path,
 ) -> Result<Option<checkpoint::Fields>> {
+    // STORE-1, STORE-16: a link or a file that is not regular where the checkpoint is
+    // is a problem of this session, not a refusal of the whole check.
+    if let Ok(meta) = std::fs::symlink_metadata(path)
+        && !meta.is_file()
+    {
+        let what = if meta.file_type().is_symlink() {
+            "a symbolic link inside the store"
+        } else {
+            "the checkpoint is not a regular file"
+        };
+        found.error(path, None, "STORE-1", what);
+        return Ok(None);
+    }
     let bytes = match crate::storage::read_regular(path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),

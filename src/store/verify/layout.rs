@@ -97,6 +97,17 @@ pub(super) fn check_header(
     asked: Option<&str>,
 ) -> Result<Option<String>> {
     let path = dir.join("header.json");
+    // STORE-1, STORE-16: a link (reported by `check_no_symlinks`) or a file that is not
+    // regular is a problem of this session, not a refusal of the whole check.
+    if let Ok(meta) = std::fs::symlink_metadata(&path) {
+        if meta.file_type().is_symlink() {
+            return Ok(None);
+        }
+        if !meta.is_file() {
+            found.error(&path, None, "STORE-1", "header.json is not a regular file");
+            return Ok(None);
+        }
+    }
     let bytes = match crate::storage::read_regular(&path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {

@@ -1,0 +1,185 @@
+//! Damaged stores, as a review's sweep found them mishandled (every file of a store with
+//! forks, compressed segments, a pack, trash and an import, flipped, cut, zeroed, removed
+//! or replaced by a directory or a link, under every CLI command and the library's reads):
+//! `verify` reports a `header.json` or `checkpoint` that is not a regular file as its
+//! session's problem and goes on (STORE-16); read-only commands change no byte, not even a
+//! leftover build under `tmp/` (STORE-17); damage in the record under a fork's limit is
+//! named at the segment and its offset (RCV-13), not at the intact limit file.
+
+use std::path::Path;
+use std::process::Command;
+
+use surfacelog::{NoSurface, Store, StoreOptions, SurfaceIntent, kinds};
+
+/// A store at `dir` with two closed sessions, `s` and `t`, each with a checkpoint.
+fn store_with_two_sessions(dir: &Path) {
+    let store = Store::open_or_create(dir, StoreOptions::new()).unwrap();
+    for id in ["s", "t"] {
+        let mut session = store.create(id, None, None).unwrap();
+        session
+            .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+            .unwrap();
+        session
+            .append::<kinds::UserMessage>(
+                r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#,
+                SurfaceIntent::append(),
+            )
+            .unwrap();
+        session
+            .append::<kinds::TurnEnd>(r#"{"turn":1,"reason":{"kind":"completed"}}"#, NoSurface)
+            .unwrap();
+        session.close().unwrap();
+    }
+}
+
+fn scratch(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new().prefix(name).tempdir().unwrap();
+    store_with_two_sessions(dir.path());
+    dir
+}
+
+/// STORE-16: verify reports each problem, naming its file, and goes on with the rest;
+/// it is not refused as a whole because one session's file is not a regular file.
+fn assert_verify_reports(dir: &Path, damaged: &str) {
+    let store = Store::open(dir, StoreOptions::new()).unwrap();
+    let report = match store.verify(None) {
+        Ok(report) => report,
+        Err(e) => panic!(
+            "verify failed as a whole instead of reporting {damaged}: {} {e}",
+            e.code()
+        ),
+    };
+    assert!(!report.ok(), "{damaged} not reported");
+    let s = report
+        .sessions
+        .iter()
+        .find(|r| r.id == "s")
+        .expect("s reported");
+    assert!(
+        s.problems.iter().any(|p| p.file.ends_with(damaged)),
+        "no problem names {damaged}: {:?}",
+        s.problems
+    );
+    assert!(report.sessions.iter().any(|r| r.id == "t" && r.ok()));
+}
+
+#[test]
+fn verify_reports_a_symlinked_header_instead_of_failing() {
+    let dir = scratch("rev-hdr-link");
+    let header = dir.path().join("sessions/s/header.json");
+    let aside = dir.path().join("aside.json");
+    std::fs::rename(&header, &aside).unwrap();
+    std::os::unix::fs::symlink(&aside, &header).unwrap();
+    assert_verify_reports(dir.path(), "header.json");
+}
+
+#[test]
+fn verify_reports_a_header_replaced_by_a_directory_instead_of_failing() {
+    let dir = scratch("rev-hdr-dir");
+    let header = dir.path().join("sessions/s/header.json");
+    std::fs::remove_file(&header).unwrap();
+    std::fs::create_dir(&header).unwrap();
+    assert_verify_reports(dir.path(), "header.json");
+}
+
+#[test]
+fn verify_reports_a_symlinked_checkpoint_instead_of_failing() {
+    let dir = scratch("rev-ckp-link");
+    let checkpoint = dir.path().join("sessions/s/checkpoint");
+    let aside = dir.path().join("aside.ckp");
+    std::fs::rename(&checkpoint, &aside).unwrap();
+    std::os::unix::fs::symlink(&aside, &checkpoint).unwrap();
+    assert_verify_reports(dir.path(), "checkpoint");
+}
+
+#[test]
+fn verify_reports_a_checkpoint_replaced_by_a_directory_instead_of_failing() {
+    let dir = scratch("rev-ckp-dir");
+    let checkpoint = dir.path().join("sessions/s/checkpoint");
+    std::fs::remove_file(&checkpoint).unwrap();
+    std::fs::create_dir(&checkpoint).unwrap();
+    assert_verify_reports(dir.path(), "checkpoint");
+}
+
+/// A read-only command never writes: a leftover build directory under `tmp/` (an
+/// interrupted create, STORE-17) is still there, byte for byte, after `ls`, `show`,
+/// `tail`, `export`, `stats` and `verify` (STORE-16: verify "changes no file").
+#[test]
+fn read_only_commands_leave_a_leftover_build_directory_in_place() {
+    let dir = scratch("rev-tmp");
+    let leftover = dir.path().join("tmp/s2-4242-0");
+    std::fs::create_dir_all(leftover.join("log")).unwrap();
+    std::fs::write(
+        leftover.join("header.json"),
+        "{\"version\":0,\"id\":\"s2\",\"createdAt\":1}\n",
+    )
+    .unwrap();
+    for args in [
+        &["ls"][..],
+        &["show", "s"],
+        &["show", "s", "--events"],
+        &["tail", "s", "-n", "2"],
+        &["export", "s", "--format", "dsh-jsonl", "--out", "-"],
+        &["stats"],
+        &["verify"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_surfacelog"))
+            .env_remove("SURFACELOG_STORE")
+            .arg("--store")
+            .arg(dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            leftover.join("header.json").exists(),
+            "read-only `{}` removed tmp/s2-4242-0",
+            args.join(" ")
+        );
+    }
+}
+
+/// RCV-13: "a limited segment's record fails (LIM-3): `CORRUPT` at the segment and `p`".
+/// A bit flipped in the last record under a fork's limit (the limit file intact) is named
+/// by readers at the segment, as `verify` names it (it was named at the limit file).
+#[test]
+fn damage_under_a_forks_limit_names_the_segment_not_the_limit() {
+    let dir = scratch("rev-lim");
+    let store = Store::open(dir.path(), StoreOptions::new()).unwrap();
+    store
+        .fork("s", surfacelog::Boundary::Last, "f")
+        .unwrap()
+        .close()
+        .unwrap();
+    let log = dir.path().join("sessions/f/log");
+    let lim = std::fs::read(log.join("00000000000000000000.lim")).unwrap();
+    let end = u64::from(u32::from_le_bytes(lim[52..56].try_into().unwrap()));
+    // the lim's `end` (the last record under it ends there): flip a byte just before it
+    let seg = log.join("00000000000000000000.seg");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = usize::try_from(end).unwrap() - 10;
+    bytes[at] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+    let report = store.verify(Some(&["f"])).unwrap();
+    assert!(
+        report.sessions[0]
+            .problems
+            .iter()
+            .any(|p| p.file.ends_with("00000000000000000000.seg"))
+    );
+    let error = match store.inspect("f") {
+        Ok(session) => (0..session.seq_next())
+            .find_map(|seq| session.event(seq).err())
+            .expect("the damaged record is refused"),
+        Err(error) => error,
+    };
+    let text = error.to_string();
+    assert!(
+        text.contains("00000000000000000000.seg"),
+        "damage in the segment is named at another file: {text}"
+    );
+}
