@@ -183,3 +183,29 @@ fn damage_under_a_forks_limit_names_the_segment_not_the_limit() {
         "damage in the segment is named at another file: {text}"
     );
 }
+
+/// A `header.json` of another version is refused `FORMAT_VERSION` (not damage, STORE-4),
+/// naming the file and the place of its `version` (contract §11: context with every
+/// refusal; it named nothing).
+#[test]
+fn a_header_of_another_version_names_its_file() {
+    let dir = scratch("rev-version");
+    let path = dir.path().join("sessions/s/header.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let newer = text.replacen("\"version\":0", "\"version\":1", 1);
+    assert_ne!(newer, text);
+    std::fs::write(&path, &newer).unwrap();
+    let store = Store::open(dir.path(), StoreOptions::new()).unwrap();
+    for error in [
+        store.open_session("s").map(|_| ()).unwrap_err(),
+        store.inspect("s").map(|_| ()).unwrap_err(),
+    ] {
+        assert_eq!(error.code(), "FORMAT_VERSION");
+        let shown = error.to_string();
+        let at = newer.find("\"version\"").unwrap();
+        assert!(
+            shown.contains(&format!("{} offset={at}", path.display())),
+            "{shown}"
+        );
+    }
+}

@@ -1866,7 +1866,11 @@ fn parse_header_file(path: &Path, bytes: &[u8], name: &str) -> Result<Header> {
         )));
     };
     Header::parse(text, &header_id, NegativeZero::Accept).map_err(|e| match e.kind() {
-        ErrorKind::FormatVersion { .. } => e,
+        // Another version is not damage; it is named at the header's `version`.
+        ErrorKind::FormatVersion { .. } => {
+            let at = text.find("\"version\"").unwrap_or(0);
+            e.at_place(path, at)
+        }
         _ => corrupt(format!("header.json: {e} (STORE-4)")),
     })
 }
