@@ -209,3 +209,37 @@ fn a_header_of_another_version_names_its_file() {
         );
     }
 }
+
+/// RCV-7, RD-6: segment 0 cut to nothing, beside the index its writer left at close (an
+/// index lists only durable records, IDX-5) and with the checkpoint gone: readers report
+/// `CORRUPT` at the segment, as a writer's open does, never an empty session (they took
+/// it for a log being created: segment 0 has no segment before it to give the log's id,
+/// so its index was not consulted).
+#[test]
+fn segment_0_cut_to_nothing_under_its_index_is_corrupt_for_readers() {
+    let dir = scratch("rev-seg0");
+    let session = dir.path().join("sessions/s");
+    std::fs::remove_file(session.join("checkpoint")).unwrap();
+    let _ = std::fs::remove_file(session.join("messages"));
+    let segment = session.join("log/00000000000000000000.seg");
+    assert!(session.join("log/00000000000000000000.idx").exists());
+    std::fs::File::options()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let store = Store::open(dir.path(), StoreOptions::new()).unwrap();
+    let refusals = [
+        ("inspect", store.inspect("s").map(|_| ()).unwrap_err()),
+        ("follow", store.follow("s").map(|_| ()).unwrap_err()),
+        ("open", store.open_session("s").map(|_| ()).unwrap_err()),
+    ];
+    for (what, error) in refusals {
+        assert_eq!(error.code(), "CORRUPT", "{what}: {error}");
+        assert!(
+            error.to_string().contains("00000000000000000000.seg"),
+            "{what}: {error}"
+        );
+    }
+}

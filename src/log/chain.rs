@@ -77,8 +77,9 @@ impl Unborn {
     /// 136 to 65,536 bytes, or by earlier builds its full capacity: taken to be that of the
     /// segment before it, `previous`, or the `configured` one, since the file's own header
     /// is what is missing); or its index, which only a segment that held records is given
-    /// (§5), checks out for this log (`log_id`, when the segment before it says it) and
-    /// lists records: durable ones (RCV-13). A length that fits neither is refused rather
+    /// (§5), checks out for this log (`log_id`: the segment before it says it; segment 0's
+    /// index is taken at its own word, its checksum checked) and lists records: durable
+    /// ones (RCV-13). A length that fits neither is refused rather
     /// than guessed at: a segment that held records is never removed as a torn creation
     /// (salvage, SLV-1, sets it aside if a person decides it is one). Read with `pread` inside the file's data
     /// regions, never through the map (RD-8): a segment being created has holes.
@@ -123,11 +124,20 @@ impl Unborn {
             .file_name()
             .and_then(|n| n.to_str())
             .and_then(parse_segment_name);
-        if let (Some(log_id), Some(first)) = (log_id, first) {
+        if let Some(first) = first {
             let index = self.path.with_extension("idx");
             let listed = match crate::storage::read_file_at_most(storage, &index, INDEX_BYTES_MAX) {
                 Ok(bytes) => bytes
-                    .and_then(|bytes| super::index::decode(&bytes, log_id, first))
+                    .and_then(|bytes| {
+                        // Segment 0 has no segment before it to say the log's id: the
+                        // index's own stands (its checksum covers it). A segment 0 being
+                        // created has no index: one lists only durable records (IDX-5).
+                        let log_id = match log_id {
+                            Some(log_id) => *log_id,
+                            None => bytes.get(16..32)?.try_into().ok()?,
+                        };
+                        super::index::decode(&bytes, &log_id, first)
+                    })
                     .map_or(0, |index| index.offsets.len()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
                 Err(e) => return Err(Error::io("read", &index, &e)),
