@@ -210,6 +210,38 @@ fn a_header_of_another_version_names_its_file() {
     }
 }
 
+/// As above, for a header whose text has a `"version"` before its own, in a member of
+/// the host's: the header's own is named (found in review: the first of the text was).
+#[test]
+fn a_header_of_another_version_names_its_own_version_not_a_nested_one() {
+    let dir = tempfile::Builder::new()
+        .prefix("rev-version-nested")
+        .tempdir()
+        .unwrap();
+    let store = Store::open_or_create(dir.path(), StoreOptions::new()).unwrap();
+    let text = r#"{"tool":{"name":"x","version":"2.1"},"version":0,"id":"s","createdAt":1}"#;
+    store
+        .create("s", Some(text), None)
+        .unwrap()
+        .close()
+        .unwrap();
+    drop(store);
+    let path = dir.path().join("sessions/s/header.json");
+    let stored = std::fs::read_to_string(&path).unwrap();
+    let newer = stored.replacen("\"version\":0", "\"version\":1", 1);
+    assert_ne!(newer, stored);
+    std::fs::write(&path, &newer).unwrap();
+    let own = newer.find("\"version\":1").unwrap();
+    let store = Store::open(dir.path(), StoreOptions::new()).unwrap();
+    let error = store.open_session("s").map(|_| ()).unwrap_err();
+    assert_eq!(error.code(), "FORMAT_VERSION");
+    let shown = error.to_string();
+    assert!(
+        shown.contains(&format!("{} offset={own}", path.display())),
+        "the header's own version is at offset {own}: {shown}"
+    );
+}
+
 /// RCV-7, RD-6: segment 0 cut to nothing, beside the index its writer left at close (an
 /// index lists only durable records, IDX-5) and with the checkpoint gone: readers report
 /// `CORRUPT` at the segment, as a writer's open does, never an empty session (they took

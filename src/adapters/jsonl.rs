@@ -821,7 +821,20 @@ impl<'a> FrameBytes<'a> {
 
 impl Read for FrameBytes<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.bytes.read(buf).inspect_err(|e| {
+        let read = self.bytes.read(buf).and_then(|n| {
+            // The file ends before the frame's `len` bytes that were there when it was
+            // scanned: it was cut while being read. That is the file's failure (IO), not
+            // the frame's, and the file is no longer where the frame ends, so nothing more
+            // of it may be decoded by seeking back from there.
+            if n == 0 && !buf.is_empty() && self.bytes.limit() > 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the file is shorter than when it was opened",
+                ));
+            }
+            Ok(n)
+        });
+        read.inspect_err(|e| {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 self.failed = Some(std::io::Error::new(e.kind(), e.to_string()));
             }

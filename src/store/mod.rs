@@ -1868,7 +1868,13 @@ fn parse_header_file(path: &Path, bytes: &[u8], name: &str) -> Result<Header> {
     Header::parse(text, &header_id, NegativeZero::Accept).map_err(|e| match e.kind() {
         // Another version is not damage; it is named at the header's `version`.
         ErrorKind::FormatVersion { .. } => {
-            let at = text.find("\"version\"").unwrap_or(0);
+            // The header's own member (its key), not the first `"version"` of the text,
+            // which may be a member of a nested object of the host's.
+            let at = json
+                .root()
+                .get("version")
+                .and_then(|v| text[..v.span().start].rfind("\"version\""))
+                .unwrap_or(0);
             e.at_place(path, at)
         }
         _ => corrupt(format!("header.json: {e} (STORE-4)")),
