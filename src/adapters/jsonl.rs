@@ -83,6 +83,8 @@ pub struct JsonlReader {
     file: BufReader<Box<dyn Source>>,
     /// The source's length when it was opened: bytes appended later are not read.
     len: u64,
+    /// Zstandard: what decoding one frame leaves for the next.
+    decoding: Decoding,
     /// The header record's JSON text (HDR-4), without its line feed.
     header: String,
     id: String,
@@ -138,6 +140,7 @@ impl JsonlReader {
             compression,
             file: BufReader::with_capacity(1 << 20, source),
             len,
+            decoding: Decoding::default(),
             header: String::new(),
             id: String::new(),
             rest: Vec::new(),
@@ -213,14 +216,20 @@ impl JsonlReader {
             }
         };
         let mut plain = Vec::new();
-        decode_frame(&mut self.file, 0, len, &self.path, &mut |piece| {
-            plain.extend_from_slice(piece);
-            if plain.len() > RECORD_BYTES_MAX {
-                let reason = "the header record is longer than the record limit";
-                return Err(corrupt(&self.path, "byte 0", reason));
-            }
-            Ok(())
-        })?;
+        decode_frame(
+            &mut self.file,
+            (0, len),
+            &self.path,
+            &mut self.decoding,
+            &mut |piece| {
+                plain.extend_from_slice(piece);
+                if plain.len() > RECORD_BYTES_MAX {
+                    let reason = "the header record is longer than the record limit";
+                    return Err(corrupt(&self.path, "byte 0", reason));
+                }
+                Ok(())
+            },
+        )?;
         let one_line = plain
             .split_last()
             .is_some_and(|(last, before)| *last == b'\n' && !before.contains(&b'\n'));
@@ -270,9 +279,14 @@ impl JsonlReader {
             match next_frame(&mut self.file, start, self.len, &self.path)? {
                 Frame::End => break,
                 Frame::Complete(len) => {
-                    decode_frame(&mut self.file, start, len, &self.path, &mut |piece| {
-                        scanner.feed(piece, each)
-                    })?;
+                    let frame = (start, len);
+                    decode_frame(
+                        &mut self.file,
+                        frame,
+                        &self.path,
+                        &mut self.decoding,
+                        &mut |piece| scanner.feed(piece, each),
+                    )?;
                     self.offset += len;
                     progress(self.offset);
                 }
@@ -282,9 +296,9 @@ impl JsonlReader {
                     // ZST-16: a decoder error yields no output at all, so the frame is
                     // decoded once to find out, then again into the scanner, a piece at a
                     // time: memory stays bounded by the record limit, not the plaintext.
-                    let file = &mut self.file;
-                    if decode_torn(file, len, &self.path, &mut |_| Ok(()))? {
-                        decode_torn(file, len, &self.path, &mut |piece| {
+                    let (file, decoding) = (&mut self.file, &mut self.decoding);
+                    if decode_torn(file, len, &self.path, decoding, &mut |_| Ok(()))? {
+                        decode_torn(file, len, &self.path, decoding, &mut |piece| {
                             scanner.feed(piece, each)
                         })?;
                     }
@@ -819,27 +833,64 @@ impl<'a> FrameBytes<'a> {
     }
 }
 
+impl FrameBytes<'_> {
+    /// Remembers `error`, the file's, for [`FrameBytes::finish`].
+    fn failed(&mut self, error: &std::io::Error) {
+        if error.kind() != std::io::ErrorKind::Interrupted {
+            self.failed = Some(std::io::Error::new(error.kind(), error.to_string()));
+        }
+    }
+}
+
 impl Read for FrameBytes<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let read = self.bytes.read(buf).and_then(|n| {
+        let n = {
+            let available = self.fill_buf()?;
+            let n = available.len().min(buf.len());
+            buf[..n].copy_from_slice(&available[..n]);
+            n
+        };
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl BufRead for FrameBytes<'_> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        let short = match self.bytes.fill_buf() {
+            Ok(available) => available.is_empty() && self.bytes.limit() > 0,
+            Err(error) => {
+                self.failed(&error);
+                return Err(error);
+            }
+        };
+        if short {
             // The file ends before the frame's `len` bytes that were there when it was
             // scanned: it was cut while being read. That is the file's failure (IO), not
             // the frame's, and the file is no longer where the frame ends, so nothing more
             // of it may be decoded by seeking back from there.
-            if n == 0 && !buf.is_empty() && self.bytes.limit() > 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the file is shorter than when it was opened",
-                ));
-            }
-            Ok(n)
-        });
-        read.inspect_err(|e| {
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                self.failed = Some(std::io::Error::new(e.kind(), e.to_string()));
-            }
-        })
+            let error = std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the file is shorter than when it was opened",
+            );
+            self.failed(&error);
+            return Err(error);
+        }
+        self.bytes.fill_buf()
     }
+
+    fn consume(&mut self, n: usize) {
+        self.bytes.consume(n);
+    }
+}
+
+/// What decoding a Zstandard log's frames reuses from one frame to the next (DSH writes a
+/// frame per append): the decoder's context, made once, and the buffer the text comes out
+/// in.
+#[derive(Default)]
+struct Decoding {
+    context: Option<zstd::zstd_safe::DCtx<'static>>,
+    piece: Vec<u8>,
 }
 
 /// Decodes the frame of `len` bytes that `file` has just been moved past into `sink`, a
@@ -849,23 +900,33 @@ fn decode_pieces(
     file: &mut BufReader<Box<dyn Source>>,
     len: u64,
     path: &Path,
+    decoding: &mut Decoding,
     sink: &mut dyn FnMut(&[u8]) -> Result<()>,
 ) -> Result<std::result::Result<(), std::io::Error>> {
+    let context = match &mut decoding.context {
+        Some(context) => context,
+        empty => empty.insert(zstd::zstd_safe::DCtx::try_create().ok_or_else(|| {
+            let error = std::io::Error::other("zstd could not allocate a decoder context");
+            Error::io("decode", path, &error)
+        })?),
+    };
+    if decoding.piece.is_empty() {
+        decoding.piece = vec![0; 64 << 10];
+    }
+    let piece = &mut decoding.piece;
     let mut input = FrameBytes::behind(file, len, path)?;
-    let mut piece = vec![0; 64 << 10];
-    let outcome = match zstd::stream::read::Decoder::new(&mut input) {
-        Ok(decoder) => {
-            let mut decoder = decoder.single_frame();
-            loop {
-                match decoder.read(&mut piece) {
-                    Ok(0) => break Ok(()),
-                    Ok(n) => sink(&piece[..n])?,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => break Err(e),
-                }
+    let outcome = {
+        // The context's session is reset for each frame: nothing of one that failed is left.
+        let mut decoder =
+            zstd::stream::read::Decoder::with_context(&mut input, context).single_frame();
+        loop {
+            match decoder.read(piece) {
+                Ok(0) => break Ok(()),
+                Ok(n) => sink(&piece[..n])?,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
             }
         }
-        Err(e) => Err(e),
     };
     input.finish(path)?;
     Ok(outcome)
@@ -876,12 +937,12 @@ fn decode_pieces(
 /// does not grow with the frame.
 fn decode_frame(
     file: &mut BufReader<Box<dyn Source>>,
-    start: u64,
-    len: u64,
+    (start, len): (u64, u64),
     path: &Path,
+    decoding: &mut Decoding,
     sink: &mut dyn FnMut(&[u8]) -> Result<()>,
 ) -> Result<()> {
-    decode_pieces(file, len, path, sink)?.map_err(|e| {
+    decode_pieces(file, len, path, decoding, sink)?.map_err(|e| {
         corrupt(
             path,
             &format!("byte {start}"),
@@ -900,9 +961,10 @@ fn decode_torn(
     file: &mut BufReader<Box<dyn Source>>,
     len: u64,
     path: &Path,
+    decoding: &mut Decoding,
     sink: &mut dyn FnMut(&[u8]) -> Result<()>,
 ) -> Result<bool> {
-    Ok(match decode_pieces(file, len, path, sink)? {
+    Ok(match decode_pieces(file, len, path, decoding, sink)? {
         Ok(()) => true,
         // The input ran out inside the frame: what it held has been handed out.
         Err(e) => e.kind() == std::io::ErrorKind::UnexpectedEof,
