@@ -18,6 +18,8 @@
 //!    the next run). It includes the scan, the import-path checks of every event, the log
 //!    writes, the checkpoint, the message pack and the final fsync. Target ≥ 150 MB/s.
 //!    `import_jsonl_no_pack`: the same with `StoreOptions::message_pack(0)`, side by side.
+//!    `import_jsonl_zstd`: the same session from DSH's Zstandard log (a frame per turn, as
+//!    DSH writes one per append batch), throughput in bytes of the raw JSONL it holds.
 //! 2. `export_jsonl`: [`jsonl::write_jsonl`] of the stored session, packing on, through
 //!    [`jsonl::export_file`] (temporary file, fsync, rename). Target ≥ 200 MB/s.
 //! 3. `import_sqlite`: [`import_sqlite`] of a schema-17 database holding the same session
@@ -149,6 +151,36 @@ fn write_workload_turns(dir: &Path, turns: u64) -> (PathBuf, u64, u64) {
     (path, bytes, seq)
 }
 
+/// The workload of [`write_workload`] as DSH's Zstandard log (`dsh-formats.md` §6): the
+/// header in a frame of its own, then a frame per turn (DSH writes one per append batch),
+/// content checksums on. Returns its path.
+fn write_zstd_workload(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let frame = |plain: &[u8]| {
+        let mut encoder = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+        encoder.include_checksum(true).unwrap();
+        encoder.write_all(plain).unwrap();
+        encoder.finish().unwrap()
+    };
+    let path = dir.join("session.jsonl.zstd");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    out.write_all(&frame(b"{\"type\":\"session\",\"version\":0,\"id\":\"bench\",\"createdAt\":1700000000000,\"cwd\":\"/work/bench\",\"delegationDepth\":0}\n")).unwrap();
+    let mut seq = 0;
+    for turn in 1..=turns() {
+        let events = turn_events(turn, seq, 1_700_000_000_000 + turn * 1000);
+        seq += events.len() as u64;
+        let texts: Vec<&str> = events.iter().map(String::as_str).collect();
+        let mut batch = Vec::new();
+        for record in rows::pack(&texts).unwrap() {
+            batch.extend_from_slice(record.as_bytes());
+            batch.push(b'\n');
+        }
+        out.write_all(&frame(&batch)).unwrap();
+    }
+    out.flush().unwrap();
+    path
+}
+
 /// An empty store in `dir`, after removing what the last run stored there. The removal is
 /// then committed (`sync`), so that a timed import does not pay for it: on a filesystem
 /// mounted with `discard`, freeing the last run's ~220 MB makes the device busy for a while,
@@ -202,6 +234,23 @@ fn bench(c: &mut Criterion) {
             );
         });
     }
+
+    // The same session from DSH's Zstandard log, a frame per turn; throughput in bytes of
+    // the raw JSONL it holds, so that the two imports compare directly.
+    let zstd_file = write_zstd_workload(&root);
+    group.bench_function("import_jsonl_zstd", |b| {
+        b.iter_batched(
+            || fresh_store(&scratch),
+            |store| {
+                let (imported, _) =
+                    jsonl::import_jsonl(&store, &zstd_file, Compression::Zstd, None, &mut |_| {})
+                        .unwrap();
+                assert_eq!(imported.events, events);
+                store
+            },
+            criterion::BatchSize::PerIteration,
+        );
+    });
 
     let store = fresh_store(&root.join("store"));
     jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {}).unwrap();
