@@ -275,3 +275,72 @@ fn segment_0_cut_to_nothing_under_its_index_is_corrupt_for_readers() {
         );
     }
 }
+
+/// A closed session `s` of at least three 4 KiB segments, with its checkpoint; the names
+/// of its segment files, sorted.
+fn store_with_segments(prefix: &str) -> (tempfile::TempDir, Vec<String>) {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let store = Store::open_or_create(dir.path(), StoreOptions::new().segment_bytes(4096)).unwrap();
+    let mut s = store.create("s", None, None).unwrap();
+    for t in 0..120 {
+        s.append::<kinds::TurnStart>(&format!(r#"{{"turn":{t}}}"#), NoSurface)
+            .unwrap();
+    }
+    s.close().unwrap();
+    drop(store);
+    let log = dir.path().join("sessions/s/log");
+    let mut segs: Vec<String> = std::fs::read_dir(&log)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| Path::new(n).extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segs.sort();
+    assert!(segs.len() >= 3, "{segs:?}");
+    (dir, segs)
+}
+
+/// LOG-2, RCV-14: a sealed segment removed from the middle of the chain is named with the
+/// seqs it held, not an intact later segment with SEG-3 (found in a review's sweep).
+#[test]
+fn a_missing_recorded_segment_is_named_by_readers() {
+    let (dir, segs) = store_with_segments("sweep2-missing");
+    let log = dir.path().join("sessions/s/log");
+    // A sealed segment in the middle of the chain the checkpoint records (in place: the
+    // chain is this directory's).
+    let gone = segs[1].clone();
+    let first_seq: u64 = gone.trim_end_matches(".seg").parse().unwrap();
+    std::fs::remove_file(log.join(&gone)).unwrap();
+
+    let store = Store::open(dir.path(), StoreOptions::new()).unwrap();
+    let error = store
+        .inspect("s")
+        .map(|_| ())
+        .expect_err("inspect must refuse a log missing a segment");
+    let text = error.to_string();
+    assert_eq!(error.code(), "CORRUPT", "{text}");
+    assert!(
+        text.contains(&gone) || text.contains(&format!("seqs {first_seq}")),
+        "the error names neither the missing segment {gone} nor its seqs: {text}"
+    );
+}
+
+/// As above, for segment 0.
+#[test]
+fn a_missing_first_segment_is_named_by_readers() {
+    let (dir, segs) = store_with_segments("sweep2-missing0");
+    let log = dir.path().join("sessions/s/log");
+    let gone = segs[0].clone();
+    std::fs::remove_file(log.join(&gone)).unwrap();
+
+    let store = Store::open(dir.path(), StoreOptions::new()).unwrap();
+    let error = store
+        .inspect("s")
+        .map(|_| ())
+        .expect_err("inspect must refuse a log missing segment 0");
+    let text = error.to_string();
+    assert_eq!(error.code(), "CORRUPT", "{text}");
+    assert!(
+        text.contains(&gone) || text.contains("seqs 0"),
+        "the error names neither the missing segment {gone} nor its seqs: {text}"
+    );
+}

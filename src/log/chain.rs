@@ -203,8 +203,14 @@ pub(crate) fn open_chain_listed(
         unborn: None,
     };
     // LOG-2: the first segment starts at seq 0.
+    // A log whose first segment is gone names it and the seqs it held (RCV-14), rather
+    // than the intact segment that now comes first.
     if let Some(&first) = firsts.first().filter(|&&first| first != 0) {
-        return Err(discontinued(&dir.join(segment_name(first))));
+        return Err(corrupt(
+            &dir.join(segment_name(0)),
+            0,
+            &format!("the log has no segment 0: seqs 0..{first} are missing (LOG-2)"),
+        ));
     }
     let Some(&last_first) = firsts.last() else {
         check_limits(dir, &chain, &limits)?;
@@ -260,6 +266,10 @@ pub(crate) fn open_chain_listed(
         ));
     }
     let log_id = header.log_id;
+    if header.index > last_at as u64 && Some(&header.first_seq) == firsts.get(last_at) {
+        // Fewer segments than the last one's index says: some are gone (LOG-2).
+        return Err(missing_segment(storage, dir, &firsts, &header));
+    }
     if header.index != last_at as u64 || Some(&header.first_seq) != firsts.get(last_at) {
         return Err(discontinued(&path));
     }
@@ -474,6 +484,62 @@ fn checked_header(map: &[u8], path: &Path) -> Result<SegmentHeader> {
         Ok(header) => Ok(header),
         Err(HeaderError::Version(found)) => Err(version_error(found, path)),
         Err(HeaderError::Invalid(reason)) => Err(corrupt(path, 0, reason)),
+    }
+}
+
+/// LOG-2: `CORRUPT` for a log that lacks segments its last one (`last`, whose index is
+/// larger than its position among `firsts`) says came before it, naming the first that is
+/// gone: the first present segment whose index is not its position follows the gap, and
+/// the one before it, when its index checks out, says where the gap starts. Read only on
+/// this error: the headers of the segments, and that one index.
+fn missing_segment(
+    storage: &dyn Storage,
+    dir: &Path,
+    firsts: &[u64],
+    last: &SegmentHeader,
+) -> Error {
+    let index_of = |first: u64| -> Option<SegmentHeader> {
+        let path = dir.join(segment_name(first));
+        let file = storage.open_file(&path, false).ok()?;
+        SegmentHeader::decode(&super::segment::read_head(&file)).ok()
+    };
+    let after = firsts
+        .iter()
+        .enumerate()
+        .find(|&(position, &first)| {
+            let header = if first == last.first_seq {
+                Some(*last)
+            } else {
+                index_of(first)
+            };
+            header.is_none_or(|header| header.index != position as u64)
+        })
+        .map_or(last.first_seq, |(_, &first)| first);
+    // Where the gap starts: the end of the records of the segment before it.
+    let before = firsts.iter().rev().find(|&&first| first < after).copied();
+    let start = before.and_then(|first| {
+        let header = index_of(first)?;
+        let bytes = crate::storage::read_file_at_most(
+            storage,
+            &dir.join(super::segment::index_name(first)),
+            INDEX_BYTES_MAX,
+        )
+        .ok()??;
+        let index = super::index::decode(&bytes, &header.log_id, first)?;
+        Some(first + index.offsets.len() as u64)
+    });
+    match start {
+        Some(start) if start < after => corrupt(
+            &dir.join(segment_name(start)),
+            0,
+            &format!("the segment is missing: seqs {start}..{after} are missing (LOG-2)"),
+        ),
+        _ => corrupt(
+            &dir.join(segment_name(after)),
+            0,
+            "a segment before this one is missing: its index is larger than its place in the \
+             log (LOG-2, SEG-3)",
+        ),
     }
 }
 
