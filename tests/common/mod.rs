@@ -318,6 +318,8 @@ pub fn scratch_path(file: &str, name: &str) -> ScratchPath {
 /// A storage call a [`HookedStorage`] runs its hook before.
 #[derive(Debug, Clone, Copy)]
 pub enum Op<'a> {
+    /// A directory's creation (with its parents).
+    CreateDir(&'a Path),
     /// A file's creation.
     Create(&'a Path),
     /// A write.
@@ -326,6 +328,8 @@ pub enum Op<'a> {
     List(&'a Path),
     /// A file's opening.
     Open(&'a Path),
+    /// A file just opened (run after the call, when it succeeded).
+    Opened(&'a Path),
     /// A directory tree's removal.
     RemoveAll(&'a Path),
 }
@@ -335,8 +339,8 @@ pub enum Op<'a> {
 /// `Err` is the call's, which is then not made).
 pub type Hook = Box<dyn Fn(Op<'_>) -> std::io::Result<()> + Send + Sync>;
 
-/// The file system's storage, with a hook run before each file creation, write, listing,
-/// opening and tree removal.
+/// The file system's storage, with a hook run before each directory and file creation,
+/// write, listing, opening and tree removal.
 pub struct HookedStorage(pub Hook);
 
 impl std::fmt::Debug for HookedStorage {
@@ -347,6 +351,7 @@ impl std::fmt::Debug for HookedStorage {
 
 impl Storage for HookedStorage {
     fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        (self.0)(Op::CreateDir(dir))?;
         FsStorage.create_dir_all(dir)
     }
     fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
@@ -359,7 +364,9 @@ impl Storage for HookedStorage {
     }
     fn open_file(&self, path: &Path, write: bool) -> std::io::Result<std::fs::File> {
         (self.0)(Op::Open(path))?;
-        FsStorage.open_file(path, write)
+        let file = FsStorage.open_file(path, write)?;
+        (self.0)(Op::Opened(path))?;
+        Ok(file)
     }
     fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
         (self.0)(Op::Write)?;

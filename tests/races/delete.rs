@@ -4,71 +4,34 @@
 //! directory without `header.json` that blocked a restore (found in review). An open of a
 //! published session now never creates its log directory, and a session replaced under
 //! the open is `SESSION_NOT_FOUND`.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use surfacelog::internals::storage::{FsStorage, Storage};
 use surfacelog::{NoSurface, Store, StoreOptions, kinds};
 
-/// The plain filesystem, which deletes session `s` from another store handle just before
-/// an open first touches the log directory of `s` (once, when armed).
-#[derive(Debug)]
-struct DeleteBeforeLogDir {
-    armed: AtomicBool,
-    store_dir: PathBuf,
-}
+use crate::common::{HookedStorage, Op};
 
-impl DeleteBeforeLogDir {
-    /// The first time: session `s` is deleted by another handle of the store, whose
-    /// delete takes the lock (no writer holds it yet) and renames it into the trash.
-    fn delete_once(&self) {
-        if self.armed.swap(false, Ordering::SeqCst) {
-            let other = Store::open(&self.store_dir, StoreOptions::new()).unwrap();
+/// A storage that, once, just before an open first touches the log directory of session
+/// `s` (makes it, or opens its `LOCK`), has another handle of the store delete `s`: its
+/// delete takes the lock, which no writer holds yet, and renames it into the trash.
+fn delete_before_log_dir(store_dir: &Path) -> Arc<HookedStorage> {
+    let armed = AtomicBool::new(true);
+    let store_dir = store_dir.to_owned();
+    Arc::new(HookedStorage(Box::new(move |op| {
+        let touches = match op {
+            Op::CreateDir(dir) => dir.ends_with("sessions/s/log"),
+            Op::Open(path) => path.ends_with("sessions/s/log/LOCK"),
+            _ => false,
+        };
+        if touches && armed.swap(false, Ordering::SeqCst) {
+            let other = Store::open(&store_dir, StoreOptions::new()).unwrap();
             other
                 .delete("s")
                 .expect("the delete runs: no writer holds the lock yet");
         }
-    }
-}
-
-impl Storage for DeleteBeforeLogDir {
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        if dir.ends_with("sessions/s/log") {
-            self.delete_once();
-        }
-        FsStorage.create_dir_all(dir)
-    }
-    fn open_file(&self, path: &Path, write: bool) -> std::io::Result<std::fs::File> {
-        if path.ends_with("sessions/s/log/LOCK") {
-            self.delete_once();
-        }
-        FsStorage.open_file(path, write)
-    }
-    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        FsStorage.list_dir(dir)
-    }
-    fn create_file(&self, path: &Path, len: u64) -> std::io::Result<std::fs::File> {
-        FsStorage.create_file(path, len)
-    }
-    fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
-        FsStorage.write_at(file, offset, bytes)
-    }
-    fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
-        FsStorage.set_len(file, len)
-    }
-    fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
-        FsStorage.sync_data(file)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.sync_dir(dir)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        FsStorage.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        FsStorage.remove_file(path)
-    }
+        Ok(())
+    })))
 }
 
 fn race(close: bool, drop_checkpoint: bool) {
@@ -90,10 +53,7 @@ fn race(close: bool, drop_checkpoint: bool) {
         // The checkpoint is a cache (checkpoint.md): a session may have none.
         std::fs::remove_file(dir.path().join("sessions/s/checkpoint")).unwrap();
     }
-    let storage = Arc::new(DeleteBeforeLogDir {
-        armed: AtomicBool::new(true),
-        store_dir: dir.path().to_owned(),
-    });
+    let storage = delete_before_log_dir(dir.path());
     let store = Store::open(dir.path(), StoreOptions::new().storage(storage)).unwrap();
     let opened = store.open_session("s");
     let outcome = match &opened {

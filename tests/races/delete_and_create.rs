@@ -3,60 +3,35 @@
 //! holding a lock on the trashed session's `LOCK` while it opened the new session's log by
 //! path: two writers of one log (found in review). The lock is now checked to be on the
 //! file still named `LOCK`.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use surfacelog::internals::storage::{FsStorage, Storage};
 use surfacelog::{Store, StoreOptions, StoredSession};
 
-/// The plain filesystem; once armed, right after an open of `sessions/s/log/LOCK` returns,
-/// another handle of the store deletes `s` and creates it again, keeping the new one open.
-#[derive(Debug)]
-struct RecreateAfterLockOpen {
-    armed: AtomicBool,
-    store_dir: PathBuf,
-    other_writer: Mutex<Option<StoredSession>>,
-}
+use crate::common::{HookedStorage, Op};
 
-impl Storage for RecreateAfterLockOpen {
-    fn open_file(&self, path: &Path, write: bool) -> std::io::Result<std::fs::File> {
-        let file = FsStorage.open_file(path, write)?;
-        if path.ends_with("sessions/s/log/LOCK") && self.armed.swap(false, Ordering::SeqCst) {
-            let other = Store::open(&self.store_dir, StoreOptions::new()).unwrap();
+/// A storage that, once, right after an open of `sessions/s/log/LOCK` returns, has another
+/// handle of the store delete `s` and create it again, keeping the new one open in `slot`.
+fn recreate_after_lock_open(
+    store_dir: &Path,
+    slot: &Arc<Mutex<Option<StoredSession>>>,
+) -> Arc<HookedStorage> {
+    let armed = AtomicBool::new(true);
+    let store_dir = store_dir.to_owned();
+    let slot = Arc::clone(slot);
+    Arc::new(HookedStorage(Box::new(move |op| {
+        if let Op::Opened(path) = op
+            && path.ends_with("sessions/s/log/LOCK")
+            && armed.swap(false, Ordering::SeqCst)
+        {
+            let other = Store::open(&store_dir, StoreOptions::new()).unwrap();
             other.delete("s").expect("no writer holds the lock yet");
             let created = other.create("s", None, None).expect("the id is free again");
-            *self.other_writer.lock().unwrap() = Some(created);
+            *slot.lock().unwrap() = Some(created);
         }
-        Ok(file)
-    }
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        FsStorage.list_dir(dir)
-    }
-    fn create_file(&self, path: &Path, len: u64) -> std::io::Result<std::fs::File> {
-        FsStorage.create_file(path, len)
-    }
-    fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
-        FsStorage.write_at(file, offset, bytes)
-    }
-    fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
-        FsStorage.set_len(file, len)
-    }
-    fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
-        FsStorage.sync_data(file)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.sync_dir(dir)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        FsStorage.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        FsStorage.remove_file(path)
-    }
+        Ok(())
+    })))
 }
 
 #[test]
@@ -68,20 +43,17 @@ fn an_open_racing_delete_and_create_is_never_a_second_writer() {
         .unwrap()
         .close()
         .unwrap();
-    let storage = Arc::new(RecreateAfterLockOpen {
-        armed: AtomicBool::new(true),
-        store_dir: dir.path().to_owned(),
-        other_writer: Mutex::default(),
-    });
-    let store = Store::open(dir.path(), StoreOptions::new().storage(storage.clone())).unwrap();
+    let other_writer = Arc::new(Mutex::new(None));
+    let storage = recreate_after_lock_open(dir.path(), &other_writer);
+    let store = Store::open(dir.path(), StoreOptions::new().storage(storage)).unwrap();
     let opened = store.open_session("s");
-    let other_is_open = storage.other_writer.lock().unwrap().is_some();
+    let other_is_open = other_writer.lock().unwrap().is_some();
     assert!(other_is_open);
     match opened {
         Ok((mut second, _)) => {
             // Both handles now write the one log of the new session `s`.
             let seq = second.append_dynamic("host/x", "{}", None);
-            let mut guard = storage.other_writer.lock().unwrap();
+            let mut guard = other_writer.lock().unwrap();
             let first = guard.as_mut().unwrap();
             let seq_first = first.append_dynamic("host/y", "{}", None);
             panic!(
