@@ -512,13 +512,17 @@ fn missing_segment(
             } else {
                 index_of(first)
             };
-            header.is_none_or(|header| header.index != position as u64)
+            // A header that does not decode says nothing of the gap: that segment is
+            // damaged (SEG-2), not the first after the gap.
+            header.is_some_and(|header| header.index != position as u64)
         })
         .map_or(last.first_seq, |(_, &first)| first);
     // Where the gap starts: the end of the records of the segment before it.
     let before = firsts.iter().rev().find(|&&first| first < after).copied();
     let start = before.and_then(|first| {
-        let header = index_of(first)?;
+        let path = dir.join(segment_name(first));
+        let file = storage.open_file(&path, false).ok()?;
+        let header = SegmentHeader::decode(&super::segment::read_head(&file)).ok()?;
         let bytes = crate::storage::read_file_at_most(
             storage,
             &dir.join(super::segment::index_name(first)),
@@ -526,7 +530,24 @@ fn missing_segment(
         )
         .ok()??;
         let index = super::index::decode(&bytes, &header.log_id, first)?;
-        Some(first + index.offsets.len() as u64)
+        let listed = first.checked_add(index.offsets.len() as u64)?;
+        // An index is a cache (IDX-2): it may list only a prefix of the segment's records
+        // (one written at an earlier close). Taken as the segment's end only when zeros
+        // follow the records it lists (SEG-5), read with `pread` (RD-8); a limited
+        // segment's (a fork's, shared by a link) ends at its limit (LIM-1), which its
+        // index, the fork's own, lists to.
+        let limited = storage
+            .open_file(&dir.join(limit_name(first)), false)
+            .is_ok();
+        if !is_compressed(&header) && !limited {
+            let mut after = [0u8; 8];
+            let n =
+                std::os::unix::fs::FileExt::read_at(&file, &mut after, index.end as u64).ok()?;
+            if after.get(..n)?.iter().any(|&b| b != 0) {
+                return None;
+            }
+        }
+        Some(listed)
     });
     match start {
         Some(start) if start < after => corrupt(
