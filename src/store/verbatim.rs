@@ -592,6 +592,13 @@ impl VerbatimStore {
             Err(error) => return Err(error),
         };
         let log = dir.join("log");
+        // VBT-10: a session without its log is damaged (CORRUPT), not an I/O failure.
+        match missing_log(&log) {
+            Ok(Some(_)) | Err(_) if gone() => return Ok(None),
+            Ok(Some(missing)) => return Err(missing),
+            Ok(None) => {}
+            Err(error) => return Err(error),
+        }
         let opened_in = identity(&log);
         let restores = self.readers.restores();
         // Before the reader reads: a recovery that ran since may have changed the tail.
@@ -629,6 +636,12 @@ impl VerbatimStore {
         }
         read_header(dir)?;
         let log = dir.join("log");
+        // VBT-5: a verbatim log is created only with its session. A writer's open would
+        // create one (LOG-3) where the log lost its segments or its directory: damage, which
+        // an empty log would hide (DSH persistence §1.17).
+        if let Some(missing) = missing_log(&log)? {
+            return Err(missing);
+        }
         let started = std::time::Instant::now();
         let (writer, _) = loop {
             match LogWriter::open(&log, self.options.clone()) {
@@ -763,6 +776,45 @@ fn unreadable_revision(dir: &Path) -> String {
     }
     let files = crc32c::crc32c(files.as_bytes());
     format!("surfacelog:unreadable:{device}.{inode}:{files:08x}")
+}
+
+/// VBT-5: `CORRUPT` naming the first segment when the session's `log/` directory is gone
+/// or holds no segment: every published session's log has one, so this is damage, never an
+/// empty or absent log.
+///
+/// # Errors
+/// `IO` when the directory cannot be listed.
+fn missing_log(log: &Path) -> Result<Option<Error>> {
+    let first = log.join(crate::log::segment::segment_name(0));
+    // The common case costs one look-up: segment 0 is there. Without it, the directory is
+    // listed: other segments there are the chain's to judge (it names what is missing).
+    match std::fs::symlink_metadata(&first) {
+        Ok(_) => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("stat", &first, &e)),
+    }
+    let any_segment = match std::fs::read_dir(log) {
+        Ok(entries) => entries.flatten().any(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .and_then(crate::log::segment::parse_segment_name)
+                .is_some()
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(Error::io("read_dir", log, &e)),
+    };
+    if any_segment {
+        return Ok(None);
+    }
+    let reason = "the log has no segment: its first segment is missing (VBT-5, LOG-2)";
+    Ok(Some(
+        ErrorKind::Corrupt {
+            location: format!("{} offset=0", first.display()),
+            reason: reason.to_owned(),
+        }
+        .into(),
+    ))
 }
 
 /// `SEQ_NOT_CONTIGUOUS` unless a batch starting at `first_seq` continues a log whose next
