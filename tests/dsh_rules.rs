@@ -11,8 +11,9 @@ use std::path::Path;
 use surfacelog::internals::adapters::jsonl::{Compression, JsonlReader};
 use surfacelog::{DshSource, VerbatimStore};
 
-const HEADER: &[u8] =
-    b"{\"type\":\"session\",\"version\":0,\"id\":\"b1\",\"createdAt\":5,\"delegationDepth\":0}\n";
+#[path = "common/zstd_frames.rs"]
+mod zstd_frames;
+use zstd_frames::{HEADER, block};
 
 /// One Zstandard frame (checksum on) of `plain`.
 fn frame(plain: &[u8]) -> Vec<u8> {
@@ -22,13 +23,6 @@ fn frame(plain: &[u8]) -> Vec<u8> {
     encoder.write_all(plain).unwrap();
     encoder.finish().unwrap();
     out
-}
-
-/// A zstd block header (ZST-9).
-fn block(last: bool, kind: u32, size: u32) -> [u8; 3] {
-    let v = u32::from(last) | kind << 1 | size << 3;
-    let [low, mid, high, _] = v.to_le_bytes();
-    [low, mid, high]
 }
 
 /// Counts the events a read of `bytes` (Zstandard JSONL) hands out, with its scan.

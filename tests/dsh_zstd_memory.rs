@@ -10,8 +10,10 @@ use std::path::Path;
 
 use surfacelog::internals::adapters::jsonl::{Compression, JsonlReader};
 
-const HEADER: &[u8] =
-    b"{\"type\":\"session\",\"version\":0,\"id\":\"b1\",\"createdAt\":5,\"delegationDepth\":0}\n";
+#[path = "common/zstd_frames.rs"]
+mod zstd_frames;
+use zstd_frames::{HEADER, block};
+
 const MIB: u64 = 1 << 20;
 
 /// The process's peak resident set, in bytes.
@@ -20,13 +22,6 @@ fn peak_rss() -> u64 {
     let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
     let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
     kib * 1024
-}
-
-/// A zstd block header (ZST-9).
-fn block(last: bool, kind: u32, size: u32) -> [u8; 3] {
-    let v = u32::from(last) | kind << 1 | size << 3;
-    let [low, mid, high, _] = v.to_le_bytes();
-    [low, mid, high]
 }
 
 fn header_frame() -> Vec<u8> {

@@ -10,15 +10,9 @@ use std::path::Path;
 
 use surfacelog::internals::adapters::jsonl::{Compression, JsonlReader};
 
-const HEADER: &[u8] =
-    b"{\"type\":\"session\",\"version\":0,\"id\":\"b1\",\"createdAt\":5,\"delegationDepth\":0}\n";
-
-/// A zstd block header (ZST-9).
-fn block(last: bool, kind: u32, size: u32) -> [u8; 3] {
-    let v = u32::from(last) | kind << 1 | size << 3;
-    let [low, mid, high, _] = v.to_le_bytes();
-    [low, mid, high]
-}
+#[path = "common/zstd_frames.rs"]
+mod zstd_frames;
+use zstd_frames::{HEADER, block};
 
 /// A frame without checksum holding `plain` in one raw block.
 fn raw_frame(plain: &[u8]) -> Vec<u8> {
