@@ -36,6 +36,16 @@ fn tool_result_data(turn: u64, step: u64, call: &str) -> String {
     )
 }
 
+/// Opens turn 1 and its step 1.
+fn open_step_1(session: &mut Session) {
+    session
+        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+        .unwrap();
+    session
+        .append::<kinds::StepStart>(r#"{"turn":1,"step":1}"#, NoSurface)
+        .unwrap();
+}
+
 fn new_session(options: Options) -> Session {
     Session::create("s", None, None, options).unwrap()
 }
@@ -328,12 +338,7 @@ fn headers_are_validated() {
 #[test]
 fn reopen_repairs_an_interrupted_turn_once_and_resume_adds_the_marker() {
     let mut source = new_session(options());
-    source
-        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
-        .unwrap();
-    source
-        .append::<kinds::StepStart>(r#"{"turn":1,"step":1}"#, NoSurface)
-        .unwrap();
+    open_step_1(&mut source);
     let calls = r#"{"type":"tool-call","id":"B"},{"type":"tool-call","id":"A"}"#;
     source
         .append::<kinds::AssistantMessage>(&assistant_data(1, 1, calls), SurfaceIntent::append())
@@ -822,12 +827,7 @@ fn helpers_are_atomic_and_refusals_carry_session_and_seq() {
 #[test]
 fn invariant_checks_stay_linear_with_many_pending_calls() {
     let mut session = new_session(with_invariants());
-    session
-        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
-        .unwrap();
-    session
-        .append::<kinds::StepStart>(r#"{"turn":1,"step":1}"#, NoSurface)
-        .unwrap();
+    open_step_1(&mut session);
     let calls: Vec<String> = (0..20_000)
         .map(|i| format!(r#"{{"turn":1,"step":1,"callId":"c{i}"}}"#))
         .collect();
@@ -898,12 +898,7 @@ fn pending_call_ids_are_a_set() {
     // it. A second call with the same id adds nothing, so one result answers both and a
     // second result is unmatched (found in review: ids were counted).
     let mut session = new_session(with_invariants());
-    session
-        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
-        .unwrap();
-    session
-        .append::<kinds::StepStart>(r#"{"turn":1,"step":1}"#, NoSurface)
-        .unwrap();
+    open_step_1(&mut session);
     for _ in 0..2 {
         session
             .append::<kinds::ToolCall>(r#"{"turn":1,"step":1,"callId":"a"}"#, NoSurface)

@@ -1508,7 +1508,8 @@ impl Store {
     }
 
     /// STORE-6: `write` fills a directory under `tmp/`, which is then renamed to the
-    /// session's directory; on any failure nothing is left behind.
+    /// session's directory; on any failure nothing is left behind. Returns the new log's
+    /// lock, taken before the rename, for the creator's open.
     fn publish(&self, id: &str, write: impl FnOnce(&Path) -> Result<()>) -> Result<FileLock> {
         let build = self.tmp_dir(id)?;
         // LOG-1: the new log's lock is taken before the session is published and held
