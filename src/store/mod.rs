@@ -946,7 +946,7 @@ impl Store {
             ),
         };
         let from = surface.seq_next();
-        let log = StoredLog::new(
+        let mut log = StoredLog::new(
             log,
             repair,
             from,
@@ -956,6 +956,11 @@ impl Store {
             self.options.message_pack,
         )
         .map_err(|e| e.in_session(id))?;
+        // CKP-5: a checkpoint that matched the log, covers all of it and whose chain opened
+        // it is what a flush would write; it is written again only after an append.
+        if used == Ok(stored) && report.from_known_chain {
+            log.checkpoint_covers_all();
+        }
         let live = first_live_seq.unwrap_or(stored).min(stored);
         trace_log_recovery(id, stored, &report);
         trace_checkpoint(id, &used);

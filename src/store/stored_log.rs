@@ -13,11 +13,12 @@ use crate::log::DiskLog;
 use crate::session::SessionLog;
 use crate::session::repair::RepairState;
 use crate::storage::Storage;
-use crate::surface::Surface;
+use crate::surface::{NodeState, Surface};
 
 /// A stored session's log. Appends go to the on-disk log; the repair scan (contract §8) is
 /// kept up to date as events are appended, and the surface is checkpointed every
-/// `every` events, on flush and on close.
+/// `every` events, and on flush and on close when the checkpoint on disk does not already
+/// cover every event (CKP-5).
 ///
 /// The repair scan is lazy: a `turn/end` resets it without being read, and the events
 /// after the last one are read only when the closers or a checkpoint need the state. A
@@ -35,6 +36,11 @@ pub struct StoredLog {
     storage: Arc<dyn Storage>,
     every: u64,
     since: u64,
+    /// Whether the checkpoint file holds the state after every event of the log: used at
+    /// open with no event after it, or written since the last append. Flush and close
+    /// then write none (CKP-5), unless its nodes failed their check: a session opened,
+    /// read and closed writes nothing.
+    checkpointed: bool,
     /// The message pack, read and checked on the first message read (MSP-1, MSP-2).
     pack: LazyPack,
     /// The `seq_next` of the pack file as this writer knows it (0: none), for MSP-5;
@@ -89,6 +95,7 @@ impl StoredLog {
             storage,
             every: every.max(1),
             since: 0,
+            checkpointed: false,
             pack: LazyPack::default(),
             pack_covers: None,
             pack_min,
@@ -124,32 +131,48 @@ impl StoredLog {
         }
     }
 
-    /// Writes the checkpoint of `surface` now (CKP-5), and with `pack` the message pack
-    /// when MSP-5 says so. A failure is ignored: both are caches, rebuilt when missing or
-    /// stale.
+    /// Records that the checkpoint this log was opened with covers every event of it
+    /// (CKP-3, CKP-8: it matched the log and its chain opened it), so that flush and close
+    /// do not write it again until an event is appended.
+    pub(crate) fn checkpoint_covers_all(&mut self) {
+        self.checkpointed = true;
+    }
+
+    /// Writes the checkpoint of `surface` now (CKP-5) unless the one on disk already
+    /// covers every event, and with `pack` the message pack when MSP-5 says so. A failure
+    /// is ignored: both are caches, rebuilt when missing or stale.
     pub(crate) fn write_checkpoint(&mut self, surface: &Surface, pack: bool) {
         self.since = 0;
+        // Nodes that failed their check on first read (CKP-2) came from a fold: the
+        // checkpoint on disk is damaged, and is written again.
+        if !self.checkpointed || surface.node_state() == NodeState::Refolded {
+            self.checkpointed = self.write_checkpoint_file(surface);
+        }
+        if pack {
+            self.write_pack(surface);
+        }
+    }
+
+    /// Writes the checkpoint file of `surface`: whether it was written.
+    fn write_checkpoint_file(&mut self, surface: &Surface) -> bool {
         // CKP-2: a surface whose checkpointed nodes were lost is never checkpointed (the
         // first read of its nodes, here, decides).
         if surface.nodes_lost() {
-            return;
+            return false;
         }
         // A log that cannot be read back gets no checkpoint: the next open reads it again
         // and reports the damage.
         if self.repair.observe_from(&self.log, self.observed).is_err() {
-            return;
+            return false;
         }
         self.observed = self.log.seq_next();
         let Ok(mut checkpoint) = Checkpoint::of(surface, &self.repair, &self.log) else {
-            return;
+            return false;
         };
         checkpoint.chain = RecordedChain::of(&self.log);
         let bytes = checkpoint.encode();
         let path = self.dir.join(CHECKPOINT_FILE);
-        let _ = write_atomically(&*self.storage, &path, &bytes);
-        if pack {
-            self.write_pack(surface);
-        }
+        write_atomically(&*self.storage, &path, &bytes).is_ok()
     }
 }
 
@@ -188,6 +211,7 @@ impl SessionLog for StoredLog {
             }
         }
         self.since += count;
+        self.checkpointed = false;
         Ok(())
     }
 
@@ -201,6 +225,7 @@ impl SessionLog for StoredLog {
             self.observed = seq + 1;
         }
         self.since += 1;
+        self.checkpointed = false;
         Ok(())
     }
 
