@@ -115,6 +115,24 @@ export class Message {
   toJSON(): { seq: number; json: string };
 }
 
+/** The messages of one `messages()` or `asOf()` call, in surface order: a read-only list
+ * whose `Message` objects are made on first access and then kept (`list.at(i) ===
+ * list.at(i)`). Iterate it, index it with `at`, or take `toArray()` (or `Array.from`) for
+ * the array methods. */
+export class MessageList implements Iterable<Message> {
+  private constructor();
+  /** The number of messages. */
+  readonly length: number;
+  /** Message `index` (negative counts from the end, as `Array.prototype.at`), `undefined`
+   * past either end. An index that is not an integer is refused (`INVALID_ARGUMENT`). */
+  at(index: number): Message | undefined;
+  [Symbol.iterator](): IterableIterator<Message>;
+  /** Every message, in an array. */
+  toArray(): Message[];
+  /** `[{seq, json}, ...]`. */
+  toJSON(): { seq: number; json: string }[];
+}
+
 /** An event as stored. */
 export class StoredEvent {
   readonly seq: number;
@@ -164,12 +182,12 @@ export class Session {
   /** The number of events, which is also the next seq. */
   seqNext(): Promise<number>;
   /** The surface's messages, in order. Their texts are read from the session's message
-   * pack where it has them, without a copy: until every message of the call has read its
-   * `json` or been collected, they keep the pack's map (and a compressed pack's temporary
-   * copy) alive, even after `close()`. */
-  messages(): Promise<Message[]>;
+   * pack where it has them, without a copy: until the list and every message taken from
+   * it that has not read its `json` are collected, they keep the pack's map (and a
+   * compressed pack's temporary copy) alive, even after `close()`. */
+  messages(): Promise<MessageList>;
   /** The messages as the model saw them after event `seq`. */
-  asOf(seq: number): Promise<Message[]>;
+  asOf(seq: number): Promise<MessageList>;
   /** The seqs of the events appended to the surface, in log order. */
   transcript(): Promise<number[]>;
   /** Every replacement of the surface, in log order, with the seqs it shadowed. */

@@ -46,15 +46,15 @@ test('appends and reads back exact texts; messages are the surface', async (t) =
   const expected = [...(await turn(session, 1)), ...(await turn(session, 2))];
   assert.equal(await session.seqNext(), 6);
   const messages = await session.messages();
-  assert.deepEqual(messages.map((m) => m.json), expected);
-  assert.deepEqual(messages.map((m) => m.seq), [1, 4]);
-  assert.equal(messages[0].message.role, 'user');
+  assert.deepEqual(messages.toArray().map((m) => m.json), expected);
+  assert.deepEqual(messages.toArray().map((m) => m.seq), [1, 4]);
+  assert.equal(messages.at(0).message.role, 'user');
   assert.deepEqual(await session.transcript(), [1, 4]);
   const events = await session.events({ from: 1, limit: 2 });
   assert.deepEqual(events.map((e) => [e.seq, e.type]), [[1, 'user/message'], [2, 'turn/end']]);
   assert.equal(events[0].event.data.id, 'u1');
   assert.ok(events[0].text.includes(expected[0]), 'the data is stored byte for byte');
-  assert.deepEqual((await session.asOf(2)).map((m) => m.seq), [1]);
+  assert.deepEqual((await session.asOf(2)).toArray().map((m) => m.seq), [1]);
   await session.close();
   await session.close(); // idempotent
 });
@@ -149,7 +149,7 @@ test('compactLog compresses the older segments and the message pack, events and 
     await session.append('turn/end', `{"turn":${turn},"reason":{"kind":"completed"}}`);
   }
   const events = (await session.events()).map((e) => e.text);
-  const messages = (await session.messages()).map((m) => m.json);
+  const messages = (await session.messages()).toArray().map((m) => m.json);
   await session.close();
   await assert.rejects(
     store.compactLog('z', { compress: true, level: 23 }),
@@ -167,7 +167,7 @@ test('compactLog compresses the older segments and the message pack, events and 
   assert.ok(compressed.length > 0, 'compressed segments on disk');
   const reopened = await store.open('z');
   assert.deepEqual((await reopened.events()).map((e) => e.text), events);
-  assert.deepEqual((await reopened.messages()).map((m) => m.json), messages);
+  assert.deepEqual((await reopened.messages()).toArray().map((m) => m.json), messages);
   await reopened.append('turn/start', '{"turn":41}');
   await reopened.close();
   assert.equal(await store.compactLog('z', { compress: true }), 0, 'nothing left to rewrite');
@@ -183,10 +183,10 @@ test('a closed session reopens with the same messages; list, fork, inspect, dele
 
   const reopened = await store.open('a');
   assert.deepEqual(reopened.openReport, { closers: 0, checkpointUsed: true });
-  assert.deepEqual((await reopened.messages()).map((m) => m.json), expected);
+  assert.deepEqual((await reopened.messages()).toArray().map((m) => m.json), expected);
 
   const child = await store.fork('a', { at: 2, as: 'a-child' });
-  assert.deepEqual((await child.messages()).map((m) => m.json), expected.slice(0, 1));
+  assert.deepEqual((await child.messages()).toArray().map((m) => m.json), expected.slice(0, 1));
   await child.close();
   await reopened.close();
 
@@ -252,7 +252,7 @@ test('replacements: every replace with the seqs it shadowed, live, reopened and 
     { seq: 4, start: 3, end: 3, shadowed: [3] },
   ];
   assert.deepEqual(await session.replacements(), expected);
-  assert.deepEqual((await session.messages()).map((m) => m.seq), [4]);
+  assert.deepEqual((await session.messages()).toArray().map((m) => m.seq), [4]);
   await session.close();
   const reopened = await store.open('r');
   assert.deepEqual(await reopened.replacements(), expected);

@@ -37,7 +37,7 @@ test(`${SESSIONS} sessions open at once`, async (t) => {
   assert.ok(held <= 3 * SESSIONS, `${held} descriptors for ${SESSIONS} open sessions`);
   const messages = await Promise.all(open.map((s) => s.messages()));
   assert.deepEqual(
-    messages.map((m) => JSON.parse(m[0].json).id),
+    messages.map((m) => JSON.parse(m.at(0).json).id),
     ids,
   );
   await Promise.all(open.map((s) => s.close()));

@@ -1,5 +1,5 @@
 // messages() lends the texts of the session's message pack to JS without copying them
-// (message-pack.md; src/lend.rs) and copies the others: the messages are exactly those the
+// (message-pack.md; src/lib.rs) and copies the others: the messages are exactly those the
 // surface derives, whichever bytes they come from, and stay readable after the session is
 // closed.
 import { test } from 'node:test';
@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
-const { Store } = require('../index.js');
+const { Store, MessageList, SurfacelogError } = require('../index.js');
 const native = require('../surfacelog.node');
 
 /** A scratch directory removed when the test ends. */
@@ -29,7 +29,7 @@ const user = (i) =>
   `{"id":"u${i}","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"q${i} é € 𝄞 ${'x'.repeat(i % 7)}"}]}`;
 
 /** The seqs and exact texts of `messages`. */
-const texts = (messages) => messages.map((m) => [m.seq, m.json]);
+const texts = (messages) => Array.from(messages, (m) => [m.seq, m.json]);
 
 // More messages than the store's default `pack_min` (1,024 nodes, MSP-5), so that closing
 // writes a pack.
@@ -76,9 +76,9 @@ test('messages() are the surface messages, lent from the pack or copied from the
   assert.equal(expected.length, PACKED - 10 + 3);
   assert.deepEqual(texts(messages), expected);
   assert.deepEqual(texts(again), expected);
-  assert.equal(messages[10].seq, summary);
-  assert.equal(messages[10].json, user(5001));
-  assert.deepEqual(messages[9].message.content[0].text, `q9 é € 𝄞 ${'x'.repeat(2)}`);
+  assert.equal(messages.at(10).seq, summary);
+  assert.equal(messages.at(10).json, user(5001));
+  assert.deepEqual(messages.at(9).message.content[0].text, `q9 é € 𝄞 ${'x'.repeat(2)}`);
 
   // The native crossing did lend the pack: most texts in `lent`, the later ones copied.
   const packed = await nativeMessages(dir);
@@ -91,6 +91,8 @@ test('messages() are the surface messages, lent from the pack or copied from the
     expected.map(([seq, json]) => (seq < PACKED ? json : null)),
     'every lent text, nothing for the copied ones',
   );
+  const wide = native.lentTexts(packed.lent, Float64Array.from(packed.starts), Float64Array.from(packed.ends), 0, 1e9);
+  assert.deepEqual(Array.from(wide), Array.from(block), 'spans as 64-bit floats (a session past 2^32) read the same');
   const some = native.lentTexts(packed.lent, packed.starts, packed.ends, 10, 12);
   assert.deepEqual(Array.from(some), [undefined, expected[11][1]], 'the replacement (copied), then a lent text');
   // A span it never gave is refused, never read: past the end, inside a character, not whole.
@@ -146,8 +148,10 @@ test('a pack none of whose texts is on the surface lends nothing', async (t) => 
 
   const packed = await nativeMessages(dir);
   assert.equal(packed.lent, undefined);
-  assert.equal(packed.lentLen, 0);
-  assert.deepEqual([...packed.starts, ...packed.ends], [0, Buffer.byteLength(user(9000))]);
+  // The copied texts' offsets start after the pack's text area all the same.
+  assert.ok(packed.lentLen > 0);
+  assert.deepEqual([...packed.starts, ...packed.ends], [packed.lentLen, packed.lentLen + Buffer.byteLength(user(9000))]);
+  assert.equal(packed.text.toString('utf8'), user(9000));
 });
 
 test('the lent texts stay mapped while a message holds them, and no longer', async (t) => {
@@ -175,7 +179,7 @@ test('the lent texts stay mapped while a message holds them, and no longer', asy
     await tick();
   }
   assert.ok(packMaps() > 0, 'the messages hold the map after the session closed');
-  assert.equal(messages[PACKED - 1].json, user(PACKED - 1));
+  assert.equal(messages.at(PACKED - 1).json, user(PACKED - 1));
   messages = undefined;
   await collect(() => packMaps() === 0);
   assert.equal(packMaps(), 0, 'released once no message holds it');
@@ -199,4 +203,52 @@ test('a compressed pack lends its decompressed copy', async (t) => {
   await session.close();
   assert.equal(messages.length, PACKED);
   assert.deepEqual(texts(messages), expected);
+});
+
+test('a MessageList reads as an array of the surface messages does, making each message once', async (t) => {
+  const { store } = await packedStore(t);
+  const session = await store.open('s');
+  // After the pack: a copied message, and a replacement shadowing packed ones.
+  await session.append('user/message', user(5000), { surfaceOp: 'append' });
+  await session.append('user/message', user(5001), {
+    surfaceOp: { op: 'replace', start: 3, end: 7 },
+    sourceEventSeqs: [3, 4, 5, 6, 7],
+  });
+  const list = await session.messages();
+  const asOf = await session.asOf((await session.seqNext()) - 1);
+  await session.close();
+  assert.ok(list instanceof MessageList && asOf instanceof MessageList);
+
+  // The model: a plain array of the same messages, built from `asOf` (every text copied).
+  const model = Array.from(asOf, (m) => ({ seq: m.seq, json: m.json }));
+  assert.equal(model.length, PACKED - 5 + 2);
+  assert.equal(list.length, model.length);
+  const n = model.length;
+  const indices = [0, 1, -1, -n, n - 1, n, -n - 1, n + 5, -n - 5, 2 ** 53 - 1, -(2 ** 53) + 1];
+  for (let k = 0; k < 200; k += 1) indices.push(Math.floor(Math.random() * (2 * n + 10)) - n - 5);
+  for (const i of indices) {
+    const got = list.at(i);
+    const want = model.at(i);
+    assert.deepEqual(got && { seq: got.seq, json: got.json }, want, `at(${i})`);
+    if (got !== undefined) assert.equal(list.at(i), got, `at(${i}) is the same object twice`);
+  }
+  for (const bad of [1.5, NaN, Infinity, '1', undefined, null, 1n, {}]) {
+    assert.throws(
+      () => list.at(bad),
+      (e) => e instanceof SurfacelogError && e.code === 'INVALID_ARGUMENT',
+      `at(${String(bad)})`,
+    );
+  }
+  // Iteration, toArray and JSON give the same messages, the same objects, in order.
+  const iterated = [...list];
+  const array = list.toArray();
+  assert.equal(iterated.length, n);
+  assert.ok(array.every((m, i) => m === iterated[i] && m === list.at(i)));
+  assert.deepEqual(JSON.parse(JSON.stringify(list)), model);
+  assert.deepEqual(JSON.parse(JSON.stringify(asOf)), model);
+  // Read-only.
+  assert.throws(() => {
+    list.length = 0;
+  }, TypeError);
+  assert.equal(list.length, n);
 });

@@ -27,7 +27,7 @@ function declaredMembers(name) {
 test('every declared class is exported, with every declared member', () => {
   const classes = [...declarations.matchAll(/^export class (\w+)/gm)].map((m) => m[1]);
   assert.deepEqual(classes.sort(), Object.keys(exported).sort());
-  for (const name of ['Store', 'Session', 'VerbatimStore']) {
+  for (const name of ['Store', 'Session', 'VerbatimStore', 'MessageList']) {
     for (const member of declaredMembers(name)) {
       const onPrototype = member in exported[name].prototype;
       const isStatic = typeof exported[name][member] === 'function';
