@@ -303,3 +303,84 @@ fn child_refreshes_a_truncated_segment() {
     }
     println!("child ran");
 }
+
+/// RD-8 for salvage and compaction (SLV-1, CMP-2): a segment's header is read with `pread`,
+/// never through its map. A writer killed while it created a segment leaves a sparse file
+/// whose header is a hole (SEG-6, RCV-7); on a full filesystem touching that hole through
+/// a map raises SIGBUS. Salvage examines every segment, the last too, and compaction every
+/// sealed one: each must end in a report or an `IO`/`CORRUPT` error, never a signal.
+#[test]
+fn salvage_and_compaction_of_a_segment_whose_header_is_a_hole_never_raise_sigbus() {
+    let scratch = scratch("sigbus", "examine");
+    let mount_dir = scratch.join("mnt");
+    std::fs::create_dir(&mount_dir).unwrap();
+    let Some(mount) = Mount::tmpfs(&mount_dir, "4m") else {
+        return;
+    };
+    let dir = mount_dir.join("log");
+    let (writer, _) = LogWriter::open(&dir, log_options(Durability::Sync, 4096)).unwrap();
+    for seq in 0..40 {
+        writer.append(&[padded_event(seq, 300)]).unwrap();
+    }
+    let events = writer.seq_next();
+    writer.close().unwrap();
+    let names = |dir: &Path| {
+        let mut firsts: Vec<u64> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                name.strip_suffix(".seg")?.parse().ok()
+            })
+            .collect();
+        firsts.sort_unstable();
+        firsts
+    };
+    assert!(names(&dir).len() >= 3, "several segments");
+    // Salvage's log: the next segment's creation cut short, its header never written.
+    let unborn = dir.join(segment_name(events));
+    std::fs::File::create(&unborn)
+        .unwrap()
+        .set_len(64 << 10)
+        .unwrap();
+    // Compaction's log: a copy whose second segment's header is a hole (damage).
+    let damaged = mount_dir.join("damaged");
+    std::fs::create_dir(&damaged).unwrap();
+    for first in names(&dir) {
+        let name = segment_name(first);
+        if first == events {
+            continue;
+        }
+        std::fs::copy(dir.join(&name), damaged.join(&name)).unwrap();
+    }
+    let second = damaged.join(segment_name(names(&damaged)[1]));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&second)
+        .unwrap();
+    let len = file.metadata().unwrap().len();
+    file.set_len(0).unwrap();
+    file.set_len(len).unwrap();
+    drop(file);
+    let _filler = fill(&mount_dir);
+    run_child("child_salvages_and_compacts", &mount_dir);
+    drop(mount);
+}
+
+/// The child of
+/// [`salvage_and_compaction_of_a_segment_whose_header_is_a_hole_never_raise_sigbus`]: runs
+/// only as that child.
+#[test]
+fn child_salvages_and_compacts() {
+    use surfacelog::internals::storage::FsStorage;
+    let Some(dir) = std::env::var_os(CHILD_DIR).map(PathBuf::from) else {
+        return;
+    };
+    match surfacelog::internals::log::salvage(&FsStorage, &dir.join("log"), |_| Ok(())) {
+        Ok(report) => println!("salvaged: {report:?}"),
+        Err(e) => assert!(matches!(e.code(), "IO" | "CORRUPT"), "{e}"),
+    }
+    let error = surfacelog::internals::log::compact(&FsStorage, &dir.join("damaged"))
+        .expect_err("a segment whose header does not check out is refused (CMP-2)");
+    assert!(matches!(error.code(), "IO" | "CORRUPT"), "{error}");
+    println!("child ran");
+}

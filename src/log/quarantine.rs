@@ -487,7 +487,11 @@ fn open_checked(
         .open_file(path, false)
         .and_then(|file| map(&file).map(|map| (file, map)))
         .map_err(|error| Unjudged::Refused(Error::io("open", path, &error)))?;
-    let header = match SegmentHeader::decode(&map) {
+    // RD-8: the header is read with pread, never through the map: a segment whose
+    // creation was cut short (RCV-7) may have a hole there, which a full filesystem
+    // cannot give a page (SIGBUS).
+    let head = super::map::read_head(&file, SEGMENT_HEADER_LEN);
+    let header = match SegmentHeader::decode(&head) {
         Ok(header) => header,
         // SEG-9, VER-1: not damage, a file this build does not read.
         Err(HeaderError::Version(found)) => {
