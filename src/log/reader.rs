@@ -456,6 +456,35 @@ impl LogReader {
                             .then_some(&later as &dyn Fn() -> Result<bool>);
                         let (found, shape) =
                             scan_checked(path, &source, last.end, self.seq_next, torn)?;
+                        // RD-6, RCV-13: bytes that are not a record, where the segment's
+                        // index (written since this reader opened: a writer's close)
+                        // lists durable records, are damage, never the end of the log.
+                        // Looked at once more first: the writer may have completed the
+                        // record and written the index since the scan. An index listing
+                        // records past this map (the file grown since it was mapped) is
+                        // judged at the next refresh, which maps the file again.
+                        if let Stop::Invalid { .. } = found.stop {
+                            let index_path = self.dir.join(index_name(first));
+                            let (_, listed_end) = index::durable_marks(
+                                &*self.storage,
+                                &index_path,
+                                &mapped.map,
+                                &self.log_id,
+                                first,
+                            );
+                            if listed_end > found.end && listed_end <= source.len {
+                                let again = scan(&source, found.end, found.seq_next)
+                                    .map_err(|e| read_error(path, found.end, &e))?;
+                                if again.end < listed_end {
+                                    return Err(corrupt(
+                                        path,
+                                        found.end,
+                                        "a record the segment's index lists as durable does \
+                                         not check out (RCV-13)",
+                                    ));
+                                }
+                            }
+                        }
                         self.torn_shape = shape.then_some(found.end);
                         found
                     } else {
