@@ -313,15 +313,22 @@ pub(crate) fn compact_then(
     }
     // CZ-5, CZ-6: whether the last segment's header checks out; if not, RCV-7 would make
     // the segment before it the last, which must then stay plain.
-    let last_born = firsts.last().is_none_or(|&last| {
-        let path = seq_file_path(dir, last, ".seg");
-        // Synced first: a header only in the page cache (a writer killed right after it
-        // created the segment, in `Staged` durability) could still be lost.
-        storage.open_file(&path, false).is_ok_and(|file| {
-            storage.sync_data(&file).is_ok()
-                && SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN)).is_ok()
-        })
-    });
+    // Synced first: a header only in the page cache (a writer killed right after it
+    // created the segment, in `Staged` durability) could still be lost. A failure to open
+    // or sync it is `IO`, never taken for a header that does not check out.
+    let last_born = match firsts.last() {
+        None => true,
+        Some(&last) => {
+            let path = seq_file_path(dir, last, ".seg");
+            let file = storage
+                .open_file(&path, false)
+                .map_err(|e| Error::io("open", &path, &e))?;
+            storage
+                .sync_data(&file)
+                .map_err(|e| Error::io("fsync", &path, &e))?;
+            SegmentHeader::decode(&super::map::read_head(&file, SEGMENT_HEADER_LEN)).is_ok()
+        }
+    };
     // CZ-6: the segments' names durable before any segment is compressed. On a filesystem
     // that does not order metadata, a crash could otherwise keep a compressed segment and
     // lose the entry of a last segment a killed writer had just created.
