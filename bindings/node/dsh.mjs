@@ -52,6 +52,7 @@ function writableId(id) {
     throw new SurfacelogError({
       code: 'INVALID_ID',
       message: `session id ${JSON.stringify(String(id))} holds a lone surrogate: not stored`,
+      outcome: 'nothingWritten',
     });
   }
   return text;
@@ -264,6 +265,7 @@ class SurfacelogHooks {
       code: refused.code,
       message: `${refused.message} (not imported from ${refused.place})`,
       session: id,
+      outcome: 'nothingWritten',
     });
   }
 

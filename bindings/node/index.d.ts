@@ -265,7 +265,10 @@ export class VerbatimStore {
   /** `lockWaitMs`: how long an append or repair waits for another writer of the session
    * to let go before it rejects LOCKED (default 0). */
   constructor(root: string, options?: { segmentBytes?: number; lockWaitMs?: number });
-  /** The directory session `id` is (or would be) stored in; no I/O. */
+  /** The directory session `id` is (or would be) stored in; no I/O. Throws `INVALID_ID`
+   * for an id with a lone surrogate (it would share another id's directory). The methods
+   * below reject with `INVALID_ID` for such an id, and with `INVALID_ARGUMENT` for a JSON
+   * text with one (it would be stored with U+FFFD in its place). */
   locate(id: string): string;
   /** The header and events from seq `from` (default 0), or null when not stored. */
   load(id: string, from?: number): Promise<VerbatimLoad | null>;

@@ -505,6 +505,13 @@ class Store {
   }
 }
 
+/** JSON texts of a verbatim store's call, each checked whole (`wellFormed`): a lone
+ * surrogate would cross as U+FFFD, storing another text than the one given. */
+function texts(values, what) {
+  if (!Array.isArray(values)) throw invalid(`${what}: an array of JSON texts`);
+  return values.map((value, i) => wellFormed(value, `${what} ${i}`));
+}
+
 /**
  * The verbatim store (`format-spec/verbatim-store.md`) behind the DSH persistence backend
  * (`surfacelog/dsh`): logs kept exactly as a host hands them over, read back unjudged.
@@ -516,7 +523,8 @@ class VerbatimStore {
    * `lockWaitMs`, an append or repair waits that long for another writer of the session
    * (another store or process) to let go before it rejects LOCKED (VBT-6). */
   constructor(root, options = {}) {
-    if (typeof root !== 'string') throw new TypeError('VerbatimStore: root is a path');
+    if (typeof root !== 'string') throw invalid('VerbatimStore: root is a path');
+    if (options === null || typeof options !== 'object') throw invalid('VerbatimStore: options are an object');
     try {
       this._native = native.openVerbatimStore(root, options.segmentBytes, options.lockWaitMs);
     } catch (error) {
@@ -524,34 +532,35 @@ class VerbatimStore {
     }
   }
 
-  /** The directory session `id` is (or would be) stored in; no I/O (VBT-1). */
+  /** The directory session `id` is (or would be) stored in; no I/O (VBT-1). Throws
+   * `INVALID_ID` for an id that is not a well-formed string (it has no directory). */
   locate(id) {
-    return this._native.locate(id);
+    return this._native.locate(idArg(id));
   }
 
   /** `{header, events, seqNext, revision, torn}` (texts) from seq `from`, or null (VBT-7). */
   load(id, from = 0) {
-    return call(() => this._native.load(id, from));
+    return call(() => this._native.load(idArg(id), seqArg(from, 'load: from')));
   }
 
   /** The revision (VBT-8), or null when the session is not stored. */
   revision(id) {
-    return call(() => this._native.revision(id));
+    return call(() => this._native.revision(idArg(id)));
   }
 
   /** Creates session `id` with its header and first events, atomically (VBT-5). */
   create(id, header, events) {
-    return call(() => this._native.create(id, header, events));
+    return call(() => this._native.create(idArg(id), wellFormed(header, 'create: header'), texts(events, 'create: events')));
   }
 
   /** Appends events durably; the first carries seq `firstSeq`, the stored next seq (VBT-6). */
   append(id, firstSeq, events) {
-    return call(() => this._native.append(id, firstSeq, events));
+    return call(() => this._native.append(idArg(id), seqArg(firstSeq, 'append: firstSeq'), texts(events, 'append: events')));
   }
 
   /** Drops a torn tail and appends `closers`, each step durable (VBT-9). */
   repair(id, closers) {
-    return call(() => this._native.repair(id, closers));
+    return call(() => this._native.repair(idArg(id), texts(closers, 'repair: closers')));
   }
 
   /** Closes the writers kept open between appends, releasing their locks (VBT-6). */

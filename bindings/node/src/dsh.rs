@@ -76,7 +76,9 @@ pub fn open_verbatim_store(
     })
 }
 
-/// `ms` as a duration: a finite, non-negative number of milliseconds.
+/// `ms` as a duration: a finite, non-negative number of milliseconds; one longer than a
+/// `Duration` holds (about 5.8e14 years) is the longest one, never a panic (which
+/// `Duration::from_secs_f64` would raise, aborting the process across napi).
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming `what` otherwise.
@@ -87,7 +89,7 @@ fn millis(ms: f64, what: &str) -> Result<std::time::Duration> {
             &format!("{what}: a number of milliseconds"),
         ));
     }
-    Ok(std::time::Duration::from_secs_f64(ms / 1000.0))
+    Ok(std::time::Duration::try_from_secs_f64(ms / 1000.0).unwrap_or(std::time::Duration::MAX))
 }
 
 /// A verbatim store operation as a [`Job`]: its refusal becomes the JS error.

@@ -1110,8 +1110,10 @@ impl NativeStore {
         let shared = Arc::new(FollowShared::default());
         let store = self.inner.clone();
         let thread_shared = shared.clone();
+        // A thread's name may not hold a NUL byte (`spawn` would panic, aborting the
+        // process across napi), and an id may: its NUL bytes are left out of the name.
         std::thread::Builder::new()
-            .name(format!("surfacelog-follow-{id}"))
+            .name(format!("surfacelog-follow-{}", id.replace('\0', "")))
             .spawn(move || follow_thread(&store, &id, from, &thread_shared, &wake))
             .map_err(|e| misuse("IO", &format!("cannot start the follower's thread: {e}")))?;
         Ok(NativeFollower { shared })
@@ -1123,8 +1125,10 @@ impl NativeStore {
 fn follow_thread(store: &Store, id: &str, from: u64, shared: &FollowShared, wake: &Wake) {
     use std::sync::atomic::Ordering;
     let stopped = || shared.stop.load(Ordering::Relaxed);
-    let fail = |error: &surfacelog::Error| {
+    // The events read before the refusal are queued ahead of it: JS yields them first.
+    let fail = |read: Vec<EventOut>, error: &surfacelog::Error| {
         let mut queue = shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        queue.events.extend(read);
         queue.error = Some(refusal(error).reason.clone());
         drop(queue);
         wake.call(
@@ -1134,7 +1138,7 @@ fn follow_thread(store: &Store, id: &str, from: u64, shared: &FollowShared, wake
     };
     let mut follower = match store.follow(id) {
         Ok(follower) => follower,
-        Err(error) => return fail(&error),
+        Err(error) => return fail(Vec::new(), &error),
     };
     let mut next = from;
     while !stopped() {
@@ -1159,7 +1163,7 @@ fn follow_thread(store: &Store, id: &str, from: u64, shared: &FollowShared, wake
                 for seq in next..end {
                     match log.event_at(seq) {
                         Ok(event) => events.push(event_out(&event)),
-                        Err(error) => return fail(&error),
+                        Err(error) => return fail(events, &error),
                     }
                 }
                 next = end;
@@ -1174,7 +1178,7 @@ fn follow_thread(store: &Store, id: &str, from: u64, shared: &FollowShared, wake
                     napi::threadsafe_function::ThreadsafeFunctionCallMode::NonBlocking,
                 );
             }
-            Err(error) => return fail(&error),
+            Err(error) => return fail(Vec::new(), &error),
         }
     }
 }
