@@ -642,3 +642,52 @@ fn message_texts_lend_the_pack_text_area_and_outlive_the_session() {
     let memory: Session<MemLog> = Session::in_memory("m", &options(0)).unwrap();
     assert!(memory.message_texts().is_none());
 }
+
+/// MSP-4: a session keeps its pack mapped, and a map is not a copy: bytes changed in place
+/// after the pack was read and checked (what a page read again from failing media, or a
+/// write that is not the engine's, gives) are checked again as the next read of every
+/// message begins, and the pack is not used from then on: the messages come from the
+/// log, by a writer and by a read-only inspection alike; the writer's close writes a
+/// sound pack again.
+#[test]
+fn msp_4_a_pack_changed_in_place_under_a_held_session_is_not_used_again() {
+    use std::os::unix::fs::FileExt;
+    let dir = common::scratch("message_pack", "in-place");
+    let (store, truth, pack) = packed_session(dir.as_ref(), 12);
+    let path = pack_path(dir.as_ref());
+    let fields = parse(&pack);
+    let text_at = pack.len() - fields.text.len();
+    // A letter inside the first message's text, changed to another: still UTF-8, still
+    // JSON, another message.
+    let offset = text_at + fields.text.iter().position(|&b| b == b'u').unwrap();
+    let change = |byte: u8| {
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&[byte], offset as u64).unwrap();
+    };
+    let (writer, _) = store.open_session("s").unwrap();
+    let reader = store.inspect("s").unwrap();
+    for session_messages in [&(|| messages_of(&writer)) as &dyn Fn() -> Messages, &|| {
+        messages_of(&reader)
+    }] {
+        change(b'u');
+        assert_eq!(session_messages(), truth, "read through the pack");
+        change(b'v');
+        assert_eq!(session_messages(), truth, "the changed pack is not used");
+        change(b'u');
+        assert_eq!(session_messages(), truth, "nor after it is put back");
+    }
+    assert!(
+        reader.message_texts().is_none(),
+        "nothing of it is lent either"
+    );
+    drop(reader);
+    change(b'v');
+    writer.close().unwrap();
+    // The pack was written again at close (MSP-5: the old one unusable): it checks out,
+    // and a new session reads its messages from it.
+    let (session, _) = store.open_session("s").unwrap();
+    assert_eq!(messages_of(&session), truth);
+    assert!(session.message_texts().is_some());
+    let report = session_report(&store);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}

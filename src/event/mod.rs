@@ -214,6 +214,15 @@ pub trait EventSource {
     fn message_texts(&self) -> Option<SharedBytes> {
         None
     }
+
+    /// Called as a read of every message begins ([`crate::surface::each_message`]): a
+    /// source whose messages come from bytes it checked once and kept mapped (a message
+    /// pack, MSP-1) checks them again unless they were checked for this read (MSP-4): a
+    /// map is not a copy. The default does nothing.
+    fn messages_read_begins(&self) {}
+
+    /// Called as that read ends, whatever its outcome. The default does nothing.
+    fn messages_read_ends(&self) {}
 }
 
 /// `CORRUPT`: the event at `seq` is needed but the log ends at `seq_next`.
@@ -575,6 +584,14 @@ impl<S: EventSource + ?Sized> EventSource for &S {
 
     fn message_texts(&self) -> Option<SharedBytes> {
         (**self).message_texts()
+    }
+
+    fn messages_read_begins(&self) {
+        (**self).messages_read_begins();
+    }
+
+    fn messages_read_ends(&self) {
+        (**self).messages_read_ends();
     }
 }
 

@@ -593,6 +593,14 @@ impl EventSource for ReadOnlyLog {
     fn message_texts(&self) -> Option<SharedBytes> {
         self.pack.texts(&*self.storage, &self.dir, &self.log.base)
     }
+
+    fn messages_read_begins(&self) {
+        self.pack.read_begins(&self.dir);
+    }
+
+    fn messages_read_ends(&self) {
+        self.pack.read_ends();
+    }
 }
 
 impl SessionLog for ReadOnlyLog {

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use memmap2::Mmap;
 
@@ -140,6 +140,21 @@ impl Pack {
             count,
             next: AtomicUsize::new(0),
         })
+    }
+
+    /// MSP-1 again over the bytes read before (MSP-4): a mapped file is read again from
+    /// the page cache, or from the disk, on each access, so bytes checked once are
+    /// checked again before they are returned again.
+    ///
+    /// # Errors
+    /// Why the bytes no longer check out.
+    fn check_again(&self) -> Result<(), Unusable> {
+        let (seq_next, count) = check_bytes(&self.map)?;
+        if (seq_next, count) == (self.seq_next, self.count) {
+            Ok(())
+        } else {
+            Err(Unusable::Corrupt("its fixed fields changed"))
+        }
     }
 
     /// MSP-2: the pack was written from `log`'s first `seq_next` events.
@@ -296,9 +311,18 @@ fn check_bytes(bytes: &[u8]) -> Result<(u64, usize), Unusable> {
 }
 
 /// A session's message pack as its log reads it (MSP-4): read and checked against the
-/// log on the first message asked for, `None` inside when there is none usable.
+/// log on the first message asked for, `None` inside when there is none usable; checked
+/// again (MSP-1) as each later read of every message begins.
 #[derive(Debug, Default)]
-pub(crate) struct LazyPack(std::sync::OnceLock<Option<Pack>>);
+pub(crate) struct LazyPack {
+    pack: std::sync::OnceLock<Option<Pack>>,
+    /// The pack failed a check again: not used since (the messages come from the log).
+    broken: AtomicBool,
+    /// A check (at load, or again) that no read of every message has relied on yet: the
+    /// read that begins next relies on it instead of checking the bytes a second time
+    /// (a binding asks for [`LazyPack::texts`], which loads the pack, then reads).
+    checked: AtomicBool,
+}
 
 impl LazyPack {
     /// The message of node `seq` of `log`: from the pack of session directory `dir` when it
@@ -334,14 +358,47 @@ impl LazyPack {
     /// The pack of session directory `dir`, read and checked against `log` on the first
     /// call (MSP-1, MSP-2); `None` when there is no usable one.
     fn get(&self, storage: &dyn Storage, dir: &Path, log: &impl EventSource) -> Option<&Pack> {
-        self.0
-            .get_or_init(|| load_traced(storage, dir, log))
+        if self.broken.load(Ordering::Acquire) {
+            return None;
+        }
+        self.pack
+            .get_or_init(|| {
+                let pack = load_traced(storage, dir, log);
+                self.checked.store(pack.is_some(), Ordering::Release);
+                pack
+            })
             .as_ref()
     }
 
-    /// Whether the pack was read and found unusable.
+    /// MSP-4: a read of every message begins. A pack read before is checked again (MSP-1)
+    /// unless it was checked for this read; one that fails is not used from now on (traced
+    /// as a load that fails is). A pack not read yet is checked when this read loads it.
+    pub(crate) fn read_begins(&self, dir: &Path) {
+        let Some(Some(pack)) = self.pack.get() else {
+            return;
+        };
+        if self.broken.load(Ordering::Acquire) || self.checked.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        if let Err(why) = pack.check_again() {
+            tracing::warn!(
+                target: "surfacelog",
+                dir = %dir.display(),
+                ?why,
+                "message pack changed since it was read: no longer used (message-pack.md MSP-4)"
+            );
+            self.broken.store(true, Ordering::Release);
+        }
+    }
+
+    /// The read of every message ended: the next one checks the pack again.
+    pub(crate) fn read_ends(&self) {
+        self.checked.store(false, Ordering::Release);
+    }
+
+    /// Whether the pack was read and found unusable, or failed a check since.
     pub(crate) fn unusable(&self) -> bool {
-        matches!(self.0.get(), Some(None))
+        matches!(self.pack.get(), Some(None)) || self.broken.load(Ordering::Acquire)
     }
 }
 

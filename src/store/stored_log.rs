@@ -195,6 +195,14 @@ impl EventSource for StoredLog {
         self.pack
             .texts(&*self.storage, self.session_dir(), &self.log)
     }
+
+    fn messages_read_begins(&self) {
+        self.pack.read_begins(self.session_dir());
+    }
+
+    fn messages_read_ends(&self) {
+        self.pack.read_ends();
+    }
 }
 
 impl SessionLog for StoredLog {

@@ -85,12 +85,15 @@ pub fn each_message<'a>(
 ) -> Result<()> {
     // CKP-2: nodes that were lost are damage, never a surface without messages.
     surface.check_not_lost()?;
-    for &seq in surface.nodes() {
+    source.messages_read_begins();
+    let read = surface.nodes().iter().try_for_each(|&seq| {
         if let Some(json) = source.message_at(seq).map_err(|e| e.at_seq(seq))? {
             visit(Message { seq, json });
         }
-    }
-    Ok(())
+        Ok(())
+    });
+    source.messages_read_ends();
+    read
 }
 
 /// The transcript: seqs of the events whose `surfaceOp` is `"append"`, in log order.

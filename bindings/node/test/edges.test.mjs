@@ -153,3 +153,26 @@ test('every SurfacelogError has an outcome, and VerbatimStore construction refus
   assert.equal(error.code, 'INVALID_ID');
   assert.equal(error.outcome, 'nothingWritten');
 });
+
+test('messages() of a held session never returns message-pack bytes changed since they were checked', async (t) => {
+  const dir = scratch(t);
+  const store = await Store.open(dir);
+  const s = await store.create('a');
+  const message = (i) => ({ id: `u${i}`, role: 'user', source: { kind: 'user' }, content: [{ type: 'text', text: `hello u${i}` }] });
+  await s.appendAll(Array.from({ length: 1100 }, (_, i) => ({ type: 'user/message', data: message(i), surfaceOp: 'append' })));
+  await s.close();
+  const held = await store.inspect('a');
+  t.after(() => held.close());
+  assert.equal((await held.messages()).at(4).json, JSON.stringify(message(4)), 'read from the pack, checked');
+  // The pack changed in place under the held session (another process, a failing disk):
+  // checked again as the next read begins (MSP-4), and read from the log instead.
+  const pack = join(dir, 'sessions', 'a', 'messages');
+  const at = readFileSync(pack).indexOf('hello u4"');
+  assert.ok(at > 0);
+  const fd = openSync(pack, 'r+');
+  writeSync(fd, Buffer.from('hello X4"'), 0, 9, at);
+  closeSync(fd);
+  const again = await held.messages();
+  assert.equal(again.at(4).json, JSON.stringify(message(4)));
+  assert.equal(again.length, 1100);
+});
