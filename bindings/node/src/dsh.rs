@@ -60,13 +60,17 @@ pub fn open_verbatim_store(
     let lock_wait = millis(lock_wait_ms.unwrap_or(0.0), "lockWaitMs")?;
     let mut options = LogOptions::default();
     if let Some(bytes) = segment_bytes {
-        if !(bytes.is_finite() && bytes >= 0.0) {
-            return Err(misuse("INVALID_ARGUMENT", "segmentBytes: a byte count"));
+        // A whole number: 1.5 bytes is a mistake to report, never one to round.
+        if !(bytes.is_finite() && bytes >= 0.0 && bytes.fract() == 0.0) {
+            return Err(misuse(
+                "INVALID_ARGUMENT",
+                "segmentBytes: a whole byte count",
+            ));
         }
         #[expect(
             clippy::cast_possible_truncation,
             clippy::cast_sign_loss,
-            reason = "a finite, non-negative byte count, clamped by the engine"
+            reason = "a whole, non-negative byte count, clamped by the engine"
         )]
         let bytes = bytes as u64;
         options.segment_bytes = bytes;

@@ -109,13 +109,17 @@ fn store_options(options: &StoreOpenOptions) -> Result<StoreOptions> {
         .durability(durability)
         .chunk_records(options.chunk_records.unwrap_or(true));
     if let Some(bytes) = options.segment_bytes {
-        if !(bytes.is_finite() && bytes >= 0.0) {
-            return Err(misuse("INVALID_ARGUMENT", "segmentBytes: a byte count"));
+        // A whole number: 1.5 bytes is a mistake to report, never one to round.
+        if !(bytes.is_finite() && bytes >= 0.0 && bytes.fract() == 0.0) {
+            return Err(misuse(
+                "INVALID_ARGUMENT",
+                "segmentBytes: a whole byte count",
+            ));
         }
         #[expect(
             clippy::cast_possible_truncation,
             clippy::cast_sign_loss,
-            reason = "a finite, non-negative byte count, clamped by the engine"
+            reason = "a whole, non-negative byte count, clamped by the engine"
         )]
         let bytes = bytes as u64;
         store = store.segment_bytes(bytes);

@@ -11,7 +11,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
-const { Store, SurfacelogError } = require('../index.js');
+const { Store, SurfacelogError, VerbatimStore } = require('../index.js');
 const INDEX = JSON.stringify(join(import.meta.dirname, '..', 'index.js'));
 
 /** A scratch directory, removed when the test ends. */
@@ -85,15 +85,24 @@ test('seq and count arguments are refused when not safe integers ≥ 0, never co
   assert.deepEqual((await store.list()).sessions.map((x) => x.id), ['a'], 'no fork was made');
 });
 
-test('options are checked: batchDelayMs a whole number of ms, unknown keys refused', async (t) => {
+test('options are checked: batchDelayMs and segmentBytes whole numbers, unknown keys refused', async (t) => {
   const dir = scratch(t);
   for (const options of [
     { durability: 'batch', batchDelayMs: -1 },
     { durability: 'batch', batchDelayMs: NaN },
     { durability: 'batch', batchDelayMs: 2 ** 32 + 5 },
+    { segmentBytes: 4096.5 },
+    { segmentBytes: -1 },
     { durabilty: 'manual' },
   ]) {
     await assert.rejects(Store.open(dir, options), isCode('INVALID_ARGUMENT'), JSON.stringify(options));
+  }
+  for (const segmentBytes of [4096.5, -1, Infinity]) {
+    assert.throws(
+      () => new VerbatimStore(join(dir, 'verbatim'), { segmentBytes }),
+      isCode('INVALID_ARGUMENT'),
+      `VerbatimStore segmentBytes ${segmentBytes}`,
+    );
   }
   const store = await Store.open(dir);
   await assert.rejects(store.create('x', { sead: [] }), isCode('INVALID_ARGUMENT'));
