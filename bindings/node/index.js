@@ -411,8 +411,8 @@ class Store {
     const { from = 0 } = knownOptions(options, ['from'], 'follow');
     return {
       [Symbol.asyncIterator]() {
-        // The native follower (a thread, and a wake callback that keeps the event loop
-        // alive) exists only while the iteration runs: from its first `next()` to its end.
+        // The native follower (a thread, and a weak wake callback) exists only while the
+        // iteration runs: from its first `next()` to its end.
         let follower = null;
         let queued = [];
         let ended = false;
@@ -457,9 +457,16 @@ class Store {
             // The events before the refusal first, then the refusal.
             if (batch.error) failure = batch.error;
             if (queued.length === 0 && failure === null && !notified) {
-              await new Promise((resolve) => {
-                wake = resolve;
-              });
+              // The native wake callback is weak: while a `next()` waits, a timer keeps
+              // the event loop alive; a follower nobody waits on does not.
+              const alive = setInterval(() => undefined, 2 ** 30);
+              try {
+                await new Promise((resolve) => {
+                  wake = resolve;
+                });
+              } finally {
+                clearInterval(alive);
+              }
               wake = null;
             }
           }

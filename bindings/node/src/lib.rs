@@ -1045,8 +1045,11 @@ struct FollowShared {
     stop: std::sync::atomic::AtomicBool,
 }
 
-/// The JS callback a follower's thread calls after it queues events (no arguments).
-type Wake = napi::threadsafe_function::ThreadsafeFunction<(), Unknown<'static>, (), Status, false>;
+/// The JS callback a follower's thread calls after it queues events (no arguments). Weak:
+/// it does not keep the event loop alive by itself (`index.js` does while a `next()` waits),
+/// so a process that drops a follower without `return()` still exits.
+type Wake =
+    napi::threadsafe_function::ThreadsafeFunction<(), Unknown<'static>, (), Status, false, true>;
 
 /// A follower of a session: a thread of its own waits for commits (woken by the log's
 /// writes, `Store::follow`) and queues the new events; JS takes them with `take()`. No

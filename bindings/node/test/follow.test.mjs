@@ -85,3 +85,44 @@ test('a follower of a missing session throws SESSION_NOT_FOUND', async (t) => {
     (error) => error instanceof SurfacelogError && error.code === 'SESSION_NOT_FOUND',
   );
 });
+
+test('a process that drops a follower without return() still exits; one waiting on next() does not', async (t) => {
+  const dir = scratch(t);
+  const store = await Store.open(dir);
+  const writer = await store.create('drop');
+  await writer.append('host/note', '{"n":0}');
+  const index = JSON.stringify(join(import.meta.dirname, '..', 'index.js'));
+  const run = (code) => {
+    const child = spawn(
+      process.execPath,
+      ['-e', `const { Store } = require(${index});\n(async () => {\n${code}\n})().catch((e) => { console.error(e); process.exit(1); });`],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let output = '';
+    child.stdout.on('data', (chunk) => {
+      output += chunk;
+    });
+    const exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
+    return { child, exited, output: () => output };
+  };
+  // Takes one event, then drops the iterator: nothing keeps the process alive.
+  const dropping = run(`
+    const it = (await Store.open(${JSON.stringify(dir)})).follow('drop')[Symbol.asyncIterator]();
+    console.log((await it.next()).value.seq);`);
+  const code = await Promise.race([dropping.exited, sleep(10_000).then(() => 'still running')]);
+  if (code === 'still running') dropping.child.kill();
+  assert.equal(code, 0, 'the process exits once nobody waits on the follower');
+  assert.equal(dropping.output().trim(), '0');
+  // Waits on next() for an event appended a second later: it stays alive to get it.
+  const waiting = run(`
+    const it = (await Store.open(${JSON.stringify(dir)})).follow('drop', { from: 1 })[Symbol.asyncIterator]();
+    console.log('ready');
+    console.log((await it.next()).value.seq);
+    await it.return();`);
+  while (!waiting.output().includes('ready')) await sleep(20);
+  await sleep(1000);
+  await writer.append('host/note', '{"n":1}');
+  assert.equal(await waiting.exited, 0);
+  assert.deepEqual(waiting.output().trim().split('\n'), ['ready', '1']);
+  await writer.close();
+});
