@@ -235,7 +235,8 @@ export class Store {
    * by this process or another. Break out of the loop (or call `return()`, also while a
    * `next()` waits, which then resolves done) to stop; a refusal that ends it (the session
    * deleted or deleted and created again: `SESSION_NOT_FOUND`; damage: `CORRUPT`) is
-   * thrown. */
+   * thrown. An id, `from` or option that is not valid throws at once (`INVALID_ID`,
+   * `INVALID_ARGUMENT`). */
   follow(id: string, options?: { from?: number }): AsyncIterable<StoredEvent>;
   /** Rewrites session `id`'s older segments with chunk records; with `compress: true` also
    * compressed (Zstandard at `level`, 1 to 22, default 9), its message pack too; the

@@ -408,7 +408,11 @@ class Store {
    */
   follow(id, options) {
     const store = this.#native;
+    // Its arguments are checked now, as the options are: a refusal throws here, not at
+    // the first `next()`.
     const { from = 0 } = knownOptions(options, ['from'], 'follow');
+    const start = seqArg(from, 'follow: from');
+    const followed = idArg(id);
     return {
       [Symbol.asyncIterator]() {
         // The native follower (a thread, and a weak wake callback) exists only while the
@@ -431,7 +435,7 @@ class Store {
         const step = async () => {
           if (follower === null) {
             follower = call(() =>
-              store.follow(idArg(id), seqArg(from, 'follow: from'), () => {
+              store.follow(followed, start, () => {
                 notified = true;
                 if (wake) wake();
               }),

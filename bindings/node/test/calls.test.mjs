@@ -79,8 +79,16 @@ test('seq and count arguments are refused when not safe integers ≥ 0, never co
   for (const at of [Infinity, NaN, 2.9, -1]) {
     await assert.rejects(store.fork('a', { at, as: `f${at}` }), isCode('INVALID_ARGUMENT'), String(at));
   }
-  const it = store.follow('a', { from: Infinity })[Symbol.asyncIterator]();
-  await assert.rejects(it.next(), isCode('INVALID_ARGUMENT'));
+  // A follow's arguments are checked as it is called, as its options are.
+  for (const [id, options, code] of [
+    ['a', { from: Infinity }, 'INVALID_ARGUMENT'],
+    ['a', { from: -1 }, 'INVALID_ARGUMENT'],
+    ['a', { form: 1 }, 'INVALID_ARGUMENT'],
+    [5, {}, 'INVALID_ID'],
+    ['\ud800', {}, 'INVALID_ID'],
+  ]) {
+    assert.throws(() => store.follow(id, options), isCode(code), JSON.stringify([id, options]));
+  }
   await s.close();
   assert.deepEqual((await store.list()).sessions.map((x) => x.id), ['a'], 'no fork was made');
 });
