@@ -691,3 +691,23 @@ fn msp_4_a_pack_changed_in_place_under_a_held_session_is_not_used_again() {
     let report = session_report(&store);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
+
+/// MSP-4: the pack loaded by `Session::message_texts` outside a read of the messages is
+/// checked again by the next read all the same: its load's check is not taken for one made
+/// for that read.
+#[test]
+fn msp_4_a_pack_loaded_by_message_texts_is_checked_again_by_the_next_read() {
+    use std::os::unix::fs::FileExt;
+    let dir = common::scratch("message_pack", "texts-then-read");
+    let (store, truth, pack) = packed_session(dir.as_ref(), 12);
+    let path = pack_path(dir.as_ref());
+    let fields = parse(&pack);
+    let offset =
+        pack.len() - fields.text.len() + fields.text.iter().position(|&b| b == b'u').unwrap();
+    let reader = store.inspect("s").unwrap();
+    assert!(reader.message_texts().is_some(), "loaded and checked");
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(b"v", offset as u64).unwrap();
+    assert_eq!(messages_of(&reader), truth);
+    assert!(reader.message_texts().is_none(), "found changed, not lent");
+}

@@ -752,8 +752,10 @@ impl<L: SessionLog> Session<L> {
     /// texts from, shared: the text area of the session's message pack
     /// (`format-spec/message-pack.md`), read and checked now when no message was read yet
     /// (MSP-1, MSP-2). `None` for a session without a usable pack (every message then
-    /// comes from its log record) and for an in-memory session. A caller that copies every
-    /// message out can lend these bytes instead and copy only the others: see
+    /// comes from its log record, as after a read found the pack changed, MSP-4) and for
+    /// an in-memory session. A caller that copies every message out can lend these bytes
+    /// instead and copy only the others: asked for during [`Session::each_message`] (whose
+    /// start checks the pack again, MSP-4), they are the bytes that read checked; see
     /// [`SharedBytes::span_of`].
     ///
     /// ```

@@ -318,9 +318,11 @@ pub(crate) struct LazyPack {
     pack: std::sync::OnceLock<Option<Pack>>,
     /// The pack failed a check again: not used since (the messages come from the log).
     broken: AtomicBool,
-    /// A check (at load, or again) that no read of every message has relied on yet: the
-    /// read that begins next relies on it instead of checking the bytes a second time
-    /// (a binding asks for [`LazyPack::texts`], which loads the pack, then reads).
+    /// The reads of every message under way ([`LazyPack::read_begins`] to
+    /// [`LazyPack::read_ends`]).
+    reads: AtomicUsize,
+    /// The pack was loaded, and so checked, during the reads under way: another read that
+    /// begins while they run relies on that check instead of making another.
     checked: AtomicBool,
 }
 
@@ -364,20 +366,23 @@ impl LazyPack {
         self.pack
             .get_or_init(|| {
                 let pack = load_traced(storage, dir, log);
-                self.checked.store(pack.is_some(), Ordering::Release);
+                if self.reads.load(Ordering::Acquire) > 0 {
+                    self.checked.store(pack.is_some(), Ordering::Release);
+                }
                 pack
             })
             .as_ref()
     }
 
     /// MSP-4: a read of every message begins. A pack read before is checked again (MSP-1)
-    /// unless it was checked for this read; one that fails is not used from now on (traced
+    /// unless a read under way loaded it; one that fails is not used from now on (traced
     /// as a load that fails is). A pack not read yet is checked when this read loads it.
     pub(crate) fn read_begins(&self, dir: &Path) {
+        self.reads.fetch_add(1, Ordering::AcqRel);
         let Some(Some(pack)) = self.pack.get() else {
             return;
         };
-        if self.broken.load(Ordering::Acquire) || self.checked.swap(false, Ordering::AcqRel) {
+        if self.broken.load(Ordering::Acquire) || self.checked.load(Ordering::Acquire) {
             return;
         }
         if let Err(why) = pack.check_again() {
@@ -391,9 +396,12 @@ impl LazyPack {
         }
     }
 
-    /// The read of every message ended: the next one checks the pack again.
+    /// A read of every message ended: once none is under way, the next one checks the
+    /// pack again.
     pub(crate) fn read_ends(&self) {
-        self.checked.store(false, Ordering::Release);
+        if self.reads.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.checked.store(false, Ordering::Release);
+        }
     }
 
     /// Whether the pack was read and found unusable, or failed a check since.

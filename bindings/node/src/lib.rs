@@ -685,35 +685,36 @@ impl Packed {
 /// The surface's messages of `session`, packed: the texts its message pack holds lent, the
 /// others copied.
 fn packed_messages<L: SessionLog>(session: &surfacelog::Session<L>) -> surfacelog::Result<Packed> {
-    let nodes = session.surface().nodes().len();
-    let lent = session.message_texts();
-    // The lent bytes' addresses, taken once: a text lies in them when its first and last
-    // bytes do (addresses compared, never dereferenced, as `SharedBytes::span_of` does).
-    let lent_at = lent.as_deref().map_or(0..0, |bytes| {
-        let at = bytes.as_ptr() as usize;
-        at..at + bytes.len()
-    });
-    let mut packed = Packed {
-        base: lent_at.len(),
-        ..Packed::copied(nodes)
-    };
+    let mut packed = Packed::copied(session.surface().nodes().len());
+    // The pack's text area and its addresses, taken at the first message: during the
+    // read, whose start checked the pack again (MSP-4), so these are the bytes it checked;
+    // a text lies in them when its first and last bytes do (addresses compared, never
+    // dereferenced, as `SharedBytes::span_of` does).
+    let mut lent: Option<(Option<SharedBytes>, std::ops::Range<usize>)> = None;
     let mut used = false;
     // Each message not in the pack copied as it is read, while its page is mapped (RD-4).
     session.each_message(|m| {
+        let (_, lent_at) = lent.get_or_insert_with(|| {
+            let texts = session.message_texts();
+            let at = texts.as_deref().map_or(0..0, |bytes| {
+                let at = bytes.as_ptr() as usize;
+                at..at + bytes.len()
+            });
+            packed.base = at.len();
+            (texts, at)
+        });
         let at = m.json.as_ptr() as usize;
-        let (start, end) =
-            if !m.json.is_empty() && lent_at.start <= at && at + m.json.len() <= lent_at.end {
-                used = true;
-                (at - lent_at.start, at - lent_at.start + m.json.len())
-            } else {
-                packed.copy(m.seq, m.json);
-                return;
-            };
-        packed.push(m.seq, start, end);
+        if !m.json.is_empty() && lent_at.start <= at && at + m.json.len() <= lent_at.end {
+            used = true;
+            let start = at - lent_at.start;
+            packed.push(m.seq, start, start + m.json.len());
+        } else {
+            packed.copy(m.seq, m.json);
+        }
     })?;
     // Lent only when a text is in it: a session whose pack holds none of its messages
     // keeps nothing of it alive (the copied texts' offsets still start at `base`).
-    packed.lent = lent.filter(|_| used);
+    packed.lent = lent.and_then(|(texts, _)| texts).filter(|_| used);
     Ok(packed)
 }
 
