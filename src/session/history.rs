@@ -154,6 +154,8 @@ impl<L: SessionLog> Session<L> {
     /// cut separates a tool call from its result, or any refusal of the four events (a
     /// JSON code, `MESSAGE_SHAPE`, ...); nothing is appended then.
     pub fn compact(&mut self, compaction: &Compaction<'_>) -> Result<Compacted> {
+        // CKP-2: the shadowed nodes are written into the summary: checked again first.
+        self.surface.check_again();
         let (first, last) = self.surface.range(compaction.start, compaction.end)?;
         self.check_balanced(first, last, compaction)?;
         let shadowed = self.surface.nodes()[first..=last].to_vec();
@@ -213,6 +215,7 @@ impl<L: SessionLog> Session<L> {
     /// or any refusal of the two events; nothing is appended then.
     pub fn prune(&mut self, prune: &Prune<'_>) -> Result<u64> {
         let seq = prune.seq;
+        self.surface.check_again();
         self.surface.range(seq, seq)?;
         let target = self
             .log

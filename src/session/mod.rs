@@ -673,6 +673,13 @@ impl<L: SessionLog> Session<L> {
 
     /// The surface.
     ///
+    /// Nodes read in place from a mapped checkpoint (CKP-7) that were checked by an
+    /// earlier read have their CRC-32C checked again as this call begins, since a map is
+    /// not a copy (CKP-2); nodes that no longer check out are taken from a fold of the log
+    /// from then on. Cost: O(1) once the surface has changed since its open (its nodes are
+    /// then owned) or before its nodes were first read; otherwise O(n), the CRC-32C of 8
+    /// bytes a node.
+    ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
     /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new())?;
@@ -686,6 +693,7 @@ impl<L: SessionLog> Session<L> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn surface(&self) -> &Surface {
+        self.surface.check_again();
         &self.surface
     }
 

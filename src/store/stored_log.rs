@@ -143,6 +143,9 @@ impl StoredLog {
     /// is ignored: both are caches, rebuilt when missing or stale.
     pub(crate) fn write_checkpoint(&mut self, surface: &Surface, pack: bool) {
         self.since = 0;
+        // CKP-2: nodes still read in place from the map are checked again before anything
+        // is written from them (a map is not a copy), and refolded when they changed.
+        surface.check_again();
         // Nodes that failed their check on first read (CKP-2) came from a fold: the
         // checkpoint on disk is damaged, and is written again.
         if !self.checkpointed || surface.node_state() == NodeState::Refolded {

@@ -7,6 +7,13 @@
 //! is folded again to give them ([`Refold`]); when that fold fails too (the log itself
 //! is damaged under the checkpoint), the nodes read as empty and
 //! [`NodeState::Lost`](super::NodeState::Lost) says so.
+//!
+//! A map is not a copy: its pages may be read again from the disk or the page cache at
+//! any access, so nodes that passed are checked again ([`Deferred::check_again`], their
+//! CRC-32C) as each later read that relies on them begins (the messages, the surface
+//! handed to a caller, the copy at the surface's first change, a checkpoint or message
+//! pack written from it). Nodes that fail then are not used from then on, as at the
+//! first read.
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -36,6 +43,9 @@ struct Shared {
     seq_next: u64,
     refold: Refold,
     outcome: OnceLock<Outcome>,
+    /// What a later check found when the nodes that passed the first no longer did (they
+    /// changed in the map since): used instead of them from then on.
+    again: OnceLock<Outcome>,
 }
 
 /// What the first read found.
@@ -46,6 +56,19 @@ enum Outcome {
     Refolded(Vec<u64>),
     /// They failed, and so did the fold of the log: the nodes read as empty.
     Lost,
+}
+
+impl Shared {
+    /// The nodes of a fold of the log, for nodes that failed their check; lost when that
+    /// fold fails too.
+    fn refolded(&self) -> Outcome {
+        match (self.refold)() {
+            Some(nodes) if super::parts_valid(&nodes, &self.keys, self.seq_next) => {
+                Outcome::Refolded(nodes)
+            }
+            _ => Outcome::Lost,
+        }
+    }
 }
 
 impl Deferred {
@@ -66,6 +89,7 @@ impl Deferred {
                 seq_next,
                 refold,
                 outcome: OnceLock::new(),
+                again: OnceLock::new(),
             }),
         }
     }
@@ -73,24 +97,45 @@ impl Deferred {
     /// The nodes, checked (or refolded) on the first call.
     pub(crate) fn nodes(&self) -> &[u64] {
         let shared = &*self.shared;
-        let outcome = shared.outcome.get_or_init(|| {
-            let sound = shared.words.crc() == Some(shared.crc)
-                && super::parts_valid(shared.words.as_slice(), &shared.keys, shared.seq_next);
-            if sound {
-                return Outcome::Checked;
-            }
-            match (shared.refold)() {
-                Some(nodes) if super::parts_valid(&nodes, &shared.keys, shared.seq_next) => {
-                    Outcome::Refolded(nodes)
+        let outcome = match shared.again.get() {
+            Some(again) => again,
+            None => shared.outcome.get_or_init(|| {
+                let sound = shared.words.crc() == Some(shared.crc)
+                    && super::parts_valid(shared.words.as_slice(), &shared.keys, shared.seq_next);
+                if sound {
+                    return Outcome::Checked;
                 }
-                _ => Outcome::Lost,
-            }
-        });
+                shared.refolded()
+            }),
+        };
         match outcome {
             Outcome::Checked => shared.words.as_slice(),
             Outcome::Refolded(nodes) => nodes,
             Outcome::Lost => &[],
         }
+    }
+
+    /// CKP-2 again, as a read that relies on the nodes begins: nodes that passed their
+    /// first check and are read in place from the map have their CRC-32C computed again,
+    /// and when it no longer matches (the bytes changed in the map since), they are not
+    /// used from now on: the nodes come from a fold of the log, or read as lost, as when
+    /// the first check fails. Nodes not read yet are left to their first read (which
+    /// checks them); nodes read into memory, or already refolded or lost, are not read
+    /// again.
+    pub(crate) fn check_again(&self) {
+        let shared = &*self.shared;
+        if shared.again.get().is_some()
+            || !matches!(shared.outcome.get(), Some(Outcome::Checked))
+            || shared.words.crc() == Some(shared.crc)
+        {
+            return;
+        }
+        tracing::warn!(
+            target: "surfacelog",
+            seq = shared.seq_next,
+            "checkpoint nodes changed in the map since their check: no longer used (CKP-2)"
+        );
+        shared.again.get_or_init(|| shared.refolded());
     }
 
     /// The number of nodes the checkpoint lists, without reading them.
@@ -100,16 +145,24 @@ impl Deferred {
 
     /// Bytes of heap memory held (refolded nodes, or nodes read rather than mapped).
     pub(crate) fn heap_bytes(&self) -> usize {
-        let refolded = match self.shared.outcome.get() {
-            Some(Outcome::Refolded(nodes)) => nodes.capacity() * size_of::<u64>(),
-            _ => 0,
-        };
+        let refolded = [self.shared.outcome.get(), self.shared.again.get()]
+            .into_iter()
+            .map(|outcome| match outcome {
+                Some(Outcome::Refolded(nodes)) => nodes.capacity() * size_of::<u64>(),
+                _ => 0,
+            })
+            .sum::<usize>();
         refolded + self.shared.words.heap_bytes()
     }
 
     /// The state of the check (see [`NodeState`](super::NodeState)).
     pub(crate) fn state(&self) -> super::NodeState {
-        match self.shared.outcome.get() {
+        match self
+            .shared
+            .again
+            .get()
+            .or_else(|| self.shared.outcome.get())
+        {
             None => super::NodeState::Unchecked,
             Some(Outcome::Checked) => super::NodeState::Checked,
             Some(Outcome::Refolded(_)) => super::NodeState::Refolded,

@@ -113,9 +113,11 @@ impl std::ops::Deref for Nodes {
 }
 
 impl Nodes {
-    /// The nodes to change, copied out of the map (checked first) when borrowed.
+    /// The nodes to change, copied out of the map (checked first, and again if they were
+    /// checked before: the copy is what every later checkpoint holds) when borrowed.
     fn to_mut(&mut self) -> &mut Vec<u64> {
         if let Self::Deferred(nodes) = self {
+            nodes.check_again();
             *self = Self::Owned(nodes.nodes().to_vec());
         }
         match self {
@@ -494,8 +496,9 @@ impl Surface {
     /// The seqs on the surface, in surface order.
     ///
     /// For a surface loaded from a checkpoint, the first read checks the nodes (CRC and
-    /// invariants, `checkpoint.md` CKP-2): O(n) once, then free. See
-    /// [`Surface::node_state`].
+    /// invariants, `checkpoint.md` CKP-2): O(n) once, then free here; a session checks
+    /// their CRC again as each later read of them begins ([`crate::Session::surface`], the
+    /// messages), since a map is not a copy. See [`Surface::node_state`].
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -661,6 +664,18 @@ impl Surface {
         })
     }
 
+    /// CKP-2 again, as a read that relies on the nodes begins: nodes read in place from a
+    /// mapped checkpoint that passed their first check have their CRC-32C checked again (a
+    /// map is not a copy: its bytes may have changed since); nodes that fail are not used
+    /// from then on ([`NodeState::Refolded`], [`NodeState::Lost`]). Nodes not read yet are
+    /// checked by their first read, as before. Owned nodes cost nothing. Cost: O(n) for
+    /// mapped nodes, a CRC-32C of their bytes.
+    pub(crate) fn check_again(&self) {
+        if let Nodes::Deferred(nodes) = &self.nodes {
+            nodes.check_again();
+        }
+    }
+
     /// Whether the nodes were lost ([`NodeState::Lost`]): reads them first, so that
     /// deferred nodes are checked (CKP-2).
     #[doc(hidden)]
@@ -777,7 +792,9 @@ impl Surface {
             Field::Valid(op) => op,
         };
         // CKP-2: no surface op lands on a surface whose nodes were lost (the first read of
-        // deferred nodes checks them here, as the apply would).
+        // deferred nodes checks them here, as the apply would), nor on nodes changed in the
+        // map since they were checked: the range below is found in the nodes checked now.
+        self.check_again();
         self.check_not_lost()?;
         let sources: &[u64] = match &event.sources {
             Field::Absent => &[],

@@ -83,7 +83,9 @@ pub fn each_message<'a>(
     source: &'a impl EventSource,
     mut visit: impl FnMut(Message<'a>),
 ) -> Result<()> {
-    // CKP-2: nodes that were lost are damage, never a surface without messages.
+    // CKP-2: nodes read in place from a map are checked again (a map is not a copy), and
+    // nodes that were lost are damage, never a surface without messages.
+    surface.check_again();
     surface.check_not_lost()?;
     source.messages_read_begins();
     let read = surface.nodes().iter().try_for_each(|&seq| {
