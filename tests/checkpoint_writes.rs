@@ -170,3 +170,72 @@ proptest! {
         drop(session);
     }
 }
+
+/// CKP-2, CKP-5: a checkpoint whose nodes fail their check on first read is written again
+/// at the next flush, once: the surface's nodes then come from a fold, and the checkpoint
+/// written from them covers every event with sound nodes, so later flushes and the close
+/// write none until an append.
+#[test]
+fn ckp_5_a_checkpoint_with_damaged_nodes_is_written_again_once() {
+    let scratch = common::scratch("ckpwrites", "refolded");
+    let dir = scratch.join("store");
+    let writes = Arc::new(AtomicU64::new(0));
+    let store = surfacelog::Store::open_or_create(&dir, counting_options(&writes)).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    for turn in 1..=3 {
+        common::numbered_turn(&mut session, turn);
+    }
+    session.close().unwrap();
+    let truth: Vec<(u64, String)> = {
+        let (session, _) = store.open_session("s").unwrap();
+        let messages = session.messages().unwrap();
+        messages
+            .iter()
+            .map(|m| (m.seq, m.json.to_owned()))
+            .collect()
+    };
+    assert!(!truth.is_empty());
+    // The first node's bytes (CKP-1: the nodes start at byte 48), changed: the nodes' CRC
+    // fails at their first read (CKP-2).
+    let path = checkpoint_file(&dir);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[48] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    let before = writes.load(Ordering::SeqCst);
+    let (mut session, opened) = store.open_session("s").unwrap();
+    assert_eq!(opened.checkpoint.ok(), Some(session.seq_next()));
+    let messages: Vec<(u64, String)> = session
+        .messages()
+        .unwrap()
+        .iter()
+        .map(|m| (m.seq, m.json.to_owned()))
+        .collect();
+    assert_eq!(messages, truth, "the nodes refolded from the log");
+    for _ in 0..3 {
+        session.flush().unwrap();
+    }
+    session.close().unwrap();
+    assert_eq!(
+        writes.load(Ordering::SeqCst) - before,
+        1,
+        "written again once, not at every flush"
+    );
+    let (session, opened) = store.open_session("s").unwrap();
+    assert_eq!(opened.checkpoint.ok(), Some(session.seq_next()));
+    assert_eq!(
+        session.surface().node_state(),
+        surfacelog::internals::surface::NodeState::Unchecked
+    );
+    let messages: Vec<(u64, String)> = session
+        .messages()
+        .unwrap()
+        .iter()
+        .map(|m| (m.seq, m.json.to_owned()))
+        .collect();
+    assert_eq!(messages, truth);
+    assert_eq!(
+        session.surface().node_state(),
+        surfacelog::internals::surface::NodeState::Checked,
+        "the checkpoint written again has sound nodes"
+    );
+}

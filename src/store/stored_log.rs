@@ -41,6 +41,10 @@ pub struct StoredLog {
     /// then write none (CKP-5), unless its nodes failed their check: a session opened,
     /// read and closed writes nothing.
     checkpointed: bool,
+    /// Whether a checkpoint was written since the surface's nodes failed their check
+    /// (CKP-2, [`NodeState::Refolded`]): the damaged checkpoint is then replaced, and is
+    /// not written again at each flush.
+    refold_written: bool,
     /// The message pack, read and checked on the first message read (MSP-1, MSP-2).
     pack: LazyPack,
     /// The `seq_next` of the pack file as this writer knows it (0: none), for MSP-5;
@@ -96,6 +100,7 @@ impl StoredLog {
             every: every.max(1),
             since: 0,
             checkpointed: false,
+            refold_written: false,
             pack: LazyPack::default(),
             pack_covers: None,
             pack_min,
@@ -147,9 +152,12 @@ impl StoredLog {
         // is written from them (a map is not a copy), and refolded when they changed.
         surface.check_again();
         // Nodes that failed their check on first read (CKP-2) came from a fold: the
-        // checkpoint on disk is damaged, and is written again.
-        if !self.checkpointed || surface.node_state() == NodeState::Refolded {
+        // checkpoint on disk is damaged, and is written again, once.
+        let refolded = || surface.node_state() == NodeState::Refolded;
+        if !self.checkpointed || (refolded() && !self.refold_written) {
             self.checkpointed = self.write_checkpoint_file(surface);
+            // Asked after the write, whose read of the nodes may be their first.
+            self.refold_written |= self.checkpointed && refolded();
         }
         if pack {
             self.write_pack(surface);
