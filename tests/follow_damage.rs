@@ -153,3 +153,45 @@ fn rd_6_an_index_listing_records_past_the_map_is_not_damage() {
         assert_eq!(follower.event(seq).unwrap().unwrap().seq, seq);
     }
 }
+
+/// RD-6, RCV-13: as above, with the last record's bytes read back as zeros (a lost write,
+/// a page a failing disk returns zeroed) instead of a flipped bit: zeros where the index
+/// vouches for a record are damage too, never the end marker of a shorter log. A fresh
+/// reader refuses the log; the reader opened before must not wait one record short.
+#[test]
+fn rd_6_a_refresh_that_stops_at_zeros_before_the_index_end_is_corrupt() {
+    let dir = scratch("follow_damage", "zeros");
+    let dir = dir.join("log");
+    let (writer, _) = LogWriter::open(&dir, log_options(Durability::Sync, 1 << 20)).unwrap();
+    for seq in 0..10 {
+        writer.append(&[padded_event(seq, 100)]).unwrap();
+    }
+    let mut follower = LogReader::open(&dir).unwrap();
+    assert_eq!(follower.seq_next(), 10);
+    let path = dir.join(segment_name(0));
+    for seq in 10..14 {
+        writer.append(&[padded_event(seq, 100)]).unwrap();
+    }
+    // Where record 14 starts: after record 13's last non-zero byte, 8-byte aligned.
+    let end_of = |path: &Path| {
+        let bytes = std::fs::read(path).unwrap();
+        (bytes.iter().rposition(|b| *b != 0).unwrap() + 1).next_multiple_of(8)
+    };
+    let at = end_of(&path);
+    writer.append(&[padded_event(14, 100)]).unwrap();
+    writer.close().unwrap();
+    let end = end_of(&path);
+    assert!(end > at);
+    // Record 14, the last, zeroed whole.
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&vec![0; end - at], at as u64).unwrap();
+    let fresh = LogReader::open(&dir).unwrap_err();
+    assert_eq!(fresh.code(), "CORRUPT", "{fresh}");
+    match follower.refresh() {
+        Err(error) => assert_eq!(error.code(), "CORRUPT", "{error}"),
+        Ok(seq_next) => panic!(
+            "the follower took the zeros for the end of the log at seq {seq_next}, \
+             where a fresh reader reports: {fresh}"
+        ),
+    }
+}

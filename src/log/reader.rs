@@ -456,35 +456,18 @@ impl LogReader {
                             .then_some(&later as &dyn Fn() -> Result<bool>);
                         let (found, shape) =
                             scan_checked(path, &source, last.end, self.seq_next, torn)?;
-                        // RD-6, RCV-13: bytes that are not a record, where the segment's
-                        // index (written since this reader opened: a writer's close)
-                        // lists durable records, are damage, never the end of the log.
-                        // Looked at once more first: the writer may have completed the
-                        // record and written the index since the scan. An index listing
-                        // records past this map (the file grown since it was mapped) is
-                        // judged at the next refresh, which maps the file again.
-                        if let Stop::Invalid { .. } = found.stop {
-                            let index_path = self.dir.join(index_name(first));
-                            let (_, listed_end) = index::durable_marks(
-                                &*self.storage,
-                                &index_path,
-                                &mapped.map,
-                                &self.log_id,
-                                first,
-                            );
-                            if listed_end > found.end && listed_end <= source.len {
-                                let again = scan(&source, found.end, found.seq_next)
-                                    .map_err(|e| read_error(path, found.end, &e))?;
-                                if again.end < listed_end {
-                                    return Err(corrupt(
-                                        path,
-                                        found.end,
-                                        "a record the segment's index lists as durable does \
-                                         not check out (RCV-13)",
-                                    ));
-                                }
-                            }
-                        }
+                        // RD-6, RCV-13: where the segment's index lists durable records
+                        // past the stop, the stop is damage, never the end of the log.
+                        let before = last.records_known();
+                        let index_path = self.dir.join(index_name(first));
+                        let marks = IndexMarks {
+                            storage: &*self.storage,
+                            path: &index_path,
+                            map: &mapped.map,
+                            log_id: &self.log_id,
+                            first_seq: first,
+                        };
+                        stop_before_index_end(path, &source, &found, before, &marks)?;
                         self.torn_shape = shape.then_some(found.end);
                         found
                     } else {
@@ -1527,6 +1510,64 @@ fn scan_checked(
         (found.end, found.seq_next, found.stop) = (again.end, again.seq_next, again.stop);
     }
     Ok((found, false))
+}
+
+/// The index of the last segment, as [`stop_before_index_end`] reads it.
+struct IndexMarks<'a> {
+    storage: &'a dyn Storage,
+    path: &'a Path,
+    /// The reader's map of the segment.
+    map: &'a [u8],
+    log_id: &'a super::segment::LogId,
+    first_seq: u64,
+}
+
+/// RD-6, RCV-13: a refresh's scan of the last segment `path` (read through `source`) that
+/// found `found` after `before` records: bytes that are not a record, or zeros, where the
+/// segment's index (written since the reader opened: a writer's close) lists durable
+/// records, are damage, never the end of the log. Looked at once more first: the writer
+/// may have completed the record and written the index since the scan. An index listing
+/// records past the map (the file grown since it was mapped) is judged at the next
+/// refresh, which maps the file again. A segment with no record yet may have been
+/// replaced by a larger one (SEG-7) whose index this is: judged once remapped.
+///
+/// # Errors
+/// `CORRUPT` at the stop; `IO` when the bytes cannot be read again.
+fn stop_before_index_end(
+    path: &Path,
+    source: &FileBytes<'_>,
+    found: &super::scan::Scan,
+    before: usize,
+    index: &IndexMarks<'_>,
+) -> Result<()> {
+    let stopped = match found.stop {
+        Stop::Invalid { .. } => true,
+        Stop::End => before + found.offsets.len() > 0,
+        Stop::Full | Stop::WrongSeq { .. } => false,
+    };
+    if !stopped {
+        return Ok(());
+    }
+    let (_, listed_end) = index::durable_marks(
+        index.storage,
+        index.path,
+        index.map,
+        index.log_id,
+        index.first_seq,
+    );
+    if listed_end <= found.end || listed_end > source.len {
+        return Ok(());
+    }
+    let again =
+        scan(source, found.end, found.seq_next).map_err(|e| read_error(path, found.end, &e))?;
+    if again.end < listed_end {
+        return Err(corrupt(
+            path,
+            found.end,
+            "a record the segment's index lists as durable does not check out (RCV-13)",
+        ));
+    }
+    Ok(())
 }
 
 /// Which damage [`damage_at`] found.
