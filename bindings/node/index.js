@@ -139,7 +139,17 @@ class Message {
         // for the block's other messages.
         const blocks = (pack.blocks ??= []);
         const b = Math.floor(i / TEXT_BLOCK);
-        blocks[b] ??= native.lentTexts(pack.lent, starts, ends, b * TEXT_BLOCK, (b + 1) * TEXT_BLOCK);
+        try {
+          blocks[b] ??= native.lentTexts(pack.lent, starts, ends, b * TEXT_BLOCK, (b + 1) * TEXT_BLOCK);
+        } catch (error) {
+          // The spans are the ones messages() gave for bytes it checked: a text that is no
+          // longer UTF-8 there means the mapped pack changed since (MSP-4).
+          throw invalid(
+            `message ${this.seq}: the message pack's text changed since messages() checked it (MSP-4)`,
+            'CORRUPT',
+            error,
+          );
+        }
         this.#json = blocks[b][i - b * TEXT_BLOCK];
       } else {
         this.#json = text.toString('utf8', starts[i] - lentLen, ends[i] - lentLen);

@@ -176,3 +176,26 @@ test('messages() of a held session never returns message-pack bytes changed sinc
   assert.equal(again.at(4).json, JSON.stringify(message(4)));
   assert.equal(again.length, 1100);
 });
+
+test('a lent text made invalid in place after messages() checked it reads as CORRUPT, with a code', async (t) => {
+  const dir = scratch(t);
+  const store = await Store.open(dir);
+  const s = await store.create('a');
+  const message = (i) => ({ id: `u${i}`, role: 'user', source: { kind: 'user' }, content: [{ type: 'text', text: `hello é${i}` }] });
+  await s.appendAll(Array.from({ length: 1100 }, (_, i) => ({ type: 'user/message', data: message(i), surfaceOp: 'append' })));
+  await s.close();
+  const held = await store.inspect('a');
+  t.after(() => held.close());
+  const list = await held.messages();
+  // The pack changed in place after the check, before the text is made: half of 'é'.
+  const pack = join(dir, 'sessions', 'a', 'messages');
+  const at = readFileSync(pack).indexOf(Buffer.from('hello é4"'));
+  assert.ok(at > 0);
+  const fd = openSync(pack, 'r+');
+  writeSync(fd, Buffer.from([0xff]), 0, 1, at + 6);
+  closeSync(fd);
+  assert.throws(
+    () => list.at(4).json,
+    (e) => e instanceof SurfacelogError && e.code === 'CORRUPT',
+  );
+});
