@@ -219,6 +219,9 @@ impl EventSource for StoredLog {
 impl SessionLog for StoredLog {
     fn push_events(&mut self, events: Vec<Event>) -> Result<()> {
         let (from, count) = (self.log.seq_next(), events.len() as u64);
+        // From the attempt on, the checkpoint on disk is not taken to cover the log,
+        // whatever the append's outcome.
+        self.checkpointed = false;
         self.log.append_owned(events)?;
         // A turn/end resets the repair scan (contract §8): what came before it is never
         // read again. Done once appended, so a refused append changes nothing.
@@ -230,13 +233,13 @@ impl SessionLog for StoredLog {
             }
         }
         self.since += count;
-        self.checkpointed = false;
         Ok(())
     }
 
     fn push_event(&mut self, event: Event) -> Result<()> {
         let seq = self.log.seq_next();
         let turn_end = event.as_ref().event_type == "turn/end";
+        self.checkpointed = false;
         self.log.append_one(event)?;
         // As in `push_events`: once appended, a turn/end resets the repair scan.
         if turn_end {
@@ -244,7 +247,6 @@ impl SessionLog for StoredLog {
             self.observed = seq + 1;
         }
         self.since += 1;
-        self.checkpointed = false;
         Ok(())
     }
 
