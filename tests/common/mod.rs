@@ -330,6 +330,8 @@ pub enum Op<'a> {
     Open(&'a Path),
     /// A file just opened (run after the call, when it succeeded).
     Opened(&'a Path),
+    /// A file's opening for reading alone (an index, a checkpoint, a pack).
+    OpenRead(&'a Path),
     /// A directory tree's removal.
     RemoveAll(&'a Path),
 }
@@ -390,6 +392,10 @@ impl Storage for HookedStorage {
     fn remove_dir_all(&self, path: &Path) -> std::io::Result<()> {
         (self.0)(Op::RemoveAll(path))?;
         FsStorage.remove_dir_all(path)
+    }
+    fn open_read(&self, path: &Path) -> std::io::Result<std::fs::File> {
+        (self.0)(Op::OpenRead(path))?;
+        FsStorage.open_read(path)
     }
 }
 

@@ -3,47 +3,16 @@
 // contract's codes, a follow loop ends when asked and when its session is deleted, texts
 // cross losslessly or are refused, and a collected writer does no I/O on the event loop.
 import { test } from 'node:test';
+import { INDEX, child, isCode, scratch as scratchDir } from './support.mjs';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
-const { Store, SurfacelogError, VerbatimStore } = require('../index.js');
-const INDEX = JSON.stringify(join(import.meta.dirname, '..', 'index.js'));
-
-/** A scratch directory, removed when the test ends. */
-function scratch(t) {
-  const dir = mkdtempSync(join(tmpdir(), 'surfacelog-calls-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
-
-/** Runs `code` (CommonJS, `Store` in scope) in a child Node, killed after `ms`. */
-function child(code, ms = 8000) {
-  return new Promise((resolve) => {
-    const p = spawn(process.execPath, ['-e', `const { Store } = require(${INDEX});\n${code}`], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    p.stdout.on('data', (c) => (out += c));
-    p.stderr.on('data', (c) => (out += c));
-    const timer = setTimeout(() => p.kill('SIGKILL'), ms);
-    p.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, out });
-    });
-  });
-}
-
-/** An assertion for `assert.rejects`: a SurfacelogError with `code`. */
-const isCode = (code) => (error) => {
-  assert.ok(error instanceof SurfacelogError, `a SurfacelogError, got ${error?.constructor?.name}: ${error?.message}`);
-  assert.equal(error.code, code, error.message);
-  return true;
-};
+const scratch = (t) => scratchDir(t, 'calls');
+const { Store, VerbatimStore } = require('../index.js');
 
 test('a session runs its calls in call order: Promise.all appends, and close() after them', async (t) => {
   const store = await Store.open(scratch(t), { durability: 'manual' });

@@ -2,48 +2,15 @@
 // texts that cross into Rust, reached through every class the package exports. Each would
 // abort the process, coerce an argument or alter a text before its fix.
 import { test } from 'node:test';
+import { child, isCode, scratch as scratchDir } from './support.mjs';
 import assert from 'node:assert/strict';
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
+const scratch = (t) => scratchDir(t, 'edges');
 const { Store, VerbatimStore, SurfacelogError } = require('../index.js');
-const INDEX = JSON.stringify(join(import.meta.dirname, '..', 'index.js'));
-
-/** A scratch directory, removed when the test ends. */
-function scratch(t) {
-  const dir = mkdtempSync(join(tmpdir(), 'surfacelog-edges-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
-
-/** Runs `code` (CommonJS, the module's exports in scope) in a child Node, killed after
- * `ms`: a call that aborts the process fails its test instead of the whole run. */
-function child(code, ms = 8000) {
-  return new Promise((resolve) => {
-    const p = spawn(process.execPath, ['-e', `const { Store, VerbatimStore } = require(${INDEX});\n${code}`], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    p.stdout.on('data', (c) => (out += c));
-    p.stderr.on('data', (c) => (out += c));
-    const timer = setTimeout(() => p.kill('SIGKILL'), ms);
-    p.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, out });
-    });
-  });
-}
-
-/** An assertion for `assert.rejects`/`assert.throws`: a SurfacelogError with `code`. */
-const isCode = (code) => (error) => {
-  assert.ok(error instanceof SurfacelogError, `a SurfacelogError, got ${error?.constructor?.name}: ${error?.message}`);
-  assert.equal(error.code, code, error.message);
-  return true;
-};
 
 test('a lock wait or idle time too long for a Duration is the longest one, never an abort', async (t) => {
   const dir = scratch(t);
