@@ -186,14 +186,7 @@ fn ckp_5_a_checkpoint_with_damaged_nodes_is_written_again_once() {
         common::numbered_turn(&mut session, turn);
     }
     session.close().unwrap();
-    let truth: Vec<(u64, String)> = {
-        let (session, _) = store.open_session("s").unwrap();
-        let messages = session.messages().unwrap();
-        messages
-            .iter()
-            .map(|m| (m.seq, m.json.to_owned()))
-            .collect()
-    };
+    let truth = common::messages_of(&store.open_session("s").unwrap().0);
     assert!(!truth.is_empty());
     // The first node's bytes (CKP-1: the nodes start at byte 48), changed: the nodes' CRC
     // fails at their first read (CKP-2).
@@ -204,13 +197,11 @@ fn ckp_5_a_checkpoint_with_damaged_nodes_is_written_again_once() {
     let before = writes.load(Ordering::SeqCst);
     let (mut session, opened) = store.open_session("s").unwrap();
     assert_eq!(opened.checkpoint.ok(), Some(session.seq_next()));
-    let messages: Vec<(u64, String)> = session
-        .messages()
-        .unwrap()
-        .iter()
-        .map(|m| (m.seq, m.json.to_owned()))
-        .collect();
-    assert_eq!(messages, truth, "the nodes refolded from the log");
+    assert_eq!(
+        common::messages_of(&session),
+        truth,
+        "the nodes refolded from the log"
+    );
     for _ in 0..3 {
         session.flush().unwrap();
     }
@@ -226,13 +217,7 @@ fn ckp_5_a_checkpoint_with_damaged_nodes_is_written_again_once() {
         session.surface().node_state(),
         surfacelog::internals::surface::NodeState::Unchecked
     );
-    let messages: Vec<(u64, String)> = session
-        .messages()
-        .unwrap()
-        .iter()
-        .map(|m| (m.seq, m.json.to_owned()))
-        .collect();
-    assert_eq!(messages, truth);
+    assert_eq!(common::messages_of(&session), truth);
     assert_eq!(
         session.surface().node_state(),
         surfacelog::internals::surface::NodeState::Checked,

@@ -8,19 +8,25 @@ use std::path::Path;
 
 mod common;
 
-use surfacelog::internals::session::{Session, SessionLog};
+use common::messages_of;
+
 use surfacelog::{Durability, Store};
 
-/// The messages of a session as `(seq, text)`.
-type Messages = Vec<(u64, String)>;
-
-fn messages_of<L: SessionLog>(session: &Session<L>) -> Messages {
-    session
-        .messages()
-        .unwrap()
-        .iter()
-        .map(|m| (m.seq, m.json.to_owned()))
-        .collect()
+/// A store in a scratch directory named `name` whose session `s` holds `turns` closed
+/// turns, closed (its checkpoint written).
+fn closed_session(name: &str, turns: u64) -> (common::Scratch, Store) {
+    let dir = common::scratch("mapped_in_place", name);
+    let store = Store::open_or_create(
+        dir.as_ref(),
+        common::store_options(Durability::Sync, 1 << 20),
+    )
+    .unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    for turn in 1..=turns {
+        common::numbered_turn(&mut session, turn);
+    }
+    session.close().unwrap();
+    (dir, store)
 }
 
 /// Writes `bytes` at `offset` of the file at `path`, in place (the same inode).
@@ -38,17 +44,7 @@ fn write_in_place(path: &Path, offset: u64, bytes: &[u8]) {
 /// into a new checkpoint.
 #[test]
 fn ckp_2_checkpoint_nodes_changed_in_place_under_a_held_session_are_not_used() {
-    let dir = common::scratch("mapped_in_place", "ckp-nodes");
-    let store = Store::open_or_create(
-        dir.as_ref(),
-        common::store_options(Durability::Sync, 1 << 20),
-    )
-    .unwrap();
-    let mut session = store.create("s", None, None).unwrap();
-    for turn in 1..=6 {
-        common::numbered_turn(&mut session, turn);
-    }
-    session.close().unwrap();
+    let (dir, store) = closed_session("ckp-nodes", 6);
     let checkpoint = dir.join("sessions/s/checkpoint");
     let (mut writer, opened) = store.open_session("s").unwrap();
     assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
@@ -97,17 +93,7 @@ fn ckp_2_checkpoint_nodes_changed_in_place_under_a_held_session_are_not_used() {
 /// one a fold of the log gives.
 #[test]
 fn ckp_2_a_compaction_never_reads_checkpoint_nodes_changed_in_place() {
-    let dir = common::scratch("mapped_in_place", "ckp-compact");
-    let store = Store::open_or_create(
-        dir.as_ref(),
-        common::store_options(Durability::Sync, 1 << 20),
-    )
-    .unwrap();
-    let mut session = store.create("s", None, None).unwrap();
-    for turn in 1..=4 {
-        common::numbered_turn(&mut session, turn);
-    }
-    session.close().unwrap();
+    let (dir, store) = closed_session("ckp-compact", 4);
     let checkpoint = dir.join("sessions/s/checkpoint");
     let (mut writer, opened) = store.open_session("s").unwrap();
     assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);

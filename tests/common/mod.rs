@@ -84,6 +84,16 @@ pub fn store_options(durability: Durability, segment_bytes: u64) -> StoreOptions
         .checkpoint_every(100)
 }
 
+/// The surface's messages of `session` as `(seq, text)`.
+pub fn messages_of<L: SessionLog>(session: &Session<L>) -> Vec<(u64, String)> {
+    session
+        .messages()
+        .unwrap()
+        .iter()
+        .map(|m| (m.seq, m.json.to_owned()))
+        .collect()
+}
+
 /// The data of a `user/message` whose id and only text block are both `text`.
 pub fn user(text: &str) -> String {
     format!(
