@@ -152,3 +152,49 @@ fn rd_6_an_index_listing_records_past_the_map_is_not_damage() {
         assert_eq!(follower.event(seq).unwrap().unwrap().seq, seq);
     }
 }
+
+/// The bytes this process has read through `read` and `pread` so far (`/proc/self/io`).
+fn bytes_read() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap();
+    io.lines()
+        .find_map(|line| line.strip_prefix("rchar: "))
+        .and_then(|n| n.parse().ok())
+        .expect("rchar in /proc/self/io")
+}
+
+/// RD-6, IDX-4: an idle follower's refresh of a closed log whose last segment keeps a
+/// version-1 index (written by an older build: no `data_crc`, so never a durable mark,
+/// RCV-13) tells that from the index's header: it does not read the whole index at every
+/// refresh (here one of 16 MiB, sparse: 20 refreshes read a few kilobytes, not 320 MiB).
+#[test]
+fn rd_6_an_idle_refresh_beside_a_version_1_index_does_not_read_it_whole() {
+    use surfacelog::internals::log::segment::index_name;
+    let dir = scratch("follow_damage", "v1-index");
+    let dir = dir.join("log");
+    let (writer, _) = LogWriter::open(&dir, log_options(Durability::Sync, 1 << 20)).unwrap();
+    for seq in 0..10 {
+        writer.append(&[padded_event(seq, 100)]).unwrap();
+    }
+    writer.close().unwrap();
+    // The version-2 index rewritten as a version 1 header (IDX-4: 48 bytes, no
+    // data_crc), followed by 16 MiB of offsets (a sparse file).
+    let path = dir.join(index_name(0));
+    let v2 = std::fs::read(&path).unwrap();
+    let mut v1 = v2[..44].to_vec();
+    v1[8..12].copy_from_slice(&1_u32.to_le_bytes());
+    v1.extend_from_slice(&[0; 4]);
+    std::fs::write(&path, &v1).unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(16 << 20).unwrap();
+    drop(file);
+    let mut follower = LogReader::open(&dir).unwrap();
+    assert_eq!(follower.seq_next(), 10);
+    let before = bytes_read();
+    for _ in 0..20 {
+        assert_eq!(follower.refresh().unwrap(), 10);
+    }
+    // Other tests of this file run in this process at the same time: their reads are
+    // small logs, far below one read of this index.
+    let read = bytes_read() - before;
+    assert!(read < 8 << 20, "20 idle refreshes read {read} bytes");
+}

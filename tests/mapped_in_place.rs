@@ -117,3 +117,127 @@ fn ckp_2_a_compaction_never_reads_checkpoint_nodes_changed_in_place() {
     let problems = &report.sessions[0].problems;
     assert!(problems.is_empty(), "{problems:?}");
 }
+
+/// What [`lost_under`]'s storage does next.
+const IDLE: u8 = 0;
+/// At the next write: change node 0 of the checkpoint in place, then fail.
+const ARMED: u8 = 1;
+/// Every listing of the log directory fails: a fold of the log (CKP-2's refold) cannot
+/// open it.
+const FAILING: u8 = 2;
+
+/// A store over a storage that, once `state` is [`ARMED`], changes node 0 of session `s`'s
+/// checkpoint in place at the next write and from then on fails every listing of its log
+/// directory: checkpoint nodes that then fail their check cannot be folded again from the
+/// log (`NodeState::Lost`). The session holds six turns, closed, with its checkpoint.
+fn lost_under(dir: &Path, state: &std::sync::Arc<std::sync::atomic::AtomicU8>) -> Store {
+    use std::sync::atomic::Ordering;
+    let checkpoint = dir.join("sessions/s/checkpoint");
+    let log = dir.join("sessions/s/log");
+    let hook_state = std::sync::Arc::clone(state);
+    let hook: common::Hook = Box::new(move |op| {
+        match (op, hook_state.load(Ordering::SeqCst)) {
+            (common::Op::Write, ARMED) => {
+                hook_state.store(FAILING, Ordering::SeqCst);
+                write_in_place(&checkpoint, 48, &0_u64.to_le_bytes());
+            }
+            (common::Op::List(path), FAILING) if path == log => {
+                return Err(std::io::Error::other("listing refused"));
+            }
+            _ => {}
+        }
+        Ok(())
+    });
+    let options = common::store_options(Durability::Sync, 1 << 20)
+        .storage(std::sync::Arc::new(common::HookedStorage(hook)));
+    let store = Store::open_or_create(dir, options).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    for turn in 1..=6 {
+        common::numbered_turn(&mut session, turn);
+    }
+    session.close().unwrap();
+    store
+}
+
+/// CKP-2: checkpoint nodes changed in place while an append is written (after its
+/// admission checked them, before the surface copies them), which then cannot be folded
+/// again from the log, are lost: every later read is `CORRUPT` and no checkpoint is
+/// written from them, never a surface holding the appended node alone (every earlier
+/// message dropped without an error, and that surface checkpointed for every later open).
+#[test]
+fn ckp_2_nodes_lost_as_the_surface_is_copied_are_never_taken_for_an_empty_surface() {
+    use std::sync::atomic::Ordering;
+    let dir = common::scratch("mapped_in_place", "lost-at-copy");
+    let state = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(IDLE));
+    let store = lost_under(dir.as_ref(), &state);
+    let (mut writer, opened) = store.open_session("s").unwrap();
+    assert!(opened.checkpoint.is_ok(), "{:?}", opened.checkpoint);
+    let truth = messages_of(&writer);
+    assert!(truth.len() >= 3, "{truth:?}");
+    common::turn_start(&mut writer, 7);
+    state.store(ARMED, Ordering::SeqCst);
+    // Admitted against the nodes as they were; they change as its record is written.
+    let appended = writer.append::<surfacelog::kinds::UserMessage>(
+        &common::user("u7"),
+        surfacelog::SurfaceIntent::append(),
+    );
+    assert_eq!(
+        state.load(Ordering::SeqCst),
+        FAILING,
+        "changed during the append"
+    );
+    if let Ok(messages) = writer.messages() {
+        let messages: Vec<(u64, String)> = messages
+            .iter()
+            .map(|m| (m.seq, m.json.to_owned()))
+            .collect();
+        assert_eq!(
+            messages[..truth.len().min(messages.len())],
+            truth[..truth.len().min(messages.len())],
+            "appended: {appended:?}; the earlier messages are never dropped"
+        );
+        assert!(messages.len() > truth.len(), "{messages:?}");
+    }
+    // The log can be listed again: close writes no checkpoint from the lost nodes.
+    state.store(IDLE, Ordering::SeqCst);
+    writer.close().unwrap();
+    let (session, _) = store.open_session("s").unwrap();
+    let after = messages_of(&session);
+    assert_eq!(after.len(), truth.len() + 1, "every later open: {after:?}");
+    assert_eq!(after[..truth.len()], truth[..]);
+}
+
+/// CKP-2: a compaction or a prune on a held session whose mapped nodes changed in place
+/// since their check and cannot be folded again from the log (lost) is `CORRUPT`, as
+/// every read deriving something from the nodes is: never `REPLACE_START_NOT_ON_SURFACE`,
+/// which blames the caller's range for damage.
+#[test]
+fn ckp_2_a_compaction_or_prune_on_lost_nodes_is_corrupt() {
+    use std::sync::atomic::Ordering;
+    let dir = common::scratch("mapped_in_place", "lost-compact");
+    let state = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(IDLE));
+    let store = lost_under(dir.as_ref(), &state);
+    let (mut writer, _) = store.open_session("s").unwrap();
+    let nodes = writer.surface().nodes().to_vec();
+    // Changed in place after the check; the log cannot be folded again.
+    write_in_place(&dir.join("sessions/s/checkpoint"), 48, &0_u64.to_le_bytes());
+    state.store(FAILING, Ordering::SeqCst);
+    let message = common::user("sum");
+    let compacted = writer.compact(&surfacelog::Compaction {
+        compaction_id: "k",
+        turn: None,
+        start: nodes[0],
+        end: nodes[2],
+        summary: "[]",
+        summary_extra: None,
+        message: &message,
+    });
+    assert_eq!(compacted.unwrap_err().code(), "CORRUPT");
+    let pruned = writer.prune(&surfacelog::Prune {
+        seq: nodes[2],
+        content: "[]",
+        shadowed_token_count: 1,
+    });
+    assert_eq!(pruned.unwrap_err().code(), "CORRUPT");
+    assert_eq!(writer.messages().unwrap_err().code(), "CORRUPT");
+}

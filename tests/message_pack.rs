@@ -711,3 +711,28 @@ fn msp_4_a_pack_loaded_by_message_texts_is_checked_again_by_the_next_read() {
     assert_eq!(messages_of(&reader), truth);
     assert!(reader.message_texts().is_none(), "found changed, not lent");
 }
+
+/// MSP-4: a read of every message whose caller's visit panics (caught, as a server's task
+/// runner does) still ends: the next read, the pack changed in place since, checks it
+/// again and reads the log instead of returning the changed bytes.
+#[test]
+fn msp_4_a_read_whose_visit_panicked_leaves_later_reads_checking_the_pack() {
+    use std::os::unix::fs::FileExt;
+    let dir = common::scratch("message_pack", "visit-panics");
+    let (store, truth, pack) = packed_session(dir.as_ref(), 12);
+    let path = pack_path(dir.as_ref());
+    let fields = parse(&pack);
+    let offset =
+        pack.len() - fields.text.len() + fields.text.iter().position(|&b| b == b'u').unwrap();
+    let reader = store.inspect("s").unwrap();
+    // The first read loads (and checks) the pack; its visit panics at the first message.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        reader
+            .each_message(|_| panic!("the caller's visit fails"))
+            .unwrap();
+    }));
+    assert!(panicked.is_err());
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(b"v", offset as u64).unwrap();
+    assert_eq!(messages_of(&reader), truth, "the changed pack is not used");
+}

@@ -249,15 +249,30 @@ pub(crate) fn durable_marks(
 /// checks out was written only after the sync that made every record it lists durable
 /// (IDX-5), so those records were durable even when the last of them no longer checks:
 /// recovery then refuses damage below its `end` (`CORRUPT`) instead of taking it for a
-/// torn tail. Returns how many records it lists and its `end`. Read only on the rare path
-/// where the vouched check failed; a missing file costs one failed open.
+/// torn tail. Returns how many records it lists and its `end`. Read when the vouched check
+/// failed (at open, and at a follower's refresh that stops, RD-6: every idle one); a
+/// missing file costs one failed open, and an index that cannot be a durable mark (version
+/// 1, or another segment's) the read of its header, never of its offsets.
 pub(super) fn durable_listing(
     storage: &dyn Storage,
     path: &Path,
     log_id: &LogId,
     first_seq: u64,
 ) -> Option<(usize, usize)> {
-    let bytes = crate::storage::read_file_at_most(storage, path, INDEX_BYTES_MAX).ok()??;
+    use std::io::Read;
+    use std::os::unix::fs::FileExt;
+    let file = storage.open_read(path).ok()?;
+    let mut head = [0; INDEX_HEADER_LEN];
+    file.read_exact_at(&mut head, 0).ok()?;
+    header(&head, log_id, first_seq)?.data_crc?;
+    let mut bytes = Vec::new();
+    (&file)
+        .take(INDEX_BYTES_MAX.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .ok()?;
+    if bytes.len() as u64 > INDEX_BYTES_MAX {
+        return None;
+    }
     let index = decode(&bytes, log_id, first_seq)?;
     index.data_crc?;
     Some((index.offsets.len(), index.end))

@@ -152,10 +152,13 @@ impl<L: SessionLog> Session<L> {
     /// # Errors
     /// `REPLACE_*` for a range that is not on the surface, `COMPACTION_UNBALANCED` when a
     /// cut separates a tool call from its result, or any refusal of the four events (a
-    /// JSON code, `MESSAGE_SHAPE`, ...); nothing is appended then.
+    /// JSON code, `MESSAGE_SHAPE`, ...), `CORRUPT` when the surface's checkpoint nodes
+    /// were lost (CKP-2); nothing is appended then.
     pub fn compact(&mut self, compaction: &Compaction<'_>) -> Result<Compacted> {
         // CKP-2: the shadowed nodes are written into the summary: checked again first.
         self.surface.check_again();
+        // Nodes that were lost are damage, never a range missing from the surface.
+        self.surface.check_not_lost()?;
         let (first, last) = self.surface.range(compaction.start, compaction.end)?;
         self.check_balanced(first, last, compaction)?;
         let shadowed = self.surface.nodes()[first..=last].to_vec();
@@ -211,11 +214,13 @@ impl<L: SessionLog> Session<L> {
     ///
     /// # Errors
     /// `REPLACE_START_NOT_ON_SURFACE`, `TOOL_REWRITE_TARGET`, `TOOL_REWRITE_CHANGED` when
-    /// `content` is not an array, `CORRUPT` when the target's record cannot be read back,
+    /// `content` is not an array, `CORRUPT` when the target's record cannot be read back
+    /// or the surface's checkpoint nodes were lost (CKP-2),
     /// or any refusal of the two events; nothing is appended then.
     pub fn prune(&mut self, prune: &Prune<'_>) -> Result<u64> {
         let seq = prune.seq;
         self.surface.check_again();
+        self.surface.check_not_lost()?;
         self.surface.range(seq, seq)?;
         let target = self
             .log

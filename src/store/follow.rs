@@ -597,10 +597,6 @@ impl EventSource for ReadOnlyLog {
     fn messages_read_begins(&self) {
         self.pack.read_begins(&self.dir);
     }
-
-    fn messages_read_ends(&self) {
-        self.pack.read_ends();
-    }
 }
 
 impl SessionLog for ReadOnlyLog {

@@ -318,12 +318,6 @@ pub(crate) struct LazyPack {
     pack: std::sync::OnceLock<Option<Pack>>,
     /// The pack failed a check again: not used since (the messages come from the log).
     broken: AtomicBool,
-    /// The reads of every message under way ([`LazyPack::read_begins`] to
-    /// [`LazyPack::read_ends`]).
-    reads: AtomicUsize,
-    /// The pack was loaded, and so checked, during the reads under way: another read that
-    /// begins while they run relies on that check instead of making another.
-    checked: AtomicBool,
 }
 
 impl LazyPack {
@@ -364,25 +358,21 @@ impl LazyPack {
             return None;
         }
         self.pack
-            .get_or_init(|| {
-                let pack = load_traced(storage, dir, log);
-                if self.reads.load(Ordering::Acquire) > 0 {
-                    self.checked.store(pack.is_some(), Ordering::Release);
-                }
-                pack
-            })
+            .get_or_init(|| load_traced(storage, dir, log))
             .as_ref()
     }
 
-    /// MSP-4: a read of every message begins. A pack read before is checked again (MSP-1)
-    /// unless a read under way loaded it; one that fails is not used from now on (traced
-    /// as a load that fails is). A pack not read yet is checked when this read loads it.
+    /// MSP-4: a read of every message begins. A pack read before is checked again (MSP-1);
+    /// one that fails is not used from now on (traced as a load that fails is). A pack not
+    /// read yet is checked when this read loads it. No other read's check stands for this
+    /// one's: a count of the reads under way, shared by reads that overlap, could stay
+    /// above zero (a read that never ends, its caller's visit panicking; reads that keep
+    /// overlapping) and have every later read skip its check.
     pub(crate) fn read_begins(&self, dir: &Path) {
-        self.reads.fetch_add(1, Ordering::AcqRel);
         let Some(Some(pack)) = self.pack.get() else {
             return;
         };
-        if self.broken.load(Ordering::Acquire) || self.checked.load(Ordering::Acquire) {
+        if self.broken.load(Ordering::Acquire) {
             return;
         }
         if let Err(why) = pack.check_again() {
@@ -393,14 +383,6 @@ impl LazyPack {
                 "message pack changed since it was read: no longer used (message-pack.md MSP-4)"
             );
             self.broken.store(true, Ordering::Release);
-        }
-    }
-
-    /// A read of every message ended: once none is under way, the next one checks the
-    /// pack again.
-    pub(crate) fn read_ends(&self) {
-        if self.reads.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.checked.store(false, Ordering::Release);
         }
     }
 

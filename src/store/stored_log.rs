@@ -210,10 +210,6 @@ impl EventSource for StoredLog {
     fn messages_read_begins(&self) {
         self.pack.read_begins(self.session_dir());
     }
-
-    fn messages_read_ends(&self) {
-        self.pack.read_ends();
-    }
 }
 
 impl SessionLog for StoredLog {

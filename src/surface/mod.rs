@@ -115,14 +115,22 @@ impl std::ops::Deref for Nodes {
 impl Nodes {
     /// The nodes to change, copied out of the map (checked first, and again if they were
     /// checked before: the copy is what every later checkpoint holds) when borrowed.
-    fn to_mut(&mut self) -> &mut Vec<u64> {
+    /// `None` when that check finds them lost (CKP-2: they changed in the map since the
+    /// admission checked them, and the log cannot be folded again): they stay lost, so
+    /// that every later read is `CORRUPT`, never copied as an empty surface that the
+    /// change would then make look sound.
+    fn to_mut(&mut self) -> Option<&mut Vec<u64>> {
         if let Self::Deferred(nodes) = self {
             nodes.check_again();
-            *self = Self::Owned(nodes.nodes().to_vec());
+            let copy = nodes.nodes().to_vec();
+            if nodes.state() == NodeState::Lost {
+                return None;
+            }
+            *self = Self::Owned(copy);
         }
         match self {
-            Self::Owned(nodes) => nodes,
-            Self::Deferred(_) => unreachable!("just copied"),
+            Self::Owned(nodes) => Some(nodes),
+            Self::Deferred(_) => None,
         }
     }
 
@@ -399,8 +407,10 @@ impl Surface {
                     "apply out of order: seq={seq} seq_next={}",
                     self.seq_next
                 );
-                if matches!(step, Step::Append { .. }) {
-                    self.nodes.to_mut().push(seq);
+                if matches!(step, Step::Append { .. })
+                    && let Some(nodes) = self.nodes.to_mut()
+                {
+                    nodes.push(seq);
                 }
             }
             Step::Replace {
@@ -415,6 +425,11 @@ impl Surface {
                     "apply out of order: seq={seq} seq_next={}",
                     self.seq_next
                 );
+                // Copied first: nodes found lost now (CKP-2) stay lost, unchanged.
+                if self.nodes.to_mut().is_none() {
+                    self.seq_next += 1;
+                    return;
+                }
                 assert!(
                     self.nodes[first] == start && self.nodes[last] == end,
                     "stale replace step"
@@ -433,7 +448,9 @@ impl Surface {
                         shadowed_end,
                     });
                 }
-                self.nodes.to_mut().splice(first..=last, [seq]);
+                if let Some(nodes) = self.nodes.to_mut() {
+                    nodes.splice(first..=last, [seq]);
+                }
                 // seq is larger than every seq before it, so the list stays sorted.
                 self.replacement_keys.push((seq, key));
                 self.replace_generation += 1;
@@ -485,8 +502,10 @@ impl Surface {
         match savepoint.nodes {
             NodesBefore::Deferred(nodes) => self.nodes = nodes,
             NodesBefore::Owned(len) => {
-                if self.nodes.len() > len {
-                    self.nodes.to_mut().truncate(len);
+                if self.nodes.len() > len
+                    && let Some(nodes) = self.nodes.to_mut()
+                {
+                    nodes.truncate(len);
                 }
             }
         }
