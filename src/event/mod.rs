@@ -217,12 +217,9 @@ pub trait EventSource {
 
     /// Called as a read of every message begins ([`crate::surface::each_message`]): a
     /// source whose messages come from bytes it checked once and kept mapped (a message
-    /// pack, MSP-1) checks them again unless they were checked for this read (MSP-4): a
-    /// map is not a copy. The default does nothing.
+    /// pack, MSP-1) checks them again when it read them before (MSP-4: a map is not a
+    /// copy); bytes this read loads are checked as they load. The default does nothing.
     fn messages_read_begins(&self) {}
-
-    /// Called as that read ends, whatever its outcome. The default does nothing.
-    fn messages_read_ends(&self) {}
 }
 
 /// `CORRUPT`: the event at `seq` is needed but the log ends at `seq_next`.
@@ -588,10 +585,6 @@ impl<S: EventSource + ?Sized> EventSource for &S {
 
     fn messages_read_begins(&self) {
         (**self).messages_read_begins();
-    }
-
-    fn messages_read_ends(&self) {
-        (**self).messages_read_ends();
     }
 }
 

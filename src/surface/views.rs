@@ -88,14 +88,12 @@ pub fn each_message<'a>(
     surface.check_again();
     surface.check_not_lost()?;
     source.messages_read_begins();
-    let read = surface.nodes().iter().try_for_each(|&seq| {
+    for &seq in surface.nodes() {
         if let Some(json) = source.message_at(seq).map_err(|e| e.at_seq(seq))? {
             visit(Message { seq, json });
         }
-        Ok(())
-    });
-    source.messages_read_ends();
-    read
+    }
+    Ok(())
 }
 
 /// The transcript: seqs of the events whose `surfaceOp` is `"append"`, in log order.
