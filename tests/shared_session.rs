@@ -132,3 +132,202 @@ fn in_other_modes_a_shared_append_waits_for_no_sync() {
     session.close().unwrap();
     assert!(faults.syncs() > before);
 }
+
+/// The file system's storage whose next `fdatasync` panics when `armed` (a storage of the
+/// host's, or anything that unwinds through a sync leader's call).
+#[derive(Debug, Default)]
+struct PanickingSync {
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl surfacelog::internals::storage::Storage for PanickingSync {
+    fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+        surfacelog::internals::storage::FsStorage.list_dir(dir)
+    }
+    fn create_file(&self, path: &std::path::Path, len: u64) -> std::io::Result<std::fs::File> {
+        surfacelog::internals::storage::FsStorage.create_file(path, len)
+    }
+    fn open_file(&self, path: &std::path::Path, write: bool) -> std::io::Result<std::fs::File> {
+        surfacelog::internals::storage::FsStorage.open_file(path, write)
+    }
+    fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.write_at(file, offset, bytes)
+    }
+    fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.set_len(file, len)
+    }
+    fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
+        assert!(
+            !self.armed.swap(false, std::sync::atomic::Ordering::SeqCst),
+            "the storage's sync panics"
+        );
+        surfacelog::internals::storage::FsStorage.sync_data(file)
+    }
+    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.sync_dir(dir)
+    }
+    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.rename(from, to)
+    }
+    fn remove_file(&self, path: &std::path::Path) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.remove_file(path)
+    }
+    fn open_read(&self, path: &std::path::Path) -> std::io::Result<std::fs::File> {
+        surfacelog::internals::storage::FsStorage.open_read(path)
+    }
+}
+
+/// DUR-1, DUR-5, DUR-11: a group-commit leader whose sync unwinds (a panic in the host's
+/// storage) leaves the durability of what it was syncing unknown: the other appenders,
+/// and the panicking thread's own drop of the session, must end (`POISONED`, fate unknown),
+/// never wait for good on a sync no one runs any more.
+#[test]
+fn a_sync_leader_that_panics_leaves_no_waiter_waiting_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(PanickingSync::default());
+    let options = StoreOptions::new()
+        .durability(Durability::Sync)
+        .storage(Arc::clone(&storage) as Arc<dyn surfacelog::internals::storage::Storage>);
+    let store = Store::open_or_create(dir.path(), options).unwrap();
+    let shared = SharedSession::new(store.create("s", None, None).unwrap());
+    shared
+        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+        .unwrap();
+    storage
+        .armed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (done, ended) = std::sync::mpsc::channel();
+    let leader = shared.clone();
+    let done_leader = done.clone();
+    std::thread::spawn(move || {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            leader.append::<kinds::AssistantChunk>(&chunk(0, 0), NoSurface)
+        }));
+        let _ = done_leader.send(("leader", outcome.map(|r| r.map_err(|e| e.code()))));
+    });
+    let (who, outcome) = ended
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the panicking append ends");
+    assert_eq!(who, "leader");
+    assert!(outcome.is_err(), "the sync panicked: {outcome:?}");
+    // Another appender, then the last handle's drop (a flush), each end.
+    let other = shared.clone();
+    let done_other = done.clone();
+    std::thread::spawn(move || {
+        let outcome = other
+            .append::<kinds::AssistantChunk>(&chunk(1, 0), NoSurface)
+            .map_err(|e| (e.code(), e.outcome()));
+        let _ = done_other.send((
+            "other",
+            Ok(outcome.map_err(|(code, fate)| {
+                assert_eq!(
+                    fate,
+                    Outcome::Poisoned,
+                    "written after a sync of unknown fate"
+                );
+                code
+            })),
+        ));
+        drop(other);
+    });
+    let (who, outcome) = ended
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("an append after the panicked sync ends, never waits for good");
+    assert_eq!(who, "other");
+    let code = outcome.unwrap().unwrap_err();
+    assert_eq!(
+        code, "POISONED",
+        "nothing acknowledged after a sync of unknown fate"
+    );
+    std::thread::spawn(move || {
+        drop(shared);
+        let _ = done.send(("drop", Ok(Ok(0))));
+    });
+    let (who, _) = ended
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the session's drop ends");
+    assert_eq!(who, "drop");
+}
+
+/// The file system's storage whose next `write_at` panics when `armed`.
+#[derive(Debug, Default)]
+struct PanickingWrite {
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl surfacelog::internals::storage::Storage for PanickingWrite {
+    fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+        surfacelog::internals::storage::FsStorage.list_dir(dir)
+    }
+    fn create_file(&self, path: &std::path::Path, len: u64) -> std::io::Result<std::fs::File> {
+        surfacelog::internals::storage::FsStorage.create_file(path, len)
+    }
+    fn open_file(&self, path: &std::path::Path, write: bool) -> std::io::Result<std::fs::File> {
+        surfacelog::internals::storage::FsStorage.open_file(path, write)
+    }
+    fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
+        assert!(
+            !self.armed.swap(false, std::sync::atomic::Ordering::SeqCst),
+            "the storage's write panics"
+        );
+        surfacelog::internals::storage::FsStorage.write_at(file, offset, bytes)
+    }
+    fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.set_len(file, len)
+    }
+    fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.sync_data(file)
+    }
+    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.sync_dir(dir)
+    }
+    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.rename(from, to)
+    }
+    fn remove_file(&self, path: &std::path::Path) -> std::io::Result<()> {
+        surfacelog::internals::storage::FsStorage.remove_file(path)
+    }
+    fn open_read(&self, path: &std::path::Path) -> std::io::Result<std::fs::File> {
+        surfacelog::internals::storage::FsStorage.open_read(path)
+    }
+}
+
+/// DUR-5, DUR-10: an append whose write unwinds (a panic in the host's storage) left its
+/// record's fate unknown, as a failed write does: the shared session is poisoned. Never
+/// recovered as if nothing happened: later appends refused as "nothing written" and a flush
+/// that writes the panicked append's record and returns `Ok`.
+#[test]
+fn an_append_whose_write_panics_poisons_the_shared_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(PanickingWrite::default());
+    let options = StoreOptions::new()
+        .durability(Durability::Sync)
+        .storage(Arc::clone(&storage) as Arc<dyn surfacelog::internals::storage::Storage>);
+    let store = Store::open_or_create(dir.path(), options).unwrap();
+    let shared = SharedSession::new(store.create("s", None, None).unwrap());
+    shared
+        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+        .unwrap();
+    storage
+        .armed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let panicking = shared.clone();
+    let panicked = std::thread::spawn(move || {
+        panicking.append::<kinds::AssistantChunk>(&chunk(0, 0), NoSurface)
+    })
+    .join();
+    assert!(panicked.is_err(), "the write panicked");
+    let after = shared
+        .append::<kinds::AssistantChunk>(&chunk(0, 1), NoSurface)
+        .unwrap_err();
+    assert_eq!(after.code(), "POISONED", "{after}");
+    assert_eq!(after.outcome(), Outcome::Poisoned);
+    let flushed = shared.with(surfacelog::StoredSession::flush).unwrap_err();
+    assert_eq!(flushed.code(), "POISONED", "{flushed}");
+}

@@ -70,7 +70,12 @@ impl GroupCommit {
             }
             state.syncing = true;
             drop(state);
+            // Should `sync` unwind (a panic in a storage's call), the guard hands the lead
+            // back with the log poisoned: what it was syncing has an unknown fate (DUR-5),
+            // and the other waiters must not wait for good on a sync no one runs.
+            let leading = Leading(self);
             let outcome = sync();
+            std::mem::forget(leading);
             state = self.lock();
             state.syncing = false;
             match outcome {
@@ -91,6 +96,11 @@ impl GroupCommit {
         self.lock().durable
     }
 
+    /// Whether a sync or a write failed: every wait is refused.
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.lock().poisoned
+    }
+
     /// Refuses every later wait (a write failed).
     pub(crate) fn poison(&self) {
         self.lock().poisoned = true;
@@ -101,6 +111,20 @@ impl GroupCommit {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The lead of a running sync, while its leader's `sync` runs: dropped only when that
+/// call unwinds (it is forgotten once it returns), it ends the lead as a failed sync.
+struct Leading<'a>(&'a GroupCommit);
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.syncing = false;
+        state.poisoned = true;
+        drop(state);
+        self.0.synced.notify_all();
     }
 }
 

@@ -129,6 +129,18 @@ struct State {
     dir_synced: u64,
 }
 
+/// Poisons the writer (DUR-5) when dropped, which happens only when the write it guards
+/// unwinds (a panic in the storage's call; it is forgotten once the write returns): the
+/// records being written then have an unknown fate, as after a failed write, and the
+/// writer's state (its next seq, its buffer) no longer says what is in the file.
+struct PoisonOnUnwind<'a>(&'a GroupCommit);
+
+impl Drop for PoisonOnUnwind<'_> {
+    fn drop(&mut self) {
+        self.0.poison();
+    }
+}
+
 #[derive(Debug)]
 struct Flusher {
     stop: Arc<AtomicBool>,
@@ -296,10 +308,13 @@ impl LogWriter {
     /// writer (DUR-5) with the outcome `FateUnknown` (DUR-10).
     pub(crate) fn write_out(&self) -> Result<()> {
         let mut state = self.shared.lock_state();
-        if state.poisoned {
+        if self.shared.poisoned(&state) {
             return Err(ErrorKind::Poisoned.into());
         }
-        if let Err(error) = self.shared.flush_buffer(&mut state) {
+        let unwinding = PoisonOnUnwind(&self.shared.commit);
+        let written = self.shared.flush_buffer(&mut state);
+        std::mem::forget(unwinding);
+        if let Err(error) = written {
             state.poisoned = true;
             self.shared.commit.poison();
             return Err(error.with_fate_unknown());
@@ -334,7 +349,7 @@ impl LogWriter {
     /// Checks and writes the built events under the lock; returns the next seq.
     fn write_built<E: AsRef<[Event]>>(&self, build: impl FnOnce(u64) -> E) -> Result<u64> {
         let mut state = self.shared.lock_state();
-        if state.poisoned {
+        if self.shared.poisoned(&state) {
             return Err(ErrorKind::Poisoned.into());
         }
         let built = build(state.seq_next);
@@ -347,7 +362,10 @@ impl LogWriter {
             }
             record_fits(event)?;
         }
-        if let Err(error) = self.shared.write(&mut state, events) {
+        let unwinding = PoisonOnUnwind(&self.shared.commit);
+        let written = self.shared.write(&mut state, events);
+        std::mem::forget(unwinding);
+        if let Err(error) = written {
             // DUR-5, DUR-10: bytes of these events may be on disk; none is ever written
             // after them.
             state.poisoned = true;
@@ -456,10 +474,18 @@ impl Drop for LogWriter {
 impl Shared {
     fn lock_state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave half-written state that matters:
-        // the poisoned flag and the file are the truth, so recover the guard.
+        // a write that unwinds poisons the writer (`PoisonOnUnwind`), and the poisoned
+        // flags and the file are the truth, so recover the guard.
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the writer is poisoned (DUR-5): by a failure this writer met under its lock,
+    /// or by a sync that failed or unwound in a group-commit leader, which may not have
+    /// come back to say so.
+    fn poisoned(&self, state: &State) -> bool {
+        state.poisoned || self.commit.is_poisoned()
     }
 
     /// Encodes and writes `events`, rolling segments as needed (SEG-7).

@@ -29,6 +29,22 @@ fn check_followed(followed: Option<&(String, std::path::PathBuf, (u64, u64))>) -
     }
 }
 
+/// `reader`'s refresh, for a follower of `followed`: an error met once that session is
+/// gone (deleted, or deleted and created again) is `SESSION_NOT_FOUND`. The log's path
+/// then names another log, or none: what the refresh met there (a later segment of the new
+/// log, a directory that cannot be listed) is not damage to the log followed.
+fn refresh_followed(
+    reader: &mut LogReader,
+    followed: Option<&(String, std::path::PathBuf, (u64, u64))>,
+) -> Result<u64> {
+    reader
+        .refresh()
+        .map_err(|error| match check_followed(followed) {
+            Err(gone) if matches!(gone.kind(), ErrorKind::SessionNotFound { .. }) => gone,
+            _ => error,
+        })
+}
+
 /// The device and inode of the directory `dir`, for [`Follower::check_followed`].
 fn dir_identity(dir: &std::path::Path) -> Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
@@ -151,21 +167,32 @@ impl Store {
     fn follow_unlogged(&self, id: &str) -> Result<Follower> {
         let dir = self.session_dir(id);
         Self::read_header(&*self.options.log.storage, id, &dir)?;
+        // The session followed is the one whose directory this is now: deleted (and perhaps
+        // created again) while its files are read below, the follower is refused with
+        // `SESSION_NOT_FOUND`, as an open is (STORE-9), never made over another session's
+        // directory, nor refused for what it met there.
+        let identity = dir_identity(&dir).map_err(|e| Self::unless_deleted(id, &dir, e))?;
+        let followed = (id.to_owned(), dir, identity);
+        let gone = |error: crate::Error| match check_followed(Some(&followed)) {
+            Err(gone) if matches!(gone.kind(), ErrorKind::SessionNotFound { .. }) => gone,
+            _ => error,
+        };
+        let dir = &followed.1;
         // RCV-14, as `inspect`: the checkpoint, read before the log, is a durable mark; a
         // log shorter than it lost events (a last segment gone or cut to nothing reads
         // like one whose creation a crash cut short, RCV-7).
-        let durable_seq = Checkpoint::read(&*self.options.log.storage, &dir)
-            .map_err(|e| e.in_session(id))?
+        let durable_seq = Checkpoint::read(&*self.options.log.storage, dir)
+            .map_err(|e| gone(e.in_session(id)))?
             .as_ref()
             .map_or(0, super::checkpoint::Unverified::seq_next);
         let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())
-            .map_err(|e| Self::unless_deleted(id, &dir, e))?;
-        super::checkpoint::check_not_ahead(&dir, reader.seq_next(), durable_seq)
-            .map_err(|e| e.in_session(id))?;
-        let identity = dir_identity(&dir).map_err(|e| Self::unless_deleted(id, &dir, e))?;
+            .map_err(|e| gone(Self::unless_deleted(id, dir, e)))?;
+        super::checkpoint::check_not_ahead(dir, reader.seq_next(), durable_seq)
+            .map_err(|e| gone(e.in_session(id)))?;
+        check_followed(Some(&followed))?;
         Ok(Follower {
             reader,
-            followed: Some((id.to_owned(), dir, identity)),
+            followed: Some(followed),
             wake: Wake::new(),
         })
     }
@@ -315,7 +342,7 @@ impl Follower {
                 // No lost wake-up: the watch exists before this look at the log, so a
                 // write after the look leaves an event that ends the sleep.
                 loop {
-                    if self.reader.refresh()? > seq {
+                    if refresh_followed(&mut self.reader, self.followed.as_ref())? > seq {
                         return Ok(true);
                     }
                     let now = Instant::now();
@@ -357,7 +384,7 @@ impl Follower {
     fn wait_polling(&mut self, seq: u64, deadline: Option<Instant>) -> Result<bool> {
         let mut pause = Duration::from_micros(100);
         loop {
-            if self.reader.refresh()? > seq {
+            if refresh_followed(&mut self.reader, self.followed.as_ref())? > seq {
                 return Ok(true);
             }
             let now = Instant::now();

@@ -94,8 +94,8 @@ impl SharedSession {
     }
 
     /// The session under its lock. A panic while the lock was held leaves no half-made
-    /// change behind (every append admits completely, then commits), so the session is
-    /// used as it is.
+    /// change behind (every append admits completely, then commits; a write that unwinds
+    /// poisons the writer, DUR-5), so the session is used as it is.
     fn lock(&self) -> MutexGuard<'_, StoredSession> {
         self.inner
             .lock()
