@@ -122,3 +122,57 @@ fn store_11_a_session_replaced_while_its_follower_is_made_ends_not_found() {
     };
     assert_eq!(error.code(), "SESSION_NOT_FOUND", "{error}");
 }
+
+/// STORE-11, STORE-15: a session deleted and created again while an inspection of it is
+/// being made (after its log's first segment was opened): `SESSION_NOT_FOUND`, never a
+/// read-only session made of the old session's header and the new one's log.
+#[test]
+fn store_15_a_session_replaced_while_it_is_inspected_is_not_found() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use common::{HookedStorage, Op};
+
+    let dir = scratch("follow_lifecycle", "replaced-during-inspect");
+    let plain =
+        Arc::new(Store::open_or_create(&dir, store_options(Durability::Sync, 4096)).unwrap());
+    let mut session = plain.create("s", None, None).unwrap();
+    fill(&mut session, 10);
+    session.close().unwrap();
+    let armed = Arc::new(AtomicBool::new(false));
+    let hook = {
+        let armed = Arc::clone(&armed);
+        let plain = Arc::clone(&plain);
+        move |op: Op<'_>| {
+            if let Op::Opened(path) = op
+                && path.extension().is_some_and(|e| e == "seg")
+                && armed.swap(false, Ordering::SeqCst)
+            {
+                plain.delete("s").unwrap();
+                let mut again = plain.create("s", None, None).unwrap();
+                fill(&mut again, 3);
+                again.close().unwrap();
+            }
+            Ok(())
+        }
+    };
+    let options =
+        store_options(Durability::Sync, 4096).storage(Arc::new(HookedStorage(Box::new(hook))));
+    let hooked = Store::open(&dir, options).unwrap();
+    armed.store(true, Ordering::SeqCst);
+    let inspected = hooked.inspect("s");
+    assert!(
+        !armed.load(Ordering::SeqCst),
+        "replaced while the inspection was made"
+    );
+    match inspected {
+        Ok(session) => panic!(
+            "an inspection of a replaced session, holding {} events",
+            session.seq_next()
+        ),
+        Err(error) => assert_eq!(error.code(), "SESSION_NOT_FOUND", "{error}"),
+    }
+    // The new session inspects as itself.
+    let new = plain.inspect("s").unwrap().seq_next();
+    assert_eq!(hooked.inspect("s").unwrap().seq_next(), new);
+}

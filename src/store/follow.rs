@@ -241,19 +241,32 @@ impl Store {
     /// [`Store::inspect`], without the event of its refusal (STORE-22).
     fn inspect_unlogged(&self, id: &str) -> Result<Session<ReadOnlyLog>> {
         let dir = self.session_dir(id);
-        let header = Self::read_header(&*self.options.log.storage, id, &dir)?;
+        // The session inspected is the one whose directory this is now: deleted (and
+        // perhaps created again) while its files are read below, the inspection is refused
+        // with `SESSION_NOT_FOUND`, as a follower is (STORE-11), never made of one session's
+        // header and another's log, nor refused for what it met in the other's files.
+        let identity = dir_identity(&dir).map_err(|e| Self::unless_deleted(id, &dir, e))?;
+        let inspected = (id.to_owned(), dir, identity);
+        let gone = |error: crate::Error| match check_followed(Some(&inspected)) {
+            Err(gone) if matches!(gone.kind(), ErrorKind::SessionNotFound { .. }) => gone,
+            _ => error,
+        };
+        let dir = &inspected.1;
+        let header = Self::read_header(&*self.options.log.storage, id, dir).map_err(gone)?;
         // RCV-14: read before the log, so that a live writer's later checkpoint (written
         // once its events are written and durable, CKP-5) cannot seem ahead of this reader.
-        let read =
-            Checkpoint::read(&*self.options.log.storage, &dir).map_err(|e| e.in_session(id))?;
+        let read = Checkpoint::read(&*self.options.log.storage, dir)
+            .map_err(|e| gone(e.in_session(id)))?;
         let durable_seq = read
             .as_ref()
             .map_or(0, super::checkpoint::Unverified::seq_next);
         let reader = LogReader::open_with(&dir.join("log"), self.options.log.storage.clone())
-            .map_err(|e| Self::unless_deleted(id, &dir, e))?;
+            .map_err(|e| gone(Self::unless_deleted(id, dir, e)))?;
         let stored = reader.seq_next();
-        super::checkpoint::check_not_ahead(&dir, stored, durable_seq)
-            .map_err(|e| e.in_session(id))?;
+        super::checkpoint::check_not_ahead(dir, stored, durable_seq)
+            .map_err(|e| gone(e.in_session(id)))?;
+        check_followed(Some(&inspected))?;
+        let dir = inspected.1;
         // STORE-15, CKP-3: the checkpoint is used only when it matches this log, as by `open`
         // (the file read above, not read again).
         let (surface, repair) = match read.and_then(|c| c.verify(&reader, self.log_origin(&dir))) {
