@@ -33,9 +33,9 @@
 // the machine's state that hour: a fork of the same 1M-event shape timed in Rust, this
 // code and the code before it run alternately, gave 3.36–3.86 ms and 3.49–3.97 ms.
 // With messages() a MessageList (32-bit seqs and spans, a Message made on first access;
-// 2026-12-05, three runs): open + all messages Node 1.92–2.04 ms, Rust 1.36–1.43 ms,
-// 1.41–1.43x; + toArray() 3.1–3.4 ms; + every text a string 12–17 ms; append 1.153–1.160x
-// the floor; 554k–568k events/s; open 0.10–0.12 ms; last 50 events 0.11 ms; fork 2.4–3.4 ms.
+// 2026-12-05 and 06, four runs): open + all messages Node 1.91–2.04 ms, Rust 1.31–1.43 ms,
+// 1.41–1.46x; + toArray() 3.1–3.4 ms; + every text a string 12–18 ms; append 1.153–1.174x
+// the floor; 542k–568k events/s; open 0.09–0.12 ms; last 50 events 0.11 ms; fork 2.4–3.4 ms.
 import { createRequire } from 'node:module';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
