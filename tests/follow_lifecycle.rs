@@ -176,3 +176,115 @@ fn store_15_a_session_replaced_while_it_is_inspected_is_not_found() {
     let new = plain.inspect("s").unwrap().seq_next();
     assert_eq!(hooked.inspect("s").unwrap().seq_next(), new);
 }
+
+/// STORE-11, STORE-15: a session removed for good (`Store::remove`: its directory gone,
+/// its inode number free) and created again while an inspection or a follower of it is
+/// being made, at a moment nothing of the old directory is held open (before the
+/// inspection opens its checkpoint; before the follower lists its log). The new directory
+/// may then get the old one's inode number (ext4 gives a freed number to the next file
+/// made in the group): device and inode alone do not tell the two directories apart, the
+/// birth time does (as CKP-8's identity). `SESSION_NOT_FOUND`, never an inspection of the
+/// old session's header over the new session's log, nor `CORRUPT` for the old checkpoint
+/// over the new log.
+#[test]
+fn store_11_a_session_removed_and_created_again_while_read_is_not_found() {
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use common::{HookedStorage, Op};
+
+    let header = |at: u64| format!(r#"{{"version":0,"id":"s","createdAt":{at}}}"#);
+    let dir = scratch("follow_lifecycle", "removed-while-read");
+    let plain =
+        Arc::new(Store::open_or_create(&dir, store_options(Durability::Sync, 4096)).unwrap());
+    let session_dir = dir.join("sessions").join("s");
+    let ino = {
+        let session_dir = session_dir.clone();
+        move || std::fs::metadata(&session_dir).unwrap().ino()
+    };
+    let created = Arc::new(AtomicU64::new(1));
+    let make = {
+        let plain = Arc::clone(&plain);
+        let created = Arc::clone(&created);
+        move |events: u64| {
+            let at = created.fetch_add(1, Ordering::SeqCst);
+            let mut session = plain.create("s", Some(&header(at)), None).unwrap();
+            fill(&mut session, events);
+            session.close().unwrap();
+        }
+    };
+    // Made and removed once first: the session's directory then takes the lowest free
+    // inode number, which its removal frees for the next directory made.
+    make(3);
+    plain.remove("s").unwrap();
+    // Where the hook replaces the session (a file name ending the path), and with how many
+    // events; whether the new directory got the old one's inode number.
+    let at: Arc<Mutex<Option<(&'static str, u64)>>> = Arc::new(Mutex::new(None));
+    let reused = Arc::new(AtomicBool::new(false));
+    let hook = {
+        let at = Arc::clone(&at);
+        let reused = Arc::clone(&reused);
+        let plain = Arc::clone(&plain);
+        let make = make.clone();
+        let ino = ino.clone();
+        move |op: Op<'_>| {
+            let (Op::List(path) | Op::OpenRead(path)) = op else {
+                return Ok(());
+            };
+            let mut armed = at.lock().unwrap();
+            if let Some((name, events)) = *armed
+                && path.ends_with(name)
+            {
+                *armed = None;
+                let before = ino();
+                plain.remove("s").unwrap();
+                make(events);
+                reused.store(ino() == before, Ordering::SeqCst);
+            }
+            Ok(())
+        }
+    };
+    let options =
+        store_options(Durability::Sync, 4096).storage(Arc::new(HookedStorage(Box::new(hook))));
+    let hooked = Store::open(&dir, options).unwrap();
+
+    // Each case is tried until the new directory gets the old one's inode number (other
+    // tests making files meanwhile can take it first); nothing is shown where it never does.
+    let tries = 20;
+    // An inspection: the old header read, then the new session's checkpoint and log.
+    make(12);
+    for _ in 0..tries {
+        *at.lock().unwrap() = Some(("checkpoint", 40));
+        let inspected = hooked.inspect("s");
+        assert!(at.lock().unwrap().is_none(), "replaced while inspected");
+        if !reused.load(Ordering::SeqCst) {
+            continue;
+        }
+        match inspected {
+            Ok(session) => assert_eq!(
+                session.header().text(),
+                header(created.load(Ordering::SeqCst) - 1),
+                "an inspection of one session's header over another's log ({} events)",
+                session.seq_next()
+            ),
+            Err(error) => assert_eq!(error.code(), "SESSION_NOT_FOUND", "{error}"),
+        }
+        break;
+    }
+    // A follower: the old checkpoint (past 40 events) read, then the new log, of 12.
+    for _ in 0..tries {
+        plain.remove("s").unwrap();
+        make(40);
+        *at.lock().unwrap() = Some(("log", 12));
+        let followed = hooked.follow("s");
+        assert!(at.lock().unwrap().is_none(), "replaced while followed");
+        if !reused.load(Ordering::SeqCst) {
+            continue;
+        }
+        if let Err(error) = followed {
+            assert_eq!(error.code(), "SESSION_NOT_FOUND", "{error}");
+        }
+        break;
+    }
+}

@@ -469,3 +469,34 @@ fn store_1_a_log_directory_swapped_for_a_link_after_the_check_is_not_followed() 
 fn store_1_a_session_directory_swapped_for_a_link_after_the_check_is_not_followed() {
     swapped_after_the_check("race-session", "sessions/s");
 }
+
+/// STORE-1: `sessions/` replaced by a link to a directory that does not hold the session
+/// (empty, or gone): a session read through it is refused `UNSAFE_PATH` naming the link,
+/// as when the directory behind the link holds it, never `SESSION_NOT_FOUND` for what was
+/// (not) found behind a link the store must not follow.
+#[test]
+fn store_1_a_linked_sessions_directory_without_the_session_is_refused() {
+    let scratch = common::scratch("symlinks", "sessions-elsewhere");
+    let outside = common::scratch("symlinks", "sessions-elsewhere-outside");
+    let dir = scratch.join("store");
+    let store = store_with_session(&dir);
+    let link = dir.join("sessions");
+    std::fs::rename(&link, outside.join("moved")).unwrap();
+    std::fs::create_dir(outside.join("empty")).unwrap();
+    for target in [outside.join("empty"), outside.join("nowhere")] {
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        for (op, outcome) in [
+            ("inspect", store.inspect("s").map(|_| ())),
+            ("follow", store.follow("s").map(|_| ())),
+            ("open", store.open_session("s").map(|_| ())),
+        ] {
+            let error = outcome.expect_err(op);
+            assert_eq!(
+                error.code(),
+                "UNSAFE_PATH",
+                "{op} through a link to {target:?}: {error}"
+            );
+        }
+        std::fs::remove_file(&link).unwrap();
+    }
+}

@@ -77,18 +77,25 @@ pub struct DirIdentity {
 /// The identity of the directory `dir` (CKP-8); `None` when it cannot be read or is not
 /// a directory.
 pub fn dir_identity(dir: &Path) -> Option<DirIdentity> {
-    use std::os::unix::fs::MetadataExt;
     let metadata = std::fs::symlink_metadata(dir).ok()?;
-    let birth = metadata
-        .created()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    metadata.is_dir().then(|| DirIdentity {
-        dev: metadata.dev(),
-        ino: metadata.ino(),
-        birth,
-    })
+    metadata.is_dir().then(|| DirIdentity::of(&metadata))
+}
+
+impl DirIdentity {
+    /// The identity of the file `metadata` describes.
+    pub(crate) fn of(metadata: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        let birth = metadata
+            .created()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        Self {
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+            birth,
+        }
+    }
 }
 
 /// Why a checkpoint was not used.

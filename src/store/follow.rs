@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Store;
-use super::checkpoint::Checkpoint;
+use super::checkpoint::{Checkpoint, DirIdentity};
 use crate::error::{ErrorKind, Result};
 use crate::event::{Event, EventRef, EventSource, Overlay, SharedBytes};
 use crate::log::LogReader;
@@ -18,7 +18,7 @@ const POLL_INTERVAL_MAX: Duration = Duration::from_millis(10);
 
 /// [`Follower::check_followed`] of the followed session `followed` (a field of its own, so
 /// that it can be checked while the wake-up is borrowed).
-fn check_followed(followed: Option<&(String, std::path::PathBuf, (u64, u64))>) -> Result<()> {
+fn check_followed(followed: Option<&(String, std::path::PathBuf, DirIdentity)>) -> Result<()> {
     let Some((id, dir, identity)) = followed else {
         return Ok(());
     };
@@ -35,7 +35,7 @@ fn check_followed(followed: Option<&(String, std::path::PathBuf, (u64, u64))>) -
 /// log, a directory that cannot be listed) is not damage to the log followed.
 fn refresh_followed(
     reader: &mut LogReader,
-    followed: Option<&(String, std::path::PathBuf, (u64, u64))>,
+    followed: Option<&(String, std::path::PathBuf, DirIdentity)>,
 ) -> Result<u64> {
     reader
         .refresh()
@@ -45,11 +45,13 @@ fn refresh_followed(
         })
 }
 
-/// The device and inode of the directory `dir`, for [`Follower::check_followed`].
-fn dir_identity(dir: &std::path::Path) -> Result<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
+/// The identity of the directory `dir`, for [`Follower::check_followed`]: its device,
+/// inode and birth time, as CKP-8's. The inode number alone does not do: a directory
+/// removed for good frees it, and the next one made (the session created again) may get
+/// it while nothing of the old one is held open.
+fn dir_identity(dir: &std::path::Path) -> Result<DirIdentity> {
     std::fs::symlink_metadata(dir)
-        .map(|meta| (meta.dev(), meta.ino()))
+        .map(|meta| DirIdentity::of(&meta))
         .map_err(|e| crate::Error::io("stat", dir, &e))
 }
 
@@ -76,9 +78,9 @@ fn dir_identity(dir: &std::path::Path) -> Result<(u64, u64)> {
 #[derive(Debug)]
 pub struct Follower {
     reader: LogReader,
-    /// The followed session: its id, its directory and that directory's identity (device
-    /// and inode) when the follower was made; none in the loom model.
-    followed: Option<(String, std::path::PathBuf, (u64, u64))>,
+    /// The followed session: its id, its directory and that directory's identity (device,
+    /// inode and birth time) when the follower was made; none in the loom model.
+    followed: Option<(String, std::path::PathBuf, DirIdentity)>,
     /// How a wait sleeps until the log changes.
     #[cfg_attr(loom, allow(dead_code))]
     wake: Wake,
@@ -241,6 +243,12 @@ impl Store {
     /// [`Store::inspect`], without the event of its refusal (STORE-22).
     fn inspect_unlogged(&self, id: &str) -> Result<Session<ReadOnlyLog>> {
         let dir = self.session_dir(id);
+        // As `read_header` first: an id no directory can hold, or `sessions/` a link (STORE-1),
+        // is refused as such, before the directory is looked up through it for its identity.
+        super::check_id(id)?;
+        if let Some(sessions) = dir.parent() {
+            super::refuse_symlink(sessions)?;
+        }
         // The session inspected is the one whose directory this is now: deleted (and
         // perhaps created again) while its files are read below, the inspection is refused
         // with `SESSION_NOT_FOUND`, as a follower is (STORE-11), never made of one session's
