@@ -69,18 +69,26 @@ fn store_11_a_follower_of_a_replaced_empty_session_ends_not_found() {
     assert_eq!(error.code(), "SESSION_NOT_FOUND", "{error}");
 }
 
-/// STORE-11: a session deleted and created again while a follower of it is being made
-/// (after its log's first segment was opened): `SESSION_NOT_FOUND`, from `follow` or at
-/// the follower's first wait, never `CORRUPT` for what it met in the new session's
-/// directory, nor a follower that takes that directory for its session's.
-#[test]
-fn store_11_a_session_replaced_while_its_follower_is_made_ends_not_found() {
+/// A store whose session `s` holds at least 10 events, closed (`plain`), and a second
+/// handle of it (`hooked`) whose storage, once `armed` is set, deletes `s` and creates it
+/// again with at least `again(committed)` events (through `plain`) just after it opens a
+/// segment of the log: a session replaced while a reader of it is being made. Bind `_dir`
+/// while the store is used: the scratch directory goes with it.
+struct Replacing {
+    _dir: common::Scratch,
+    plain: std::sync::Arc<Store>,
+    hooked: Store,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    committed: u64,
+}
+
+fn replacing(name: &str, again: fn(u64) -> u64) -> Replacing {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use common::{HookedStorage, Op};
 
-    let dir = scratch("follow_lifecycle", "replaced-during-follow");
+    let dir = scratch("follow_lifecycle", name);
     let plain =
         Arc::new(Store::open_or_create(&dir, store_options(Durability::Sync, 4096)).unwrap());
     let mut session = plain.create("s", None, None).unwrap();
@@ -97,9 +105,9 @@ fn store_11_a_session_replaced_while_its_follower_is_made_ends_not_found() {
                 && armed.swap(false, Ordering::SeqCst)
             {
                 plain.delete("s").unwrap();
-                let mut again = plain.create("s", None, None).unwrap();
-                fill(&mut again, 4 * committed + 40);
-                again.close().unwrap();
+                let mut session = plain.create("s", None, None).unwrap();
+                fill(&mut session, again(committed));
+                session.close().unwrap();
             }
             Ok(())
         }
@@ -107,6 +115,30 @@ fn store_11_a_session_replaced_while_its_follower_is_made_ends_not_found() {
     let options =
         store_options(Durability::Sync, 4096).storage(Arc::new(HookedStorage(Box::new(hook))));
     let hooked = Store::open(&dir, options).unwrap();
+    Replacing {
+        _dir: dir,
+        plain,
+        hooked,
+        armed,
+        committed,
+    }
+}
+
+/// STORE-11: a session deleted and created again while a follower of it is being made
+/// (after its log's first segment was opened): `SESSION_NOT_FOUND`, from `follow` or at
+/// the follower's first wait, never `CORRUPT` for what it met in the new session's
+/// directory, nor a follower that takes that directory for its session's.
+#[test]
+fn store_11_a_session_replaced_while_its_follower_is_made_ends_not_found() {
+    use std::sync::atomic::Ordering;
+
+    let Replacing {
+        _dir,
+        hooked,
+        armed,
+        committed,
+        ..
+    } = replacing("replaced-during-follow", |committed| 4 * committed + 40);
     armed.store(true, Ordering::SeqCst);
     let followed = hooked.follow("s");
     assert!(
@@ -128,37 +160,15 @@ fn store_11_a_session_replaced_while_its_follower_is_made_ends_not_found() {
 /// read-only session made of the old session's header and the new one's log.
 #[test]
 fn store_15_a_session_replaced_while_it_is_inspected_is_not_found() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::Ordering;
 
-    use common::{HookedStorage, Op};
-
-    let dir = scratch("follow_lifecycle", "replaced-during-inspect");
-    let plain =
-        Arc::new(Store::open_or_create(&dir, store_options(Durability::Sync, 4096)).unwrap());
-    let mut session = plain.create("s", None, None).unwrap();
-    fill(&mut session, 10);
-    session.close().unwrap();
-    let armed = Arc::new(AtomicBool::new(false));
-    let hook = {
-        let armed = Arc::clone(&armed);
-        let plain = Arc::clone(&plain);
-        move |op: Op<'_>| {
-            if let Op::Opened(path) = op
-                && path.extension().is_some_and(|e| e == "seg")
-                && armed.swap(false, Ordering::SeqCst)
-            {
-                plain.delete("s").unwrap();
-                let mut again = plain.create("s", None, None).unwrap();
-                fill(&mut again, 3);
-                again.close().unwrap();
-            }
-            Ok(())
-        }
-    };
-    let options =
-        store_options(Durability::Sync, 4096).storage(Arc::new(HookedStorage(Box::new(hook))));
-    let hooked = Store::open(&dir, options).unwrap();
+    let Replacing {
+        _dir,
+        plain,
+        hooked,
+        armed,
+        ..
+    } = replacing("replaced-during-inspect", |_| 3);
     armed.store(true, Ordering::SeqCst);
     let inspected = hooked.inspect("s");
     assert!(

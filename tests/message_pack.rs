@@ -643,6 +643,23 @@ fn message_texts_lend_the_pack_text_area_and_outlive_the_session() {
     assert!(memory.message_texts().is_none());
 }
 
+/// A packed session of 12 turns in `dir` ([`packed_session`]), its messages, and a change
+/// in place (the same inode) of a letter of the first message's text in the pack to the
+/// byte given: still UTF-8, still JSON, another message.
+fn pack_changed_in_place(dir: &Path) -> (Store, Messages, impl Fn(u8)) {
+    use std::os::unix::fs::FileExt;
+    let (store, truth, pack) = packed_session(dir, 12);
+    let path = pack_path(dir);
+    let fields = parse(&pack);
+    let offset =
+        pack.len() - fields.text.len() + fields.text.iter().position(|&b| b == b'u').unwrap();
+    let change = move |byte: u8| {
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&[byte], offset as u64).unwrap();
+    };
+    (store, truth, change)
+}
+
 /// MSP-4: a session keeps its pack mapped, and a map is not a copy: bytes changed in place
 /// after the pack was read and checked (what a page read again from failing media, or a
 /// write that is not the engine's, gives) are checked again as the next read of every
@@ -651,19 +668,8 @@ fn message_texts_lend_the_pack_text_area_and_outlive_the_session() {
 /// sound pack again.
 #[test]
 fn msp_4_a_pack_changed_in_place_under_a_held_session_is_not_used_again() {
-    use std::os::unix::fs::FileExt;
     let dir = common::scratch("message_pack", "in-place");
-    let (store, truth, pack) = packed_session(dir.as_ref(), 12);
-    let path = pack_path(dir.as_ref());
-    let fields = parse(&pack);
-    let text_at = pack.len() - fields.text.len();
-    // A letter inside the first message's text, changed to another: still UTF-8, still
-    // JSON, another message.
-    let offset = text_at + fields.text.iter().position(|&b| b == b'u').unwrap();
-    let change = |byte: u8| {
-        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        file.write_all_at(&[byte], offset as u64).unwrap();
-    };
+    let (store, truth, change) = pack_changed_in_place(dir.as_ref());
     let (writer, _) = store.open_session("s").unwrap();
     let reader = store.inspect("s").unwrap();
     for session_messages in [&(|| messages_of(&writer)) as &dyn Fn() -> Messages, &|| {
@@ -697,17 +703,11 @@ fn msp_4_a_pack_changed_in_place_under_a_held_session_is_not_used_again() {
 /// for that read.
 #[test]
 fn msp_4_a_pack_loaded_by_message_texts_is_checked_again_by_the_next_read() {
-    use std::os::unix::fs::FileExt;
     let dir = common::scratch("message_pack", "texts-then-read");
-    let (store, truth, pack) = packed_session(dir.as_ref(), 12);
-    let path = pack_path(dir.as_ref());
-    let fields = parse(&pack);
-    let offset =
-        pack.len() - fields.text.len() + fields.text.iter().position(|&b| b == b'u').unwrap();
+    let (store, truth, change) = pack_changed_in_place(dir.as_ref());
     let reader = store.inspect("s").unwrap();
     assert!(reader.message_texts().is_some(), "loaded and checked");
-    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    file.write_all_at(b"v", offset as u64).unwrap();
+    change(b'v');
     assert_eq!(messages_of(&reader), truth);
     assert!(reader.message_texts().is_none(), "found changed, not lent");
 }
@@ -717,13 +717,8 @@ fn msp_4_a_pack_loaded_by_message_texts_is_checked_again_by_the_next_read() {
 /// again and reads the log instead of returning the changed bytes.
 #[test]
 fn msp_4_a_read_whose_visit_panicked_leaves_later_reads_checking_the_pack() {
-    use std::os::unix::fs::FileExt;
     let dir = common::scratch("message_pack", "visit-panics");
-    let (store, truth, pack) = packed_session(dir.as_ref(), 12);
-    let path = pack_path(dir.as_ref());
-    let fields = parse(&pack);
-    let offset =
-        pack.len() - fields.text.len() + fields.text.iter().position(|&b| b == b'u').unwrap();
+    let (store, truth, change) = pack_changed_in_place(dir.as_ref());
     let reader = store.inspect("s").unwrap();
     // The first read loads (and checks) the pack; its visit panics at the first message.
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -732,7 +727,6 @@ fn msp_4_a_read_whose_visit_panicked_leaves_later_reads_checking_the_pack() {
             .unwrap();
     }));
     assert!(panicked.is_err());
-    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    file.write_all_at(b"v", offset as u64).unwrap();
+    change(b'v');
     assert_eq!(messages_of(&reader), truth, "the changed pack is not used");
 }

@@ -4,8 +4,11 @@
 
 mod common;
 
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 
+use common::{HookedStorage, Op};
 use surfacelog::internals::storage::faulty::FaultyStorage;
 use surfacelog::{Durability, NoSurface, Outcome, SharedSession, Store, StoreOptions, kinds};
 
@@ -133,51 +136,30 @@ fn in_other_modes_a_shared_append_waits_for_no_sync() {
     assert!(faults.syncs() > before);
 }
 
-/// The file system's storage whose next `fdatasync` panics when `armed` (a storage of the
-/// host's, or anything that unwinds through a sync leader's call).
-#[derive(Debug, Default)]
-struct PanickingSync {
-    armed: std::sync::atomic::AtomicBool,
-}
-
-impl surfacelog::internals::storage::Storage for PanickingSync {
-    fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
-        surfacelog::internals::storage::FsStorage.list_dir(dir)
-    }
-    fn create_file(&self, path: &std::path::Path, len: u64) -> std::io::Result<std::fs::File> {
-        surfacelog::internals::storage::FsStorage.create_file(path, len)
-    }
-    fn open_file(&self, path: &std::path::Path, write: bool) -> std::io::Result<std::fs::File> {
-        surfacelog::internals::storage::FsStorage.open_file(path, write)
-    }
-    fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.write_at(file, offset, bytes)
-    }
-    fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.set_len(file, len)
-    }
-    fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
-        assert!(
-            !self.armed.swap(false, std::sync::atomic::Ordering::SeqCst),
-            "the storage's sync panics"
-        );
-        surfacelog::internals::storage::FsStorage.sync_data(file)
-    }
-    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.sync_dir(dir)
-    }
-    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.rename(from, to)
-    }
-    fn remove_file(&self, path: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.remove_file(path)
-    }
-    fn open_read(&self, path: &std::path::Path) -> std::io::Result<std::fs::File> {
-        surfacelog::internals::storage::FsStorage.open_read(path)
-    }
+/// A `SharedSession` of a new session holding one event, in a store in `dir` whose
+/// storage panics at its next call of the kind `at` picks once the returned flag is set (a
+/// storage of the host's, or anything that unwinds through the engine's call).
+fn panicking_session(dir: &Path, at: fn(&Op<'_>) -> bool) -> (SharedSession, Arc<AtomicBool>) {
+    let armed = Arc::new(AtomicBool::new(false));
+    let hook = {
+        let armed = Arc::clone(&armed);
+        move |op: Op<'_>| {
+            assert!(
+                !(at(&op) && armed.swap(false, Ordering::SeqCst)),
+                "the storage panics at {op:?}"
+            );
+            Ok(())
+        }
+    };
+    let options = StoreOptions::new()
+        .durability(Durability::Sync)
+        .storage(Arc::new(HookedStorage(Box::new(hook))));
+    let store = Store::open_or_create(dir, options).unwrap();
+    let shared = SharedSession::new(store.create("s", None, None).unwrap());
+    shared
+        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+        .unwrap();
+    (shared, armed)
 }
 
 /// DUR-1, DUR-5, DUR-11: a group-commit leader whose sync unwinds (a panic in the host's
@@ -187,18 +169,8 @@ impl surfacelog::internals::storage::Storage for PanickingSync {
 #[test]
 fn a_sync_leader_that_panics_leaves_no_waiter_waiting_for_good() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = Arc::new(PanickingSync::default());
-    let options = StoreOptions::new()
-        .durability(Durability::Sync)
-        .storage(Arc::clone(&storage) as Arc<dyn surfacelog::internals::storage::Storage>);
-    let store = Store::open_or_create(dir.path(), options).unwrap();
-    let shared = SharedSession::new(store.create("s", None, None).unwrap());
-    shared
-        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
-        .unwrap();
-    storage
-        .armed
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (shared, armed) = panicking_session(dir.path(), |op| matches!(op, Op::Sync));
+    armed.store(true, Ordering::SeqCst);
     let (done, ended) = std::sync::mpsc::channel();
     let leader = shared.clone();
     let done_leader = done.clone();
@@ -252,52 +224,6 @@ fn a_sync_leader_that_panics_leaves_no_waiter_waiting_for_good() {
     assert_eq!(who, "drop");
 }
 
-/// The file system's storage whose next `write_at` panics when `armed`.
-#[derive(Debug, Default)]
-struct PanickingWrite {
-    armed: std::sync::atomic::AtomicBool,
-}
-
-impl surfacelog::internals::storage::Storage for PanickingWrite {
-    fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
-        surfacelog::internals::storage::FsStorage.list_dir(dir)
-    }
-    fn create_file(&self, path: &std::path::Path, len: u64) -> std::io::Result<std::fs::File> {
-        surfacelog::internals::storage::FsStorage.create_file(path, len)
-    }
-    fn open_file(&self, path: &std::path::Path, write: bool) -> std::io::Result<std::fs::File> {
-        surfacelog::internals::storage::FsStorage.open_file(path, write)
-    }
-    fn write_at(&self, file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
-        assert!(
-            !self.armed.swap(false, std::sync::atomic::Ordering::SeqCst),
-            "the storage's write panics"
-        );
-        surfacelog::internals::storage::FsStorage.write_at(file, offset, bytes)
-    }
-    fn set_len(&self, file: &std::fs::File, len: u64) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.set_len(file, len)
-    }
-    fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.sync_data(file)
-    }
-    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.sync_dir(dir)
-    }
-    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.rename(from, to)
-    }
-    fn remove_file(&self, path: &std::path::Path) -> std::io::Result<()> {
-        surfacelog::internals::storage::FsStorage.remove_file(path)
-    }
-    fn open_read(&self, path: &std::path::Path) -> std::io::Result<std::fs::File> {
-        surfacelog::internals::storage::FsStorage.open_read(path)
-    }
-}
-
 /// DUR-5, DUR-10: an append whose write unwinds (a panic in the host's storage) left its
 /// record's fate unknown, as a failed write does: the shared session is poisoned. Never
 /// recovered as if nothing happened: later appends refused as "nothing written" and a flush
@@ -305,18 +231,8 @@ impl surfacelog::internals::storage::Storage for PanickingWrite {
 #[test]
 fn an_append_whose_write_panics_poisons_the_shared_session() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = Arc::new(PanickingWrite::default());
-    let options = StoreOptions::new()
-        .durability(Durability::Sync)
-        .storage(Arc::clone(&storage) as Arc<dyn surfacelog::internals::storage::Storage>);
-    let store = Store::open_or_create(dir.path(), options).unwrap();
-    let shared = SharedSession::new(store.create("s", None, None).unwrap());
-    shared
-        .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
-        .unwrap();
-    storage
-        .armed
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (shared, armed) = panicking_session(dir.path(), |op| matches!(op, Op::Write));
+    armed.store(true, Ordering::SeqCst);
     let panicking = shared.clone();
     let panicked = std::thread::spawn(move || {
         panicking.append::<kinds::AssistantChunk>(&chunk(0, 0), NoSurface)

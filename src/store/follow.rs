@@ -29,20 +29,28 @@ fn check_followed(followed: Option<&(String, std::path::PathBuf, DirIdentity)>) 
     }
 }
 
-/// `reader`'s refresh, for a follower of `followed`: an error met once that session is
-/// gone (deleted, or deleted and created again) is `SESSION_NOT_FOUND`. The log's path
-/// then names another log, or none: what the refresh met there (a later segment of the new
-/// log, a directory that cannot be listed) is not damage to the log followed.
+/// `error`, met reading the session `followed`, or `SESSION_NOT_FOUND` when that session
+/// is gone (deleted, or deleted and created again): its paths then name another session's
+/// files, or none, and what was met there (a later segment of the new log, a directory
+/// that cannot be listed) is not damage to the session read (STORE-11).
+fn unless_replaced(
+    followed: Option<&(String, std::path::PathBuf, DirIdentity)>,
+    error: crate::Error,
+) -> crate::Error {
+    match check_followed(followed) {
+        Err(gone) if matches!(gone.kind(), ErrorKind::SessionNotFound { .. }) => gone,
+        _ => error,
+    }
+}
+
+/// `reader`'s refresh, for a follower of `followed` ([`unless_replaced`]).
 fn refresh_followed(
     reader: &mut LogReader,
     followed: Option<&(String, std::path::PathBuf, DirIdentity)>,
 ) -> Result<u64> {
     reader
         .refresh()
-        .map_err(|error| match check_followed(followed) {
-            Err(gone) if matches!(gone.kind(), ErrorKind::SessionNotFound { .. }) => gone,
-            _ => error,
-        })
+        .map_err(|error| unless_replaced(followed, error))
 }
 
 /// The identity of the directory `dir`, for [`Follower::check_followed`]: its device,
@@ -175,10 +183,7 @@ impl Store {
         // directory, nor refused for what it met there.
         let identity = dir_identity(&dir).map_err(|e| Self::unless_deleted(id, &dir, e))?;
         let followed = (id.to_owned(), dir, identity);
-        let gone = |error: crate::Error| match check_followed(Some(&followed)) {
-            Err(gone) if matches!(gone.kind(), ErrorKind::SessionNotFound { .. }) => gone,
-            _ => error,
-        };
+        let gone = |error| unless_replaced(Some(&followed), error);
         let dir = &followed.1;
         // RCV-14, as `inspect`: the checkpoint, read before the log, is a durable mark; a
         // log shorter than it lost events (a last segment gone or cut to nothing reads
@@ -255,10 +260,7 @@ impl Store {
         // header and another's log, nor refused for what it met in the other's files.
         let identity = dir_identity(&dir).map_err(|e| Self::unless_deleted(id, &dir, e))?;
         let inspected = (id.to_owned(), dir, identity);
-        let gone = |error: crate::Error| match check_followed(Some(&inspected)) {
-            Err(gone) if matches!(gone.kind(), ErrorKind::SessionNotFound { .. }) => gone,
-            _ => error,
-        };
+        let gone = |error| unless_replaced(Some(&inspected), error);
         let dir = &inspected.1;
         let header = Self::read_header(&*self.options.log.storage, id, dir).map_err(gone)?;
         // RCV-14: read before the log, so that a live writer's later checkpoint (written

@@ -334,6 +334,8 @@ pub enum Op<'a> {
     Create(&'a Path),
     /// A write.
     Write,
+    /// A sync of a file's data.
+    Sync,
     /// A directory's listing.
     List(&'a Path),
     /// A file's opening.
@@ -388,6 +390,7 @@ impl Storage for HookedStorage {
         FsStorage.set_len(file, len)
     }
     fn sync_data(&self, file: &std::fs::File) -> std::io::Result<()> {
+        (self.0)(Op::Sync)?;
         FsStorage.sync_data(file)
     }
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
