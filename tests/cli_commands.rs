@@ -1644,7 +1644,7 @@ fn importing_a_missing_file_creates_no_store_whatever_the_format() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Findings of the review, fixed: each test failed (or hung, or panicked) before its fix.
+// Fixed faults: each test failed (or hung, or panicked) before its fix.
 
 /// Runs `args` and waits at most 20 s for it: a hang is a failure, not a stuck suite.
 fn run_bounded(store: &Store, args: &[&str]) -> Output {

@@ -98,21 +98,13 @@ fn options() -> StoreOptions {
 fn fill(store: &Store) {
     let mut session = store.create("s", None, None).unwrap();
     for turn in 1..=4 {
-        let step = format!(r#"{{"turn":{turn},"step":1}}"#);
-        common::turn_start(&mut session, turn);
-        common::user_message(&mut session, &format!("hi {turn}"));
-        session
-            .append::<kinds::StepStart>(&step, NoSurface)
-            .unwrap();
-        for index in 0..5 {
-            let chunk = format!(r#"{{"type":"text-delta","index":0,"text":"part {index}"}}"#);
-            session
-                .append::<kinds::AssistantChunk>(
-                    &format!(r#"{{"turn":{turn},"step":1,"chunk":{chunk}}}"#),
-                    NoSurface,
-                )
-                .unwrap();
-        }
+        let step = common::streamed_step(
+            &mut session,
+            turn,
+            &format!("hi {turn}"),
+            (0..5)
+                .map(|index| format!(r#"{{"type":"text-delta","index":0,"text":"part {index}"}}"#)),
+        );
         session
             .append::<kinds::AssistantMessage>(
                 &common::assistant(turn, r#"{"type":"text","text":"done"}"#),

@@ -28,27 +28,20 @@ fn store(dir: &Path, chunk_records: bool, segment_bytes: u64) -> Store {
 fn fill(store: &Store, id: &str, turns: u64, chunks: u64) {
     let mut session = store.create(id, None, None).unwrap();
     for turn in 1..=turns {
-        let step = format!(r#"{{"turn":{turn},"step":1}}"#);
-        common::turn_start(&mut session, turn);
-        common::user_message(&mut session, &format!("hi {turn}"));
-        session
-            .append::<kinds::StepStart>(&step, NoSurface)
-            .unwrap();
-        for index in 0..chunks {
-            let chunk = if index % 3 == 2 {
-                format!(
-                    r#"{{"type":"tool-call-delta","index":1,"id":"c{turn}","name":"read","argumentsDelta":"{{\"i\":{index}}}"}}"#
-                )
-            } else {
-                format!(r#"{{"type":"text-delta","index":0,"text":"part \"{index}\" é\n"}}"#)
-            };
-            session
-                .append::<kinds::AssistantChunk>(
-                    &format!(r#"{{"turn":{turn},"step":1,"chunk":{chunk}}}"#),
-                    NoSurface,
-                )
-                .unwrap();
-        }
+        let step = common::streamed_step(
+            &mut session,
+            turn,
+            &format!("hi {turn}"),
+            (0..chunks).map(|index| {
+                if index % 3 == 2 {
+                    format!(
+                        r#"{{"type":"tool-call-delta","index":1,"id":"c{turn}","name":"read","argumentsDelta":"{{\"i\":{index}}}"}}"#
+                    )
+                } else {
+                    format!(r#"{{"type":"text-delta","index":0,"text":"part \"{index}\" é\n"}}"#)
+                }
+            }),
+        );
         session
             .append::<kinds::AssistantMessage>(
                 &common::assistant(turn, &common::tool_call(turn)),
@@ -1206,22 +1199,14 @@ fn cmp_3_a_compaction_crashed_anywhere_leaves_a_session_that_opens_whole() {
     // rewrite, were it not the last.
     let mut session = old.create("s", None, None).unwrap();
     for turn in 1..=4 {
-        let step = format!(r#"{{"turn":{turn},"step":1}}"#);
-        common::turn_start(&mut session, turn);
-        common::user_message(&mut session, &format!("hi{turn}"));
-        session
-            .append::<kinds::StepStart>(&step, NoSurface)
-            .unwrap();
-        for index in 0..30 {
-            let chunk =
-                format!(r#"{{"type":"text-delta","index":0,"text":"part \"{index}\" é\n"}}"#);
-            session
-                .append::<kinds::AssistantChunk>(
-                    &format!(r#"{{"turn":{turn},"step":1,"chunk":{chunk}}}"#),
-                    NoSurface,
-                )
-                .unwrap();
-        }
+        let step = common::streamed_step(
+            &mut session,
+            turn,
+            &format!("hi{turn}"),
+            (0..30).map(|index| {
+                format!(r#"{{"type":"text-delta","index":0,"text":"part \"{index}\" é\n"}}"#)
+            }),
+        );
         session.append::<kinds::StepEnd>(&step, NoSurface).unwrap();
         common::turn_end(&mut session, turn);
     }

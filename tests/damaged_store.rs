@@ -1,4 +1,4 @@
-//! Damaged stores, as a review's sweep found them mishandled (every file of a store with
+//! Damaged stores, each as a sweep found it mishandled (every file of a store with
 //! forks, compressed segments, a pack, trash and an import, flipped, cut, zeroed, removed
 //! or replaced by a directory or a link, under every CLI command and the library's reads):
 //! `verify` reports a `header.json` or `checkpoint` that is not a regular file as its
@@ -211,7 +211,7 @@ fn a_header_of_another_version_names_its_file() {
 }
 
 /// As above, for a header whose text has a `"version"` before its own, in a member of
-/// the host's: the header's own is named (found in review: the first of the text was).
+/// the host's: the header's own is named (the first of the text was, before the fix).
 #[test]
 fn a_header_of_another_version_names_its_own_version_not_a_nested_one() {
     let dir = tempfile::Builder::new()
@@ -300,7 +300,7 @@ fn store_with_segments(prefix: &str) -> (tempfile::TempDir, Vec<String>) {
 }
 
 /// LOG-2, RCV-14: a sealed segment removed from the middle of the chain is named with the
-/// seqs it held, not an intact later segment with SEG-3 (found in a review's sweep).
+/// seqs it held, not an intact later segment with SEG-3.
 #[test]
 fn a_missing_recorded_segment_is_named_by_readers() {
     let (dir, segs) = store_with_segments("sweep2-missing");

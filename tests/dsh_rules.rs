@@ -1,4 +1,4 @@
-//! DSH import rules the reviews found broken, or checked (`dsh-formats.md`): a decoder
+//! DSH import rules, each broken before its fix, or checked (`dsh-formats.md`): a decoder
 //! error in a torn last Zstandard frame yields no record of it, a frame cut where the input
 //! ends keeps what its complete blocks hold (ZST-16), and a log under a project directory
 //! its header's `cwd` does not name is refused (DIR-9).

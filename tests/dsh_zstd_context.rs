@@ -11,7 +11,7 @@ use surfacelog::internals::adapters::jsonl::{Compression, JsonlReader};
 
 #[path = "common/zstd_frames.rs"]
 mod zstd_frames;
-use zstd_frames::{HEADER, block};
+use zstd_frames::{HEADER, block, seqs_read};
 
 /// A frame with descriptor `fhd`, then `rest` of the header, one raw block of `plain`.
 fn frame(fhd: u8, rest: &[u8], plain: &[u8]) -> Vec<u8> {
@@ -34,15 +34,8 @@ fn read(data: Vec<u8>) -> (Vec<String>, Result<(), String>) {
         Ok(reader) => reader,
         Err(e) => return (Vec::new(), Err(e.code().to_owned())),
     };
-    let mut seqs = Vec::new();
-    let scan = reader.read_events(
-        &mut |e| {
-            seqs.push(e.root().get("seq").unwrap().raw().to_owned());
-            Ok(())
-        },
-        &mut |_| {},
-    );
-    (seqs, scan.map(drop).map_err(|e| e.code().to_owned()))
+    let (seqs, scan) = seqs_read(reader);
+    (seqs, scan.map_err(|e| e.code().to_owned()))
 }
 
 fn file(frames: &[Vec<u8>]) -> Vec<u8> {

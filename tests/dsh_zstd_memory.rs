@@ -1,6 +1,6 @@
 //! Memory of the Zstandard JSONL reader on huge frames: a torn frame that stands for
 //! gigabytes of text goes to the scanner a piece at a time, bounded by the record limit
-//! (ZST-16), and a complete frame is never held whole (found in review: both were). Alone
+//! (ZST-16), and a complete frame is never held whole (both were, before the fix). Alone
 //! in their file, and one at a time, because they read the process's peak resident size
 //! (`VmHWM`), reset before each read.
 
@@ -72,7 +72,7 @@ fn a_torn_frame_is_not_decompressed_whole_into_memory() {
 }
 
 /// A complete frame of 256 MiB (raw blocks, one record that never ends) is not read whole
-/// into memory before it is decoded (found in review: it was, so the 64 MiB record limit
+/// into memory before it is decoded (it was before the fix, so the 64 MiB record limit
 /// came too late): its blocks are skipped, then decoded from the file.
 #[test]
 fn a_huge_complete_frame_is_not_read_whole_into_memory() {

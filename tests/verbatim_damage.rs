@@ -1,10 +1,10 @@
-//! The verbatim store against damage (VBT-5, VBT-10; DSH persistence §1.17), as a
-//! review's sweep found it: a writer never creates a log under a stored session whose
-//! log lost its segments or its directory, and a listing lists such a session as
-//! unreadable and goes on.
+//! The verbatim store against damage (VBT-5, VBT-10; DSH persistence §1.17): a writer
+//! never creates a log under a stored session whose log lost its segments or its
+//! directory, and a listing lists such a session as unreadable and goes on.
 
-use std::path::{Path, PathBuf};
+mod common;
 
+use common::tree_snapshot as snapshot;
 use surfacelog::VerbatimStore;
 
 /// A 200-byte event of seq `seq`.
@@ -21,29 +21,6 @@ fn events(first: u64, n: u64) -> Vec<String> {
 
 fn refs(texts: &[String]) -> Vec<&str> {
     texts.iter().map(String::as_str).collect()
-}
-
-/// Every file under `dir` with its length and checksum.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, usize, u32)> {
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                files.push((path.clone(), 0, 0));
-                stack.push(path);
-            } else {
-                let bytes = std::fs::read(&path).unwrap();
-                files.push((path.clone(), bytes.len(), crc32c::crc32c(&bytes)));
-            }
-        }
-    }
-    files.sort();
-    files
 }
 
 /// VBT-5, DSH persistence §1.17: a session whose log lost its only segment, or its whole

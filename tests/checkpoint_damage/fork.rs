@@ -1,6 +1,6 @@
 //! A fork reads its source as a follower does, with the source's checkpoint as a durable
 //! mark (RCV-14): a source whose log lost events under its checkpoint is `CORRUPT`, never
-//! copied whole into a child as if it ended there (found in review).
+//! copied whole into a child as if it ended there.
 
 use crate::common;
 

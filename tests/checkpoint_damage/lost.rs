@@ -1,6 +1,6 @@
 //! A checkpoint whose nodes fail their check over a log damaged under it (CKP-2 `Lost`):
 //! `messages()` is `CORRUPT`, as a fresh open without the checkpoint is, never `Ok` with
-//! no message at all (found in review).
+//! no message at all.
 
 use crate::common;
 

@@ -187,6 +187,32 @@ pub fn closed_turn<L: SessionLog>(
     Turn { user, result }
 }
 
+/// Opens turn `turn` with the user message `user` and step 1, then streams `chunks` (each
+/// a chunk object's JSON) as `assistant/chunk` events of that step. Returns the step's
+/// data, for the `step/end` the caller appends after what else the step holds.
+pub fn streamed_step<L: SessionLog>(
+    session: &mut Session<L>,
+    turn: u64,
+    user: &str,
+    chunks: impl IntoIterator<Item = String>,
+) -> String {
+    let step = format!(r#"{{"turn":{turn},"step":1}}"#);
+    turn_start(session, turn);
+    user_message(session, user);
+    session
+        .append::<kinds::StepStart>(&step, NoSurface)
+        .unwrap();
+    for chunk in chunks {
+        session
+            .append::<kinds::AssistantChunk>(
+                &format!(r#"{{"turn":{turn},"step":1,"chunk":{chunk}}}"#),
+                NoSurface,
+            )
+            .unwrap();
+    }
+    step
+}
+
 /// A [`closed_turn`] numbered `turn` whose user text is `u{turn}` and whose tool output
 /// is `output of c{turn}`.
 pub fn numbered_turn<L: SessionLog>(session: &mut Session<L>, turn: u64) -> Turn {
@@ -410,6 +436,30 @@ impl Storage for HookedStorage {
         (self.0)(Op::OpenRead(path))?;
         FsStorage.open_read(path)
     }
+}
+
+/// Every directory and file under `dir`, sorted, each file with its bytes (a directory
+/// with none): what a test takes before and after a call to show that it changed nothing.
+pub fn tree_snapshot(dir: &Path) -> Vec<(PathBuf, Option<Vec<u8>>)> {
+    let mut entries = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(listed) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in listed {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                entries.push((path.clone(), None));
+                stack.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                entries.push((path, Some(bytes)));
+            }
+        }
+    }
+    entries.sort();
+    entries
 }
 
 /// A copy of the directory tree `from` at `to` (files and directories; no links kept).

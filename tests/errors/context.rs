@@ -1,6 +1,6 @@
 //! Contract §11, "every refusal carries one stable code plus context: session id, seq":
 //! `SESSION_NOT_FOUND`, `SESSION_EXISTS` and `INVALID_BOUNDARY` name their session in
-//! `Error::session()`, as the same codes from `delete` did (found in review).
+//! `Error::session()`, as the same codes from `delete` did.
 use surfacelog::{Boundary, Store, StoreOptions};
 
 #[test]

@@ -1,7 +1,7 @@
 //! A header larger than a read takes back (16 MiB, `store.md` STORE-4) is refused by
 //! `create`, by a fork whose child's header would be, and by an import (`HEADER_INVALID`),
 //! before anything is written; each published it, and every later read of it was `CORRUPT`
-//! (found in reviews).
+//!.
 use surfacelog::{Boundary, Store, StoreOptions};
 
 #[test]

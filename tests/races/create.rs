@@ -1,6 +1,6 @@
 //! `Store::create` and `Store::fork` publish the new session with its log's lock already
 //! held (LOG-1, STORE-6): another opener of the id between the publish and the creator's
-//! open gets `LOCKED`, and the creator its writer. (Found in review: the lock was taken
+//! open gets `LOCKED`, and the creator its writer. (Before the fix, the lock was taken
 //! again after the publish, so the other opener won, the create failed `LOCKED` though the
 //! session existed, and a retry got `SESSION_EXISTS`.)
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! An open racing a delete of the same session (STORE-9): the open read the header, then
 //! made `log/` again (`create_dir_all`) before taking the lock, so a delete in between had
 //! it open a new, empty log of a session whose history was trashed, and left a session
-//! directory without `header.json` that blocked a restore (found in review). An open of a
+//! directory without `header.json` that blocked a restore. An open of a
 //! published session now never creates its log directory, and a session replaced under
 //! the open is `SESSION_NOT_FOUND`.
 use std::path::Path;

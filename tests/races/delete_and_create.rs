@@ -1,7 +1,7 @@
 //! An open racing a delete and a create of the same id (LOG-1): `take_lock` opens
 //! `log/LOCK`, then locks the open file. A delete and a create in between left the opener
 //! holding a lock on the trashed session's `LOCK` while it opened the new session's log by
-//! path: two writers of one log (found in review). The lock is now checked to be on the
+//! path: two writers of one log. The lock is now checked to be on the
 //! file still named `LOCK`.
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,7 +3,7 @@
 //! call is an I/O point of the simulated disk and an open draws from its seeded faults, so
 //! an extra open shifted every later fault and the regression seeds of
 //! `tests/simulation.rs` (1038, 200,084) stopped reaching the faults they catch their bugs
-//! at (found in review).
+//! at.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
