@@ -86,7 +86,7 @@ pub(crate) use internals::{
 };
 
 pub use internals::error::{Error, ErrorKind, Outcome, Result};
-pub use internals::event::{Event, EventRef, Header, Seqs, SharedBytes, SurfaceOp};
+pub use internals::event::{Event, EventRef, Header, MessageText, Seqs, SharedBytes, SurfaceOp};
 pub use internals::log::{
     CompactOptions, Durability, KeptReason, LogCompaction, OpenReport, RewrittenSegment, TornTail,
 };

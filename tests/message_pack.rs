@@ -14,7 +14,7 @@ mod common;
 use proptest::prelude::*;
 use surfacelog::internals::event::MemLog;
 use surfacelog::internals::session::Session;
-use surfacelog::{Boundary, Durability, SessionReport, Severity, Store, StoreOptions};
+use surfacelog::{Boundary, Durability, MessageText, SessionReport, Severity, Store, StoreOptions};
 
 /// One step of a plan.
 #[derive(Debug, Clone)]
@@ -45,11 +45,45 @@ fn op() -> impl Strategy<Value = Op> {
 /// The messages of a session as `(seq, text)`.
 type Messages = Vec<(u64, String)>;
 
+/// The messages of `session`, read the two ways: as strings (`Session::messages`), and
+/// with the pack's texts lent (`Session::each_lent_message`), which must give the same.
 fn messages_of<L: surfacelog::internals::session::SessionLog>(session: &Session<L>) -> Messages {
-    let messages = session.messages().unwrap();
-    messages
+    let messages: Messages = session
+        .messages()
+        .unwrap()
         .iter()
         .map(|m| (m.seq, m.json.to_owned()))
+        .collect();
+    assert_eq!(lent_messages_of(session), messages, "lent as read");
+    messages
+}
+
+/// The messages of `session` as `Session::each_lent_message` gives them, each lent span
+/// read from the bytes it returns (as UTF-8: the caller's check).
+fn lent_messages_of<L: surfacelog::internals::session::SessionLog>(
+    session: &Session<L>,
+) -> Messages {
+    let mut visited = Vec::new();
+    let texts = session
+        .each_lent_message(|seq, text| visited.push((seq, text)))
+        .unwrap();
+    let lent = visited
+        .iter()
+        .any(|(_, text)| matches!(text, MessageText::Lent(_)));
+    assert_eq!(
+        texts.is_some(),
+        lent,
+        "the bytes returned exactly when lent"
+    );
+    visited
+        .into_iter()
+        .map(|(seq, text)| match text {
+            MessageText::Lent(span) => {
+                let bytes = &texts.as_ref().unwrap()[span];
+                (seq, String::from_utf8(bytes.to_vec()).unwrap())
+            }
+            MessageText::Text(json) => (seq, json.to_owned()),
+        })
         .collect()
 }
 
@@ -397,6 +431,73 @@ fn a_pack_encoded_by_the_spec_is_read_as_written_and_bound_to_its_log() {
     );
 }
 
+/// MSP-3: a pack whose checksums hold but one of whose texts is not UTF-8 (a faulty
+/// writer's): `messages()` takes that message from the log, while `each_lent_message`,
+/// which leaves the UTF-8 check to its caller, lends the span as the pack gives it, for the
+/// caller to refuse; the other messages come from the pack both ways.
+#[test]
+fn msp_3_a_packed_text_that_is_not_utf8_is_read_from_the_log_or_lent_for_the_caller_to_refuse() {
+    let dir = common::scratch("message_pack", "not-utf8");
+    let (store, truth, pack) = packed_session(dir.as_ref(), 6);
+    let path = pack_path(dir.as_ref());
+    let last_text_crc = u32::from_le_bytes(pack[12..16].try_into().unwrap());
+    let fields = parse(&pack);
+    let shown = truth
+        .iter()
+        .position(|m| m.1.contains(r#""id":"u3""#))
+        .unwrap();
+    let index = fields
+        .entries
+        .iter()
+        .position(|e| e.0 == truth[shown].0)
+        .unwrap();
+    let start = match index.checked_sub(1) {
+        Some(before) => usize::try_from(fields.entries[before].1).unwrap(),
+        None => 0,
+    };
+    let end = usize::try_from(fields.entries[index].1).unwrap();
+    let at = start + truth[shown].1.find("u3").unwrap();
+    let mut text = fields.text.clone();
+    text[at] = 0xFF;
+    let altered = Fields {
+        text,
+        entries: fields.entries.clone(),
+        ..fields
+    };
+    std::fs::write(&path, encode(last_text_crc, &altered)).unwrap();
+
+    let (session, _) = store.open_session("s").unwrap();
+    let read: Messages = session
+        .messages()
+        .unwrap()
+        .iter()
+        .map(|m| (m.seq, m.json.to_owned()))
+        .collect();
+    assert_eq!(
+        read, truth,
+        "that message from the log, the others from the pack"
+    );
+    let mut spans = Vec::new();
+    let texts = session
+        .each_lent_message(|seq, text| match text {
+            MessageText::Lent(span) => spans.push((seq, span)),
+            MessageText::Text(json) => panic!("{seq} read from the log: {json}"),
+        })
+        .unwrap()
+        .expect("texts lent");
+    assert_eq!(spans.len(), truth.len());
+    for ((seq, span), (truth_seq, truth_text)) in spans.into_iter().zip(&truth) {
+        assert_eq!(seq, *truth_seq);
+        let checked = std::str::from_utf8(&texts[span.clone()]);
+        if seq == truth[shown].0 {
+            assert_eq!(span, start..end);
+            assert!(checked.is_err(), "the caller's check refuses it");
+        } else {
+            assert_eq!(checked.unwrap(), truth_text);
+        }
+    }
+}
+
 /// MSP-6: a fork at or past the pack's `seq_next` shares it by a hard link, and its
 /// messages are the source's prefix; a fork before it gets none. MSP-7: salvage of a log
 /// cut before the pack's `seq_next` removes the pack.
@@ -597,6 +698,21 @@ fn message_texts_lend_the_pack_text_area_and_outlive_the_session() {
         texts.span_of(&truth[0].1).is_none(),
         "an equal copy elsewhere"
     );
+    // `each_lent_message` lends the same spans, and returns the same bytes.
+    let mut lent_spans = Vec::new();
+    let lent_texts = session
+        .each_lent_message(|seq, text| match text {
+            MessageText::Lent(span) => lent_spans.push((seq, span)),
+            MessageText::Text(json) => panic!("{seq} read from the log: {json}"),
+        })
+        .unwrap()
+        .expect("texts lent");
+    assert_eq!(&lent_texts[..], &fields.text[..]);
+    let expected: Vec<_> = truth
+        .iter()
+        .map(|(seq, _)| (*seq, spans[seq].clone()))
+        .collect();
+    assert_eq!(lent_spans, expected);
 
     // Messages after the pack come from the log: not lent. Closing rewrites the pack (as
     // many new nodes as it covers, MSP-5).
@@ -613,6 +729,16 @@ fn message_texts_lend_the_pack_text_area_and_outlive_the_session() {
         })
         .unwrap();
     assert!(after > 0);
+    let mut read = 0;
+    session
+        .each_lent_message(|seq, text| {
+            if seq >= fields.seq_next {
+                assert!(matches!(text, MessageText::Text(_)), "{seq} {text:?}");
+                read += 1;
+            }
+        })
+        .unwrap();
+    assert_eq!(read, after);
     session.close().unwrap();
     assert!(
         std::fs::read(&path).unwrap() != pack,

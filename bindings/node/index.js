@@ -142,10 +142,11 @@ class Message {
         try {
           blocks[b] ??= native.lentTexts(pack.lent, starts, ends, b * TEXT_BLOCK, (b + 1) * TEXT_BLOCK);
         } catch (error) {
-          // The spans are the ones messages() gave for bytes it checked: a text that is no
-          // longer UTF-8 there means the mapped pack changed since (MSP-4).
+          // The spans are the ones messages() gave for bytes whose checksums it checked, and
+          // UTF-8 is checked here, as each text is made a string (message-pack.md MSP-3): a
+          // text that is not means the mapped pack changed since (MSP-4), or was written so.
           throw invalid(
-            `message ${this.seq}: the message pack's text changed since messages() checked it (MSP-4)`,
+            `message ${this.seq}: the message pack's text is not UTF-8 (changed since messages() checked its checksums, MSP-4, or written so, MSP-3)`,
             'CORRUPT',
             error,
           );

@@ -15,7 +15,7 @@ mod shared;
 pub mod vocabulary;
 
 pub use seqs::{Seqs, SeqsIter};
-pub use shared::SharedBytes;
+pub use shared::{MessageText, SharedBytes};
 
 pub use envelope::{Candidate, Field};
 pub use header::Header;
@@ -206,6 +206,16 @@ pub trait EventSource {
     /// As [`EventSource::event_at`].
     fn message_at(&self, seq: u64) -> crate::Result<Option<&str>> {
         Ok(self.event_at(seq)?.message())
+    }
+
+    /// [`EventSource::message_at`], with a message taken from [`EventSource::message_texts`]
+    /// as its span of them, not checked as UTF-8 ([`MessageText::Lent`]). The default reads
+    /// every message as [`EventSource::message_at`] does.
+    ///
+    /// # Errors
+    /// As [`EventSource::message_at`].
+    fn lent_message_at(&self, seq: u64) -> crate::Result<Option<MessageText<'_>>> {
+        Ok(self.message_at(seq)?.map(MessageText::Text))
     }
 
     /// The bytes [`EventSource::message_at`] takes messages from when they are not the
@@ -577,6 +587,10 @@ impl<S: EventSource + ?Sized> EventSource for &S {
 
     fn message_at(&self, seq: u64) -> crate::Result<Option<&str>> {
         (**self).message_at(seq)
+    }
+
+    fn lent_message_at(&self, seq: u64) -> crate::Result<Option<MessageText<'_>>> {
+        (**self).lent_message_at(seq)
     }
 
     fn message_texts(&self) -> Option<SharedBytes> {

@@ -78,6 +78,39 @@ impl SharedBytes {
     }
 }
 
+/// A message's text as [`Session::each_lent_message`](crate::Session::each_lent_message)
+/// visits it: lent from the session's message pack, or read from the log.
+///
+/// ```
+/// use surfacelog::MessageText;
+/// # let dir = tempfile::tempdir()?;
+/// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new().message_pack(1))?;
+/// # let mut s = store.create("s", None, None)?;
+/// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[]}"#, surfacelog::SurfaceIntent::append())?;
+/// # s.close()?;
+/// let (s, _) = store.open_session("s")?;
+/// let (mut lent, mut read) = (Vec::new(), Vec::new());
+/// let texts = s.each_lent_message(|seq, text| match text {
+///     MessageText::Lent(span) => lent.push(span),
+///     MessageText::Text(json) => read.push((seq, json.to_owned())),
+/// })?;
+/// // The caller checks a lent text as UTF-8 when it makes a string of it.
+/// let texts = texts.expect("lent");
+/// let first = std::str::from_utf8(&texts[lent[0].clone()])?;
+/// assert!(first.contains(r#""role":"user""#) && read.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageText<'a> {
+    /// Bytes `range` of the [`SharedBytes`] that call returns (the message pack's text
+    /// area): checked by the pack's checksums as the read began (MSP-4), but not yet as
+    /// UTF-8. The caller checks that when it makes a string of them; bytes that are not
+    /// UTF-8 are damage (`CORRUPT`), never a text.
+    Lent(Range<usize>),
+    /// The text, read from its log record and checked.
+    Text(&'a str),
+}
+
 impl std::ops::Deref for SharedBytes {
     type Target = [u8];
 

@@ -28,7 +28,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{ErrorKind, Result};
 use crate::event::header::NegativeZero;
 use crate::event::{
-    Event, EventRef, EventSource, Field, Header, MemLog, Overlay, SharedBytes, Vocabulary,
+    Event, EventRef, EventSource, Field, Header, MemLog, MessageText, Overlay, SharedBytes,
+    Vocabulary,
 };
 use crate::limits::{MAX_EVENT_BYTES_DEFAULT, SAFE_INTEGER_MAX};
 use crate::surface::{self, Message, Savepoint, Surface};
@@ -753,6 +754,47 @@ impl<L: SessionLog> Session<L> {
     /// As [`Session::messages`]; the messages before the failing one have been visited.
     pub fn each_message<'a>(&'a self, visit: impl FnMut(Message<'a>)) -> Result<()> {
         surface::each_message(&self.surface, &self.log, visit)
+            .map_err(|e| e.in_session(self.header.id()))
+    }
+
+    /// [`Session::each_message`] for a caller that lends the texts of the session's message
+    /// pack instead of taking them as `&str` (a binding to another language, which makes a
+    /// string of each text when it is first used): `visit` gets each message's seq and its
+    /// text, as its span of the returned bytes ([`MessageText::Lent`], checked by the pack's
+    /// checksums as this read began, MSP-4, but not as UTF-8: the caller checks that when it
+    /// makes a string, and bytes that are not UTF-8 are damage) or as read from the log
+    /// ([`MessageText::Text`]). Returns the pack's text area when a span was lent. It skips
+    /// what [`Session::each_message`] pays per message to check its text as UTF-8, work a
+    /// caller that checks each text later would do twice.
+    ///
+    /// ```
+    /// use surfacelog::MessageText;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = surfacelog::Store::open_or_create(dir.path(), surfacelog::StoreOptions::new().message_pack(1))?;
+    /// # let mut s = store.create("s", None, None)?;
+    /// # s.append::<surfacelog::kinds::UserMessage>(r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[]}"#, surfacelog::SurfaceIntent::append())?;
+    /// # s.close()?;
+    /// let (s, _) = store.open_session("s")?;
+    /// let mut spans = Vec::new();
+    /// let texts = s.each_lent_message(|seq, text| match text {
+    ///     MessageText::Lent(span) => spans.push((seq, span)),
+    ///     MessageText::Text(json) => unreachable!("{json} is in the pack"),
+    /// })?;
+    /// let texts = texts.expect("a span was lent");
+    /// drop(s); // the bytes stay valid
+    /// let (seq, span) = spans[0].clone();
+    /// assert_eq!(seq, 0);
+    /// assert!(std::str::from_utf8(&texts[span])?.starts_with(r#"{"id":"u1""#));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Session::each_message`]; the messages before the failing one have been visited.
+    pub fn each_lent_message<'a>(
+        &'a self,
+        visit: impl FnMut(u64, MessageText<'a>),
+    ) -> Result<Option<SharedBytes>> {
+        surface::each_lent_message(&self.surface, &self.log, visit)
             .map_err(|e| e.in_session(self.header.id()))
     }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::Store;
 use super::checkpoint::{Checkpoint, DirIdentity};
 use crate::error::{ErrorKind, Result};
-use crate::event::{Event, EventRef, EventSource, Overlay, SharedBytes};
+use crate::event::{Event, EventRef, EventSource, MessageText, Overlay, SharedBytes};
 use crate::log::LogReader;
 use crate::session::repair::RepairState;
 use crate::session::{Session, SessionLog};
@@ -638,6 +638,14 @@ impl EventSource for ReadOnlyLog {
         }
         self.pack
             .message_at(&*self.storage, &self.dir, &self.log.base, seq)
+    }
+
+    fn lent_message_at(&self, seq: u64) -> Result<Option<MessageText<'_>>> {
+        if seq >= self.log.base.seq_next() {
+            return Ok(self.log.event_at(seq)?.message().map(MessageText::Text));
+        }
+        self.pack
+            .lent_message_at(&*self.storage, &self.dir, &self.log.base, seq)
     }
 
     fn message_texts(&self) -> Option<SharedBytes> {

@@ -3,13 +3,14 @@
 //! all messages reads one contiguous file rather than a record per message.
 #![deny(clippy::indexing_slicing)]
 
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use memmap2::Mmap;
 
-use crate::event::{EventSource, SharedBytes};
+use crate::event::{EventSource, MessageText, SharedBytes};
 use crate::record::{u32_at, u64_at};
 use crate::storage::Storage;
 use crate::surface::Surface;
@@ -67,13 +68,15 @@ pub struct Pack {
     next: AtomicUsize,
 }
 
-/// What the pack says of a node (MSP-4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lookup<'a> {
-    /// The pack has no entry for it (or its text is not UTF-8): the log is read.
+/// What the pack says of a node (MSP-4): its message as `T`, a text ([`Pack::message`]) or
+/// a span of the text area ([`Pack::span`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup<T> {
+    /// The pack has no entry for it (or, asked for a text, its text is not UTF-8): the log
+    /// is read.
     NotPacked,
     /// The node's message, `None` for a node whose event has none.
-    Packed(Option<&'a str>),
+    Packed(Option<T>),
 }
 
 /// Why a pack file is not used: it is a cache, so this is only reported (tracing).
@@ -198,43 +201,67 @@ impl Pack {
     }
 
     /// The message of node `seq` as the pack holds it (MSP-4).
-    pub fn message(&self, seq: u64) -> Lookup<'_> {
+    pub fn message(&self, seq: u64) -> Lookup<&str> {
+        match self.find_node(seq).map(|i| self.text_of(i)) {
+            Some(text) => text,
+            None => Lookup::NotPacked,
+        }
+    }
+
+    /// Where the message of node `seq` lies in the text area ([`Pack::texts`]) when the pack
+    /// holds it (MSP-4): [`Pack::message`] without the check that the text is UTF-8, for a
+    /// caller that lends the bytes and checks each text when it makes a string of it.
+    pub fn span(&self, seq: u64) -> Lookup<Range<usize>> {
+        match self.find_node(seq).map(|i| self.span_of(i)) {
+            Some(Some(span)) if span.is_empty() => Lookup::Packed(None),
+            Some(Some(span)) => Lookup::Packed(Some(span)),
+            Some(None) | None => Lookup::NotPacked,
+        }
+    }
+
+    /// The entry of node `seq`, if the pack has one.
+    fn find_node(&self, seq: u64) -> Option<usize> {
         if seq >= self.seq_next {
-            return Lookup::NotPacked;
+            return None;
         }
         let guess = self.next.load(Ordering::Relaxed);
         let found = if guess < self.count && self.entry(guess).0 == seq {
             guess
         } else {
-            match self.find(seq) {
-                Some(found) => found,
-                None => return Lookup::NotPacked,
-            }
+            self.find(seq)?
         };
         self.next.store(found + 1, Ordering::Relaxed);
-        self.text_of(found)
+        Some(found)
     }
 
     /// The text of entry `i` (MSP-3): empty for a node without a message; text that is not
     /// UTF-8 is left to the log.
-    fn text_of(&self, i: usize) -> Lookup<'_> {
+    fn text_of(&self, i: usize) -> Lookup<&str> {
+        let text_at = ENTRIES_AT + self.count * ENTRY;
+        let Some(span) = self.span_of(i) else {
+            return Lookup::NotPacked;
+        };
+        if span.is_empty() {
+            return Lookup::Packed(None);
+        }
+        match self.map.get(text_at..).and_then(|texts| texts.get(span)) {
+            Some(bytes) => std::str::from_utf8(bytes)
+                .map_or(Lookup::NotPacked, |text| Lookup::Packed(Some(text))),
+            None => Lookup::NotPacked,
+        }
+    }
+
+    /// Where entry `i`'s text lies in the text area (MSP-3; empty for a node without a
+    /// message), `None` when that is not inside the file.
+    fn span_of(&self, i: usize) -> Option<Range<usize>> {
         let start = match i.checked_sub(1) {
             Some(before) => self.entry(before).1,
             None => 0,
         };
-        let end = self.entry(i).1;
-        if start == end {
-            return Lookup::Packed(None);
-        }
+        let span = usize::try_from(start).ok()?..usize::try_from(self.entry(i).1).ok()?;
         let text_at = ENTRIES_AT + self.count * ENTRY;
-        let bytes = usize::try_from(start)
-            .ok()
-            .zip(usize::try_from(end).ok())
-            .and_then(|(start, end)| self.map.get(text_at..)?.get(start..end));
-        match bytes.map(std::str::from_utf8) {
-            Some(Ok(text)) => Lookup::Packed(Some(text)),
-            _ => Lookup::NotPacked,
-        }
+        self.map.get(text_at..)?.get(span.clone())?;
+        Some(span)
     }
 
     /// The index of the entry of `seq` (binary search).
@@ -337,6 +364,24 @@ impl LazyPack {
             return Ok(message);
         }
         Ok(log.event_at(seq)?.message())
+    }
+
+    /// [`LazyPack::message_at`], with a message the pack holds as its span of the pack's
+    /// text area ([`Pack::span`]: its bytes not checked as UTF-8).
+    ///
+    /// # Errors
+    /// The error reading the record.
+    pub(crate) fn lent_message_at<'a>(
+        &'a self,
+        storage: &dyn Storage,
+        dir: &Path,
+        log: &'a impl EventSource,
+        seq: u64,
+    ) -> crate::Result<Option<MessageText<'a>>> {
+        if let Some(Lookup::Packed(span)) = self.get(storage, dir, log).map(|p| p.span(seq)) {
+            return Ok(span.map(MessageText::Lent));
+        }
+        Ok(log.event_at(seq)?.message().map(MessageText::Text))
     }
 
     /// The text area of the pack of session directory `dir` (read and checked against

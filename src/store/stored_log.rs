@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::checkpoint::{CHECKPOINT_FILE, Checkpoint, RecordedChain};
 use super::pack::{self, LazyPack};
 use crate::error::Result;
-use crate::event::{Event, EventRef, EventSource, SharedBytes};
+use crate::event::{Event, EventRef, EventSource, MessageText, SharedBytes};
 use crate::log::DiskLog;
 use crate::session::SessionLog;
 use crate::session::repair::RepairState;
@@ -200,6 +200,11 @@ impl EventSource for StoredLog {
     fn message_at(&self, seq: u64) -> Result<Option<&str>> {
         self.pack
             .message_at(&*self.storage, self.session_dir(), &self.log, seq)
+    }
+
+    fn lent_message_at(&self, seq: u64) -> Result<Option<MessageText<'_>>> {
+        self.pack
+            .lent_message_at(&*self.storage, self.session_dir(), &self.log, seq)
     }
 
     fn message_texts(&self) -> Option<SharedBytes> {

@@ -13,7 +13,7 @@ mod deferred;
 mod views;
 
 pub use deferred::Refold;
-pub use views::{Message, Transcript, each_message, messages, transcript};
+pub use views::{Message, Transcript, each_lent_message, each_message, messages, transcript};
 
 use std::borrow::Cow;
 use std::collections::HashSet;

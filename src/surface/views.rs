@@ -4,7 +4,7 @@
 
 use super::Surface;
 use crate::Result;
-use crate::event::{EventSource, SurfaceOp};
+use crate::event::{EventSource, MessageText, SharedBytes, SurfaceOp};
 
 /// One derived message: the JSON text of the message object, tagged with its seq.
 ///
@@ -94,6 +94,40 @@ pub fn each_message<'a>(
         }
     }
     Ok(())
+}
+
+/// [`each_message`] for a caller that lends the texts of `source`'s message pack rather
+/// than taking them as strings (a binding that makes each text a string of its own
+/// language when it is first used, checking it then): `visit` gets each message's seq and
+/// its text, as a span of `source.message_texts()` for a message in it
+/// ([`MessageText::Lent`]), or read from the log. Returns those bytes when a span was
+/// lent: taken as the read began, so they are the bytes it checked (MSP-4).
+///
+/// # Errors
+/// As [`each_message`].
+pub fn each_lent_message<'a>(
+    surface: &Surface,
+    source: &'a impl EventSource,
+    mut visit: impl FnMut(u64, MessageText<'a>),
+) -> Result<Option<SharedBytes>> {
+    surface.check_again();
+    surface.check_not_lost()?;
+    source.messages_read_begins();
+    // None: no pack to lend from (or none usable), so every text comes from the log.
+    let texts = source.message_texts();
+    let mut lent = false;
+    for &seq in surface.nodes() {
+        let text = if texts.is_some() {
+            source.lent_message_at(seq)
+        } else {
+            source.message_at(seq).map(|m| m.map(MessageText::Text))
+        };
+        if let Some(text) = text.map_err(|e| e.at_seq(seq))? {
+            lent |= matches!(text, MessageText::Lent(_));
+            visit(seq, text);
+        }
+    }
+    Ok(texts.filter(|_| lent))
 }
 
 /// The transcript: seqs of the events whose `surfaceOp` is `"append"`, in log order.

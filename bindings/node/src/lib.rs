@@ -19,7 +19,8 @@ use surfacelog::internals::event::EventSource;
 use surfacelog::internals::session::SessionLog;
 use surfacelog::internals::store::ReadOnlyLog;
 use surfacelog::{
-    Boundary, CompactOptions, Durability, EventRef, SharedBytes, Store, StoreOptions, StoredSession,
+    Boundary, CompactOptions, Durability, EventRef, MessageText, SharedBytes, Store, StoreOptions,
+    StoredSession,
 };
 
 /// The prefix of a surfacelog refusal's message, before its JSON payload.
@@ -554,6 +555,38 @@ impl Column {
         }
     }
 
+    fn len(&self) -> usize {
+        match self {
+            Self::Narrow(values) => values.len(),
+            Self::Wide(values) => values.len(),
+        }
+    }
+
+    /// Adds `delta` to entry `k` (which exists), widening the column when the sum does not
+    /// fit 32 bits.
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "seqs and offsets stay below 2^53"
+    )]
+    fn add(&mut self, k: usize, delta: u64) {
+        let value = match self {
+            Self::Narrow(values) => u64::from(values[k]),
+            Self::Wide(values) => values[k] as u64,
+        } + delta;
+        if let (Self::Narrow(values), Ok(narrow)) = (&mut *self, u32::try_from(value)) {
+            values[k] = narrow;
+            return;
+        }
+        if let Self::Narrow(values) = self {
+            *self = Self::Wide(values.iter().map(|&v| f64::from(v)).collect());
+        }
+        if let Self::Wide(values) = self {
+            values[k] = value as f64;
+        }
+    }
+
     fn into_js(self) -> Either<Uint32Array, Float64Array> {
         match self {
             Self::Narrow(values) => Either::A(Uint32Array::new(values)),
@@ -662,6 +695,23 @@ impl Packed {
         self.ends.push(end as u64);
     }
 
+    /// The number of messages.
+    fn len(&self) -> usize {
+        self.seqs.len()
+    }
+
+    /// Lends `bytes`, into which the spans pushed so far lie, except those of the entries
+    /// `copied` (their texts copied into `text` while nothing was lent): moved past them.
+    fn lend(&mut self, bytes: SharedBytes, copied: &[usize]) {
+        let shift = bytes.len() - self.base;
+        for &k in copied {
+            self.starts.add(k, shift as u64);
+            self.ends.add(k, shift as u64);
+        }
+        self.base = bytes.len();
+        self.lent = Some(bytes);
+    }
+
     /// Message `seq` with its text `json` copied.
     fn copy(&mut self, seq: u64, json: &str) {
         let start = self.base + self.text.len();
@@ -682,39 +732,24 @@ impl Packed {
     }
 }
 
-/// The surface's messages of `session`, packed: the texts its message pack holds lent, the
-/// others copied.
+/// The surface's messages of `session`, packed: the texts its message pack holds lent (not
+/// checked as UTF-8 here: `lent_texts` checks each when it makes a string of it), the others
+/// copied.
 fn packed_messages<L: SessionLog>(session: &surfacelog::Session<L>) -> surfacelog::Result<Packed> {
     let mut packed = Packed::copied(session.surface().nodes().len());
-    // The pack's text area and its addresses, taken at the first message: during the
-    // read, whose start checked the pack again (MSP-4), so these are the bytes it checked;
-    // a text lies in them when its first and last bytes do (addresses compared, never
-    // dereferenced, as `SharedBytes::span_of` does).
-    let mut lent: Option<(Option<SharedBytes>, std::ops::Range<usize>)> = None;
-    let mut used = false;
-    // Each message not in the pack copied as it is read, while its page is mapped (RD-4).
-    session.each_message(|m| {
-        let (_, lent_at) = lent.get_or_insert_with(|| {
-            let texts = session.message_texts();
-            let at = texts.as_deref().map_or(0..0, |bytes| {
-                let at = bytes.as_ptr() as usize;
-                at..at + bytes.len()
-            });
-            packed.base = at.len();
-            (texts, at)
-        });
-        let at = m.json.as_ptr() as usize;
-        if !m.json.is_empty() && lent_at.start <= at && at + m.json.len() <= lent_at.end {
-            used = true;
-            let start = at - lent_at.start;
-            packed.push(m.seq, start, start + m.json.len());
-        } else {
-            packed.copy(m.seq, m.json);
+    // A copied text's span is taken relative to `text` while the read runs, and moved past
+    // the lent bytes (whose length is known once it ends) afterwards: these are their entries.
+    let mut copied = Vec::new();
+    let lent = session.each_lent_message(|seq, text| match text {
+        MessageText::Lent(span) => packed.push(seq, span.start, span.end),
+        MessageText::Text(json) => {
+            copied.push(packed.len());
+            packed.copy(seq, json);
         }
     })?;
-    // Lent only when a text is in it: a session whose pack holds none of its messages
-    // keeps nothing of it alive (the copied texts' offsets still start at `base`).
-    packed.lent = lent.and_then(|(texts, _)| texts).filter(|_| used);
+    if let Some(lent) = lent {
+        packed.lend(lent, &copied);
+    }
     Ok(packed)
 }
 
@@ -1215,6 +1250,26 @@ pub fn bench_rust_open_messages(dir: String, id: String, runs: u32) -> Result<Ve
 #[cfg(test)]
 mod tests {
     use super::Column;
+
+    #[test]
+    fn adding_to_an_entry_widens_the_column_when_the_sum_needs_it() {
+        let mut column = Column::with_capacity(3);
+        for n in [1, 2, 3] {
+            column.push(n);
+        }
+        column.add(1, 10);
+        assert_eq!(column, Column::Narrow(vec![1, 12, 3]));
+        column.add(2, u64::from(u32::MAX));
+        let wide = u64::from(u32::MAX) + 3;
+        #[expect(clippy::cast_precision_loss, reason = "below 2^53")]
+        let expected = Column::Wide(vec![1.0, 12.0, wide as f64]);
+        assert_eq!(column, expected);
+        column.add(0, 1);
+        assert_eq!(column.len(), 3);
+        #[expect(clippy::cast_precision_loss, reason = "below 2^53")]
+        let expected = Column::Wide(vec![2.0, 12.0, wide as f64]);
+        assert_eq!(column, expected);
+    }
 
     #[test]
     fn a_column_widens_at_the_first_number_past_32_bits_keeping_every_number() {

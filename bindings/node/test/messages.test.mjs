@@ -118,6 +118,31 @@ test('messages() are the surface messages, lent from the pack or copied from the
   assert.deepEqual(texts(unread), expected);
 });
 
+test('a copied text ahead of the lent ones reads right', async (t) => {
+  // A replacement of the first messages puts a text from the log before every lent one:
+  // its span is taken before the lent bytes' length is known, and moved past them after.
+  const { dir, store } = await packedStore(t);
+  const session = await store.open('s');
+  const summary = await session.append('user/message', user(7000), {
+    surfaceOp: { op: 'replace', start: 0, end: 4 },
+    sourceEventSeqs: [0, 1, 2, 3, 4],
+  });
+  await session.flush();
+  const expected = texts(await session.asOf(summary));
+  assert.deepEqual(expected[0], [summary, user(7000)]);
+  assert.deepEqual(texts(await session.messages()), expected);
+  await session.close();
+
+  const packed = await nativeMessages(dir);
+  assert.ok(packed.lent !== undefined && packed.lentLen > 0);
+  assert.equal(packed.starts[0], packed.lentLen, 'the copied text starts past the lent bytes');
+  assert.equal(packed.ends[0], packed.lentLen + Buffer.byteLength(user(7000)));
+  assert.ok(packed.starts[1] < packed.lentLen, 'the next is lent');
+  const view = await store.inspect('s');
+  assert.deepEqual(texts(await view.messages()), expected);
+  await view.close();
+});
+
 test('a session without a pack lends nothing and copies every message', async (t) => {
   const dir = scratch(t);
   const store = await Store.open(dir, { durability: 'manual' });
@@ -148,9 +173,9 @@ test('a pack none of whose texts is on the surface lends nothing', async (t) => 
 
   const packed = await nativeMessages(dir);
   assert.equal(packed.lent, undefined);
-  // The copied texts' offsets start after the pack's text area all the same.
-  assert.ok(packed.lentLen > 0);
-  assert.deepEqual([...packed.starts, ...packed.ends], [packed.lentLen, packed.lentLen + Buffer.byteLength(user(9000))]);
+  // Nothing lent, so nothing to tell lent spans from: the copied texts' offsets start at 0.
+  assert.equal(packed.lentLen, 0);
+  assert.deepEqual([...packed.starts, ...packed.ends], [0, Buffer.byteLength(user(9000))]);
   assert.equal(packed.text.toString('utf8'), user(9000));
 });
 
