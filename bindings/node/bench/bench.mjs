@@ -36,6 +36,11 @@
 // 2026-12-05 and 06, four runs): open + all messages Node 1.91–2.04 ms, Rust 1.31–1.43 ms,
 // 1.41–1.46x; + toArray() 3.1–3.4 ms; + every text a string 12–18 ms; append 1.153–1.174x
 // the floor; 542k–568k events/s; open 0.09–0.12 ms; last 50 events 0.11 ms; fork 2.4–3.4 ms.
+// With the lent texts no longer checked as UTF-8 by the read (JS checks each as it makes a
+// string; 2026-12-06, three runs, the machine shared with other builds): open + all
+// messages Node 1.409–1.436 ms, Rust 1.273–1.380 ms, 1.03–1.11x; + toArray() 2.8–3.1 ms;
+// + every text a string 19–24 ms; append 1.155–1.262x the floor; 527k–590k events/s; open
+// 0.095–0.123 ms; last 50 events 0.06–0.11 ms; fork 4.2–6.0 ms; SQLite 163–219 µs.
 import { createRequire } from 'node:module';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
