@@ -289,9 +289,9 @@ impl LogWriter {
     /// # Errors
     /// As [`LogWriter::append`], without the sync's.
     pub(crate) fn append_deferred(&self, events: &[Event]) -> Result<u64> {
-        self.shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        let counted = InFlight::count(&self.shared.in_flight);
         let written = self.write_built(|_| events);
-        self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        drop(counted);
         let seq_next = written?;
         self.shared
             .seq_written
@@ -329,9 +329,9 @@ impl LogWriter {
     }
 
     fn append_built<E: AsRef<[Event]>>(&self, build: impl FnOnce(u64) -> E) -> Result<u64> {
-        self.shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        let counted = InFlight::count(&self.shared.in_flight);
         let written = self.write_built(build);
-        self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        drop(counted);
         let seq_next = written?;
         self.shared
             .seq_written
@@ -1532,10 +1532,60 @@ fn new_log_id(dir: &Path) -> LogId {
     id
 }
 
+/// An append counted among those under way (`in_flight`, which a `Sync` leader waits on
+/// to gather appends into its sync, DUR-1) for as long as this lives: uncounted when the
+/// append returns and when it unwinds (a caller's `build` closure that panics, caught by
+/// the caller), so that no later sync waits on an append that ended.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn count(in_flight: &'a AtomicUsize) -> Self {
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        Self(in_flight)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// DUR-1: an append whose `build` closure panicked (the panic caught by its caller) is
+    /// no longer counted as under way. Before, it stayed counted, and every later `Sync`
+    /// append's sync waited out its whole gathering window for it.
+    #[test]
+    fn an_append_whose_build_panicked_is_not_counted_as_under_way() {
+        let scratch = tempfile::tempdir().unwrap();
+        let options = LogOptions {
+            durability: Durability::Sync,
+            ..LogOptions::default()
+        };
+        let (writer, _) = LogWriter::open(scratch.path(), options).unwrap();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            writer.append_with(|_| panic!("the caller's build fails"))
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(writer.shared.in_flight.load(Ordering::SeqCst), 0);
+        let text = r#"{"type":"host/note","seq":0,"time":0,"data":{}}"#;
+        let data = text.find("{}").unwrap();
+        let fields = crate::event::EventFields {
+            event_type: "host/note".into(),
+            seq: 0,
+            time: 0,
+            surface_op: None,
+            sources: None,
+            ignorable: false,
+        };
+        let event = crate::event::Event::new(text.to_owned(), data..data + 2, None, fields);
+        assert_eq!(writer.append(&[event]).unwrap(), 1, "the writer goes on");
+        assert_eq!(writer.shared.in_flight.load(Ordering::SeqCst), 0);
+    }
 
     proptest! {
         /// LOG-1: the `.tmp` test agrees with `Path::extension`.
