@@ -724,7 +724,8 @@ impl Follower {
     /// waits for each event as [`Follower::wait_for`] does (woken by the writer's commit,
     /// across processes) and hands it over through a bounded channel, so a slow consumer
     /// holds the follower back instead of growing memory. The stream never ends by itself
-    /// while the session exists; it ends after an error.
+    /// while the session exists; it ends after an error (`IO` naming the log directory when
+    /// the thread panicked, as a storage that panics can make it).
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -749,9 +750,24 @@ impl Follower {
     /// `IO` when the thread cannot be started.
     pub fn into_stream(self, from: u64) -> Result<FollowStream> {
         let (sender, events) = tokio::sync::mpsc::channel(64);
+        let dir = self.reader.dir().to_owned();
         std::thread::Builder::new()
             .name("surfacelog-follow".into())
-            .spawn(move || follow_into(self, from, &sender))
+            .spawn(move || {
+                // A panic in the thread (a storage that panics) ends the stream with an
+                // error, never as if the stream were done.
+                let run = std::panic::AssertUnwindSafe(|| follow_into(self, from, &sender));
+                if let Err(panic) = std::panic::catch_unwind(run) {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    let error =
+                        std::io::Error::other(format!("the follow thread panicked: {what}"));
+                    let _ = sender.blocking_send(Err(crate::Error::io("follow", dir, &error)));
+                }
+            })
             .map_err(|e| crate::Error::io("spawn", std::path::Path::new("follow"), &e))?;
         Ok(FollowStream { events })
     }
