@@ -344,3 +344,54 @@ fn a_missing_first_segment_is_named_by_readers() {
         "the error names neither the missing segment {gone} nor its seqs: {text}"
     );
 }
+
+/// LOG-2, RCV-13: the last segment removed, with the checkpoint gone, beside the index its
+/// writer left at close (an index lists only durable records, IDX-5). Readers took the
+/// segment before it for the end of the log and returned the session without the removed
+/// segment's events (`inspect`, `follow`, the `log` reader), while `verify` reported the
+/// missing segment; a writer's open likewise took the log to end there, so the seqs of the
+/// lost events would have been given to new ones.
+#[test]
+fn a_missing_last_segment_beside_its_index_is_corrupt_for_readers() {
+    let (dir, segs) = store_with_segments("missing-last");
+    let session = dir.path().join("sessions/s");
+    let log = session.join("log");
+    let gone = segs.last().unwrap().clone();
+    let first_seq: u64 = gone.trim_end_matches(".seg").parse().unwrap();
+    assert!(log.join(gone.replace(".seg", ".idx")).exists());
+    std::fs::remove_file(log.join(&gone)).unwrap();
+    std::fs::remove_file(session.join("checkpoint")).unwrap();
+    let _ = std::fs::remove_file(session.join("messages"));
+
+    let store = Store::open(dir.path(), StoreOptions::new()).unwrap();
+    let refusals = [
+        ("inspect", store.inspect("s").map(|_| ()).unwrap_err()),
+        ("follow", store.follow("s").map(|_| ()).unwrap_err()),
+        (
+            "log reader",
+            surfacelog::internals::log::LogReader::open(&log)
+                .map(|_| ())
+                .unwrap_err(),
+        ),
+        ("open", store.open_session("s").map(|_| ()).unwrap_err()),
+    ];
+    for (what, error) in refusals {
+        let text = error.to_string();
+        assert_eq!(error.code(), "CORRUPT", "{what}: {text}");
+        assert!(
+            text.contains(&gone) && text.contains(&format!("seqs {first_seq}")),
+            "{what}: the error names neither the missing segment {gone} nor its seqs: {text}"
+        );
+    }
+    drop(store);
+
+    // Salvage takes the log's new end for what it is: the index of the segment that is gone
+    // is removed, the lost seqs reported, and the log opens again.
+    let store = Store::open(dir.path(), StoreOptions::new()).unwrap();
+    let report = store.salvage("s").unwrap();
+    assert_eq!(report.log.seq_next, first_seq);
+    assert_eq!(report.log.first_lost_seq, Some(first_seq));
+    assert!(!log.join(gone.replace(".seg", ".idx")).exists());
+    assert_eq!(store.inspect("s").unwrap().seq_next(), first_seq);
+    assert!(store.verify(Some(&["s"])).unwrap().ok());
+}

@@ -244,6 +244,8 @@ pub(crate) fn open_chain_listed(
             }
         }
     };
+    // LOG-2, RCV-13: no segment is gone after the last one present.
+    check_no_segment_after(storage, dir, names, last_first, last.as_ref().map(|l| &l.0))?;
     let Some((header, path, file, map)) = last else {
         check_limits(dir, &chain, &limits)?;
         return Ok(chain);
@@ -562,6 +564,64 @@ fn missing_segment(
              log (LOG-2, SEG-3)",
         ),
     }
+}
+
+/// LOG-2, RCV-13: `CORRUPT` when the log lost segments after its last one present
+/// (`last_first`, whose file may be a torn creation, RCV-7): the index of such a segment
+/// is left, checks out for this log (`last`, the last segment whose header checks out,
+/// says its id; without one the index's own stands, its checksum covering it) and lists
+/// records. An index is written only for a segment that held records, and lists only
+/// durable ones (IDX-5, RCV-13): the log does not end where its segments now do, and
+/// taking it to would return it short to a reader, and give the lost events' seqs to new
+/// ones to a writer. An index that does not check out says nothing (a cache, IDX-2).
+///
+/// # Errors
+/// `CORRUPT` naming the missing segment and the seqs its index lists, `IO` when such an
+/// index cannot be read.
+fn check_no_segment_after(
+    storage: &dyn Storage,
+    dir: &Path,
+    names: &[String],
+    last_first: u64,
+    last: Option<&SegmentHeader>,
+) -> Result<()> {
+    let mut after: Vec<u64> = names
+        .iter()
+        .filter_map(|name| parse_first_seq(name.strip_suffix(".idx")?))
+        .filter(|&first| first > last_first)
+        .collect();
+    after.sort_unstable();
+    for first in after {
+        let path = dir.join(super::segment::index_name(first));
+        let bytes = match crate::storage::read_file_at_most(storage, &path, INDEX_BYTES_MAX) {
+            Ok(Some(bytes)) => bytes,
+            // Too large to be an index, or removed meanwhile: nothing it says is taken.
+            Ok(None) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io("read", &path, &e)),
+        };
+        let log_id = match last {
+            Some(header) => header.log_id,
+            None => match bytes.get(16..32).and_then(|id| id.try_into().ok()) {
+                Some(log_id) => log_id,
+                None => continue,
+            },
+        };
+        let listed = super::index::decode(&bytes, &log_id, first)
+            .map_or(0, |index| index.offsets.len() as u64);
+        if listed > 0 {
+            let end = first.saturating_add(listed);
+            return Err(corrupt(
+                &dir.join(segment_name(first)),
+                0,
+                &format!(
+                    "the segment is missing, but its index lists {listed} durable records: \
+                     seqs {first}..{end} are missing (LOG-2, RCV-13)"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// SEG-3: `CORRUPT` at a segment that does not continue the log.

@@ -287,6 +287,8 @@ pub fn salvage(
         changed |= make_plain(storage, dir, first)?;
         changed |= drop_overlisting_index(storage, dir, first, log_id, seq, &mut report)?;
     }
+    // First, so that no crash leaves the index of a segment set aside (LOG-2).
+    changed |= drop_stray_indexes(storage, dir, &firsts, cut.as_ref(), log_id, &mut report)?;
     if let Some(cut) = cut {
         let nothing_left = matches!(cut, Cut::Before { position: 0 });
         set_aside(storage, dir, &firsts, &limits, cut, &mut report)?;
@@ -343,6 +345,78 @@ fn drop_overlisting_index(
     });
     report.first_lost_seq = Some(seq_next);
     Ok(true)
+}
+
+/// The `first_seq`s of the segments (of `firsts`) salvage keeps when the prefix ends at
+/// `cut`: an index of any other is a cache of no segment.
+fn kept_segments(firsts: &[u64], cut: Option<&Cut>) -> Vec<u64> {
+    let kept = match cut {
+        None => firsts.len(),
+        Some(Cut::Before { position }) => *position,
+        Some(Cut::Inside { position, .. }) => position + 1,
+    };
+    firsts.get(..kept).unwrap_or_default().to_vec()
+}
+
+/// SLV-3, LOG-2: removes every index whose segment the log does not keep (of the segments
+/// `firsts`, those the prefix ending at `cut` keeps): of a segment set aside now (before
+/// it is moved), of one removed, or of one a salvage cut short moved aside before it
+/// removed the index. An index after the last segment kept that checks out for this log
+/// and lists records is the durable mark of records that are gone: every open refuses it
+/// (LOG-2, RCV-13), so it is removed, and the first lost seq reported, as for an index
+/// that lists more than its segment keeps (SLV-2). Each is a cache (IDX-2). `true` when
+/// one was removed.
+///
+/// # Errors
+/// `IO` when the directory cannot be listed or synced, or an index cannot be removed.
+fn drop_stray_indexes(
+    storage: &dyn Storage,
+    dir: &Path,
+    firsts: &[u64],
+    cut: Option<&Cut>,
+    log_id: Option<LogId>,
+    report: &mut LogSalvage,
+) -> Result<bool> {
+    let kept = kept_segments(firsts, cut);
+    let seq_next = report.seq_next;
+    let names = storage
+        .list_dir(dir)
+        .map_err(|e| Error::io("list", dir, &e))?;
+    let mut removed = false;
+    for first in names
+        .iter()
+        .filter_map(|name| parse_first_seq(name.strip_suffix(".idx")?))
+        .filter(|first| !kept.contains(first))
+    {
+        let index = dir.join(index_name(first));
+        let past_end = kept.last().is_none_or(|&last| first > last);
+        let listed = match (past_end, log_id) {
+            (true, Some(id)) => super::index::durable_listing(storage, &index, &id, first)
+                .map_or(0, |(records, _)| records as u64),
+            _ => 0,
+        };
+        storage
+            .remove_file(&index)
+            .map_err(|e| Error::io("remove", &index, &e))?;
+        removed = true;
+        if listed > 0 {
+            report.reason.get_or_insert_with(|| {
+                format!(
+                    "{}: the index of a segment that is gone lists {listed} durable records \
+                     from seq {first} (LOG-2, RCV-13)",
+                    index.display()
+                )
+            });
+            report.first_lost_seq = Some(seq_next);
+        }
+    }
+    if removed {
+        // Durable before a segment is moved aside, so that no crash keeps its index alone.
+        storage
+            .sync_dir(dir)
+            .map_err(|e| Error::io("fsync", dir, &e))?;
+    }
+    Ok(removed)
 }
 
 /// What salvage and compaction (CMP-1) start from: the log's lock (LOG-1; `LOCKED` while a

@@ -105,15 +105,16 @@ pub(crate) fn restore(
         batch_records(storage, &path, first, seq_next, batch, false)?
     };
     // One at a time, each removal durable before the next: a crash keeps a prefix of the
-    // chain (LOG-2), never a segment after a gap.
+    // chain (LOG-2), never a segment after a gap, nor the index of a segment removed (its
+    // records would be lost durable records to every open, LOG-2), so the index goes first.
     for &first in removed.iter().rev() {
         for path in [
             seq_file_path(dir, first, ".idx"),
             seq_file_path(dir, first, ".seg"),
         ] {
             remove(storage, &path)?;
+            sync_dir(storage, dir)?;
         }
-        sync_dir(storage, dir)?;
     }
     if let Some(left) = left {
         let index = dir.join(index_name(left.first_seq));
