@@ -948,6 +948,31 @@ fn append_refuses_a_session_damaged_before_its_last_record() {
     assert_refused(&output, 3, "CORRUPT");
 }
 
+/// The statistics of the whole store are its sessions' totals: a session whose header is
+/// damaged refuses them with `CORRUPT` naming the file, as a session whose log is damaged
+/// does. Before, its events were left out of the totals, which were printed with exit 0,
+/// the damage only a line on stderr.
+#[test]
+fn stats_of_the_store_refuses_a_session_whose_header_is_damaged() {
+    let dir = scratch("statshdr");
+    let store = scripted(&dir);
+    store.create("s2", &[r#"{"type":"plugin/x","data":2}"#]);
+    let header = store.0.join("sessions/s2/header.json");
+    std::fs::write(&header, b"{not a header}\n").unwrap();
+    for args in [&["stats"][..], &["stats", "--json"][..]] {
+        let output = store.run(args);
+        let stderr = assert_refused(&output, 3, "CORRUPT");
+        assert!(stderr.contains("header.json"), "{stderr}");
+        assert!(
+            output.stdout.is_empty(),
+            "{args:?}: totals printed without the damaged session: {}",
+            text(&output.stdout)
+        );
+    }
+    // One session's statistics do not depend on another's header.
+    store.json(&["stats", "s1"]);
+}
+
 // ---------------------------------------------------------------------------------------
 // fork, rm, restore, purge.
 

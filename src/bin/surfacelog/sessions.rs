@@ -305,15 +305,22 @@ pub fn stats(ctx: &Ctx, id: Option<&str>) -> Result<()> {
         stats.id = Some(id.to_owned());
         stats.add(&store, id)?;
     } else {
-        let listing = store.list()?;
+        let mut listing = store.list()?;
+        // The store's totals count every session: one that cannot be read (its header
+        // damaged, STORE-4; a link, STORE-1) refuses them, as a damaged log does, rather
+        // than being left out of totals printed as the store's. Each is named.
+        if !listing.damaged.is_empty() {
+            let first = listing.damaged.remove(0);
+            for error in &listing.damaged {
+                out::print_error(error);
+            }
+            return Err(first);
+        }
         for header in listing.iter() {
             match stats.add(&store, header.id()) {
                 Err(e) if e.code() == "SESSION_NOT_FOUND" => {}
                 other => other?,
             }
-        }
-        for error in &listing.damaged {
-            out::print_error(error);
         }
     }
     if ctx.json {
