@@ -912,6 +912,38 @@ fn sql_1_export_creates_private_directories_and_removes_them_on_failure() {
     );
 }
 
+/// A refused export leaves an existing database byte for byte as it was (`store.md`
+/// STORE-15): the session it already holds, and an event source that fails part way, are
+/// refused before the connection's journal mode is set (§8.2 step 5), which rewrites the
+/// file's header. Before, both refusals switched a database kept in `DELETE` mode to WAL
+/// and bumped its change counter.
+#[test]
+fn a_refused_export_leaves_an_existing_database_unchanged() {
+    let dir = scratch("untouched");
+    let path = dir.join("db.sqlite");
+    export(&path, &short_session("a"), true);
+    let mode: String = query(&path, "PRAGMA journal_mode = DELETE");
+    assert_eq!(mode, "delete");
+    let before = common::tree_snapshot(&dir);
+
+    let again = short_session("a");
+    let error = export_session(&path, again.header(), again.log(), true).unwrap_err();
+    assert_eq!(error.code(), "SESSION_EXISTS", "{error}");
+    assert!(
+        common::tree_snapshot(&dir) == before,
+        "an export refused with SESSION_EXISTS changed the database"
+    );
+
+    let other = short_session("t");
+    let error = export_session(&path, other.header(), &Short(other.log()), true).unwrap_err();
+    assert_eq!(error.code(), "CORRUPT", "{error}");
+    assert!(
+        common::tree_snapshot(&dir) == before,
+        "an export refused with CORRUPT changed the database"
+    );
+    assert_eq!(query::<String>(&path, "PRAGMA journal_mode"), "delete");
+}
+
 #[test]
 fn bad_input_is_refused_without_panic() {
     let dir = scratch("bad-input");

@@ -365,7 +365,9 @@ impl DshDatabase {
 /// (SQL-9) and then the events: with `pack`, runs of packable deltas become packed rows
 /// (SQL-21 to SQL-23, the whole log being one batch); every other event is a scalar row
 /// (SQL-15, SQL-17, SQL-19). The revision ends at 1 (SQL-10). On failure nothing is
-/// committed, and a file (and directories) this call created are removed.
+/// committed, and a file (and directories) this call created are removed; an existing
+/// database is left byte for byte as it was when the refusal is for the events or the id
+/// (`store.md` STORE-15: both are checked before the connection's setup changes the file).
 ///
 /// # Errors
 /// `SESSION_EXISTS` when the database holds session `id`; `UNSAFE_PATH` and
@@ -392,6 +394,7 @@ pub fn export_session_with(
     originals: &Originals,
     pack: bool,
 ) -> Result<ExportReport> {
+    check_rows(events, originals, pack).map_err(|e| e.in_session(header.id()))?;
     let created = prepare_file(path)?;
     let exported = export_into(path, header, events, originals, pack);
     if exported.is_err() {
@@ -424,6 +427,9 @@ fn export_into(
         if identity(&check, path)? == Identity::Dsh {
             check_schema(&check, path)?;
             check_store_id(&check, path)?;
+            // STORE-15: refused here, before step 5 changes the file; checked again in
+            // the write transaction (SQL-6).
+            check_absent(&check, path, header.id())?;
         }
     }
     set_journal_wal(&connection, path, started)?;
@@ -438,17 +444,7 @@ fn export_into(
     check_schema(&transaction, path)?;
     check_store_id(&transaction, path)?;
     let id = header.id();
-    let exists: bool = transaction
-        .query_row(
-            "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1) \
-             OR EXISTS (SELECT 1 FROM events WHERE session_id = ?1)",
-            [id],
-            |row| row.get(0),
-        )
-        .map_err(&on_error)?;
-    if exists {
-        return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
-    }
+    check_absent(&transaction, path, id)?;
     insert_session(&transaction, path, header)?;
     let report = insert_events(&transaction, path, id, events, originals, pack)?;
     // SQL-10: this export is the session's one append, so the revision ends at 1.
@@ -460,6 +456,22 @@ fn export_into(
         .map_err(&on_error)?;
     transaction.commit().map_err(&on_error)?;
     Ok(report)
+}
+
+/// `SESSION_EXISTS` when the database holds a session row or events of session `id`.
+fn check_absent(connection: &Connection, path: &Path, id: &str) -> Result<()> {
+    let exists: bool = connection
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1) \
+             OR EXISTS (SELECT 1 FROM events WHERE session_id = ?1)",
+            [id],
+            |row| row.get(0),
+        )
+        .map_err(sql(path))?;
+    if exists {
+        return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
+    }
+    Ok(())
 }
 
 /// Encodes `sourceEventSeqs` as SQL-19 asks: the first value as an unsigned LEB128
@@ -810,7 +822,8 @@ fn insert_session(transaction: &Connection, path: &Path, header: &Header) -> Res
 /// How many events [`insert_events`] reads and parses at a time.
 const EXPORT_WINDOW: u64 = 4096;
 
-/// Inserts every event of `events` as rows, in log order (ROW-5), packing when asked.
+/// Inserts every event of `events` as rows of session `id`, in log order (ROW-5), packing
+/// when asked ([`each_row`]).
 fn insert_events(
     transaction: &Connection,
     path: &Path,
@@ -819,14 +832,43 @@ fn insert_events(
     originals: &Originals,
     pack: bool,
 ) -> Result<ExportReport> {
-    let on_error = sql(path);
     let mut insert = transaction
         .prepare(
             "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, \
              surface_op, ignorable) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )
-        .map_err(&on_error)?;
+        .map_err(sql(path))?;
     let mut report = ExportReport::default();
+    each_row(events, originals, pack, &mut |record| {
+        insert_record(&mut insert, path, id, record, &mut report)
+    })?;
+    Ok(report)
+}
+
+/// `store.md` STORE-15: a refused export leaves the database as it was. Every event is
+/// read (and so checked, REC-4) and made into its row's columns, the check of each that
+/// can refuse it, before the database is opened: the connection's setup changes the file
+/// (§8.2 step 5), so a refusal found while the rows are inserted would leave that trace.
+fn check_rows(events: &dyn EventSource, originals: &Originals, pack: bool) -> Result<()> {
+    each_row(events, originals, pack, &mut |record| {
+        match record {
+            SqlRecord::Scalar(json) => scalar_columns(json.root()),
+            SqlRecord::Packed(row) => packed_columns(row),
+        }
+        .map(drop)
+    })
+}
+
+/// Gives each row of `events` to `row`, in order: with `pack`, runs of packable deltas
+/// become packed rows (SQL-21 to SQL-23, the whole log being one batch); every other event
+/// is a scalar row (SQL-15). An event the import projected is written from its original
+/// text in `originals` (STORE-26).
+fn each_row(
+    events: &dyn EventSource,
+    originals: &Originals,
+    pack: bool,
+    row: &mut dyn FnMut(SqlRecord<'_>) -> Result<()>,
+) -> Result<()> {
     // Texts are parsed a window at a time: a chunk record's text is rebuilt (an owned
     // string), so the window holds them while the packer looks at them, and the run
     // still open at a window's end is carried into the next one as texts.
@@ -854,15 +896,15 @@ fn insert_events(
                 ready.push(SqlRecord::Scalar(json));
             }
             for record in ready.drain(..) {
-                insert_record(&mut insert, path, id, record, &mut report)?;
+                row(record)?;
             }
         }
         if seq == end {
             packer.finish(&mut ready);
             for record in ready.drain(..) {
-                insert_record(&mut insert, path, id, record, &mut report)?;
+                row(record)?;
             }
-            return Ok(report);
+            return Ok(());
         }
         // The open run is the last `pending` texts (at most SQL_ROW_MEMBERS_MAX).
         let open = texts.len() - packer.pending();
