@@ -1283,6 +1283,30 @@ fn export_to_stdout_or_a_file_never_overwriting() {
     );
 }
 
+/// LOG-1: a log without its `LOCK` file has no writer (a writer's open makes the file
+/// again, `verify` finds nothing wrong), so `export` and `log --check-writer` read it, and
+/// create nothing. Before, both refused with `IO` and exit 5, as if the session were not
+/// there, because the check opened the missing file to lock it.
+#[test]
+fn a_log_without_its_lock_file_has_no_writer() {
+    let dir = scratch("nolock");
+    let store = scripted(&dir);
+    let expected = store.ok(&["export", "s1", "--format", "dsh-jsonl", "--out", "-"]);
+    let log = store.0.join("sessions/s1/log");
+    std::fs::remove_file(log.join("LOCK")).unwrap();
+    let before = common::tree_snapshot(&store.0);
+    assert_eq!(
+        store.ok(&["export", "s1", "--format", "dsh-jsonl", "--out", "-"]),
+        expected
+    );
+    let out = store.ok(&["log", s(&log), "--check-writer", "--json"]);
+    assert_eq!(json(out.trim_end())["events"], 5);
+    assert!(
+        common::tree_snapshot(&store.0) == before,
+        "a read-only command changed the store"
+    );
+}
+
 #[test]
 fn import_detects_jsonl_zstd_and_sqlite() {
     let dir = scratch("import");

@@ -229,7 +229,9 @@ impl LogWriter {
     }
 
     /// Checks that no writer holds the log in `dir`, without opening it: takes the lock
-    /// (LOG-1) and releases it at once.
+    /// (LOG-1) and releases it at once. A log without its `LOCK` file has no writer (one
+    /// holds the file it locked, which is checked to be named `LOCK`, LOG-1): that is not
+    /// refused, and nothing is created.
     ///
     /// # Errors
     /// `LOCKED` when a writer holds it, `IO`.
@@ -243,9 +245,11 @@ impl LogWriter {
     /// As [`LogWriter::check_lock`].
     pub fn check_lock_with(storage: &dyn Storage, dir: &Path) -> Result<()> {
         let path = dir.join("LOCK");
-        let file = storage
-            .open_file(&path, false)
-            .map_err(|e| Error::io("open", &path, &e))?;
+        let file = match storage.open_file(&path, false) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io("open", &path, &e)),
+        };
         match file.try_lock() {
             Ok(()) => {
                 drop(FileLock(file));
