@@ -599,6 +599,57 @@ fn originals_of_events_a_salvage_cut_are_not_exported() {
     }
 }
 
+/// STORE-26: the originals kept beside the log are checked before an export writes any
+/// of them: a byte of an original changed, a line's seq changed, a line cut away, each is
+/// `CORRUPT` naming the file. Before, the file carried no checksum of its own (its
+/// `storedCrc32c` is that of the projection the log stores): the export wrote the changed
+/// original, or the projection in place of the original a changed or cut line held, with
+/// no error.
+#[test]
+fn damaged_originals_are_corrupt_not_exported() {
+    use surfacelog::internals::adapters::legacy::{ORIGINALS_FILE, Originals};
+    let dir = scratch("legacy-damaged");
+    let raw = format!("{HEADER}\n{}\n", LEGACY.join("\n"));
+    let (store, outcome) = import_bytes(&dir, "legacy.jsonl", raw.as_bytes(), Compression::None);
+    outcome.unwrap();
+    let path = store.dir().join("sessions/s1").join(ORIGINALS_FILE);
+    let intact = std::fs::read_to_string(&path).unwrap();
+    assert!(!Originals::read(&store, "s1").unwrap().is_empty());
+    let lines: Vec<&str> = intact.lines().collect();
+    assert!(lines.len() > 2, "{intact}");
+    let damaged = [
+        (
+            "an original's text",
+            intact.replacen(r#""text":"hi""#, r#""text":"hj""#, 1),
+        ),
+        (
+            "a line's seq",
+            intact.replacen(r#"{"seq":1,"#, r#"{"seq":3,"#, 1),
+        ),
+        (
+            "the last line cut",
+            format!("{}\n", lines[..lines.len() - 1].join("\n")),
+        ),
+        ("the first line cut", format!("{}\n", lines[1..].join("\n"))),
+    ];
+    for (what, bytes) in damaged {
+        assert_ne!(bytes, intact, "{what}: not damaged");
+        std::fs::write(&path, &bytes).unwrap();
+        match Originals::read(&store, "s1") {
+            Err(error) => {
+                assert_eq!(error.code(), "CORRUPT", "{what}: {error}");
+                assert!(
+                    error.to_string().contains(ORIGINALS_FILE),
+                    "{what}: {error}"
+                );
+            }
+            Ok(_) => panic!("{what}: damaged originals read as intact"),
+        }
+    }
+    std::fs::write(&path, &intact).unwrap();
+    assert!(!Originals::read(&store, "s1").unwrap().is_empty());
+}
+
 /// LOAD-4: what §9.2 calls malformed is refused as a stored session that failed
 /// validation (`CORRUPT`, naming the seq and the file), and nothing is stored.
 #[test]

@@ -453,8 +453,9 @@ impl Originals {
     /// Hands the originals to `import`, which writes them beside the log when it is
     /// published (STORE-26): a line per event in seq order,
     /// `{"seq":…,"storedCrc32c":…,"original":…}`, the original compact when it spanned
-    /// lines (a `SQLite` `data` text may; its export writes it compactly anyway, SQL-15).
-    /// Nothing when no event was projected.
+    /// lines (a `SQLite` `data` text may; its export writes it compactly anyway, SQL-15),
+    /// then `{"crc32c":…}`, the CRC-32C of every byte before that last line. Nothing when
+    /// no event was projected.
     pub(crate) fn keep(self, import: &mut crate::store::Import<'_>) {
         if self.is_empty() {
             return;
@@ -477,6 +478,11 @@ impl Originals {
             bytes.extend_from_slice(line.as_bytes());
             bytes.push(b'\n');
         }
+        // The file's own checksum, as its last line (STORE-26): what is exported from it is
+        // checked first, as every byte the store returns is.
+        let trailer = format!(r#"{{"crc32c":{}}}"#, crc32c::crc32c(&bytes));
+        bytes.extend_from_slice(trailer.as_bytes());
+        bytes.push(b'\n');
         import.keep_beside(ORIGINALS_FILE, bytes);
     }
 
@@ -484,8 +490,9 @@ impl Originals {
     /// [`ORIGINALS_FILE`] (the import projected nothing).
     ///
     /// # Errors
-    /// `CORRUPT` naming the file and line for a line that is not as [`Originals::keep`]
-    /// writes it; `UNSAFE_PATH`, `IO`.
+    /// `CORRUPT` naming the file (and line) for a file whose last line is not its checksum
+    /// or whose bytes do not match it (changed, cut), and for a line that is not as
+    /// [`Originals::keep`] writes it; `UNSAFE_PATH`, `IO`.
     pub fn read(store: &crate::store::Store, id: &str) -> Result<Self> {
         let Some((path, bytes)) = store.read_beside(id, ORIGINALS_FILE)? else {
             return Ok(Self::default());
@@ -498,8 +505,30 @@ impl Originals {
             .into()
         };
         let text = std::str::from_utf8(&bytes).map_err(|_| corrupt(0, "not UTF-8"))?;
+        // STORE-26: the last line is the checksum of every byte before it; nothing of the
+        // file is taken before it matches (a byte changed, a line cut away).
+        let body_len = text
+            .strip_suffix('\n')
+            .map_or(0, |body| body.rfind('\n').map_or(0, |at| at + 1));
+        let (body, trailer) = text.split_at(body_len);
+        let lines = body.split_terminator('\n').count();
+        let checksum = Json::parse(trailer.trim_end_matches('\n'))
+            .ok()
+            .and_then(|json| {
+                let root = json.root();
+                (root.kind() == Kind::Object && root.members().count() == 1)
+                    .then(|| root.get("crc32c")?.as_safe_u64())?
+            });
+        if !trailer.ends_with('\n') || checksum != Some(u64::from(crc32c::crc32c(body.as_bytes())))
+        {
+            return Err(corrupt(
+                lines,
+                "the last line is not the checksum of the lines before it: the file was \
+                 changed or cut",
+            ));
+        }
         let mut originals = Self::default();
-        for (line, record) in text.split_terminator('\n').enumerate() {
+        for (line, record) in body.split_terminator('\n').enumerate() {
             let json = Json::parse(record).map_err(|_| corrupt(line, "not JSON"))?;
             let root = json.root();
             let seq = root.get("seq").and_then(|s| s.as_safe_u64());
