@@ -198,3 +198,67 @@ fn rd_6_an_idle_refresh_beside_a_version_1_index_does_not_read_it_whole() {
     let read = bytes_read() - before;
     assert!(read < 8 << 20, "20 idle refreshes read {read} bytes");
 }
+
+/// RCV-13, RD-6: the last segment's index is the durable mark of the records it lists; an
+/// index that cannot be read (`EIO`) is not an index that is missing. A log whose last
+/// record is damaged under its index, read while the index's reads fail, is refused (`IO`
+/// or `CORRUPT`), by a fresh reader and at a follower's refresh. Before, the failed read
+/// was taken for no index, the damage for a torn tail, and the log returned one event
+/// short with no error: an I/O error turned into a success.
+#[test]
+fn an_index_that_cannot_be_read_is_not_taken_for_no_durable_mark() {
+    let dir = scratch("follow_damage", "eio");
+    let dir = dir.join("log");
+    let (writer, _) = LogWriter::open(&dir, log_options(Durability::Sync, 1 << 20)).unwrap();
+    for seq in 0..10 {
+        writer.append(&[padded_event(seq, 100)]).unwrap();
+    }
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let storage = {
+        let failing = Arc::clone(&failing);
+        Arc::new(HookedStorage(Box::new(move |op| match op {
+            Op::OpenRead(path) | Op::Open(path)
+                if path.extension().is_some_and(|e| e == "idx")
+                    && failing.load(std::sync::atomic::Ordering::SeqCst) =>
+            {
+                Err(std::io::Error::from_raw_os_error(5))
+            }
+            _ => Ok(()),
+        })))
+    };
+    let mut follower = LogReader::open_with(&dir, storage.clone()).unwrap();
+    assert_eq!(follower.seq_next(), 10);
+    writer.append(&[padded_event(10, 100)]).unwrap();
+    writer.close().unwrap();
+    // The last record's last non-zero byte flipped: its checksum fails.
+    let path = dir.join(segment_name(0));
+    let bytes = std::fs::read(&path).unwrap();
+    let last = bytes.iter().rposition(|b| *b != 0).unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&[bytes[last] ^ 0x01], last as u64)
+        .unwrap();
+    assert_eq!(LogReader::open(&dir).unwrap_err().code(), "CORRUPT");
+
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    match LogReader::open_with(&dir, storage) {
+        Err(error) => assert!(
+            matches!(error.code(), "IO" | "CORRUPT"),
+            "{}: {error}",
+            error.code()
+        ),
+        Ok(reader) => panic!(
+            "a fresh reader whose index read failed read {} events, one short, as the log",
+            reader.seq_next()
+        ),
+    }
+    match follower.refresh() {
+        Err(error) => assert!(
+            matches!(error.code(), "IO" | "CORRUPT"),
+            "{}: {error}",
+            error.code()
+        ),
+        Ok(seq_next) => {
+            panic!("a follower whose index read failed took the damage for the end at {seq_next}")
+        }
+    }
+}

@@ -179,31 +179,45 @@ pub(crate) struct Vouched {
 /// records before the last are not read here but when they are read (REC-4), and the
 /// offsets and the index's `crc` when the offsets are first needed (`load`, IDX-2).
 /// Open then scans only what follows (log-format.md §7).
+///
+/// # Errors
+/// `IO` (`UNSAFE_PATH` for a link or a file that is not regular) when the index cannot be
+/// opened, other than being absent, or read: never taken for no index ([`open_mark`]).
 pub(crate) fn vouched_prefix(
     storage: &dyn Storage,
     path: &Path,
     segment: &[u8],
     log_id: &LogId,
     first_seq: u64,
-) -> Option<Vouched> {
-    use std::os::unix::fs::FileExt;
-    let file = storage.open_read(path).ok()?;
+) -> crate::Result<Option<Vouched>> {
+    let Some(file) = open_mark(storage, path)? else {
+        return Ok(None);
+    };
     let mut bytes = [0; INDEX_HEADER_LEN];
-    file.read_exact_at(&mut bytes, 0).ok()?;
+    if !read_mark(&file, &mut bytes, 0, path)? {
+        return Ok(None);
+    }
     // Version 2 only: a version-1 index has no `data_crc` for the writer to carry on.
-    let Header {
+    let Some(Header {
         len,
         count,
         end,
         data_crc: Some(data_crc),
         ..
-    } = header(&bytes, log_id, first_seq)?
+    }) = header(&bytes, log_id, first_seq)
     else {
-        return None;
+        return Ok(None);
     };
-    let file_len = u64::try_from(len.checked_add(count.checked_mul(4)?)?).ok()?;
-    if file.metadata().ok()?.len() != file_len {
-        return None;
+    let file_len = file
+        .metadata()
+        .map_err(|e| crate::Error::io("stat", path, &e))?
+        .len();
+    let expected = count
+        .checked_mul(4)
+        .and_then(|offsets| len.checked_add(offsets))
+        .and_then(|len| u64::try_from(len).ok());
+    if expected != Some(file_len) {
+        return Ok(None);
     }
     let mut vouched = Vouched {
         count,
@@ -212,17 +226,44 @@ pub(crate) fn vouched_prefix(
         last_offset: 0,
     };
     let Some(last) = count.checked_sub(1) else {
-        return (end == SEGMENT_HEADER_LEN).then_some(vouched);
+        return Ok((end == SEGMENT_HEADER_LEN).then_some(vouched));
     };
     let mut offset = [0; 4];
-    let at = u64::try_from(INDEX_HEADER_LEN + 4 * last).ok()?;
-    file.read_exact_at(&mut offset, at).ok()?;
+    let Ok(at) = u64::try_from(INDEX_HEADER_LEN + 4 * last) else {
+        return Ok(None);
+    };
+    if !read_mark(&file, &mut offset, at, path)? {
+        return Ok(None);
+    }
     vouched.last_offset = u32::from_le_bytes(offset);
     let at = vouched.last_offset as usize;
-    let (event, len) = segment
-        .get(at..)
-        .and_then(|rest| decode_record(rest).ok())?;
-    (event.seq == first_seq + last as u64 && at + len == end).then_some(vouched)
+    let Some((event, len)) = segment.get(at..).and_then(|rest| decode_record(rest).ok()) else {
+        return Ok(None);
+    };
+    Ok((event.seq == first_seq + last as u64 && at + len == end).then_some(vouched))
+}
+
+/// The index at `path` opened as a durable mark (RCV-13): `None` when there is none. An
+/// index that cannot be opened for another reason is not one that is missing: that is
+/// `IO` (or `UNSAFE_PATH` for a link or a file that is not regular, STORE-1), never taken
+/// for the absence of the mark, which would let damage under it pass for the log's end.
+fn open_mark(storage: &dyn Storage, path: &Path) -> crate::Result<Option<std::fs::File>> {
+    match storage.open_read(path) {
+        Ok(file) => Ok(Some(file)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(crate::Error::io("open", path, &e)),
+    }
+}
+
+/// Reads `buf.len()` bytes of the index `file` at `at`: `false` when the file is shorter
+/// (a torn cache, IDX-2: no mark); a failed read is `IO` ([`open_mark`]).
+fn read_mark(file: &std::fs::File, buf: &mut [u8], at: u64, path: &Path) -> crate::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    match file.read_exact_at(buf, at) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(crate::Error::io("read", path, &e)),
+    }
 }
 
 /// The last segment's durable marks from its index (log-format.md §7): the prefix the
@@ -230,18 +271,21 @@ pub(crate) fn vouched_prefix(
 /// vouched prefix's end, or, when the vouched check fails, the end of an index that checks
 /// out whole (RCV-13, [`durable_listing`]), or the first record's offset when there is
 /// neither. Recovery and readers both refuse a scan that stops before it.
+///
+/// # Errors
+/// As [`vouched_prefix`]: an index that cannot be read is not a missing mark (RCV-13).
 pub(crate) fn durable_marks(
     storage: &dyn Storage,
     path: &Path,
     segment: &[u8],
     log_id: &LogId,
     first_seq: u64,
-) -> (Option<Vouched>, usize) {
-    if let Some(vouched) = vouched_prefix(storage, path, segment, log_id, first_seq) {
-        return (Some(vouched), vouched.end);
+) -> crate::Result<(Option<Vouched>, usize)> {
+    if let Some(vouched) = vouched_prefix(storage, path, segment, log_id, first_seq)? {
+        return Ok((Some(vouched), vouched.end));
     }
-    let listed = durable_listing(storage, path, log_id, first_seq);
-    (None, listed.map_or(SEGMENT_HEADER_LEN, |(_, end)| end))
+    let listed = durable_listing(storage, path, log_id, first_seq)?;
+    Ok((None, listed.map_or(SEGMENT_HEADER_LEN, |(_, end)| end)))
 }
 
 /// A durable mark (log-format.md §7, IDX-5) when the vouched check at open fails: the
@@ -253,29 +297,40 @@ pub(crate) fn durable_marks(
 /// failed (at open, and at a follower's refresh that stops, RD-6: every idle one); a
 /// missing file costs one failed open, and an index that cannot be a durable mark (version
 /// 1, or another segment's) the read of its header, never of its offsets.
+///
+/// # Errors
+/// As [`vouched_prefix`].
 pub(super) fn durable_listing(
     storage: &dyn Storage,
     path: &Path,
     log_id: &LogId,
     first_seq: u64,
-) -> Option<(usize, usize)> {
+) -> crate::Result<Option<(usize, usize)>> {
     use std::io::Read;
-    use std::os::unix::fs::FileExt;
-    let file = storage.open_read(path).ok()?;
+    let Some(file) = open_mark(storage, path)? else {
+        return Ok(None);
+    };
     let mut head = [0; INDEX_HEADER_LEN];
-    file.read_exact_at(&mut head, 0).ok()?;
-    header(&head, log_id, first_seq)?.data_crc?;
+    if !read_mark(&file, &mut head, 0, path)? {
+        return Ok(None);
+    }
+    if header(&head, log_id, first_seq)
+        .and_then(|h| h.data_crc)
+        .is_none()
+    {
+        return Ok(None);
+    }
     let mut bytes = Vec::new();
     (&file)
         .take(INDEX_BYTES_MAX.saturating_add(1))
         .read_to_end(&mut bytes)
-        .ok()?;
+        .map_err(|e| crate::Error::io("read", path, &e))?;
     if bytes.len() as u64 > INDEX_BYTES_MAX {
-        return None;
+        return Ok(None);
     }
-    let index = decode(&bytes, log_id, first_seq)?;
-    index.data_crc?;
-    Some((index.offsets.len(), index.end))
+    Ok(decode(&bytes, log_id, first_seq)
+        .filter(|index| index.data_crc.is_some())
+        .map(|index| (index.offsets.len(), index.end)))
 }
 
 /// Removes the index of the segment starting at `first_seq` from the log directory `dir`,

@@ -327,9 +327,12 @@ fn drop_overlisting_index(
     report: &mut LogSalvage,
 ) -> Result<bool> {
     let index = dir.join(index_name(first));
-    let listed = log_id
-        .and_then(|id| super::index::durable_listing(storage, &index, &id, first))
-        .map_or(0, |(records, _)| records as u64);
+    // SLV-1: an index that cannot be read is not judged; the salvage is refused.
+    let listed = match log_id {
+        Some(id) => super::index::durable_listing(storage, &index, &id, first)?,
+        None => None,
+    }
+    .map_or(0, |(records, _)| records as u64);
     let kept = seq_next.saturating_sub(first);
     if listed <= kept {
         return Ok(false);
@@ -391,7 +394,7 @@ fn drop_stray_indexes(
         let index = dir.join(index_name(first));
         let past_end = kept.last().is_none_or(|&last| first > last);
         let listed = match (past_end, log_id) {
-            (true, Some(id)) => super::index::durable_listing(storage, &index, &id, first)
+            (true, Some(id)) => super::index::durable_listing(storage, &index, &id, first)?
                 .map_or(0, |(records, _)| records as u64),
             _ => 0,
         };

@@ -297,25 +297,30 @@ impl LogReader {
         // from there in `refresh`. When the vouched check fails, an index that checks out
         // whole still marks its records durable (RCV-13): the scan must reach its end.
         let mut durable_end = None;
-        let layout = chain.segments.last().map(|last| {
-            let first = last.header.first_seq;
-            let index_path = dir.join(index_name(first));
-            let (vouched, listed_end) = index::durable_marks(
-                &*storage,
-                &index_path,
-                &last.map,
-                &last.header.log_id,
-                first,
-            );
-            if vouched.is_none() && last.limit.is_none() {
-                durable_end = Some((first, listed_end));
-            }
-            Layout {
-                vouched,
-                after: Vec::new(),
-                end: vouched.map_or(SEGMENT_HEADER_LEN, |v| v.end),
-            }
-        });
+        let layout = chain
+            .segments
+            .last()
+            .map(|last| -> Result<Layout> {
+                let first = last.header.first_seq;
+                let index_path = dir.join(index_name(first));
+                // An index that cannot be read is `IO`, not an index that is missing.
+                let (vouched, listed_end) = index::durable_marks(
+                    &*storage,
+                    &index_path,
+                    &last.map,
+                    &last.header.log_id,
+                    first,
+                )?;
+                if vouched.is_none() && last.limit.is_none() {
+                    durable_end = Some((first, listed_end));
+                }
+                Ok(Layout {
+                    vouched,
+                    after: Vec::new(),
+                    end: vouched.map_or(SEGMENT_HEADER_LEN, |v| v.end),
+                })
+            })
+            .transpose()?;
         let vouched = layout
             .as_ref()
             .and_then(|l| l.vouched)
@@ -1554,7 +1559,7 @@ fn stop_before_index_end(
         index.map,
         index.log_id,
         index.first_seq,
-    );
+    )?;
     if listed_end <= found.end || listed_end > source.len {
         return Ok(());
     }

@@ -1350,7 +1350,7 @@ fn examine_tail(
     // RCV-13: when the vouched check fails, an index that checks out whole (IDX-2) still
     // marks the records it lists as durable; a damaged one among them is not a torn tail.
     let (prefix, listed_end) =
-        index::durable_marks(storage, &index_path, bytes, &header.log_id, first);
+        index::durable_marks(storage, &index_path, bytes, &header.log_id, first)?;
     let (indexed, start, crc) =
         prefix.map_or((0, SEGMENT_HEADER_LEN, 0), |p| (p.count, p.end, p.data_crc));
     // RD-8: past the vouched prefix nothing is known written: scanned with pread.
