@@ -1307,6 +1307,29 @@ fn a_log_without_its_lock_file_has_no_writer() {
     );
 }
 
+/// An export to stdout of a session damaged part way writes nothing: every event is read
+/// and checked before the first byte, as `show --events --json` does, so what reads the
+/// stream never gets a session cut short at the damage (a DSH loader takes a file that
+/// ends there for a shorter session). Before, the events before the damage were written,
+/// then the error, in both JSONL formats.
+#[test]
+fn an_export_to_stdout_of_a_damaged_session_writes_nothing() {
+    let dir = scratch("exportdamaged");
+    let store = scripted(&dir);
+    // Under the checkpoint: the inspection the export reads through does not read it.
+    damage(&store, "s1", b"u00e9", false);
+    for format in ["dsh-jsonl", "dsh-jsonl-zstd"] {
+        let output = store.run(&["export", "s1", "--format", format, "--out", "-"]);
+        let stderr = assert_refused(&output, 3, "CORRUPT");
+        assert!(stderr.contains("00000000000000000000.seg"), "{stderr}");
+        assert!(
+            output.stdout.is_empty(),
+            "{format}: {} bytes written before the damage",
+            output.stdout.len()
+        );
+    }
+}
+
 #[test]
 fn import_detects_jsonl_zstd_and_sqlite() {
     let dir = scratch("import");

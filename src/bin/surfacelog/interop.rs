@@ -220,6 +220,18 @@ pub fn export(ctx: &Ctx, id: &str, format: Format, options: &ExportOptions<'_>) 
         Format::DshJsonl | Format::DshJsonlZstd => {
             let compression = format.compression();
             let exported = if to_stdout {
+                // STORE-15: every event is read and checked, and every line made, before the
+                // first byte goes to stdout: damage is an error, never a session cut short
+                // for what reads the stream (a file is published whole, or not at all).
+                jsonl::write_jsonl(
+                    session.header(),
+                    session.log(),
+                    &originals,
+                    options.pack,
+                    compression,
+                    &mut std::io::sink(),
+                    Path::new("-"),
+                )?;
                 let mut stdout = std::io::stdout().lock();
                 let exported = jsonl::write_jsonl(
                     session.header(),
