@@ -601,10 +601,10 @@ fn originals_of_events_a_salvage_cut_are_not_exported() {
 
 /// STORE-26: the originals kept beside the log are checked before an export writes any
 /// of them: a byte of an original changed, a line's seq changed, a line cut away, each is
-/// `CORRUPT` naming the file. Before, the file carried no checksum of its own (its
-/// `storedCrc32c` is that of the projection the log stores): the export wrote the changed
-/// original, or the projection in place of the original a changed or cut line held, with
-/// no error.
+/// `CORRUPT` naming the file, and `verify` reports it (STORE-16). Before, the file carried
+/// no checksum of its own (its `storedCrc32c` is that of the projection the log stores):
+/// the export wrote the changed original, or the projection in place of the original a
+/// changed or cut line held, with no error, and `verify` did not look at the file.
 #[test]
 fn damaged_originals_are_corrupt_not_exported() {
     use surfacelog::internals::adapters::legacy::{ORIGINALS_FILE, Originals};
@@ -645,9 +645,20 @@ fn damaged_originals_are_corrupt_not_exported() {
             }
             Ok(_) => panic!("{what}: damaged originals read as intact"),
         }
+        // `verify` reports what the export refuses.
+        let report = store.verify(Some(&["s1"])).unwrap();
+        assert!(
+            report.sessions[0]
+                .problems
+                .iter()
+                .any(|p| p.rule == "STORE-26" && p.file.ends_with(ORIGINALS_FILE)),
+            "{what}: verify found nothing: {:?}",
+            report.sessions[0].problems
+        );
     }
     std::fs::write(&path, &intact).unwrap();
     assert!(!Originals::read(&store, "s1").unwrap().is_empty());
+    assert!(store.verify(Some(&["s1"])).unwrap().ok());
 }
 
 /// LOAD-4: what §9.2 calls malformed is refused as a stored session that failed

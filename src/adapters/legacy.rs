@@ -15,7 +15,7 @@ use crate::json::{Json, Kind, Value, push_js_string};
 
 /// The name of the file, in a session's directory, that holds the original texts of the
 /// events an import projected (STORE-26).
-pub const ORIGINALS_FILE: &str = "dsh-originals.jsonl";
+pub const ORIGINALS_FILE: &str = crate::store::ORIGINALS_FILE;
 
 /// The projected text of `event`, a stored event of session `session` (its header id),
 /// when a projection of §9.2 changes it; `None` when none applies. The projections apply
@@ -504,29 +504,16 @@ impl Originals {
             }
             .into()
         };
-        let text = std::str::from_utf8(&bytes).map_err(|_| corrupt(0, "not UTF-8"))?;
         // STORE-26: the last line is the checksum of every byte before it; nothing of the
         // file is taken before it matches (a byte changed, a line cut away).
-        let body_len = text
-            .strip_suffix('\n')
-            .map_or(0, |body| body.rfind('\n').map_or(0, |at| at + 1));
-        let (body, trailer) = text.split_at(body_len);
-        let lines = body.split_terminator('\n').count();
-        let checksum = Json::parse(trailer.trim_end_matches('\n'))
-            .ok()
-            .and_then(|json| {
-                let root = json.root();
-                (root.kind() == Kind::Object && root.members().count() == 1)
-                    .then(|| root.get("crc32c")?.as_safe_u64())?
-            });
-        if !trailer.ends_with('\n') || checksum != Some(u64::from(crc32c::crc32c(body.as_bytes())))
-        {
-            return Err(corrupt(
-                lines,
+        let body = crate::store::originals_lines(&bytes).map_err(|line| {
+            corrupt(
+                line,
                 "the last line is not the checksum of the lines before it: the file was \
                  changed or cut",
-            ));
-        }
+            )
+        })?;
+        let body = std::str::from_utf8(body).map_err(|_| corrupt(0, "not UTF-8"))?;
         let mut originals = Self::default();
         for (line, record) in body.split_terminator('\n').enumerate() {
             let json = Json::parse(record).map_err(|_| corrupt(line, "not JSON"))?;

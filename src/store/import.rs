@@ -14,6 +14,42 @@ use crate::session::Session;
 use crate::session::repair::RepairState;
 use crate::surface::Surface;
 
+/// The file beside a session's log holding the original texts of the events a DSH import
+/// projected (`store.md` STORE-26).
+pub const ORIGINALS_FILE: &str = "dsh-originals.jsonl";
+
+/// STORE-26: the lines of the originals file `bytes` before its last line, when that line
+/// is `{"crc32c":N}` and N is the CRC-32C of every byte before it; otherwise `Err` with
+/// the number of the line that should be the checksum (0-based): the file was changed or
+/// cut. Nothing of the file is to be used before this checks out.
+///
+/// # Errors
+/// The line, as above.
+#[doc(hidden)]
+pub fn originals_lines(bytes: &[u8]) -> std::result::Result<&[u8], usize> {
+    let body_len = bytes.strip_suffix(b"\n").map_or(0, |body| {
+        body.iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |at| at + 1)
+    });
+    let (body, trailer) = bytes.split_at(body_len);
+    let line = body.split(|&b| b == b'\n').count() - 1;
+    let checksum = trailer
+        .strip_suffix(b"\n")
+        .and_then(|text| std::str::from_utf8(text).ok())
+        .and_then(|text| crate::json::Json::parse(text).ok())
+        .and_then(|json| {
+            let root = json.root();
+            (root.kind() == crate::json::Kind::Object && root.members().count() == 1)
+                .then(|| root.get("crc32c")?.as_safe_u64())?
+        });
+    if checksum == Some(u64::from(crc32c::crc32c(body))) {
+        Ok(body)
+    } else {
+        Err(line)
+    }
+}
+
 /// An import in progress: a session being filled under the store's `tmp/` directory.
 /// [`Import::finish`] publishes it; dropping it unfinished removes everything it wrote.
 #[derive(Debug)]

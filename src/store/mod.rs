@@ -22,7 +22,7 @@ pub use escape::escape_id;
 #[cfg(feature = "tokio")]
 pub use follow::FollowStream;
 pub use follow::{FollowEvents, Follower, ReadOnlyLog};
-pub use import::{Import, Imported};
+pub use import::{Import, Imported, ORIGINALS_FILE, originals_lines};
 pub use shared::SharedSession;
 pub use stored_log::StoredLog;
 pub use summary::{SessionSummary, Summaries};

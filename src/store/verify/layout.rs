@@ -201,3 +201,40 @@ fn check_directory_name(
     }
     Ok(())
 }
+
+/// STORE-26: the originals a DSH import kept beside the log, when there are any, end with
+/// the checksum of their lines, which checks out (an export refuses them otherwise).
+///
+/// # Errors
+/// `IO` when the file cannot be read.
+pub(super) fn check_originals(found: &mut Found, dir: &Path) -> Result<()> {
+    let path = dir.join(crate::store::ORIGINALS_FILE);
+    if let Ok(meta) = std::fs::symlink_metadata(&path)
+        && !meta.is_file()
+    {
+        let what = if meta.file_type().is_symlink() {
+            "a symbolic link inside the store"
+        } else {
+            "the originals are not a regular file"
+        };
+        found.error(&path, None, "STORE-1", what);
+        return Ok(());
+    }
+    let bytes = match crate::storage::read_regular(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(Error::io("read", &path, &error)),
+    };
+    if let Err(line) = crate::store::originals_lines(&bytes) {
+        found.error(
+            &path,
+            None,
+            "STORE-26",
+            format!(
+                "line {}: not the checksum of the lines before it: the file was changed or cut",
+                line + 1
+            ),
+        );
+    }
+    Ok(())
+}

@@ -176,6 +176,7 @@ fn check_session(
         .unwrap_or_default();
     layout::check_no_symlinks(&mut found, dir);
     let named = layout::check_header(&mut found, dir, &name, asked)?;
+    layout::check_originals(&mut found, dir)?;
     let log_dir = dir.join("log");
     let checkpoint_path = dir.join(CHECKPOINT_FILE);
     let checkpoint = checkpoint::read_checkpoint(&mut found, &checkpoint_path)?;
