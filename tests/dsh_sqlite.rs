@@ -1051,3 +1051,27 @@ fn corpus_sessions_round_trip_through_sqlite() {
     }
     assert!(exported > 90, "{exported} sessions exported");
 }
+
+/// SQL-25 and SQL-12: a `time` or `version` column holding the lowest 64-bit integer is
+/// not a safe integer. The checks took its absolute value, which overflows: a debug build
+/// panicked on such a database, and a release build (where the absolute value wraps to
+/// the same negative number) took it for a safe integer and passed the row on.
+#[test]
+fn the_lowest_64_bit_integer_in_a_column_is_refused_not_a_panic() {
+    let dir = scratch("lowest-integer");
+    let time = "UPDATE events SET time = -9223372036854775808 WHERE seq = 4";
+    let error = read_damaged(&dir, "time", time).unwrap_err();
+    assert_eq!(error.code(), "CORRUPT", "{error}");
+    assert!(
+        error.to_string().contains("time must be a safe integer"),
+        "{error}"
+    );
+    let version = "UPDATE sessions SET version = -9223372036854775808";
+    let path = exported_then(&dir, "version", version);
+    let error = DshDatabase::open(&path).unwrap().header("s").unwrap_err();
+    assert_eq!(error.code(), "CORRUPT", "{error}");
+    assert!(
+        error.to_string().contains("version must be a safe integer"),
+        "{error}"
+    );
+}

@@ -572,7 +572,8 @@ fn check_columns(row: &rusqlite::Row<'_>, path: &Path, id: &str) -> Result<Envel
         return fail("stored type must be non-empty text");
     };
     let time = match column(2) {
-        ValueRef::Integer(time) if time.abs() <= SAFE_INTEGER_MAX => time,
+        // `unsigned_abs`: the lowest i64 has no absolute value of its type (`abs` overflows).
+        ValueRef::Integer(time) if time.unsigned_abs() <= SAFE_MAX_U64 => time,
         _ => return fail("stored time must be a safe integer"),
     };
     let ignorable = match column(3) {
@@ -1491,9 +1492,10 @@ fn optional_text<'v>(
     }
 }
 
+/// SQL-12: a safe integer column (`unsigned_abs`: `abs` overflows on the lowest i64).
 fn safe_integer(value: ValueRef<'_>) -> Option<i64> {
     match value {
-        ValueRef::Integer(n) if n.abs() <= SAFE_INTEGER_MAX => Some(n),
+        ValueRef::Integer(n) if n.unsigned_abs() <= SAFE_MAX_U64 => Some(n),
         _ => None,
     }
 }
