@@ -994,3 +994,54 @@ fn a_strict_import_refuses_types_the_reference_does_not_know() {
         jsonl::import_jsonl(&store, &ignorable, Compression::None, None, &mut |_| {}).unwrap();
     assert_eq!(imported.events, 2);
 }
+
+/// STORE-6, STORE-14: an import (and a create) whose last step, the sync of `sessions/`
+/// after the rename, fails is refused with nothing left in the store. Before, the error
+/// was returned with the session already renamed into `sessions/`: the failed import's
+/// session was listed and opened, and importing the file again was `SESSION_EXISTS`.
+#[test]
+fn an_import_whose_publishing_sync_fails_leaves_no_session() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use surfacelog::internals::storage::faulty::FaultyStorage;
+    let dir = scratch("publish-sync");
+    let file = dir.join("s.jsonl");
+    std::fs::write(&file, fixture(FIXTURE)).unwrap();
+    let (mut import_reached, mut create_reached) = (false, false);
+    // The n-th directory sync fails, in a fresh store each time, for each n up to the
+    // syncs a whole import makes.
+    for n in 1..24 {
+        let storage = FaultyStorage::default();
+        let faults = Arc::clone(&storage.faults);
+        let options = StoreOptions::default().storage(Arc::new(storage));
+        let root = dir.join(format!("store-{n}"));
+        let store = Store::open_or_create(&root, options).unwrap();
+        let sessions = root.join("sessions");
+        let at_sessions = |error: &surfacelog::Error| {
+            error.code() == "IO" && error.to_string().contains(&*sessions.to_string_lossy())
+        };
+        faults.fail_sync_dir(n);
+        let outcome = jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {});
+        faults.sync_dir.store(0, Ordering::SeqCst);
+        if let Err(error) = outcome {
+            assert_nothing_stored(&store);
+            import_reached |= at_sessions(&error);
+            // The file imports once the disk works again.
+            jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {}).unwrap();
+        }
+        // A create shares the publishing step.
+        faults.fail_sync_dir(n);
+        let outcome = store.create("created", None, None);
+        faults.sync_dir.store(0, Ordering::SeqCst);
+        if let Err(error) = outcome {
+            let listed = store.list().unwrap();
+            assert!(
+                !listed.headers.iter().any(|h| h.id() == "created"),
+                "a failed create left its session: {error}"
+            );
+            create_reached |= at_sessions(&error);
+        }
+    }
+    assert!(import_reached, "no import failed at the sync of sessions/");
+    assert!(create_reached, "no create failed at the sync of sessions/");
+}

@@ -282,6 +282,11 @@ impl Import<'_> {
         for (name, bytes) in &self.beside {
             super::write_file_atomically(&self.store.options, &self.tmp, name, bytes)?;
         }
+        // LOG-1, STORE-27: the log's lock is held through the publish, as a create holds
+        // it: no writer can open the session before the publish is known to have
+        // succeeded, so a failed one can be taken back.
+        let storage = &*self.store.options.log.storage;
+        let _lock = crate::log::take_lock(storage, &self.tmp.join("log"))?;
         self.store.publish_dir(&self.id, &self.tmp)?;
         self.tmp = PathBuf::new();
         Ok(Imported {

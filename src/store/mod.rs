@@ -1561,7 +1561,9 @@ impl Store {
 
     /// STORE-6, second half: renames the filled directory `tmp` to session `id`'s place and
     /// syncs `sessions/`; removes `tmp` and refuses with `SESSION_EXISTS` when the id is
-    /// taken, also when another creator took it between the check and the rename.
+    /// taken, also when another creator took it between the check and the rename. The
+    /// caller holds the lock of `tmp`'s log (LOG-1): a publish whose sync fails is taken
+    /// back (STORE-27).
     fn publish_dir(&self, id: &str, tmp: &Path) -> Result<()> {
         let final_dir = self.session_dir(id);
         let taken = || std::fs::symlink_metadata(&final_dir).is_ok();
@@ -1589,9 +1591,18 @@ impl Store {
             return Err(Error::io("rename", &final_dir, &error));
         }
         let sessions = self.dir.join("sessions");
-        storage
-            .sync_dir(&sessions)
-            .map_err(|e| Error::io("fsync", &sessions, &e))
+        if let Err(error) = storage.sync_dir(&sessions) {
+            // STORE-27: the publish failed, so it is taken back. The caller holds the new
+            // log's lock (LOG-1), so no writer has the session: renamed back to its build
+            // directory (one step: the session is whole under `sessions/` or not there),
+            // then removed as an unpublished build is.
+            if storage.rename(&final_dir, tmp).is_ok() {
+                let _ = storage.remove_dir_all(tmp);
+                let _ = storage.sync_dir(&sessions);
+            }
+            return Err(Error::io("fsync", &sessions, &error));
+        }
+        Ok(())
     }
 
     fn session_dir(&self, id: &str) -> PathBuf {
