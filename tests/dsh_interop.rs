@@ -1045,3 +1045,43 @@ fn an_import_whose_publishing_sync_fails_leaves_no_session() {
     assert!(import_reached, "no import failed at the sync of sessions/");
     assert!(create_reached, "no create failed at the sync of sessions/");
 }
+
+/// RAW-3, JSON-2, §2.4: a record holding a carriage return as JSON whitespace (records are
+/// split at line feeds only) is exported as it was read, a projected legacy event's
+/// original too (STORE-26). Before, every text holding a `0D` byte was rewritten as
+/// JS-JSON, as one that spans lines must be: its array-index keys moved first and its
+/// numbers respelled, so the file did not come back byte for byte.
+#[test]
+fn a_carriage_return_inside_a_record_is_exported_as_read() {
+    let dir = scratch("inner-cr");
+    let raw = format!(
+        "{HEADER}\n{}\n{}\n{}\n",
+        "{\"type\":\"turn/start\",\r\"seq\":0,\"time\":1,\"data\":{\"turn\":1,\"trigger\":{\"kind\":\"user\"}}}",
+        "{\"type\":\"x/note\",\"seq\":1,\"time\":1,\r\"data\":{\"b\":1.0,\"0\":2e0},\"ignorable\":true}",
+        "{\"type\":\"turn/end\",\"seq\":2,\"time\":1,\"data\":{\"turn\":1,\"reason\":{\"kind\":\"aborted\"}}\r}",
+    );
+    let (store, outcome) = import_bytes(&dir, "cr.jsonl", raw.as_bytes(), Compression::None);
+    let (imported, scan) = outcome.unwrap();
+    assert_eq!((imported.events, scan.torn), (3, None));
+    let session = store.inspect("s1").unwrap();
+    let originals = surfacelog::internals::adapters::legacy::Originals::read(&store, "s1").unwrap();
+    assert!(
+        !originals.is_empty(),
+        "the turn/start and turn/end were projected"
+    );
+    let out = dir.join("cr.out");
+    jsonl::export_file_to(
+        &out,
+        jsonl::Publish::New,
+        session.header(),
+        session.log(),
+        &originals,
+        true,
+        Compression::None,
+    )
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(std::fs::read(&out).unwrap()).unwrap(),
+        raw
+    );
+}

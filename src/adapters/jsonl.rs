@@ -1167,10 +1167,12 @@ fn write_chunks(
 }
 
 /// One storage record and its line feed; a text that spans lines (whitespace the JSON
-/// grammar allows) is rewritten compactly so that it stays one record (RAW-1).
+/// grammar allows) is rewritten compactly so that it stays one record (RAW-1). Only a
+/// line feed ends a record (RAW-3): a carriage return, whitespace too (JSON-2), is kept
+/// as read, so that such a record comes back byte for byte (§2.4).
 fn write_record(sink: &mut Sink<'_>, record: &str, exported: &mut Exported) -> Result<()> {
     let bytes = record.as_bytes();
-    if bytes.contains(&b'\n') || bytes.contains(&b'\r') {
+    if bytes.contains(&b'\n') {
         let mut compact = String::with_capacity(record.len());
         write_js(&mut compact, Json::parse(record)?.root());
         sink.write_line(compact.as_bytes())?;

@@ -454,8 +454,9 @@ impl Originals {
     /// published (STORE-26): a line per event in seq order,
     /// `{"seq":…,"storedCrc32c":…,"original":…}`, the original compact when it spanned
     /// lines (a `SQLite` `data` text may; its export writes it compactly anyway, SQL-15),
-    /// then `{"crc32c":…}`, the CRC-32C of every byte before that last line. Nothing when
-    /// no event was projected.
+    /// then `{"crc32c":…}`, the CRC-32C of every byte before that last line. A carriage
+    /// return alone ends no line (RAW-3): such a text is kept as read. Nothing when no
+    /// event was projected.
     pub(crate) fn keep(self, import: &mut crate::store::Import<'_>) {
         if self.is_empty() {
             return;
@@ -463,7 +464,7 @@ impl Originals {
         let mut bytes = Vec::new();
         for (seq, original) in &self.0 {
             let mut compact = String::new();
-            let text = if original.text.contains(['\n', '\r']) {
+            let text = if original.text.contains('\n') {
                 if let Ok(json) = Json::parse(&original.text) {
                     crate::json::write_js(&mut compact, json.root());
                 }
