@@ -647,6 +647,14 @@ impl Error {
         self
     }
 
+    /// The same error with kind `kind`, its context (session, seq, place) kept.
+    #[must_use]
+    #[cfg_attr(not(feature = "dsh"), expect(dead_code, reason = "the DSH scanners'"))]
+    pub(crate) fn with_kind(mut self, kind: ErrorKind) -> Self {
+        self.0.kind = kind;
+        self
+    }
+
     /// Names the file of a place given as an offset alone (an empty path), as a scanner
     /// that knows offsets but not its file's name gives it.
     #[must_use]

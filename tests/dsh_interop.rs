@@ -1085,3 +1085,56 @@ fn a_carriage_return_inside_a_record_is_exported_as_read() {
         raw
     );
 }
+
+/// LOAD-7: an event the import path refuses (here a `user/message` without a message id,
+/// inside a raw file and inside the second frame of a Zstandard one) is reported at its
+/// file and the offset of its record (raw) or of the frame holding it (Zstandard), with
+/// its code, session and seq. Before, such a refusal named the session and the seq only:
+/// neither the file nor where in it; and a record repeating a key in a Zstandard file was
+/// placed at an offset counted in the plaintext, which is no offset of the file.
+#[test]
+fn an_event_the_import_refuses_is_named_at_its_file_and_record() {
+    let dir = scratch("refusal-place");
+    let first = r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#;
+    let bad = r#"{"type":"user/message","seq":1,"time":1,"data":{"role":"user","content":[],"source":{"kind":"user"},"id":""},"surfaceOp":"append"}"#;
+    let raw = format!("{HEADER}\n{first}\n{bad}\n");
+    let record_at = HEADER.len() + 1 + first.len() + 1;
+    let (store, outcome) = import_bytes(&dir, "bad.jsonl", raw.as_bytes(), Compression::None);
+    let error = outcome.unwrap_err();
+    assert_eq!((error.code(), error.seq()), ("MESSAGE_SHAPE", Some(1)));
+    let file = dir.join("bad.jsonl");
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("at={} offset={record_at}", file.display())),
+        "{error}"
+    );
+    assert_nothing_stored(&store);
+    let header_line = format!("{HEADER}\n");
+    let body = format!("{first}\n{bad}\n");
+    let zstd = zstd_frames(&[header_line.as_bytes(), body.as_bytes()]);
+    let frame_at = zstd_frames(&[header_line.as_bytes()]).len();
+    let (_, outcome) = import_bytes(&dir, "bad.jsonl.zstd", &zstd, Compression::Zstd);
+    let error = outcome.unwrap_err();
+    let file = dir.join("bad.jsonl.zstd");
+    assert_eq!((error.code(), error.seq()), ("MESSAGE_SHAPE", Some(1)));
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("at={} offset={frame_at}", file.display())),
+        "{error}"
+    );
+    let repeated = r#"{"type":"x/note","seq":1,"time":1,"data":{"a":1,"a":2},"ignorable":true}"#;
+    let body = format!("{first}\n{repeated}\n");
+    let zstd = zstd_frames(&[header_line.as_bytes(), body.as_bytes()]);
+    let (_, outcome) = import_bytes(&dir, "repeated.jsonl.zstd", &zstd, Compression::Zstd);
+    let error = outcome.unwrap_err();
+    let file = dir.join("repeated.jsonl.zstd");
+    assert_eq!(error.code(), "DATA_DUPLICATE_KEY", "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("at={} offset={frame_at}", file.display())),
+        "{error}"
+    );
+}

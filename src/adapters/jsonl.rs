@@ -175,8 +175,22 @@ impl JsonlReader {
     /// (RAW-4) or inside complete Zstandard frames (ZST-6 to ZST-15); `IO`; the first
     /// error `each` returns, which ends the scan.
     pub fn read_events(
-        mut self,
+        self,
         each: &mut dyn FnMut(&Json<'_>) -> Result<()>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Scan> {
+        self.read_events_at(&mut |event, _| each(event), progress)
+    }
+
+    /// [`JsonlReader::read_events`], telling `each` where in the file each event is: the
+    /// byte offset of its record (raw) or of the frame its record ends in (Zstandard),
+    /// for a refusal of the event to name (LOAD-7).
+    ///
+    /// # Errors
+    /// As [`JsonlReader::read_events`].
+    pub fn read_events_at(
+        mut self,
+        each: &mut dyn FnMut(&Json<'_>, u64) -> Result<()>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Scan> {
         let mut scanner = Scanner::new(self.offset);
@@ -246,7 +260,7 @@ impl JsonlReader {
     fn raw_events(
         &mut self,
         scanner: &mut Scanner,
-        each: &mut dyn FnMut(&Json<'_>) -> Result<()>,
+        each: &mut dyn FnMut(&Json<'_>, u64) -> Result<()>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Scan> {
         let mut chunk = vec![0; 1 << 20];
@@ -271,7 +285,7 @@ impl JsonlReader {
     fn zstd_events(
         &mut self,
         scanner: &mut Scanner,
-        each: &mut dyn FnMut(&Json<'_>) -> Result<()>,
+        each: &mut dyn FnMut(&Json<'_>, u64) -> Result<()>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Scan> {
         loop {
@@ -280,6 +294,7 @@ impl JsonlReader {
                 Frame::End => break,
                 Frame::Complete(len) => {
                     let frame = (start, len);
+                    scanner.frame_at = Some(start);
                     decode_frame(
                         &mut self.file,
                         frame,
@@ -293,6 +308,7 @@ impl JsonlReader {
                 Frame::Torn(len) => {
                     // ZST-15 first: what the complete frames held must have scanned clean.
                     scanner.require_clean()?;
+                    scanner.frame_at = Some(start);
                     // ZST-16: a decoder error yields no output at all, so the frame is
                     // decoded once to find out, then again into the scanner, a piece at a
                     // time: memory stays bounded by the record limit, not the plaintext.
@@ -324,18 +340,18 @@ impl JsonlReader {
 /// A `CORRUPT` error whose location is relative to the file (a line), or an error placed
 /// at an offset alone, names the file too.
 fn locate(path: &Path, error: Error) -> Error {
-    match error.kind() {
+    let named = match error.kind() {
         ErrorKind::Corrupt { location, reason } if !location.starts_with('/') => {
-            let named = Error::from(ErrorKind::Corrupt {
+            Some(ErrorKind::Corrupt {
                 location: format!("{} {location}", path.display()),
                 reason: reason.clone(),
-            });
-            match error.seq() {
-                Some(seq) => named.at_seq(seq),
-                None => named,
-            }
+            })
         }
-        _ => error.in_file(path),
+        _ => None,
+    };
+    match named {
+        Some(kind) => error.with_kind(kind).in_file(path),
+        None => error.in_file(path),
     }
 }
 
@@ -433,6 +449,9 @@ struct Scanner {
     partial: Vec<u8>,
     /// The members of the last packed row, their buffers reused from row to row.
     members: rows::Members,
+    /// Zstandard: the file offset of the frame being scanned, where its records are
+    /// (their own offsets are the plaintext's).
+    frame_at: Option<u64>,
 }
 
 /// One storage record, classified.
@@ -464,13 +483,14 @@ impl Scanner {
             issue_line: 0,
             partial: Vec::new(),
             members: rows::Members::default(),
+            frame_at: None,
         }
     }
 
     fn feed(
         &mut self,
         mut bytes: &[u8],
-        each: &mut dyn FnMut(&Json<'_>) -> Result<()>,
+        each: &mut dyn FnMut(&Json<'_>, u64) -> Result<()>,
     ) -> Result<()> {
         while let Some(at) = find_newline(bytes) {
             let (piece, next) = (&bytes[..at], &bytes[at + 1..]);
@@ -504,7 +524,7 @@ impl Scanner {
     fn record(
         &mut self,
         bytes: &[u8],
-        each: &mut dyn FnMut(&Json<'_>) -> Result<()>,
+        each: &mut dyn FnMut(&Json<'_>, u64) -> Result<()>,
     ) -> Result<()> {
         self.line += 1;
         self.end += bytes.len() as u64 + 1;
@@ -568,18 +588,25 @@ impl Scanner {
                 if let Some(error) = repeated {
                     // Accepted by the reference: refused with the key's place, never
                     // dropped as a torn tail.
+                    // Raw: the key's own byte. Zstandard: the frame holding the record
+                    // (offsets in its plaintext are no file's).
                     let start = self.end - bytes.len() as u64 - 1;
-                    let at = usize::try_from(start)
-                        .unwrap_or(usize::MAX)
-                        .saturating_add(error.offset);
+                    let at = match self.frame_at {
+                        Some(frame) => usize::try_from(frame).unwrap_or(usize::MAX),
+                        None => usize::try_from(start)
+                            .unwrap_or(usize::MAX)
+                            .saturating_add(error.offset),
+                    };
                     return Err(Error::from(error).at_place(Path::new(""), at));
                 }
+                // Where a refusal of one of its events is to be named (LOAD-7).
+                let at = self.frame_at.unwrap_or(self.end - bytes.len() as u64 - 1);
                 if members {
                     for member in self.members.as_mut_slice() {
-                        member.with_json(|json| each(json))?;
+                        member.with_json(|json| each(json, at))?;
                     }
                 } else if let (1, Ok(json)) = (count, &json) {
-                    each(json)?;
+                    each(json, at)?;
                 }
                 self.next_seq += count;
                 self.records += 1;
@@ -1448,30 +1475,40 @@ fn read_into(
             &std::io::Error::other("the import stopped"),
         )
     };
-    let (full_tx, full_rx) = mpsc::sync_channel::<Batch>(BATCHES_QUEUED);
-    let (empty_tx, empty_rx) = mpsc::channel::<Batch>();
+    // Each batch goes with the place of each of its events in the file (LOAD-7).
+    let (full_tx, full_rx) = mpsc::sync_channel::<(Batch, Vec<u64>)>(BATCHES_QUEUED);
+    let (empty_tx, empty_rx) = mpsc::channel::<(Batch, Vec<u64>)>();
     std::thread::scope(|scope| {
         let importer = std::thread::Builder::new()
             .name("surfacelog-import".into())
             .spawn_scoped(scope, move || -> Result<()> {
                 let mut originals = legacy::Originals::default();
-                for mut batch in full_rx {
+                for (mut batch, mut places) in full_rx {
+                    let mut place = places.iter();
                     batch.for_each(|event| {
-                        super::import_event(import, &session_id, event, &mut originals)
+                        let at = place.next().copied().unwrap_or_default();
+                        // LOAD-7: a refused event is named where it is in the file.
+                        super::import_event(import, &session_id, event, &mut originals).map_err(
+                            |e| {
+                                e.at_place(Path::new(""), usize::try_from(at).unwrap_or(usize::MAX))
+                            },
+                        )
                     })?;
                     batch.clear();
+                    places.clear();
                     // The reader may be gone already; the batch is then simply dropped.
-                    let _ = empty_tx.send(batch);
+                    let _ = empty_tx.send((batch, places));
                 }
                 originals.keep(import);
                 Ok(())
             })
             .map_err(|e| Error::io("spawn", &path, &e))?;
-        let mut batch = Batch::new();
-        let read = reader.read_events(
-            &mut |event| {
-                batch.push(event);
-                if batch.text_bytes() >= BATCH_TEXT_BYTES {
+        let mut batch = (Batch::new(), Vec::new());
+        let read = reader.read_events_at(
+            &mut |event, at| {
+                batch.0.push(event);
+                batch.1.push(at);
+                if batch.0.text_bytes() >= BATCH_TEXT_BYTES {
                     let next = empty_rx.try_recv().unwrap_or_default();
                     full_tx
                         .send(std::mem::replace(&mut batch, next))
@@ -1481,7 +1518,7 @@ fn read_into(
             },
             progress,
         );
-        if !batch.is_empty() {
+        if !batch.0.is_empty() {
             // Fails only when the importer stopped, and then its error is returned below.
             let _ = full_tx.send(batch);
         }
