@@ -1075,3 +1075,50 @@ fn the_lowest_64_bit_integer_in_a_column_is_refused_not_a_panic() {
         "{error}"
     );
 }
+
+/// STORE-14: a database import is all or nothing. When a later session is refused, every
+/// session the import already published is taken back, except one a writer opened
+/// meanwhile (kept, and the import fails with that `LOCKED`). Before, the take-back
+/// stopped at the first session it could not remove: the sessions published after it
+/// stayed in the store although the import failed.
+#[test]
+fn a_refused_database_import_takes_back_every_session_it_can() {
+    use std::sync::Mutex;
+    use surfacelog::internals::store::{Step, Store, StoreOptions};
+    let dir = scratch("take-back");
+    let path = dir.join("three.sqlite");
+    for id in ["a", "b", "c"] {
+        export(&path, &short_session(id), true);
+    }
+    // Session c's user message loses its id: the import path refuses it (MESSAGE_SHAPE).
+    raw(&path)
+        .execute_batch(
+            r#"UPDATE events SET data = '{"role":"user","source":{"kind":"user"},"content":[]}' WHERE session_id = 'c' AND seq = 1"#,
+        )
+        .unwrap();
+    let root = dir.join("store");
+    let other = Store::open_or_create(&root, StoreOptions::new()).unwrap();
+    let held = Arc::new(Mutex::new(None));
+    let holder = Arc::clone(&held);
+    // A writer opens session a while b is being published.
+    let store = Store::open_or_create(&root, StoreOptions::new())
+        .unwrap()
+        .with_hook(move |step| {
+            if step == Step::BeforePublish("b") {
+                let (session, _) = other.open_session("a").expect("a is published");
+                *holder.lock().unwrap() = Some(session);
+            }
+        });
+    let error = surfacelog::internals::adapters::sqlite_import::import_sqlite(&store, &path, None)
+        .unwrap_err();
+    assert_eq!(error.code(), "LOCKED", "{error}");
+    let ids: Vec<String> = store
+        .list()
+        .unwrap()
+        .headers
+        .iter()
+        .map(|h| h.id().to_owned())
+        .collect();
+    assert_eq!(ids, ["a"], "only the session a writer holds is kept");
+    drop(held.lock().unwrap().take());
+}

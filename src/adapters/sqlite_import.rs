@@ -46,12 +46,16 @@ pub fn import_sqlite(
         Ok(())
     });
     if let Err(error) = outcome {
-        // A session that cannot be taken back (a writer opened it meanwhile, `LOCKED`)
-        // breaks "nothing is left": that is the error reported, not the first one.
+        // STORE-14: every published session is taken back, each one that can be. One that
+        // cannot (a writer opened it meanwhile, `LOCKED`) breaks "nothing is left": the
+        // first such error is the one reported, not the refusal, once the others are gone.
+        let mut kept = None;
         for (imported, _) in &done {
-            store.discard(&imported.id)?;
+            if let Err(discard) = store.discard(&imported.id) {
+                kept.get_or_insert(discard);
+            }
         }
-        return Err(error);
+        return Err(kept.unwrap_or(error));
     }
     Ok(done)
 }
