@@ -1358,11 +1358,23 @@ pub fn publish_file<T>(path: &Path, write: impl FnOnce(&mut File) -> Result<T>) 
 /// # Errors
 /// `UNSAFE_PATH` for a target that exists (with [`Publish::New`]) or a directory other
 /// users may write to without the sticky bit, `IO`, or `write`'s own error; no file is
-/// left behind on any of them.
+/// left behind on any of them (a new file whose directory sync fails after its rename is
+/// removed again). The one exception: with [`Publish::Replace`], when that last sync
+/// fails, the old file is gone already and the new one stays, whole.
 pub fn publish_with<T>(
     path: &Path,
     publish: Publish,
     write: impl FnOnce(&mut File) -> Result<T>,
+) -> Result<T> {
+    publish_syncing(path, publish, write, &|dir| File::open(dir)?.sync_all())
+}
+
+/// [`publish_with`], syncing the directory with `sync_dir`.
+fn publish_syncing<T>(
+    path: &Path,
+    publish: Publish,
+    write: impl FnOnce(&mut File) -> Result<T>,
+    sync_dir: &dyn Fn(&Path) -> std::io::Result<()>,
 ) -> Result<T> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let dir = match path.parent() {
@@ -1410,9 +1422,21 @@ pub fn publish_with<T>(
                 return Err(Error::io("rename", path, &std::io::Error::from(errno)));
             }
         }
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::io("fsync", &dir, &e))?;
+        if let Err(error) = sync_dir(&dir) {
+            // The rename is not known durable, so the export failed. A new file is taken
+            // back, so that a failed export leaves none (only if the name still holds the
+            // file this call wrote); a replaced one is gone already, and the new one, whole,
+            // stays with the error.
+            let ours = file.metadata().ok().map(|m| (m.dev(), m.ino()));
+            let there = std::fs::symlink_metadata(path)
+                .ok()
+                .map(|m| (m.dev(), m.ino()));
+            if publish == Publish::New && ours.is_some() && ours == there {
+                let _ = std::fs::remove_file(path);
+                let _ = sync_dir(&dir);
+            }
+            return Err(Error::io("fsync", &dir, &error));
+        }
         Ok(value)
     });
     if done.is_err() {
@@ -1531,7 +1555,39 @@ fn read_into(
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write as _;
+    use std::path::Path;
+
     use proptest::prelude::*;
+
+    use super::{Publish, publish_syncing};
+
+    /// A new export whose directory sync fails after its rename is taken back: the call
+    /// fails and leaves no file, neither the export nor its temporary file. Before, the
+    /// error was returned with the file left at the destination, where the next export
+    /// to it was then refused (`UNSAFE_PATH`: the target exists).
+    #[test]
+    fn a_new_file_whose_directory_sync_fails_is_taken_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let failing = |_: &Path| Err(std::io::Error::other("injected directory sync failure"));
+        let write = |file: &mut std::fs::File| {
+            file.write_all(b"{}\n")
+                .map_err(|e| crate::Error::io("write", Path::new("out"), &e))
+        };
+        let error = publish_syncing(&path, Publish::New, write, &failing).unwrap_err();
+        assert_eq!(error.code(), "IO", "{error}");
+        assert!(
+            std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+            "the failed export left a file"
+        );
+        // With a working sync, the same export is published.
+        publish_syncing(&path, Publish::New, write, &|d: &Path| {
+            std::fs::File::open(d)?.sync_all()
+        })
+        .unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"{}\n");
+    }
 
     proptest! {
         /// The word-at-a-time search agrees with a byte-at-a-time one.
