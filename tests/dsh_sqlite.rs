@@ -1122,3 +1122,74 @@ fn a_refused_database_import_takes_back_every_session_it_can() {
     assert_eq!(ids, ["a"], "only the session a writer holds is kept");
     drop(held.lock().unwrap().take());
 }
+
+/// STORE-14: the take-back of a session a refused database import had published, cut
+/// short part-way (a crash, an I/O error in the middle of the removal), leaves no part of
+/// it where the store reads sessions. Before, the session's directory was removed where it
+/// was published: with its checkpoint and last segment gone, session `a` stayed listed and
+/// opened as a shorter log (its interrupted turn then closed by repair), from an import
+/// that had failed.
+#[test]
+fn a_take_back_cut_short_leaves_no_shortened_session() {
+    use surfacelog::internals::log::Durability;
+    use surfacelog::internals::store::Store;
+    let dir = scratch("take-back-cut");
+    let path = dir.join("two.sqlite");
+    let mut events = vec![r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#.to_owned()];
+    for seq in 1..=300 {
+        let note = "y".repeat(100);
+        events.push(format!(
+            r#"{{"type":"x/note","seq":{seq},"time":1,"data":{{"n":"{note}"}},"ignorable":true}}"#
+        ));
+    }
+    events.push(
+        r#"{"type":"turn/end","seq":301,"time":1,"data":{"turn":1,"reason":{"kind":"completed"}}}"#
+            .to_owned(),
+    );
+    let texts: Vec<&str> = events.iter().map(String::as_str).collect();
+    let header = r#"{"version":0,"id":"a","createdAt":1}"#;
+    let (long, _) = Session::reopen("a", header, &texts, options()).unwrap();
+    export(&path, &long, true);
+    export(&path, &short_session("b"), true);
+    raw(&path)
+        .execute_batch("UPDATE events SET type = 'mode/set' WHERE session_id = 'b' AND seq = 4")
+        .unwrap();
+    // Every removal of a session's directory stops part-way: its checkpoint, its message
+    // pack and its last segment removed, then EIO.
+    let hook: common::Hook = Box::new(|op| match op {
+        common::Op::RemoveAll(path) if path.join("log").is_dir() => {
+            for name in ["checkpoint", "messages"] {
+                let _ = fs::remove_file(path.join(name));
+            }
+            let mut segments: Vec<PathBuf> = fs::read_dir(path.join("log"))?
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+                .collect();
+            segments.sort();
+            if let Some(last) = segments.pop() {
+                let _ = fs::remove_file(last.with_extension("idx"));
+                fs::remove_file(&last)?;
+            }
+            Err(std::io::Error::from_raw_os_error(5))
+        }
+        _ => Ok(()),
+    });
+    let root = dir.join("store");
+    let options = common::store_options(Durability::Sync, 4096)
+        .storage(Arc::new(common::HookedStorage(hook)));
+    let store = Store::open_or_create(&root, options).unwrap();
+    let error = surfacelog::internals::adapters::sqlite_import::import_sqlite(&store, &path, None)
+        .unwrap_err();
+    assert_eq!(error.code(), "LEGACY_EVENT", "{error}");
+    assert!(
+        store.list().unwrap().headers.is_empty(),
+        "a session of the failed import is listed ({error})"
+    );
+    assert_eq!(store.inspect("a").unwrap_err().code(), "SESSION_NOT_FOUND");
+    drop(store);
+    // What the cut removal left is under tmp/, removed at the next open (STORE-17).
+    let store =
+        Store::open_or_create(&root, common::store_options(Durability::Sync, 4096)).unwrap();
+    assert!(store.list().unwrap().headers.is_empty());
+    assert_eq!(fs::read_dir(root.join("tmp")).unwrap().count(), 0);
+}

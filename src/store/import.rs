@@ -154,11 +154,14 @@ impl Store {
 
     /// Removes session `id`, which this process has just published: how a multi-session
     /// import that fails takes back the sessions it already stored (STORE-14). Holds the
-    /// session's lock while removing it, so a writer that has opened it meanwhile keeps
-    /// it (`LOCKED`), and none can open it half removed; then syncs `sessions/`.
+    /// session's lock while it renames the session's directory to a build directory under
+    /// `tmp/`, so a writer that has opened it meanwhile keeps it (`LOCKED`), and none can
+    /// open it half removed; then syncs `sessions/` and removes that directory (what a
+    /// removal cut short leaves there is removed at a later open, STORE-17).
     ///
     /// # Errors
-    /// `LOCKED` when a writer has it open, `IO`; the session is then left in the store.
+    /// `LOCKED` when a writer has it open, `IO` for the rename: the session is then left in
+    /// the store; `IO` for the sync of `sessions/` after the rename.
     #[cfg(feature = "dsh")]
     pub(crate) fn discard(&self, id: &str) -> Result<()> {
         let dir = self.session_dir(id);
@@ -166,14 +169,20 @@ impl Store {
         super::refuse_symlink(&self.dir.join("sessions"))?;
         super::refuse_symlink(&dir)?;
         let lock = crate::log::take_lock(storage, &dir.join("log"))?;
+        // Out of `sessions/` in one step first: a removal cut short (a crash, an I/O error)
+        // then leaves no part of the session where it would be read as one, shortened.
+        // Under `tmp/`, whatever is left is removed at a later open (STORE-17).
+        let build = self.tmp_dir(id)?;
         storage
-            .remove_dir_all(&dir)
-            .map_err(|e| Error::io("remove", &dir, &e))?;
-        drop(lock);
+            .rename(&dir, build.path())
+            .map_err(|e| Error::io("rename", &dir, &e))?;
         let sessions = self.dir.join("sessions");
-        storage
+        let synced = storage
             .sync_dir(&sessions)
-            .map_err(|e| Error::io("fsync", &sessions, &e))
+            .map_err(|e| Error::io("fsync", &sessions, &e));
+        let _ = storage.remove_dir_all(build.path());
+        drop(lock);
+        synced
     }
 }
 
