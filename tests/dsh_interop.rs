@@ -1138,3 +1138,31 @@ fn an_event_the_import_refuses_is_named_at_its_file_and_record() {
         "{error}"
     );
 }
+
+/// HDR-1, HDR-2, HDR-6: a header given to `create` that carries `"type":"session"` among
+/// its keys (an unknown key to the contract, kept) but no `delegationDepth`, or another key
+/// order, is exported as a header line the reference reads: in the reference's key order,
+/// with `delegationDepth` 0. Before, any header holding `"type":"session"` was taken for a
+/// header line read from a DSH file and written as it was: the exported file had no
+/// `delegationDepth`, and both the reference and surfacelog's own import refused it as
+/// "not a session header".
+#[test]
+fn a_created_header_with_a_type_key_exports_as_a_readable_header_line() {
+    let dir = scratch("typed-header");
+    let store = Store::open_or_create(dir.join("store"), StoreOptions::default()).unwrap();
+    let header = r#"{"version":0,"type":"session","id":"h","createdAt":7,"note":1}"#;
+    let mut session = store.create("h", Some(header), None).unwrap();
+    session
+        .append::<surfacelog::kinds::TurnStart>(r#"{"turn":1}"#, surfacelog::NoSurface)
+        .unwrap();
+    session.close().unwrap();
+    let out = export(&store, "h", &dir.join("h.jsonl"), true, Compression::None);
+    let first = String::from_utf8_lossy(split_lines(&out)[0]);
+    assert_eq!(
+        first,
+        "{\"type\":\"session\",\"version\":0,\"id\":\"h\",\"createdAt\":7,\"delegationDepth\":0,\"note\":1}\n"
+    );
+    let (_, outcome) = import_bytes(&dir, "again.jsonl", &out, Compression::None);
+    let (imported, _) = outcome.unwrap();
+    assert_eq!(imported.events, 1);
+}

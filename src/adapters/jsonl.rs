@@ -1007,9 +1007,10 @@ fn corrupt(path: &Path, at: &str, reason: &str) -> Error {
 }
 
 /// The JSONL header line of a session (HDR-1, HDR-2), without its line feed. A header
-/// that came from a JSONL file (it starts with `"type":"session"`) is written exactly as
-/// it was read (HDR-14); any other is built in the reference's key order (§2.3), with
-/// `delegationDepth` 0 when absent and unknown keys after the known ones.
+/// that is already a header line the reference reads (HDR-4 to HDR-7, as one read from a
+/// JSONL file is) is written exactly as it is (HDR-14); any other is built in the
+/// reference's key order (§2.3), with `delegationDepth` 0 when absent and unknown keys
+/// after the known ones.
 pub fn header_line(header: &Header) -> String {
     let text = header.text();
     let Ok(json) = Json::parse(text) else {
@@ -1017,8 +1018,10 @@ pub fn header_line(header: &Header) -> String {
     };
     let root = json.root();
     // A header line read from a DSH file is kept as it was, whatever its key order
-    // (HDR-14); one made here has no `type` and is written in the reference's order.
-    if root.get("type").is_some_and(|t| t.is_str("session")) {
+    // (HDR-14). A header given to `create` may carry `"type":"session"` too, as an
+    // unknown key (contract §6), without the `delegationDepth` HDR-6 requires: only one
+    // that passes the reader's own gate is kept; the others are built here.
+    if check_header(text).is_ok() {
         return text.to_owned();
     }
     let mut line = String::from("{\"type\":\"session\"");
