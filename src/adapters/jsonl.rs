@@ -447,8 +447,9 @@ struct Scanner {
     issue_line: u64,
     /// An incomplete record carried to the next piece.
     partial: Vec<u8>,
-    /// The members of the last packed row, their buffers reused from row to row.
-    members: rows::Members,
+    /// The member of a packed row being handed out, its buffers reused from member to
+    /// member and row to row: memory is one member, however many a row holds.
+    member: crate::json::Built,
     /// Zstandard: the file offset of the frame being scanned, where its records are
     /// (their own offsets are the plaintext's).
     frame_at: Option<u64>,
@@ -482,7 +483,7 @@ impl Scanner {
             issue: None,
             issue_line: 0,
             partial: Vec::new(),
-            members: rows::Members::default(),
+            member: crate::json::Built::default(),
             frame_at: None,
         }
     }
@@ -546,7 +547,7 @@ impl Scanner {
         };
         let record = match &json {
             Err(error) => Record::Unparsable(format!("{}", Error::from(error.clone()))),
-            Ok(json) => classify(json.root(), &mut self.members),
+            Ok(json) => classify(json.root()),
         };
         let line = self.line;
         match record {
@@ -601,10 +602,10 @@ impl Scanner {
                 }
                 // Where a refusal of one of its events is to be named (LOAD-7).
                 let at = self.frame_at.unwrap_or(self.end - bytes.len() as u64 - 1);
-                if members {
-                    for member in self.members.as_mut_slice() {
-                        member.with_json(|json| each(json, at))?;
-                    }
+                if let (true, Ok(json)) = (members, &json) {
+                    rows::each_member(json.root(), &mut self.member, &mut |member| {
+                        member.with_json(|json| each(json, at))
+                    })?;
                 } else if let (1, Ok(json)) = (count, &json) {
                     each(json, at)?;
                 }
@@ -679,15 +680,16 @@ fn find_newline(bytes: &[u8]) -> Option<usize> {
 
 /// ROW-8 and §5.3: a packed row decodes to its members; any other object is one event;
 /// `null` is unparsable (reference quirk); any other value has no valid seq.
-fn classify<'t>(root: Value<'_, 't>, members: &mut rows::Members) -> Record<'t> {
+fn classify<'t>(root: Value<'_, 't>) -> Record<'t> {
     match root.kind() {
         Kind::Null => Record::Unparsable("the record is null".to_owned()),
-        Kind::Object => match rows::expand_row(root, members) {
+        // ROW-9 only: the members are built when they are handed out, one at a time.
+        Kind::Object => match rows::check_row(root) {
             Some(Err(reason)) => Record::Unparsable(format!("malformed packed row: {reason}")),
-            Some(Ok(())) => {
+            Some(Ok(count)) => {
                 let seq0 = root.get("seq0");
                 Record::Events {
-                    count: members.len() as u64,
+                    count: count as u64,
                     members: true,
                     first_seq: seq0.and_then(|v| v.as_f64()),
                     first_seq_text: seq0.map(|v| v.raw()),

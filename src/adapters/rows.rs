@@ -273,20 +273,48 @@ pub fn unpack(records: &[&str]) -> Result<Vec<String>> {
     Ok(events)
 }
 
-/// Expands one packed row already parsed (ROW-9, ROW-10): `None` when `row` is not a row
-/// (its `type` is no row tag), else its members or why it is malformed.
-pub(crate) fn expand_row(
-    row: Value<'_, '_>,
-    members: &mut Members,
-) -> Option<Result<(), &'static str>> {
+/// Checks one packed row already parsed (ROW-9): `None` when `row` is not a row (its
+/// `type` is no row tag), else how many members it has or why it is malformed. Nothing is
+/// built: [`each_member`] builds the members of a row that passed, one at a time.
+pub(crate) fn check_row(row: Value<'_, '_>) -> Option<Result<usize, &'static str>> {
     let tag = row.get("type").filter(|_| row.kind() == Kind::Object)?;
     let kind = DeltaKind::from_row_tag(tag)?;
-    members.clear();
-    Some(expand(kind, row, members))
+    Some(check(kind, row).map(|checked| checked.count))
 }
 
-/// The members a row expands to, each written with its tape (ROW-10). Clearing keeps their
-/// buffers, so expanding row after row stops allocating once they are large enough.
+/// Builds the members of `row`, a row [`check_row`] passed (ROW-10), one at a time into
+/// `slot`, and hands each to `each`: memory is one member, however many the row holds (a
+/// JSONL row has no bound on its members, ROW-9). Stops at the first error of `each`.
+///
+/// # Errors
+/// What `each` returns; a malformed row (a bug of the caller) is `CORRUPT`.
+pub(crate) fn each_member(
+    row: Value<'_, '_>,
+    slot: &mut Built,
+    each: &mut dyn FnMut(&mut Built) -> Result<()>,
+) -> Result<()> {
+    let checked = row
+        .get("type")
+        .and_then(DeltaKind::from_row_tag)
+        .ok_or("not a packed row")
+        .and_then(|kind| check(kind, row))
+        .map_err(|reason| ErrorKind::Corrupt {
+            location: "packed row".to_owned(),
+            reason: format!("malformed packed row: {reason}"),
+        })?;
+    let mut result = Ok(());
+    checked.for_each(|member| {
+        if result.is_ok() {
+            *slot = member_event(&member, std::mem::take(slot));
+            result = each(slot);
+        }
+    });
+    result
+}
+
+/// The members a row expands to, each written with its tape (ROW-10), all of them: for a
+/// caller that returns them all (`unpack`, a `SQLite` row of at most 1,024). A JSONL scan
+/// builds one at a time instead ([`each_member`]).
 #[derive(Debug, Default)]
 pub(crate) struct Members {
     built: Vec<Built>,
@@ -294,21 +322,6 @@ pub(crate) struct Members {
 }
 
 impl Members {
-    /// Forgets the members, keeping their buffers.
-    pub(crate) fn clear(&mut self) {
-        self.len = 0;
-    }
-
-    /// The number of members.
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// The members, in seq order.
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [Built] {
-        &mut self.built[..self.len]
-    }
-
     /// The member texts, without their tapes.
     fn into_texts(mut self) -> Vec<String> {
         self.built.truncate(self.len);
@@ -457,6 +470,39 @@ fn row(run: &[Delta<'_>]) -> String {
 
 /// ROW-9 and ROW-10: validates a row and appends its members.
 fn expand(kind: DeltaKind, row: Value<'_, '_>, events: &mut Members) -> Result<(), &'static str> {
+    check(kind, row)?.for_each(|member| events.push_with(|buffers| member_event(&member, buffers)));
+    Ok(())
+}
+
+/// A packed row that passed ROW-9: what its members are built from (ROW-7, ROW-10), the
+/// member strings and `dt` left in the parsed row, so that checking holds nothing per
+/// member.
+struct Checked<'j, 'a> {
+    first: Delta<'a>,
+    members: Value<'j, 'a>,
+    dt: Value<'j, 'a>,
+    count: usize,
+}
+
+impl<'a> Checked<'_, 'a> {
+    /// Each member in order, as ROW-7 builds it (its seq and its time).
+    fn for_each(&self, mut each: impl FnMut(Delta<'a>)) {
+        let mut gaps = self.dt.elements();
+        let mut member = self.first;
+        for (k, payload) in self.members.elements().enumerate() {
+            if k > 0 {
+                let gap = gaps.next().and_then(|d| d.as_safe_int()).unwrap_or(0);
+                member.seq += 1;
+                member.time += gap;
+            }
+            member.payload = payload.raw();
+            each(member);
+        }
+    }
+}
+
+/// ROW-9: checks a row without building its members.
+fn check<'j, 'a>(kind: DeltaKind, row: Value<'j, 'a>) -> Result<Checked<'j, 'a>, &'static str> {
     exact_keys(row, &["type", "seq0", "time0", "data"], &[])
         .ok_or("row keys are not type, seq0, time0, data")?;
     let seq0 = row
@@ -495,52 +541,58 @@ fn expand(kind: DeltaKind, row: Value<'_, '_>, events: &mut Members) -> Result<(
         return Err("turn, step or index is not a number");
     };
     let (id, name) = (id.map(|v| v.raw()), name.map(|v| v.raw()));
-    let members: Vec<Value<'_, '_>> = members
+    let members = members
         .filter(|m| m.kind() == Kind::Array)
-        .ok_or("members are not an array")?
-        .elements()
-        .collect();
-    if members.is_empty() || members.iter().any(|m| m.kind() != Kind::String) {
+        .ok_or("members are not an array")?;
+    let mut count = 0;
+    for member in members.elements() {
+        if member.kind() != Kind::String {
+            return Err("members are not a non-empty array of strings");
+        }
+        count += 1;
+    }
+    if count == 0 {
         return Err("members are not a non-empty array of strings");
     }
     let dt = data
         .get("dt")
         .filter(|d| d.kind() == Kind::Array)
         .ok_or("dt is not an array")?;
-    let dt: Vec<i64> = dt
-        .elements()
-        .map(|d| d.as_safe_int())
-        .collect::<Option<_>>()
-        .ok_or("dt holds a value that is not a safe integer")?;
-    if dt.len() + 1 != members.len() {
+    let mut gaps = 0;
+    for gap in dt.elements() {
+        gap.as_safe_int()
+            .ok_or("dt holds a value that is not a safe integer")?;
+        gaps += 1;
+    }
+    if gaps + 1 != count {
         return Err("dt length is not the member count minus one");
     }
     let mut time = time0;
-    for (k, payload) in members.iter().enumerate() {
-        if k > 0 {
-            time = time
-                .checked_add(dt[k - 1])
-                .filter(|t| t.abs() <= SAFE_MAX)
-                .ok_or("a member time leaves the safe-integer range")?;
-        }
-        let seq = seq0 + i64::try_from(k).unwrap_or(i64::MAX);
-        if seq > SAFE_MAX {
-            return Err("a member seq leaves the safe-integer range");
-        }
-        let member = Delta {
+    for gap in dt.elements() {
+        time = time
+            .checked_add(gap.as_safe_int().unwrap_or(0))
+            .filter(|t| t.abs() <= SAFE_MAX)
+            .ok_or("a member time leaves the safe-integer range")?;
+    }
+    if seq0 + i64::try_from(count - 1).unwrap_or(i64::MAX) > SAFE_MAX {
+        return Err("a member seq leaves the safe-integer range");
+    }
+    Ok(Checked {
+        first: Delta {
             kind,
-            seq,
-            time,
+            seq: seq0,
+            time: time0,
             turn,
             step,
             index,
             id,
             name,
-            payload: payload.raw(),
-        };
-        events.push_with(|buffers| member_event(&member, buffers));
-    }
-    Ok(())
+            payload: "",
+        },
+        members,
+        dt,
+        count,
+    })
 }
 
 /// ROW-10: one member as an `assistant/chunk` event, key orders of `dsh-formats.md` §2.3,
@@ -1060,17 +1112,21 @@ mod tests {
             let mut rows = 0;
             for record in pack(&refs).unwrap() {
                 let row = Json::parse(&record).unwrap();
-                let mut members = Members::default();
-                let Some(expanded) = expand_row(row.root(), &mut members) else { continue };
-                expanded.unwrap();
+                let Some(checked) = check_row(row.root()) else { continue };
+                checked.unwrap();
                 rows += 1;
-                for member in members.as_mut_slice() {
+                let mut slot = Built::default();
+                let mut differs = Vec::new();
+                each_member(row.root(), &mut slot, &mut |member| {
                     member.with_json(|json| {
-                        let parsed = Json::parse(json.text()).unwrap();
-                        prop_assert_eq!(json, &parsed);
-                        Ok(())
-                    })?;
-                }
+                        if *json != Json::parse(json.text()).unwrap() {
+                            differs.push(json.text().to_owned());
+                        }
+                    });
+                    Ok(())
+                })
+                .unwrap();
+                prop_assert!(differs.is_empty(), "tapes differ from a parse: {:?}", differs);
             }
             let finite = |t: &str| t != "1e400";
             if finite(&turn) && finite(&step) && finite(&index) {
