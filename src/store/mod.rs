@@ -612,6 +612,17 @@ impl Store {
             options.log.storage = std::sync::Arc::new(beneath);
         }
         let storage = &options.log.storage;
+        // STORE-2 before anything is made: a `STORE` that is there is checked first, so a
+        // store of another version, or a directory whose `STORE` is no identity file, is
+        // refused with nothing created in it (a refused open leaves no trace). A new
+        // store's `STORE` is written last, once its directories are (STORE-19, STORE-23).
+        let checked = std::fs::symlink_metadata(dir.join("STORE")).is_ok();
+        if checked && !read_identity(&**storage, dir)? {
+            return Err(ErrorKind::StoreNotFound {
+                path: dir.to_owned(),
+            }
+            .into());
+        }
         for sub in ["sessions", "trash", "tmp"] {
             let path = dir.join(sub);
             refuse_symlink(&path)?;
@@ -644,30 +655,14 @@ impl Store {
                 .map_err(|e| Error::io("fsync", parent, &e))?;
         }
         refuse_symlink(&dir.join(TMP_LOCK))?;
-        let identity = dir.join("STORE");
-        // STORE-2: an identity file is a line; anything past 1 MiB is not one.
-        match crate::storage::read_file_at_most(&**storage, &identity, 1 << 20)
-            .map(|bytes| bytes.unwrap_or_else(|| vec![0xFF]))
-        {
-            Ok(bytes) => {
-                let text = String::from_utf8(bytes).map_err(|_| {
-                    Error::from(ErrorKind::Corrupt {
-                        location: identity.display().to_string(),
-                        reason: "not a store identity file".to_owned(),
-                    })
-                })?;
-                check_identity(&identity, &text)?;
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound && create => {
-                write_identity(&options, &root)?;
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+        if !checked && !read_identity(&**storage, dir)? {
+            if !create {
                 return Err(ErrorKind::StoreNotFound {
                     path: dir.to_owned(),
                 }
                 .into());
             }
-            Err(error) => return Err(Error::io("read", &identity, &error)),
+            write_identity(&options, &root)?;
         }
         let store = Self {
             dir: dir.to_owned(),
@@ -1964,6 +1959,33 @@ fn check_identity(path: &Path, text: &str) -> Result<()> {
         }
         .into()),
         None => Err(corrupt()),
+    }
+}
+
+/// STORE-2: reads and checks the identity file `STORE` of the store in `dir`: `false` when
+/// there is none.
+///
+/// # Errors
+/// `CORRUPT` for a file that is no identity file (or larger than 1 MiB), `FORMAT_VERSION`,
+/// `IO`.
+fn read_identity(storage: &dyn crate::storage::Storage, dir: &Path) -> Result<bool> {
+    let identity = dir.join("STORE");
+    // An identity file is a line; anything past 1 MiB is not one.
+    match crate::storage::read_file_at_most(storage, &identity, 1 << 20)
+        .map(|bytes| bytes.unwrap_or_else(|| vec![0xFF]))
+    {
+        Ok(bytes) => {
+            let text = String::from_utf8(bytes).map_err(|_| {
+                Error::from(ErrorKind::Corrupt {
+                    location: identity.display().to_string(),
+                    reason: "not a store identity file".to_owned(),
+                })
+            })?;
+            check_identity(&identity, &text)?;
+            Ok(true)
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(error) => Err(Error::io("read", &identity, &error)),
     }
 }
 

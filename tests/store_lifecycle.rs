@@ -1,0 +1,229 @@
+//! Store-level operations (create, delete, restore, purge, remove, fork, open of the store
+//! itself) under refusals, races and a power loss at every I/O point.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::{session_options, user};
+use surfacelog::internals::log::{Durability, LogOptions};
+use surfacelog::internals::session::{NoSurface, SurfaceIntent, kinds};
+use surfacelog::internals::storage::Storage;
+use surfacelog::internals::storage::sim::SimStorage;
+use surfacelog::internals::store::{Store, StoreOptions};
+
+/// STORE-2, STORE-19: `Store::open_or_create` of a directory whose `STORE` is not this
+/// version's identity file is refused, and a refused open leaves no trace. Before the fix
+/// it made `sessions/`, `trash/` and `tmp/` in the directory first and only then read
+/// `STORE` and refused it (`FORMAT_VERSION`, `CORRUPT`), leaving the three directories in
+/// a store of another version or in a directory that is no store at all.
+#[test]
+fn store_19_a_refused_open_or_create_makes_nothing() {
+    for (identity, code) in [
+        (
+            "{\"format\":\"surfacelog-store\",\"version\":2}\n",
+            "FORMAT_VERSION",
+        ),
+        ("not an identity file\n", "CORRUPT"),
+    ] {
+        let scratch = common::scratch("store_lifecycle", "refused-open");
+        let dir = scratch.join("store");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("STORE"), identity).unwrap();
+        let before = common::tree_snapshot(&scratch);
+        let error = Store::open_or_create(&dir, StoreOptions::new()).unwrap_err();
+        assert_eq!(error.code(), code, "{error}");
+        assert_eq!(
+            common::tree_snapshot(&scratch),
+            before,
+            "a refused open_or_create changed the directory ({code})"
+        );
+    }
+}
+
+/// A scratch directory in memory when there is one (the simulated disk syncs nothing).
+fn memory_scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("surfacelog-store_lifecycle-{name}-"))
+        .tempdir_in("/dev/shm")
+        .or_else(|_| {
+            tempfile::Builder::new()
+                .prefix(&format!("surfacelog-store_lifecycle-{name}-"))
+                .tempdir()
+        })
+        .expect("a scratch directory")
+}
+
+fn sim_options(storage: Arc<dyn Storage>) -> StoreOptions {
+    StoreOptions::new()
+        .session_options(session_options())
+        .log_options(LogOptions {
+            segment_bytes: 1024,
+            durability: Durability::Sync,
+            storage,
+            chunk_records: true,
+        })
+        .checkpoint_every(3)
+}
+
+/// What the workload had acknowledged for each id when the power went: `Some(n)` a
+/// session of `n` events is there, `None` it is absent; ids in flight are left out.
+type Acked = std::collections::BTreeMap<&'static str, Option<u64>>;
+
+/// The store operations of [`store_operations_survive_a_crash_at_every_io_point`], each
+/// recorded in `acked` once it returned (and the id marked in flight before).
+fn lifecycle_workload(store: &Store, acked: &mut Acked) -> surfacelog::Result<()> {
+    let events = |n| Some(n);
+    acked.remove("a");
+    let mut a = store.create("a", None, None)?;
+    for turn in 1..=2 {
+        a.append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)?;
+        a.append::<kinds::UserMessage>(&user(&format!("m{turn}")), SurfaceIntent::append())?;
+        a.append::<kinds::TurnEnd>(
+            &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
+            NoSurface,
+        )?;
+    }
+    a.close()?;
+    acked.insert("a", events(6));
+    acked.remove("f");
+    let f = store.fork("a", surfacelog::Boundary::Last, "f")?;
+    let f_len = f.seq_next();
+    f.close()?;
+    acked.insert("f", events(f_len));
+    acked.remove("a");
+    store.delete("a")?;
+    acked.insert("a", None);
+    acked.remove("a");
+    store.restore("a")?;
+    acked.insert("a", events(6));
+    acked.remove("f");
+    store.delete("f")?;
+    acked.insert("f", None);
+    store.purge()?;
+    acked.remove("a");
+    store.remove("a")?;
+    acked.insert("a", None);
+    acked.remove("f");
+    store.restore("f").map_or_else(
+        |e| {
+            if e.code() == "SESSION_NOT_FOUND" {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        },
+        |()| {
+            Err(surfacelog::Error::io(
+                "restore",
+                "f",
+                &std::io::Error::other("purged"),
+            ))
+        },
+    )?;
+    acked.insert("f", None);
+    Ok(())
+}
+
+/// One run of the workload, the power going at I/O point `crash`; `Err` says what broke.
+fn lifecycle_run(crash: Option<u64>) -> Result<u64, String> {
+    let scratch = memory_scratch("sim");
+    let sim = Arc::new(SimStorage::new(scratch.path(), 7).map_err(|e| e.to_string())?);
+    if let Some(k) = crash {
+        sim.crash_at(k);
+    }
+    let dir = scratch.path().join("store");
+    let mut acked = Acked::new();
+    {
+        let storage: Arc<dyn Storage> = sim.clone();
+        if let Ok(store) = Store::open_or_create(&dir, sim_options(storage)) {
+            let outcome = lifecycle_workload(&store, &mut acked);
+            if crash.is_none() {
+                outcome.map_err(|e| format!("workload without a crash: {e}"))?;
+            }
+        }
+    }
+    let points = sim.points();
+    sim.crash().map_err(|e| format!("crash: {e}"))?;
+    if !dir.join("STORE").exists() {
+        return if acked.values().any(Option::is_some) {
+            Err("the store is gone".to_owned())
+        } else {
+            Ok(points)
+        };
+    }
+    check_after_crash(&dir, &acked)?;
+    Ok(points)
+}
+
+/// Every session of the store opens whole; each acknowledged id is there with its events
+/// or absent as acknowledged; the trash restores only whole sessions.
+fn check_after_crash(dir: &Path, acked: &Acked) -> Result<(), String> {
+    let fresh = SimStorage::new(dir.parent().unwrap_or(dir), 0).map_err(|e| e.to_string())?;
+    let store = Store::open_or_create(dir, sim_options(Arc::new(fresh)))
+        .map_err(|e| format!("reopen the store: {e}"))?;
+    let listing = store.list().map_err(|e| format!("list: {e}"))?;
+    if let Some(error) = listing.damaged.first() {
+        return Err(format!("a damaged session: {error}"));
+    }
+    let whole = |id: &str| -> Result<Option<u64>, String> {
+        match store.open_session(id) {
+            Ok((session, opened)) => {
+                let kept = session.seq_next() - opened.closers;
+                for seq in 0..kept {
+                    session
+                        .event(seq)
+                        .map_err(|e| format!("{id}: event {seq}: {e}"))?
+                        .ok_or_else(|| format!("{id}: event {seq} missing"))?;
+                }
+                Ok(Some(kept))
+            }
+            Err(e) if e.code() == "SESSION_NOT_FOUND" => Ok(None),
+            Err(e) => Err(format!("{id}: open: {e}")),
+        }
+    };
+    for id in ["a", "f"] {
+        let found = whole(id)?;
+        if let Some(&want) = acked.get(id)
+            && found != want
+        {
+            return Err(format!("{id}: acknowledged {want:?}, found {found:?}"));
+        }
+        // Whatever the trash holds of it comes back whole.
+        if found.is_none() {
+            match store.restore(id) {
+                Ok(()) => {
+                    let back = whole(id)?;
+                    if back.is_none() || back < Some(6) && id == "a" {
+                        return Err(format!("{id}: restored as {back:?}"));
+                    }
+                }
+                Err(e) if e.code() == "SESSION_NOT_FOUND" => {}
+                Err(e) => return Err(format!("{id}: restore: {e}")),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// STORE-9, STORE-13, STORE-24: create, fork, delete, restore, purge and remove, the
+/// power going at every I/O point of the workload: the store opens, every session in it
+/// opens whole, and what each returned call acknowledged holds.
+#[test]
+fn store_operations_survive_a_crash_at_every_io_point() {
+    let total = lifecycle_run(None).unwrap_or_else(|e| panic!("no crash: {e}"));
+    assert!(total > 50, "the workload ran {total} I/O points only");
+    let mut failures = Vec::new();
+    for k in 1..=total {
+        if let Err(error) = lifecycle_run(Some(k)) {
+            failures.push(format!("point {k}: {error}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {total}:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
