@@ -78,12 +78,7 @@ fn lifecycle_workload(store: &Store, acked: &mut Acked) -> surfacelog::Result<()
     acked.remove("a");
     let mut a = store.create("a", None, None)?;
     for turn in 1..=2 {
-        a.append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)?;
-        a.append::<kinds::UserMessage>(&user(&format!("m{turn}")), SurfaceIntent::append())?;
-        a.append::<kinds::TurnEnd>(
-            &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
-            NoSurface,
-        )?;
+        closed_turn(&mut a, turn)?;
     }
     a.close()?;
     acked.insert("a", events(6));
@@ -98,6 +93,23 @@ fn lifecycle_workload(store: &Store, acked: &mut Acked) -> surfacelog::Result<()
     acked.remove("a");
     store.restore("a")?;
     acked.insert("a", events(6));
+    // A fork inside the source's segments (a limit file), then both logs go on.
+    acked.remove("g");
+    let mut g = store.fork("a", surfacelog::Boundary::Seq(2), "g")?;
+    closed_turn(&mut g, 5)?;
+    let g_len = g.seq_next();
+    g.close()?;
+    acked.insert("g", events(g_len));
+    acked.remove("a");
+    let (mut a, _) = store.open_session("a")?;
+    closed_turn(&mut a, 3)?;
+    a.close()?;
+    acked.insert("a", events(9));
+    acked.remove("g");
+    let (mut g, _) = store.open_session("g")?;
+    closed_turn(&mut g, 6)?;
+    g.close()?;
+    acked.insert("g", events(g_len + 3));
     acked.remove("f");
     store.delete("f")?;
     acked.insert("f", None);
@@ -123,6 +135,17 @@ fn lifecycle_workload(store: &Store, acked: &mut Acked) -> surfacelog::Result<()
         },
     )?;
     acked.insert("f", None);
+    Ok(())
+}
+
+/// Appends turn `turn`: its start, a user message and its end.
+fn closed_turn(session: &mut surfacelog::StoredSession, turn: u64) -> surfacelog::Result<()> {
+    session.append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)?;
+    session.append::<kinds::UserMessage>(&user(&format!("m{turn}")), SurfaceIntent::append())?;
+    session.append::<kinds::TurnEnd>(
+        &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
+        NoSurface,
+    )?;
     Ok(())
 }
 
@@ -183,7 +206,7 @@ fn check_after_crash(dir: &Path, acked: &Acked) -> Result<(), String> {
             Err(e) => Err(format!("{id}: open: {e}")),
         }
     };
-    for id in ["a", "f"] {
+    for id in ["a", "f", "g"] {
         let found = whole(id)?;
         if let Some(&want) = acked.get(id)
             && found != want
@@ -226,4 +249,38 @@ fn store_operations_survive_a_crash_at_every_io_point() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// STORE-8, STORE-25: a session deleted and purged by another handle while `ls`
+/// (`Store::list_summaries`) reads it is not listed, and is not damage. Before the fix the
+/// listing, which reads each session through a handle of its directory (the handle
+/// follows the directory into the trash), reported the session as `CORRUPT` ("the session
+/// has no header.json") once the purge had removed its files.
+#[test]
+fn store_25_a_session_deleted_and_purged_while_listed_is_not_damage() {
+    use surfacelog::internals::store::Step;
+    let scratch = common::scratch("store_lifecycle", "summaries");
+    let other = Store::open_or_create(&*scratch, StoreOptions::new()).unwrap();
+    for id in ["a", "b"] {
+        other.create(id, None, None).unwrap().close().unwrap();
+    }
+    let raced = Arc::new(std::sync::Mutex::new(None));
+    let slot = Arc::clone(&raced);
+    let store = Store::open_read_only(&*scratch, StoreOptions::new())
+        .unwrap()
+        .with_hook(move |step| {
+            if step == Step::Summarizing("a") {
+                let mut slot = slot.lock().unwrap();
+                if slot.is_none() {
+                    *slot = Some(other.delete("a").and_then(|()| other.purge()));
+                }
+            }
+        });
+    let listing = store.list_summaries().unwrap();
+    let purged = raced.lock().unwrap().take().expect("the race ran");
+    assert_eq!(purged.map_err(|e| e.to_string()), Ok(1));
+    let damaged: Vec<String> = listing.damaged.iter().map(ToString::to_string).collect();
+    assert!(damaged.is_empty(), "{damaged:?}");
+    let ids: Vec<&str> = listing.sessions.iter().map(|s| s.header.id()).collect();
+    assert_eq!(ids, ["b"]);
 }

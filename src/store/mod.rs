@@ -351,6 +351,9 @@ pub enum Step<'a> {
     /// `open` of this id has checked that the session's paths are no links (STORE-1) and
     /// has not opened its log yet.
     SessionChecked(&'a str),
+    /// `list_summaries` has opened the session directory of this name in `sessions/` and
+    /// has not read its files yet (STORE-25).
+    Summarizing(&'a str),
 }
 
 /// A test hook: called at each [`Step`].

@@ -69,7 +69,7 @@ impl Store {
         refuse_symlink(&sessions)?;
         let fd = rustix::fs::open(&sessions, flags(true), Mode::empty())
             .map_err(|e| io("open", &sessions, e))?;
-        match summarize(&fd, &sessions, &super::escape_id(id))? {
+        match summarize(&fd, &sessions, &super::escape_id(id), &|_| {})? {
             // STORE-4: a shortened name shared by two ids; this one is the other's.
             Some(found) if found.header.id() == id => Ok(found.summary),
             _ => Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into()),
@@ -106,10 +106,11 @@ impl Store {
                 .chunks(chunk)
                 .map(|names| {
                     let (fd, sessions) = (&fd, &sessions);
+                    let step = |name: &str| self.step(super::Step::Summarizing(name));
                     scope.spawn(move || {
                         names
                             .iter()
-                            .map(|name| summarize(fd, sessions, name))
+                            .map(|name| summarize(fd, sessions, name, &step))
                             .collect::<Vec<_>>()
                     })
                 })
@@ -217,7 +218,13 @@ fn count(summary: &mut Summary, stat: &rustix::fs::Stat) {
 
 /// Session directory `name` in `sessions` (open as `sessions_fd`): `None` when it is no
 /// session directory (a plain file, STORE-16 warns of it) or is gone (deleted meanwhile).
-fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Option<SessionSummary>> {
+/// `step` is the test hook, run once the directory is open.
+fn summarize(
+    sessions_fd: &OwnedFd,
+    sessions: &Path,
+    name: &str,
+    step: &(dyn Fn(&str) + Sync),
+) -> Result<Option<SessionSummary>> {
     let path = sessions.join(name);
     let dir = match open_dir(sessions_fd, name, &path) {
         Ok(Some(fd)) => fd,
@@ -225,6 +232,31 @@ fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Optio
         Ok(None) => return Ok(None),
         Err(error) => return Err(error),
     };
+    step(name);
+    match summarize_open(&dir, &path, name) {
+        // STORE-8: a session deleted (renamed into the trash, perhaps purged since) while
+        // its files were read is not listed, and is not damage: the handle followed the
+        // directory out of `sessions/`, where its files may be going one by one.
+        Err(_) if !still_listed(sessions_fd, name, &dir) => Ok(None),
+        other => other,
+    }
+}
+
+/// Whether `sessions/name` is still the directory open as `dir` (device and inode).
+fn still_listed(sessions_fd: &OwnedFd, name: &str, dir: &OwnedFd) -> bool {
+    let Ok(open) = rustix::fs::fstat(dir) else {
+        return true;
+    };
+    match rustix::fs::statat(sessions_fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(now) => (now.st_dev, now.st_ino) == (open.st_dev, open.st_ino),
+        Err(Errno::NOENT) => false,
+        Err(_) => true,
+    }
+}
+
+/// [`summarize`] of the session directory open as `dir` at `path`.
+fn summarize_open(dir: &OwnedFd, path: &Path, name: &str) -> Result<Option<SessionSummary>> {
+    let path = path.to_owned();
     let mut summary = Summary {
         events: None,
         surface: None,
@@ -235,7 +267,7 @@ fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Optio
 
     // STORE-4: the header, read through the directory's handle.
     let header_path = path.join("header.json");
-    let header_file = match rustix::fs::openat(&dir, "header.json", flags(false), Mode::empty()) {
+    let header_file = match rustix::fs::openat(dir, "header.json", flags(false), Mode::empty()) {
         Ok(fd) => std::fs::File::from(fd),
         Err(Errno::NOENT) => {
             return Err(ErrorKind::Corrupt {
@@ -264,7 +296,7 @@ fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Optio
 
     // CKP-1: the checkpoint's counts, its CRC checked; its nodes are not read.
     match rustix::fs::openat(
-        &dir,
+        dir,
         checkpoint::CHECKPOINT_FILE,
         flags(false),
         Mode::empty(),
@@ -289,7 +321,7 @@ fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Optio
 
     // The message pack (message-pack.md), a cache: its size only.
     let pack_path = path.join(super::pack::PACK_FILE);
-    match rustix::fs::openat(&dir, super::pack::PACK_FILE, flags(false), Mode::empty()) {
+    match rustix::fs::openat(dir, super::pack::PACK_FILE, flags(false), Mode::empty()) {
         Ok(fd) => {
             let stat = rustix::fs::fstat(&fd).map_err(|e| io("stat", &pack_path, e))?;
             if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
@@ -303,13 +335,13 @@ fn summarize(sessions_fd: &OwnedFd, sessions: &Path, name: &str) -> Result<Optio
 
     // The log's files: one listing, a stat of each relative to the directory.
     let log_path = path.join("log");
-    let log = match rustix::fs::openat(&dir, "log", flags(true), Mode::empty()) {
+    let log = match rustix::fs::openat(dir, "log", flags(true), Mode::empty()) {
         Ok(fd) => fd,
         // `O_NOFOLLOW | O_DIRECTORY` on a link is `ENOTDIR`: a link is refused (STORE-1).
-        Err(Errno::NOTDIR) => return Err(link_or_not_dir(&dir, "log", &log_path)),
+        Err(Errno::NOTDIR) => return Err(link_or_not_dir(dir, "log", &log_path)),
         Err(Errno::NOENT) => {
             // STORE-21: no log is damage; a session whose directory went away is gone.
-            return match rustix::fs::fstat(&dir) {
+            return match rustix::fs::fstat(dir) {
                 Ok(stat) if stat.st_nlink == 0 => Ok(None),
                 _ => Err(ErrorKind::Corrupt {
                     location: log_path.display().to_string(),
