@@ -284,3 +284,79 @@ fn store_25_a_session_deleted_and_purged_while_listed_is_not_damage() {
     let ids: Vec<&str> = listing.sessions.iter().map(|s| s.header.id()).collect();
     assert_eq!(ids, ["b"]);
 }
+
+/// A store whose storage runs `race` once, just before the first open of a path ending
+/// in `suffix` (a session's `LOCK`, before its lock is taken).
+fn store_racing_at(
+    dir: &Path,
+    suffix: &'static str,
+    race: impl Fn() + Send + Sync + 'static,
+) -> Store {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let hooked = common::HookedStorage(Box::new(move |op| {
+        if let common::Op::Open(path) = op
+            && path.ends_with(suffix)
+            && !done.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            race();
+        }
+        Ok(())
+    }));
+    Store::open_or_create(dir, StoreOptions::new().storage(Arc::new(hooked))).unwrap()
+}
+
+/// STORE-9, contract: a delete that loses a race with another handle's delete of the same
+/// session finds it gone: `SESSION_NOT_FOUND`, as a delete after it would. Before the fix
+/// it failed `IO` ("create .../LOCK: No such file or directory"): its lock's file had moved
+/// into the trash with the session.
+#[test]
+fn store_9_a_delete_racing_a_delete_is_not_found_not_io() {
+    let scratch = common::scratch("store_lifecycle", "delete-delete");
+    let other = Store::open_or_create(&*scratch, StoreOptions::new()).unwrap();
+    other.create("a", None, None).unwrap().close().unwrap();
+    let raced = Arc::new(std::sync::Mutex::new(None));
+    let slot = Arc::clone(&raced);
+    let store = store_racing_at(&scratch, "sessions/a/log/LOCK", move || {
+        *slot.lock().unwrap() = Some(other.delete("a"));
+    });
+    let outcome = store.delete("a");
+    let first = raced.lock().unwrap().take().expect("the race ran");
+    assert_eq!(first.map_err(|e| e.to_string()), Ok(()));
+    assert_eq!(
+        outcome
+            .map_err(|e| (e.code(), e.to_string()))
+            .map_err(|e| e.0),
+        Err("SESSION_NOT_FOUND")
+    );
+}
+
+/// STORE-24: a restore whose copy a purge removes meanwhile finds no copy:
+/// `SESSION_NOT_FOUND`, and a restore whose copy another restore brought back first finds
+/// the session there: `SESSION_EXISTS`. Before the fix both failed `IO` ("create
+/// .../LOCK: No such file or directory"): the copy had moved before its lock was taken.
+#[test]
+fn store_24_a_restore_racing_a_purge_or_a_restore_says_what_happened() {
+    for (race, code) in [
+        ("purge", "SESSION_NOT_FOUND"),
+        ("restore", "SESSION_EXISTS"),
+    ] {
+        let scratch = common::scratch("store_lifecycle", "restore-race");
+        let other = Store::open_or_create(&*scratch, StoreOptions::new()).unwrap();
+        other.create("a", None, None).unwrap().close().unwrap();
+        other.delete("a").unwrap();
+        let raced = Arc::new(std::sync::Mutex::new(None));
+        let slot = Arc::clone(&raced);
+        let store = store_racing_at(&scratch, "log/LOCK", move || {
+            let outcome = if race == "purge" {
+                other.purge().map(|_| ())
+            } else {
+                other.restore("a")
+            };
+            *slot.lock().unwrap() = Some(outcome);
+        });
+        let outcome = store.restore("a");
+        let first = raced.lock().unwrap().take().expect("the race ran");
+        assert_eq!(first.map_err(|e| e.to_string()), Ok(()), "{race}");
+        assert_eq!(outcome.map_err(|e| e.code()), Err(code), "racing a {race}");
+    }
+}

@@ -1132,7 +1132,9 @@ impl Store {
         let dir = self.session_dir(id);
         Self::read_header(&*self.options.log.storage, id, &dir)?;
         let storage = &*self.options.log.storage;
-        let lock = crate::log::take_lock(storage, &dir.join("log"))?;
+        // Deleted by another handle since its header was read: its `LOCK` moved with it.
+        let lock = crate::log::take_lock(storage, &dir.join("log"))
+            .map_err(|e| Self::unless_deleted(id, &dir, e))?;
         self.step(Step::DeleteLocked(id));
         // STORE-1: the rename stays inside the store (checked under the lock, after the
         // step a test drives its races at).
@@ -1469,32 +1471,28 @@ impl Store {
         }
         let trash = self.dir.join("trash");
         let name = escape_id(id);
-        let names = storage
-            .list_dir(&trash)
-            .map_err(|e| Error::io("list", &trash, &e))?;
-        let mut copies: Vec<(u128, &String)> = names
-            .iter()
-            .filter_map(|n| match trash_name_parts(n) {
-                Some((escaped, at)) if escaped == name => Some((at, n)),
-                _ => None,
-            })
-            .collect();
-        copies.sort_unstable_by(|a, b| b.cmp(a));
-        // STORE-4: a shortened name may be another id's; the header tells. A copy whose
-        // header does not read is damage, never passed over for an older one.
-        let mut from = None;
-        for (_, n) in &copies {
-            let dir = trash.join(n);
-            if read_header_file(storage, &dir, &name)?.id() == id {
-                from = Some(dir);
-                break;
+        // A copy that moves between the listing and its lock (another restore brought it
+        // back, a purge took it) is looked for again: the trash is then what it holds
+        // after that restore or purge.
+        let mut attempts = 0;
+        let (from, _lock) = loop {
+            let from = self.newest_copy(id, &name)?;
+            match crate::log::take_lock(storage, &from.join("log")) {
+                Ok(lock) => break (from, lock),
+                Err(_)
+                    if attempts < 8
+                        && std::fs::symlink_metadata(&from)
+                            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
+                {
+                    if taken() {
+                        return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
+                    }
+                    attempts += 1;
+                }
+                Err(error) => return Err(error),
             }
-        }
-        let Some(from) = from else {
-            return Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into());
         };
         // Held while it moves: a purge removes no trashed session a restore holds.
-        let _lock = crate::log::take_lock(storage, &from.join("log"))?;
         if let Err(error) = storage.rename(&from, &to) {
             if taken() {
                 return Err(ErrorKind::SessionExists { id: id.to_owned() }.into());
@@ -1508,6 +1506,37 @@ impl Store {
                 .map_err(|e| Error::io("fsync", dir, &e))?;
         }
         Ok(())
+    }
+
+    /// The trash entry [`Store::restore`] takes for session `id` (escaped `name`): the
+    /// newest copy whose header names `id` (STORE-24).
+    ///
+    /// # Errors
+    /// `SESSION_NOT_FOUND` when there is none, `CORRUPT` for a copy whose header does not
+    /// read, `IO`.
+    fn newest_copy(&self, id: &str, name: &str) -> Result<PathBuf> {
+        let storage = &*self.options.log.storage;
+        let trash = self.dir.join("trash");
+        let names = storage
+            .list_dir(&trash)
+            .map_err(|e| Error::io("list", &trash, &e))?;
+        let mut copies: Vec<(u128, &String)> = names
+            .iter()
+            .filter_map(|n| match trash_name_parts(n) {
+                Some((escaped, at)) if escaped == name => Some((at, n)),
+                _ => None,
+            })
+            .collect();
+        copies.sort_unstable_by(|a, b| b.cmp(a));
+        // STORE-4: a shortened name may be another id's; the header tells. A copy whose
+        // header does not read is damage, never passed over for an older one.
+        for (_, n) in &copies {
+            let dir = trash.join(n);
+            if read_header_file(storage, &dir, name)?.id() == id {
+                return Ok(dir);
+            }
+        }
+        Err(ErrorKind::SessionNotFound { id: id.to_owned() }.into())
     }
 
     /// STORE-6: `write` fills a directory under `tmp/`, which is then renamed to the
