@@ -216,7 +216,8 @@ fn ver_2_a_version_1_header_with_a_bad_checksum_is_corrupt() {
 }
 
 /// SEG-9, VER-3: an incompatible feature bit this build does not know refuses the log
-/// (`FORMAT_VERSION`, naming the bits); a compatible one is ignored.
+/// (`FORMAT_VERSION`, naming the bits); a compatible one is ignored. Bit 2 is
+/// `COMPACT_RECORDS` (§4.2): specified, but not read by this build, which refuses it.
 #[test]
 fn seg_9_unknown_incompat_features_refuse_and_unknown_compat_features_are_ignored() {
     let log = TempLog::with_vector("incompat", |b| {
