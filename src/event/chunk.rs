@@ -57,7 +57,8 @@ pub struct ChunkRef<'a> {
 
 const PREFIX: &str = r#"{"type":"assistant/chunk","seq":"#;
 const TIME: &str = r#","time":"#;
-const TURN: &str = r#","data":{"turn":"#;
+const DATA: &str = r#","data":"#;
+const TURN: &str = r#"{"turn":"#;
 const STEP: &str = r#","step":"#;
 const CHUNK: &str = r#","chunk":{"type":""#;
 const INDEX: &str = r#"","index":"#;
@@ -76,7 +77,22 @@ impl<'a> ChunkRef<'a> {
         let rest = strip_decimal(rest, u128::from(seq), false)?;
         let rest = rest.strip_prefix(TIME)?;
         let rest = strip_decimal(rest, u128::from(time.unsigned_abs()), time < 0)?;
-        let (turn, rest) = u32_token(rest.strip_prefix(TURN)?)?;
+        let data = rest.strip_prefix(DATA)?.strip_suffix('}')?;
+        let chunk = Self::from_data(data)?;
+        debug_assert_eq!(
+            chunk.text(seq, time),
+            text,
+            "REC-11: the text rebuilds exactly"
+        );
+        Some(chunk)
+    }
+
+    /// The chunk whose `data` text (REC-13: from `{"turn"` to the `}` closing `data`) is
+    /// exactly `data`; `None` for any other text. [`ChunkRef::from_text`] is this on the
+    /// text's `data` once the envelope before and after it matched: the compact codec
+    /// (log-format.md REC-20) asks it of a record that holds `data` without the envelope.
+    pub fn from_data(data: &'a str) -> Option<Self> {
+        let (turn, rest) = u32_token(data.strip_prefix(TURN)?)?;
         let (step, rest) = u32_token(rest.strip_prefix(STEP)?)?;
         let rest = rest.strip_prefix(CHUNK)?;
         let (kind, rest) = [ChunkKind::Text, ChunkKind::Reasoning, ChunkKind::ToolCall]
@@ -98,10 +114,12 @@ impl<'a> ChunkRef<'a> {
             let (payload, rest) = string_inside(rest.strip_prefix(TEXT)?)?;
             ("", None, payload, rest)
         };
-        if rest != END {
+        // `END` closes the payload's string, the chunk, `data` and the event: the last `}`
+        // is the envelope's, not part of `data`.
+        if rest != &END[..END.len() - 1] {
             return None;
         }
-        let chunk = Self {
+        Some(Self {
             kind,
             turn,
             step,
@@ -109,13 +127,7 @@ impl<'a> ChunkRef<'a> {
             id,
             name,
             payload,
-        };
-        debug_assert_eq!(
-            chunk.text(seq, time),
-            text,
-            "REC-11: the text rebuilds exactly"
-        );
-        Some(chunk)
+        })
     }
 
     /// REC-13: appends the event's text to `out`.
@@ -125,7 +137,7 @@ impl<'a> ChunkRef<'a> {
         out.push_str(PREFIX);
         let _ = write!(
             out,
-            "{seq}{TIME}{time}{TURN}{}{STEP}{}",
+            "{seq}{TIME}{time}{DATA}{TURN}{}{STEP}{}",
             self.turn, self.step
         );
         out.push_str(CHUNK);
@@ -172,7 +184,7 @@ impl<'a> ChunkRef<'a> {
             + TIME.len()
             + decimal_len(u128::from(time.unsigned_abs()))
             + usize::from(time < 0)
-            + r#","data":"#.len()
+            + DATA.len()
     }
 
     /// The bytes of `data`: `{"turn":…` to the `}` closing it.
@@ -189,7 +201,7 @@ impl<'a> ChunkRef<'a> {
             TEXT.len()
         };
         // `{"turn":` … `}}` — the text's last `}` closes the event, not `data`.
-        TURN.len() - r#","data":"#.len()
+        TURN.len()
             + STEP.len()
             + CHUNK.len()
             + self.kind.chunk_type().len()
@@ -320,6 +332,7 @@ mod tests {
                 assert_eq!(chunk.text(seq, time), text);
                 assert_eq!(chunk.text_len(seq, time), text.len());
                 assert_eq!(&text[chunk.data_span(seq, time)], data);
+                assert_eq!(ChunkRef::from_data(data), Some(chunk));
             }
         }
     }
@@ -350,7 +363,11 @@ mod tests {
                 ChunkRef::from_text(5, 6, &event(5, 6, data)).is_none(),
                 "{data}"
             );
+            assert!(ChunkRef::from_data(data).is_none(), "{data}");
         }
+        // `data` ends at the `}` closing it: the envelope's last `}` is not part of it.
+        assert!(ChunkRef::from_data(&format!("{ok}}}")).is_none());
+        assert!(ChunkRef::from_data(&ok[..ok.len() - 1]).is_none());
         let spaced = event(5, 6, ok).replace(r#""seq":5"#, r#""seq": 5"#);
         assert!(ChunkRef::from_text(5, 6, &spaced).is_none());
         let exponent = event(5, 6, ok).replace(r#""time":6"#, r#""time":6e0"#);
@@ -406,6 +423,7 @@ mod tests {
             let data = &text[chunk.data_span(seq, time)];
             let framed = data.starts_with(r#"{"turn":"#) && data.ends_with("}}");
             prop_assert!(framed, "data span {:?}", data);
+            prop_assert_eq!(ChunkRef::from_data(data), Some(chunk));
         }
     }
 }

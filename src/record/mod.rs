@@ -11,6 +11,7 @@
 #![deny(clippy::indexing_slicing)]
 
 pub mod chunk;
+pub mod compact;
 
 use std::ops::Range;
 
