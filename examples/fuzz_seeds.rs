@@ -46,6 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     // An open turn: the reopening repairs it.
     session.append::<kinds::TurnStart>(r#"{"turn":4}"#, NoSurface)?;
+    compact_seeds(out, &session)?;
     let texts: Vec<String> = (0..session.seq_next())
         .map(|seq| session.event(seq).map(|e| e.map(|e| e.text().into_owned())))
         .collect::<Result<Option<_>, _>>()?
@@ -175,6 +176,53 @@ fn turn_of(
         &format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#),
         NoSurface,
     )?;
+    Ok(())
+}
+
+/// `record_compact`: each stored event as a compact record (log-format.md §4.2), one seed
+/// per record kind, and a chunk run of several members.
+fn compact_seeds(
+    out: &Path,
+    session: &surfacelog::internals::store::StoredSession,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use surfacelog::internals::event::chunk::{ChunkKind, ChunkRef};
+    use surfacelog::internals::record::compact::{ChunkMember, ChunkRunBuilder, encode};
+    let mut kinds: [Vec<u8>; 4] = Default::default();
+    for seq in 0..session.seq_next() {
+        let event = session.event(seq)?.ok_or("a stored event")?;
+        let mut record = Vec::new();
+        encode(&event, &mut record)
+            .map_err(surfacelog::internals::record::compact::Refusal::reason)?;
+        // The body's kind: after `len` (1 or 2 bytes here) and the 4-byte `crc`.
+        let at = record.iter().position(|b| b & 0x80 == 0).unwrap_or(0) + 5;
+        let kind = usize::from(record[at]).min(3);
+        kinds[kind].extend_from_slice(&record);
+    }
+    for (kind, records) in kinds.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
+        write(out, "record_compact", &format!("kind-{kind}"), records)?;
+    }
+    let mut run = ChunkRunBuilder::default();
+    for (k, payload) in (0_i32..).zip(["Hel", r#"lo \"w\""#, r"\u00e9!"]) {
+        let chunk = ChunkRef {
+            kind: ChunkKind::ToolCall,
+            turn: 3,
+            step: 1,
+            index: 0,
+            id: "call_1",
+            name: Some("read"),
+            payload,
+        };
+        let seq = 1000 + u64::try_from(k)?;
+        let member = ChunkMember {
+            seq,
+            time: 5 + 2 * i64::from(k),
+            chunk,
+        };
+        run.push(member).map_err(|(_, why)| why.reason())?;
+    }
+    let mut record = Vec::new();
+    run.encode(&mut record);
+    write(out, "record_compact", "run", &record)?;
     Ok(())
 }
 
