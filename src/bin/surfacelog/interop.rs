@@ -139,12 +139,57 @@ pub fn import(
     let fresh = std::fs::symlink_metadata(&ctx.store).is_err();
     let store = Store::open_or_create(&ctx.store, options)?;
     let outcome = import_into(&store, format, file, id);
-    if outcome.is_err() && fresh && store.list().is_ok_and(|listed| listed.is_empty()) {
+    if outcome.is_err() && fresh {
         // A refused import stores nothing: not even the store it created for the session.
         drop(store);
-        let _ = std::fs::remove_dir_all(&ctx.store);
+        remove_unused_store(&ctx.store);
     }
     outcome
+}
+
+/// Removes the store at `dir` when it is an empty store (store.md §1: `sessions/`, `trash/`,
+/// `tmp/`, `tmp.lock`, `STORE`), leaving it whole when anything else is in it. Each
+/// directory goes with `rmdir`, which fails unless it is empty, `sessions/` first: a
+/// session another process stored in the store since it was made keeps it (a check of the
+/// listing followed by a removal of the whole tree deleted such a session with it).
+fn remove_unused_store(dir: &Path) {
+    for name in ["sessions", "trash", "tmp"] {
+        if std::fs::remove_dir(dir.join(name)).is_err() {
+            return;
+        }
+    }
+    for name in ["tmp.lock", "STORE"] {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::remove_unused_store;
+    use surfacelog::{Store, StoreOptions};
+
+    /// A store made for an import is removed when it is still empty, and left whole, its
+    /// session intact, when a session was stored in it meanwhile (another process's,
+    /// between the import's refusal and the removal).
+    #[test]
+    fn an_unused_store_is_removed_and_a_used_one_kept() {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("store");
+        drop(Store::open_or_create(&dir, StoreOptions::new()).unwrap());
+        remove_unused_store(&dir);
+        assert!(!dir.exists(), "an empty store is removed");
+
+        let store = Store::open_or_create(&dir, StoreOptions::new()).unwrap();
+        store.create("other", None, None).unwrap().close().unwrap();
+        drop(store);
+        remove_unused_store(&dir);
+        let store = Store::open(&dir, StoreOptions::new()).unwrap();
+        let listed = store.list().unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].id(), "other");
+        assert!(store.open_session("other").is_ok());
+    }
 }
 
 /// The import of `file` into `store`, printing a line per imported session.
