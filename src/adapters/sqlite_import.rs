@@ -51,7 +51,7 @@ pub fn import_sqlite(
         // first such error is the one reported, not the refusal, once the others are gone.
         let mut kept = None;
         for (imported, _) in &done {
-            if let Err(discard) = store.discard(&imported.id) {
+            if let Err(discard) = store.discard(imported) {
                 kept.get_or_insert(discard);
             }
         }

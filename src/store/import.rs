@@ -74,6 +74,9 @@ pub struct Imported {
     pub events: u64,
     /// The repair closers appended after them (contract §8), as stored JSON texts.
     pub closers: Vec<String>,
+    /// The identity of the session's directory as published (its build directory's: a
+    /// rename keeps it), so that a take-back removes that directory and no other.
+    published: Option<super::checkpoint::DirIdentity>,
 }
 
 impl Store {
@@ -159,20 +162,37 @@ impl Store {
     /// open it half removed; then syncs `sessions/` and removes that directory (what a
     /// removal cut short leaves there is removed at a later open, STORE-17).
     ///
+    /// Only the directory the import published is removed: a session another handle has
+    /// deleted meanwhile, and perhaps created again under the same id, is left alone (the
+    /// directory's identity, taken before the publish, is compared under the lock, which
+    /// a delete needs too).
+    ///
     /// # Errors
     /// `LOCKED` when a writer has it open, `IO` for the rename: the session is then left in
     /// the store; `IO` for the sync of `sessions/` after the rename.
     #[cfg(feature = "dsh")]
-    pub(crate) fn discard(&self, id: &str) -> Result<()> {
-        let dir = self.session_dir(id);
+    pub(crate) fn discard(&self, imported: &Imported) -> Result<()> {
+        let dir = self.session_dir(&imported.id);
         let storage = &*self.options.log.storage;
         super::refuse_symlink(&self.dir.join("sessions"))?;
         super::refuse_symlink(&dir)?;
-        let lock = crate::log::take_lock(storage, &dir.join("log"))?;
+        let lock = match crate::log::take_lock(storage, &dir.join("log")) {
+            Err(error) if !dir.exists() => {
+                // Deleted by another handle meanwhile: nothing of this import is there.
+                drop(error);
+                return Ok(());
+            }
+            taken => taken?,
+        };
+        if imported.published.is_none()
+            || super::checkpoint::dir_identity(&dir) != imported.published
+        {
+            return Ok(()); // another session under the same id
+        }
         // Out of `sessions/` in one step first: a removal cut short (a crash, an I/O error)
         // then leaves no part of the session where it would be read as one, shortened.
         // Under `tmp/`, whatever is left is removed at a later open (STORE-17).
-        let build = self.tmp_dir(id)?;
+        let build = self.tmp_dir(&imported.id)?;
         storage
             .rename(&dir, build.path())
             .map_err(|e| Error::io("rename", &dir, &e))?;
@@ -296,12 +316,14 @@ impl Import<'_> {
         // succeeded, so a failed one can be taken back.
         let storage = &*self.store.options.log.storage;
         let _lock = crate::log::take_lock(storage, &self.tmp.join("log"))?;
+        let published = super::checkpoint::dir_identity(&self.tmp);
         self.store.publish_dir(&self.id, &self.tmp)?;
         self.tmp = PathBuf::new();
         Ok(Imported {
             id: std::mem::take(&mut self.id),
             events,
             closers,
+            published,
         })
     }
 }
@@ -320,6 +342,12 @@ impl Drop for Import<'_> {
 mod tests {
     use super::*;
 
+    /// A session of id `id` imported (no events) into `store`.
+    fn imported(store: &Store, id: &str) -> Imported {
+        let header = format!(r#"{{"version":0,"id":"{id}","createdAt":0}}"#);
+        store.import(id, &header).unwrap().finish().unwrap()
+    }
+
     /// STORE-14: taking back a published session holds its lock: a writer that opened it
     /// meanwhile keeps it (`LOCKED`, nothing removed); once closed, it is removed.
     #[test]
@@ -327,16 +355,42 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store =
             Store::open_or_create(dir.path(), super::super::StoreOptions::default()).unwrap();
-        let writer = store.create("s", None, None).unwrap();
-        let error = store.discard("s").unwrap_err();
+        let imported = imported(&store, "s");
+        let writer = store.open_session("s").unwrap();
+        let error = store.discard(&imported).unwrap_err();
         assert_eq!(error.code(), "LOCKED", "{error}");
         assert!(store.session_dir("s").join("header.json").exists());
         drop(writer);
-        store.discard("s").unwrap();
+        store.discard(&imported).unwrap();
         assert!(!store.session_dir("s").exists());
         assert_eq!(
             store.open_session("s").unwrap_err().code(),
             "SESSION_NOT_FOUND"
         );
+    }
+
+    /// STORE-14: a take-back removes only the directory its import published. Before, it
+    /// removed whatever session held the id by then: one another handle had created
+    /// under it after deleting the imported one was lost.
+    #[test]
+    fn discard_leaves_a_session_created_again_under_the_id_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Store::open_or_create(dir.path(), super::super::StoreOptions::default()).unwrap();
+        let imported = imported(&store, "s");
+        store.delete("s").unwrap();
+        store.discard(&imported).unwrap();
+        let mut other = store.create("s", None, None).unwrap();
+        other
+            .append::<crate::kinds::TurnStart>(r#"{"turn":1}"#, crate::NoSurface)
+            .unwrap();
+        let end = r#"{"turn":1,"reason":{"kind":"completed"}}"#;
+        other
+            .append::<crate::kinds::TurnEnd>(end, crate::NoSurface)
+            .unwrap();
+        other.close().unwrap();
+        store.discard(&imported).unwrap();
+        let (session, _) = store.open_session("s").unwrap();
+        assert_eq!(session.seq_next(), 2, "the other session, whole");
     }
 }
