@@ -360,3 +360,27 @@ fn store_24_a_restore_racing_a_purge_or_a_restore_says_what_happened() {
         assert_eq!(outcome.map_err(|e| e.code()), Err(code), "racing a {race}");
     }
 }
+
+/// STORE-24: a file put in `trash/` (no trashed session: those are directories) is left
+/// there by a purge, which removes the trashed sessions around it. Before, the purge
+/// renamed it and then failed `IO` removing it as a directory, and so did every later
+/// purge, the sessions after it never removed.
+#[test]
+fn store_24_a_purge_leaves_a_file_in_the_trash_and_removes_the_sessions() {
+    let scratch = tempfile::tempdir().unwrap();
+    let store = Store::open_or_create(scratch.path(), StoreOptions::new()).unwrap();
+    let junk = scratch.path().join("trash").join("notes.txt");
+    std::fs::write(&junk, b"not a session").unwrap();
+    for id in ["a", "b"] {
+        store.create(id, None, None).unwrap().close().unwrap();
+        store.delete(id).unwrap();
+    }
+    assert_eq!(store.purge().unwrap(), 2);
+    assert_eq!(store.purge().unwrap(), 0);
+    assert_eq!(std::fs::read(&junk).unwrap(), b"not a session");
+    let left: Vec<_> = std::fs::read_dir(scratch.path().join("trash"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["notes.txt"]);
+}

@@ -1355,7 +1355,13 @@ impl Store {
             .map_err(|e| Error::io("list", &trash, &e))?;
         let mut removed = 0;
         for name in names.iter().filter(|name| remove(name)) {
-            if self.remove_trashed(&trash.join(name))? {
+            // Only directories are trashed sessions (STORE-9): anything else put there is
+            // not the store's to remove, and is left as it is.
+            let path = trash.join(name);
+            if !std::fs::symlink_metadata(&path).is_ok_and(|meta| meta.is_dir()) {
+                continue;
+            }
+            if self.remove_trashed(&path)? {
                 removed += 1;
             }
         }
