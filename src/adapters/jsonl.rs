@@ -1406,14 +1406,31 @@ fn publish_syncing<T>(
     let name = path
         .file_name()
         .map_or_else(|| "export".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0))
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| Error::io("create", &tmp, &e))?;
+    // A name of this process's, created exclusively: one a crashed run of the same pid
+    // left, or another export of this process to the same target is writing, is passed
+    // over for the next (`-1`, `-2`, …), never written into or removed.
+    let (tmp, mut file) = {
+        let mut attempt = 0_u32;
+        loop {
+            let tmp = match attempt {
+                0 => dir.join(format!(".{name}.tmp-{}", std::process::id())),
+                n => dir.join(format!(".{name}.tmp-{}-{n}", std::process::id())),
+            };
+            let opened = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0))
+                .mode(0o600)
+                .open(&tmp);
+            match opened {
+                Ok(file) => break (tmp, file),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 64 => {
+                    attempt += 1;
+                }
+                Err(e) => return Err(Error::io("create", &tmp, &e)),
+            }
+        }
+    };
     let done = write(&mut file).and_then(|value| {
         file.sync_all().map_err(|e| Error::io("fsync", &tmp, &e))?;
         let flags = match publish {
@@ -1592,6 +1609,34 @@ mod tests {
         })
         .unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"{}\n");
+    }
+
+    /// A temporary file a crashed export of the same pid left beside the target is passed
+    /// over, and left as it is: the export is published all the same. Before, the export
+    /// refused (`IO`: the file exists) until someone removed it.
+    #[test]
+    fn a_temporary_file_left_by_a_crashed_export_of_the_same_pid_is_passed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let stale = dir
+            .path()
+            .join(format!(".out.jsonl.tmp-{}", std::process::id()));
+        std::fs::write(&stale, b"partial").unwrap();
+        let write = |file: &mut std::fs::File| {
+            file.write_all(b"{}\n")
+                .map_err(|e| crate::Error::io("write", Path::new("out"), &e))
+        };
+        publish_syncing(&path, Publish::New, write, &|d: &Path| {
+            std::fs::File::open(d)?.sync_all()
+        })
+        .unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"{}\n");
+        assert_eq!(
+            std::fs::read(&stale).unwrap(),
+            b"partial",
+            "not ours to touch"
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 
     proptest! {
