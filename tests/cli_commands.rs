@@ -1196,6 +1196,44 @@ fn stats_of_one_session_and_of_the_store() {
 // ---------------------------------------------------------------------------------------
 // export, import.
 
+/// STORE-15: an export never writes over one of the store's files, nor into a session's
+/// directory or anywhere under the store's directories (`UNSAFE_PATH`, nothing changed),
+/// `--force` or not. Before, a read-only export wrote its file there, and with `--force`
+/// replaced a session's `header.json` or the store's `STORE`.
+#[test]
+fn export_never_writes_into_the_store() {
+    let dir = scratch("export-inside");
+    let store = scripted(&dir);
+    // Never over one of the store's files, nor into a session's directory or anywhere
+    // under the store's directories: a read-only command writes nothing there.
+    for inside in [
+        store.0.join("STORE"),
+        store.0.join("sessions").join("s1").join("out.jsonl"),
+        store.0.join("sessions").join("s1").join("header.json"),
+        store.0.join("trash").join("out.jsonl"),
+    ] {
+        let before = common::tree_snapshot(&store.0);
+        for format in ["dsh-jsonl", "dsh-sqlite"] {
+            let args = [
+                "export",
+                "s1",
+                "--format",
+                format,
+                "--out",
+                s(&inside),
+                "--force",
+            ];
+            store.refused(&args, 3, "UNSAFE_PATH");
+        }
+        assert_eq!(
+            common::tree_snapshot(&store.0),
+            before,
+            "{}",
+            inside.display()
+        );
+    }
+}
+
 #[test]
 fn export_to_stdout_or_a_file_never_overwriting() {
     let dir = scratch("export");

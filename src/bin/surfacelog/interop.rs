@@ -147,6 +147,40 @@ pub fn import(
     outcome
 }
 
+/// `UNSAFE_PATH` when the export target `out` is one of the store's own files (store.md
+/// §1), or lies in one of its directories (`sessions/`, `trash/`, `tmp/`; followed through
+/// links): a read-only command writes nothing there (with `--force` it would replace a
+/// session's file, or the store's identity), and a file the store does not know of in a
+/// session's directory could be taken for one of its own. Beside them, in the store's own
+/// directory, a file is nothing of the store's.
+fn refuse_inside_store(store: &Path, out: &Path) -> Result<()> {
+    let parent = match out.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let (Ok(store), Ok(parent)) = (store.canonicalize(), parent.canonicalize()) else {
+        return Ok(()); // a missing directory: the export reports it
+    };
+    let managed = ["sessions", "trash", "tmp"];
+    let inside = managed
+        .iter()
+        .any(|dir| parent.starts_with(store.join(dir)));
+    let own = ["STORE", "tmp.lock", "sessions", "trash", "tmp"];
+    let named = parent == store
+        && out
+            .file_name()
+            .is_some_and(|name| own.iter().any(|own| name == *own));
+    if inside || named {
+        return Err(ErrorKind::UnsafePath {
+            path: out.to_owned(),
+            reason: "the export target is a file or directory of the store's (STORE-15: reads \
+                     write nothing there)",
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// Removes the store at `dir` when it is an empty store (store.md §1: `sessions/`, `trash/`,
 /// `tmp/`, `tmp.lock`, `STORE`), leaving it whole when anything else is in it. Each
 /// directory goes with `rmdir`, which fails unless it is empty, `sessions/` first: a
@@ -248,6 +282,9 @@ struct ExportedLine<'a> {
 /// with `LOCKED` unless `committed_prefix`.
 pub fn export(ctx: &Ctx, id: &str, format: Format, options: &ExportOptions<'_>) -> Result<()> {
     let store = ctx.open_read_only()?;
+    if options.out != Path::new("-") {
+        refuse_inside_store(&ctx.store, options.out)?;
+    }
     if !options.committed_prefix {
         store.check_no_writer(id)?;
     }
