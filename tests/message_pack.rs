@@ -277,6 +277,15 @@ fn parse(pack: &[u8]) -> Fields {
     }
 }
 
+/// `fields` with `text` as the text area (entries and `seq_next` unchanged).
+fn with_text(fields: &Fields, text: Vec<u8>) -> Fields {
+    Fields {
+        seq_next: fields.seq_next,
+        entries: fields.entries.clone(),
+        text,
+    }
+}
+
 /// The bytes of a pack per MSP-1, CRCs computed here.
 fn encode(last_text_crc: u32, fields: &Fields) -> Vec<u8> {
     let mut out = b"surfmsg\0".to_vec();
@@ -367,30 +376,15 @@ fn a_pack_encoded_by_the_spec_is_read_as_written_and_bound_to_its_log() {
     );
 
     // The text of turn 3's user message, `u3` changed to `U3` (the same length).
-    let shown = truth
-        .iter()
-        .position(|m| m.1.contains(r#""id":"u3""#))
-        .unwrap();
-    let (seq, _) = truth[shown];
-    let index = fields.entries.iter().position(|e| e.0 == seq).unwrap();
-    let start = if index == 0 {
-        0
-    } else {
-        fields.entries[index - 1].1
-    };
-    let start = usize::try_from(start).unwrap();
-    let end = usize::try_from(fields.entries[index].1).unwrap();
+    let (shown, span) = message_in("u3", &truth, &fields);
+    let (start, end) = (span.start, span.end);
     let original = String::from_utf8(fields.text[start..end].to_vec()).unwrap();
     assert_eq!(original, truth[shown].1);
     let changed = original.replace("u3", "U3");
     assert_ne!(changed, original);
     let mut text = fields.text.clone();
     text[start..end].copy_from_slice(changed.as_bytes());
-    let altered = Fields {
-        text,
-        entries: fields.entries.clone(),
-        ..fields
-    };
+    let altered = with_text(&fields, text);
     std::fs::write(&path, encode(last_text_crc, &altered)).unwrap();
     let (session, _) = store.open_session("s").unwrap();
     let read = messages_of(&session);
@@ -431,6 +425,46 @@ fn a_pack_encoded_by_the_spec_is_read_as_written_and_bound_to_its_log() {
     );
 }
 
+/// The bytes `Session::each_lent_message` lends from, and the `(seq, span)` of every
+/// message, each of which must be lent (none read from the log).
+fn all_lent<L: surfacelog::internals::session::SessionLog>(
+    session: &Session<L>,
+) -> (surfacelog::SharedBytes, Vec<(u64, std::ops::Range<usize>)>) {
+    let mut spans = Vec::new();
+    let texts = session
+        .each_lent_message(|seq, text| match text {
+            MessageText::Lent(span) => spans.push((seq, span)),
+            MessageText::Text(json) => panic!("{seq} read from the log: {json}"),
+        })
+        .unwrap()
+        .expect("texts lent");
+    (texts, spans)
+}
+
+/// Where the user message of id `id` is among `truth`, and the span of its text in the
+/// text area of the pack `fields` were parsed from (MSP-1: entry i ends where i + 1
+/// starts).
+fn message_in(id: &str, truth: &Messages, fields: &Fields) -> (usize, std::ops::Range<usize>) {
+    let shown = truth
+        .iter()
+        .position(|m| m.1.contains(&format!(r#""id":"{id}""#)))
+        .unwrap();
+    let index = fields
+        .entries
+        .iter()
+        .position(|e| e.0 == truth[shown].0)
+        .unwrap();
+    let start = match index.checked_sub(1) {
+        Some(before) => fields.entries[before].1,
+        None => 0,
+    };
+    let end = fields.entries[index].1;
+    (
+        shown,
+        usize::try_from(start).unwrap()..usize::try_from(end).unwrap(),
+    )
+}
+
 /// MSP-3: a pack whose checksums hold but one of whose texts is not UTF-8 (a faulty
 /// writer's): `messages()` takes that message from the log, while `each_lent_message`,
 /// which leaves the UTF-8 check to its caller, lends the span as the pack gives it, for the
@@ -442,29 +476,12 @@ fn msp_3_a_packed_text_that_is_not_utf8_is_read_from_the_log_or_lent_for_the_cal
     let path = pack_path(dir.as_ref());
     let last_text_crc = u32::from_le_bytes(pack[12..16].try_into().unwrap());
     let fields = parse(&pack);
-    let shown = truth
-        .iter()
-        .position(|m| m.1.contains(r#""id":"u3""#))
-        .unwrap();
-    let index = fields
-        .entries
-        .iter()
-        .position(|e| e.0 == truth[shown].0)
-        .unwrap();
-    let start = match index.checked_sub(1) {
-        Some(before) => usize::try_from(fields.entries[before].1).unwrap(),
-        None => 0,
-    };
-    let end = usize::try_from(fields.entries[index].1).unwrap();
+    let (shown, span) = message_in("u3", &truth, &fields);
+    let (start, end) = (span.start, span.end);
     let at = start + truth[shown].1.find("u3").unwrap();
     let mut text = fields.text.clone();
     text[at] = 0xFF;
-    let altered = Fields {
-        text,
-        entries: fields.entries.clone(),
-        ..fields
-    };
-    std::fs::write(&path, encode(last_text_crc, &altered)).unwrap();
+    std::fs::write(&path, encode(last_text_crc, &with_text(&fields, text))).unwrap();
 
     let (session, _) = store.open_session("s").unwrap();
     let read: Messages = session
@@ -477,14 +494,7 @@ fn msp_3_a_packed_text_that_is_not_utf8_is_read_from_the_log_or_lent_for_the_cal
         read, truth,
         "that message from the log, the others from the pack"
     );
-    let mut spans = Vec::new();
-    let texts = session
-        .each_lent_message(|seq, text| match text {
-            MessageText::Lent(span) => spans.push((seq, span)),
-            MessageText::Text(json) => panic!("{seq} read from the log: {json}"),
-        })
-        .unwrap()
-        .expect("texts lent");
+    let (texts, spans) = all_lent(&session);
     assert_eq!(spans.len(), truth.len());
     for ((seq, span), (truth_seq, truth_text)) in spans.into_iter().zip(&truth) {
         assert_eq!(seq, *truth_seq);
@@ -583,28 +593,12 @@ fn msp_8_a_compressed_pack_is_read_as_the_pack_it_stands_for() {
     };
 
     // Turn 30's user message, `u30` changed to `U30` in the version 1 pack.
-    let shown = truth
-        .iter()
-        .position(|m| m.1.contains(r#""id":"u30""#))
-        .unwrap();
-    let index = fields
-        .entries
-        .iter()
-        .position(|e| e.0 == truth[shown].0)
-        .unwrap();
-    let start = usize::try_from(fields.entries[index - 1].1).unwrap();
-    let end = usize::try_from(fields.entries[index].1).unwrap();
+    let (shown, span) = message_in("u30", &truth, &fields);
+    let (start, end) = (span.start, span.end);
     let changed = truth[shown].1.replace("u30", "U30");
     let mut text = fields.text.clone();
     text[start..end].copy_from_slice(changed.as_bytes());
-    let altered = encode(
-        last_text_crc,
-        &Fields {
-            text,
-            entries: fields.entries.clone(),
-            ..fields
-        },
-    );
+    let altered = encode(last_text_crc, &with_text(&fields, text));
     std::fs::write(&path, &altered).unwrap();
     let (before, after) = compress().expect("the pack is compressed");
     assert_eq!(before, altered.len() as u64);
@@ -699,14 +693,7 @@ fn message_texts_lend_the_pack_text_area_and_outlive_the_session() {
         "an equal copy elsewhere"
     );
     // `each_lent_message` lends the same spans, and returns the same bytes.
-    let mut lent_spans = Vec::new();
-    let lent_texts = session
-        .each_lent_message(|seq, text| match text {
-            MessageText::Lent(span) => lent_spans.push((seq, span)),
-            MessageText::Text(json) => panic!("{seq} read from the log: {json}"),
-        })
-        .unwrap()
-        .expect("texts lent");
+    let (lent_texts, lent_spans) = all_lent(&session);
     assert_eq!(&lent_texts[..], &fields.text[..]);
     let expected: Vec<_> = truth
         .iter()
