@@ -69,6 +69,24 @@ fn export(store: &Store, id: &str, out: &Path, pack: bool, compression: Compress
     std::fs::read(out).unwrap()
 }
 
+/// Session `id` of `store` exported to the JSONL file `out` (a new file, packed rows, no
+/// compression) with the originals its import kept (STORE-26); the file's bytes.
+fn export_with_originals(store: &Store, id: &str, out: &Path) -> Vec<u8> {
+    let session = store.inspect(id).unwrap();
+    let originals = surfacelog::internals::adapters::legacy::Originals::read(store, id).unwrap();
+    jsonl::export_file_to(
+        out,
+        jsonl::Publish::New,
+        session.header(),
+        session.log(),
+        &originals,
+        true,
+        Compression::None,
+    )
+    .unwrap();
+    std::fs::read(out).unwrap()
+}
+
 fn zstd_frames(lines: &[&[u8]]) -> Vec<u8> {
     let mut out = Vec::new();
     for frame in lines {
@@ -504,18 +522,8 @@ fn legacy_events_are_projected_on_import_and_exported_as_they_were() {
     // The export is the file imported, byte for byte, in both directions through SQLite.
     let originals = legacy::Originals::read(&store, "s1").unwrap();
     assert!(!originals.is_empty());
-    let out = dir.join("legacy.out.jsonl");
-    jsonl::export_file_to(
-        &out,
-        jsonl::Publish::New,
-        session.header(),
-        session.log(),
-        &originals,
-        true,
-        Compression::None,
-    )
-    .unwrap();
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), raw);
+    let exported = export_with_originals(&store, "s1", &dir.join("legacy.out.jsonl"));
+    assert_eq!(String::from_utf8(exported).unwrap(), raw);
     let db = dir.join("legacy.sqlite");
     sqlite::export_session_with(&db, session.header(), session.log(), &originals, true).unwrap();
     let again = Store::open_or_create(dir.join("again.store"), StoreOptions::default()).unwrap();
@@ -573,19 +581,8 @@ fn originals_of_events_a_salvage_cut_are_not_exported() {
     session.close().unwrap();
     let read = store.inspect("s1").unwrap();
     assert!(read.seq_next() > 6);
-    let originals = surfacelog::internals::adapters::legacy::Originals::read(&store, "s1").unwrap();
-    let out = dir.join("salvaged.out.jsonl");
-    jsonl::export_file_to(
-        &out,
-        jsonl::Publish::New,
-        read.header(),
-        read.log(),
-        &originals,
-        true,
-        Compression::None,
-    )
-    .unwrap();
-    let exported = std::fs::read_to_string(&out).unwrap();
+    let exported = export_with_originals(&store, "s1", &dir.join("salvaged.out.jsonl"));
+    let exported = String::from_utf8(exported).unwrap();
     let lines: Vec<&str> = exported.lines().collect();
     for seq in 0..read.seq_next() {
         let line = lines[usize::try_from(seq).unwrap() + 1];
@@ -1063,27 +1060,13 @@ fn a_carriage_return_inside_a_record_is_exported_as_read() {
     let (store, outcome) = import_bytes(&dir, "cr.jsonl", raw.as_bytes(), Compression::None);
     let (imported, scan) = outcome.unwrap();
     assert_eq!((imported.events, scan.torn), (3, None));
-    let session = store.inspect("s1").unwrap();
     let originals = surfacelog::internals::adapters::legacy::Originals::read(&store, "s1").unwrap();
     assert!(
         !originals.is_empty(),
         "the turn/start and turn/end were projected"
     );
-    let out = dir.join("cr.out");
-    jsonl::export_file_to(
-        &out,
-        jsonl::Publish::New,
-        session.header(),
-        session.log(),
-        &originals,
-        true,
-        Compression::None,
-    )
-    .unwrap();
-    assert_eq!(
-        String::from_utf8(std::fs::read(&out).unwrap()).unwrap(),
-        raw
-    );
+    let exported = export_with_originals(&store, "s1", &dir.join("cr.out"));
+    assert_eq!(String::from_utf8(exported).unwrap(), raw);
 }
 
 /// LOAD-7: an event the import path refuses (here a `user/message` without a message id,
