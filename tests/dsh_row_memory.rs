@@ -11,13 +11,9 @@ use surfacelog::internals::adapters::jsonl::{Compression, JsonlReader};
 
 const MIB: u64 = 1 << 20;
 
-/// The process's peak resident set, in bytes.
-fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib * 1024
-}
+#[path = "common/peak.rs"]
+mod peak;
+use peak::{peak_rss, reset_peak};
 
 #[test]
 fn a_row_of_a_million_members_is_not_built_whole() {
@@ -37,10 +33,7 @@ fn a_row_of_a_million_members_is_not_built_whole() {
     std::fs::write(&path, &text).unwrap();
     let file_bytes = text.len() as u64;
     drop(text);
-    // Resets the peak to the current resident size (Linux 4.0 on); where that is refused,
-    // the growth is measured from the peak so far, which only makes the check weaker.
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-    let before = peak_rss();
+    let before = reset_peak();
     let reader = JsonlReader::open(&path, Compression::None).unwrap();
     let (mut events, mut last) = (0, String::new());
     let scan = reader

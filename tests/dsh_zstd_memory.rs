@@ -16,13 +16,9 @@ use zstd_frames::{HEADER, block};
 
 const MIB: u64 = 1 << 20;
 
-/// The process's peak resident set, in bytes.
-fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib * 1024
-}
+#[path = "common/peak.rs"]
+mod peak;
+use peak::{peak_rss, reset_peak};
 
 fn header_frame() -> Vec<u8> {
     zstd::stream::encode_all(HEADER, 3).unwrap()
@@ -37,10 +33,7 @@ fn read(dir: &Path, bytes: &[u8]) -> (u64, bool) {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let path = dir.join("session.jsonl.zstd");
     std::fs::write(&path, bytes).unwrap();
-    // Resets the peak to the current resident size (Linux 4.0 on); where that is refused,
-    // the growth is measured from the peak so far, which only makes the check weaker.
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-    let before = peak_rss();
+    let before = reset_peak();
     let reader = JsonlReader::open(&path, Compression::Zstd).unwrap();
     let ok = reader.read_events(&mut |_| Ok(()), &mut |_| {}).is_ok();
     (peak_rss().saturating_sub(before), ok)
