@@ -395,3 +395,75 @@ fn a_missing_last_segment_beside_its_index_is_corrupt_for_readers() {
     assert_eq!(store.inspect("s").unwrap().seq_next(), first_seq);
     assert!(store.verify(Some(&["s"])).unwrap().ok());
 }
+
+/// LOG-2, RCV-11, RCV-13: the segments after the last one an older checkpoint records
+/// removed, their indexes left (a writer that rolled past them and stopped before its next
+/// checkpoint; the index of each lists its durable records, IDX-5). Readers refused the log,
+/// but a writer's open took the recorded chain (RCV-11), found no file under the next
+/// segment's name and opened the log as ending there: the lost events' seqs would have been
+/// given to new ones.
+#[test]
+fn a_missing_last_segment_beside_its_index_is_corrupt_for_an_open_from_an_older_checkpoint() {
+    let dir = tempfile::Builder::new()
+        .prefix("missing-last-ckp")
+        .tempdir()
+        .unwrap();
+    let options = || StoreOptions::new().segment_bytes(4096);
+    let log = dir.path().join("sessions/s/log");
+    let segs = || {
+        let mut segs: Vec<String> = std::fs::read_dir(&log)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| Path::new(n).extension().is_some_and(|e| e == "seg"))
+            .collect();
+        segs.sort();
+        segs
+    };
+    let store = Store::open_or_create(dir.path(), options()).unwrap();
+    let mut s = store.create("s", None, None).unwrap();
+    let mut t = 0;
+    while segs().len() < 2 {
+        s.append::<kinds::TurnStart>(&format!(r#"{{"turn":{t}}}"#), NoSurface)
+            .unwrap();
+        t += 1;
+    }
+    s.close().unwrap();
+    let recorded = segs();
+    let checkpoint = dir.path().join("sessions/s/checkpoint");
+    let older = std::fs::read(&checkpoint).unwrap();
+    let (mut s, _) = store.open_session("s").unwrap();
+    while segs().len() < recorded.len() + 2 {
+        s.append::<kinds::TurnStart>(&format!(r#"{{"turn":{t}}}"#), NoSurface)
+            .unwrap();
+        t += 1;
+    }
+    s.close().unwrap();
+    drop(store);
+    // The checkpoint as the writer left it before its last session.
+    std::fs::write(&checkpoint, older).unwrap();
+    let later: Vec<String> = segs().split_off(recorded.len());
+    let gone = later.first().unwrap().clone();
+    let first_seq: u64 = gone.trim_end_matches(".seg").parse().unwrap();
+    assert!(log.join(gone.replace(".seg", ".idx")).exists());
+    for seg in &later {
+        std::fs::remove_file(log.join(seg)).unwrap();
+    }
+
+    let store = Store::open(dir.path(), options()).unwrap();
+    let inspected = store.inspect("s").map(|_| ()).unwrap_err();
+    assert_eq!(inspected.code(), "CORRUPT", "{inspected}");
+    match store.open_session("s") {
+        Ok((s, _)) => panic!(
+            "a writer opened the log as ending at seq {} (the index of {gone} lists seqs from {first_seq})",
+            s.seq_next()
+        ),
+        Err(error) => {
+            let text = error.to_string();
+            assert_eq!(error.code(), "CORRUPT", "{text}");
+            assert!(
+                text.contains(&gone) && text.contains(&format!("seqs {first_seq}")),
+                "the error names neither the missing segment {gone} nor its seqs: {text}"
+            );
+        }
+    }
+}

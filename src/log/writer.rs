@@ -1205,7 +1205,7 @@ fn missing_events(path: &Path, offset: usize, seq_next: u64, durable_seq: u64) -
 
 /// RCV-11: recovery over `known`, a record of the log's segments, without listing the
 /// directory: taken only when the last known segment is still the last one (no file under
-/// the next segment's name) and its scan ends cleanly (RCV-1, nothing to drop). `None`
+/// the next segment's name, `.seg` or `.idx`) and its scan ends cleanly (RCV-1, nothing to drop). `None`
 /// otherwise, or on any failure: the caller then recovers from a listing (§7), which
 /// decides every other case, so this path never changes a file.
 fn recover_known(
@@ -1219,7 +1219,12 @@ fn recover_known(
     if torn.is_some() {
         return None;
     }
-    if !is_absent(storage, &seq_file_path(dir, tail.seq_next, ".seg")) {
+    // No segment after it, nor the index of one that is gone (LOG-2: the durable mark of
+    // records lost with it, which only the listing's check names).
+    if [".seg", ".idx"]
+        .into_iter()
+        .any(|ext| !is_absent(storage, &seq_file_path(dir, tail.seq_next, ext)))
+    {
         return None;
     }
     let report = OpenReport {
