@@ -467,3 +467,56 @@ fn a_missing_last_segment_beside_its_index_is_corrupt_for_an_open_from_an_older_
         }
     }
 }
+
+/// LOG-2, RCV-13: the only segment of a log removed, with the checkpoint gone, beside the
+/// index its writer left at close. Readers refused the log (no first segment), but a
+/// writer's open took a directory without segments for a new log: it created an empty
+/// segment 0 and opened the session with none of its events, their seqs given to new ones.
+#[test]
+fn a_missing_only_segment_beside_its_index_is_corrupt_for_an_open() {
+    let dir = tempfile::Builder::new()
+        .prefix("missing-only")
+        .tempdir()
+        .unwrap();
+    store_with_two_sessions(dir.path());
+    let session = dir.path().join("sessions/s");
+    let log = session.join("log");
+    let gone = "00000000000000000000.seg";
+    assert!(log.join("00000000000000000000.idx").exists());
+    std::fs::remove_file(log.join(gone)).unwrap();
+    std::fs::remove_file(session.join("checkpoint")).unwrap();
+    let _ = std::fs::remove_file(session.join("messages"));
+
+    let store = Store::open(dir.path(), StoreOptions::new()).unwrap();
+    assert_eq!(
+        store.inspect("s").map(|_| ()).unwrap_err().code(),
+        "CORRUPT"
+    );
+    match store.open_session("s") {
+        Ok((s, _)) => panic!(
+            "a writer opened the log as a new one of {} events",
+            s.seq_next()
+        ),
+        Err(error) => {
+            let text = error.to_string();
+            assert_eq!(error.code(), "CORRUPT", "{text}");
+            assert!(
+                text.contains(gone) && text.contains("seqs 0.."),
+                "the error names neither the missing segment {gone} nor its seqs: {text}"
+            );
+        }
+    }
+    assert!(
+        !log.join(gone).exists(),
+        "the refused open created a segment"
+    );
+    drop(store);
+
+    // Salvage takes the log for what is left of it: nothing.
+    let store = Store::open(dir.path(), StoreOptions::new()).unwrap();
+    let report = store.salvage("s").unwrap();
+    assert_eq!(report.log.seq_next, 0);
+    assert_eq!(report.log.first_lost_seq, Some(0));
+    assert!(!log.join("00000000000000000000.idx").exists());
+    assert_eq!(store.inspect("s").unwrap().seq_next(), 0);
+}

@@ -213,6 +213,8 @@ pub(crate) fn open_chain_listed(
         ));
     }
     let Some(&last_first) = firsts.last() else {
+        // LOG-2, RCV-13: a log without segments is a new one only when none is gone.
+        check_no_segment_after(storage, dir, names, None, None)?;
         check_limits(dir, &chain, &limits)?;
         return Ok(chain);
     };
@@ -245,7 +247,7 @@ pub(crate) fn open_chain_listed(
         }
     };
     // LOG-2, RCV-13: no segment is gone after the last one present.
-    check_no_segment_after(storage, dir, names, last_first, last.as_ref().map(|l| &l.0))?;
+    check_no_segment_after(storage, dir, names, Some(last_first), last.as_ref())?;
     let Some((header, path, file, map)) = last else {
         check_limits(dir, &chain, &limits)?;
         return Ok(chain);
@@ -567,7 +569,8 @@ fn missing_segment(
 }
 
 /// LOG-2, RCV-13: `CORRUPT` when the log lost segments after its last one present
-/// (`last_first`, whose file may be a torn creation, RCV-7): the index of such a segment
+/// (`last_first`, whose file may be a torn creation, RCV-7; `None` for a log without any,
+/// which lost every one when an index is left): the index of such a segment
 /// is left, checks out for this log (`last`, the last segment whose header checks out,
 /// says its id; without one the index's own stands, its checksum covering it) and lists
 /// records. An index is written only for a segment that held records, and lists only
@@ -582,13 +585,13 @@ fn check_no_segment_after(
     storage: &dyn Storage,
     dir: &Path,
     names: &[String],
-    last_first: u64,
-    last: Option<&SegmentHeader>,
+    last_first: Option<u64>,
+    last: Option<&(SegmentHeader, PathBuf, File, Mmap)>,
 ) -> Result<()> {
     let mut after: Vec<u64> = names
         .iter()
         .filter_map(|name| parse_first_seq(name.strip_suffix(".idx")?))
-        .filter(|&first| first > last_first)
+        .filter(|&first| last_first.is_none_or(|last_first| first > last_first))
         .collect();
     after.sort_unstable();
     for first in after {
@@ -601,7 +604,7 @@ fn check_no_segment_after(
             Err(e) => return Err(Error::io("read", &path, &e)),
         };
         let log_id = match last {
-            Some(header) => header.log_id,
+            Some((header, ..)) => header.log_id,
             None => match bytes.get(16..32).and_then(|id| id.try_into().ok()) {
                 Some(log_id) => log_id,
                 None => continue,

@@ -200,11 +200,7 @@ pub fn salvage(
         // SLV-3, LOG-2: a log without segments (a salvage that set aside segment 0 and was
         // cut short before it made a new one) starts again, empty; a limit file left
         // behind (its segment moved first) would limit the new segment 0, so it goes too.
-        for &first in &limits {
-            if let Some(moved) = move_aside(storage, dir, &limit_name(first))? {
-                report.set_aside.push(moved);
-            }
-        }
+        clear_for_first_segment(storage, dir, &limits, &mut report)?;
         super::writer::create_first_segment(storage, dir)?;
         then(&report)?;
         return Ok(report);
@@ -393,7 +389,13 @@ fn drop_stray_indexes(
     {
         let index = dir.join(index_name(first));
         let past_end = kept.last().is_none_or(|&last| first > last);
-        let listed = match (past_end, log_id) {
+        // Without a segment to say the log's id, the index's own stands (its checksum
+        // covers it), as an open takes it (LOG-2).
+        let id = match log_id {
+            Some(id) => Some(id),
+            None => own_log_id(storage, &index)?,
+        };
+        let listed = match (past_end, id) {
             (true, Some(id)) => super::index::durable_listing(storage, &index, &id, first)?
                 .map_or(0, |(records, _)| records as u64),
             _ => 0,
@@ -420,6 +422,46 @@ fn drop_stray_indexes(
             .map_err(|e| Error::io("fsync", dir, &e))?;
     }
     Ok(removed)
+}
+
+/// SLV-3, LOG-2: what a log without segments keeps of its old ones, before its new segment
+/// 0 is created: its limit files (which would limit the new segment 0) are moved aside, and
+/// its indexes (every open refuses them, LOG-2) removed.
+///
+/// # Errors
+/// `IO`.
+fn clear_for_first_segment(
+    storage: &dyn Storage,
+    dir: &Path,
+    limits: &BTreeSet<u64>,
+    report: &mut LogSalvage,
+) -> Result<()> {
+    for &first in limits {
+        if let Some(moved) = move_aside(storage, dir, &limit_name(first))? {
+            report.set_aside.push(moved);
+        }
+    }
+    drop_stray_indexes(storage, dir, &[], None, None, report)?;
+    Ok(())
+}
+
+/// The `log_id` an index at `path` names (its bytes 16 to 32), `None` when it is too short.
+///
+/// # Errors
+/// `IO` when it cannot be read.
+fn own_log_id(storage: &dyn Storage, path: &Path) -> Result<Option<LogId>> {
+    use std::os::unix::fs::FileExt;
+    let file = match storage.open_read(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("open", path, &e)),
+    };
+    let mut head = [0; 32];
+    match file.read_exact_at(&mut head, 0) {
+        Ok(()) => Ok(head.get(16..32).and_then(|id| id.try_into().ok())),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(Error::io("read", path, &e)),
+    }
 }
 
 /// What salvage and compaction (CMP-1) start from: the log's lock (LOG-1; `LOCKED` while a
