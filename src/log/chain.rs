@@ -84,10 +84,30 @@ impl Unborn {
     /// (salvage, SLV-1, sets it aside if a person decides it is one). Read with `pread` inside the file's data
     /// regions, never through the map (RD-8): a segment being created has holes.
     ///
+    /// A segment being created beside a reader (its header not yet written when the chain
+    /// was opened) holds records and is given its index soon after: when the judgement
+    /// finds damage, the header is read again, and one that checks out now says the
+    /// segment was being created, not damaged (a writer's recovery holds the lock: no
+    /// creation runs beside it).
+    ///
     /// # Errors
     /// `IO` when the file or its index cannot be opened or read, `CORRUPT` when the file is
     /// shorter than its map (truncated by another process).
     pub(crate) fn damage(
+        &self,
+        storage: &dyn Storage,
+        previous: Option<&SegmentHeader>,
+        configured: u64,
+    ) -> Result<Option<String>> {
+        let damage = self.damage_as_read(storage, previous, configured)?;
+        let written_since = || {
+            SegmentHeader::decode(&super::map::read_head(&self.file, SEGMENT_HEADER_LEN)).is_ok()
+        };
+        Ok(damage.filter(|_| !written_since()))
+    }
+
+    /// [`Unborn::damage`] of the bytes as they are read now.
+    fn damage_as_read(
         &self,
         storage: &dyn Storage,
         previous: Option<&SegmentHeader>,
@@ -177,14 +197,42 @@ pub(crate) struct Chain {
 /// and checks it on first access ([`open_sealed`]). `write` opens the last segment for
 /// writing (the writer's recovery).
 ///
+/// A listing is no snapshot: beside a writer that rolls (a reader's open), it may miss a
+/// segment created while it was made and show one created after it, or that segment's
+/// index (LOG-2 would then name a segment that is there). A chain refused `CORRUPT` is
+/// therefore listed again, and opened again when the listing changed meanwhile (at most
+/// [`LISTINGS_MAX`] listings): a damaged log lists the same each time, and is refused.
+///
 /// # Errors
 /// `CORRUPT` for a broken chain or a limit that does not check out, `FORMAT_VERSION`, `IO`.
 pub(crate) fn open_chain(storage: &dyn Storage, dir: &Path, write: bool) -> Result<Chain> {
-    let names = storage
-        .list_dir(dir)
-        .map_err(|e| Error::io("list", dir, &e))?;
-    open_chain_listed(storage, dir, write, &names)
+    let list = || -> Result<Vec<String>> {
+        let mut names = storage
+            .list_dir(dir)
+            .map_err(|e| Error::io("list", dir, &e))?;
+        names.sort_unstable();
+        Ok(names)
+    };
+    let mut names = list()?;
+    let mut listings = 1;
+    loop {
+        let opened = open_chain_listed(storage, dir, write, &names);
+        match opened {
+            Err(error) if error.code() == "CORRUPT" && listings < LISTINGS_MAX => {
+                let again = list()?;
+                listings += 1;
+                if again == names {
+                    return Err(error);
+                }
+                names = again;
+            }
+            other => return other,
+        }
+    }
 }
+
+/// How many listings [`open_chain`] makes at most of a log whose chain it finds broken.
+const LISTINGS_MAX: usize = 8;
 
 /// [`open_chain`] from `names`, a listing of `dir` the caller has just made.
 pub(crate) fn open_chain_listed(
@@ -594,37 +642,64 @@ fn check_no_segment_after(
         .filter(|&first| last_first.is_none_or(|last_first| first > last_first))
         .collect();
     after.sort_unstable();
+    let log_id = last.map(|(header, ..)| header.log_id);
     for first in after {
-        let path = dir.join(super::segment::index_name(first));
-        let bytes = match crate::storage::read_file_at_most(storage, &path, INDEX_BYTES_MAX) {
-            Ok(Some(bytes)) => bytes,
-            // Too large to be an index, or removed meanwhile: nothing it says is taken.
-            Ok(None) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(Error::io("read", &path, &e)),
-        };
-        let log_id = match last {
-            Some((header, ..)) => header.log_id,
-            None => match bytes.get(16..32).and_then(|id| id.try_into().ok()) {
-                Some(log_id) => log_id,
-                None => continue,
-            },
-        };
-        let listed = super::index::decode(&bytes, &log_id, first)
-            .map_or(0, |index| index.offsets.len() as u64);
-        if listed > 0 {
-            let end = first.saturating_add(listed);
-            return Err(corrupt(
-                &dir.join(segment_name(first)),
-                0,
-                &format!(
-                    "the segment is missing, but its index lists {listed} durable records: \
-                     seqs {first}..{end} are missing (LOG-2, RCV-13)"
-                ),
-            ));
-        }
+        check_index_of_no_segment(storage, dir, first, log_id.as_ref())?;
     }
     Ok(())
+}
+
+/// LOG-2, RCV-13: `CORRUPT` when the index of segment `first`, whose file is not there,
+/// checks out for the log (`log_id`; without one, the index's own stands, its checksum
+/// covering it) and lists records: the durable mark of records that are gone. An index
+/// that does not check out says nothing (IDX-2), nor one that is not there.
+///
+/// # Errors
+/// `CORRUPT` naming the missing segment and the seqs its index lists, `IO` when the
+/// index cannot be read.
+pub(crate) fn check_index_of_no_segment(
+    storage: &dyn Storage,
+    dir: &Path,
+    first: u64,
+    log_id: Option<&LogId>,
+) -> Result<()> {
+    let path = dir.join(super::segment::index_name(first));
+    let bytes = match crate::storage::read_file_at_most(storage, &path, INDEX_BYTES_MAX) {
+        Ok(Some(bytes)) => bytes,
+        // Too large to be an index, or removed meanwhile: nothing it says is taken.
+        Ok(None) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("read", &path, &e)),
+    };
+    let log_id = match log_id {
+        Some(log_id) => *log_id,
+        None => match bytes.get(16..32).and_then(|id| id.try_into().ok()) {
+            Some(log_id) => log_id,
+            None => return Ok(()),
+        },
+    };
+    let listed =
+        super::index::decode(&bytes, &log_id, first).map_or(0, |index| index.offsets.len() as u64);
+    if listed == 0 {
+        return Ok(());
+    }
+    // The index is written after its segment is created: a segment there now was created
+    // after the caller looked (a writer rolling), and nothing is gone.
+    let segment = dir.join(segment_name(first));
+    match storage.open_file(&segment, false) {
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("open", &segment, &e)),
+    }
+    let end = first.saturating_add(listed);
+    Err(corrupt(
+        &segment,
+        0,
+        &format!(
+            "the segment is missing, but its index lists {listed} durable records: \
+             seqs {first}..{end} are missing (LOG-2, RCV-13)"
+        ),
+    ))
 }
 
 /// SEG-3: `CORRUPT` at a segment that does not continue the log.
