@@ -520,3 +520,63 @@ fn a_missing_only_segment_beside_its_index_is_corrupt_for_an_open() {
     assert!(!log.join("00000000000000000000.idx").exists());
     assert_eq!(store.inspect("s").unwrap().seq_next(), 0);
 }
+
+/// LOG-2, RCV-13, RD-6: a reader that had read the log to the end of its last segment, then
+/// refreshed after the writer rolled past it, closed, and the segment it rolled to was
+/// removed beside its index (which lists its durable records). A fresh reader refused the
+/// log, but the refreshing one found no segment under the next seq's name nor after it and
+/// took the log to end there: a follower waited at the lost seqs as at the end of the log.
+#[test]
+fn a_missing_last_segment_beside_its_index_is_corrupt_for_a_refreshing_reader() {
+    let dir = tempfile::Builder::new()
+        .prefix("missing-last-refresh")
+        .tempdir()
+        .unwrap();
+    let options = || StoreOptions::new().segment_bytes(4096);
+    let log = dir.path().join("sessions/s/log");
+    let segs = || {
+        let mut segs: Vec<String> = std::fs::read_dir(&log)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| Path::new(n).extension().is_some_and(|e| e == "seg"))
+            .collect();
+        segs.sort();
+        segs
+    };
+    let store = Store::open_or_create(dir.path(), options()).unwrap();
+    let mut s = store.create("s", None, None).unwrap();
+    s.append::<kinds::TurnStart>(r#"{"turn":0}"#, NoSurface)
+        .unwrap();
+    let mut reader = surfacelog::internals::log::LogReader::open(&log).unwrap();
+    let before = reader.refresh().unwrap();
+    let mut t = 1;
+    while segs().len() < 2 {
+        s.append::<kinds::TurnStart>(&format!(r#"{{"turn":{t}}}"#), NoSurface)
+            .unwrap();
+        t += 1;
+    }
+    s.close().unwrap();
+    let gone = segs().pop().unwrap();
+    let first_seq: u64 = gone.trim_end_matches(".seg").parse().unwrap();
+    assert!(log.join(gone.replace(".seg", ".idx")).exists());
+    std::fs::remove_file(log.join(&gone)).unwrap();
+
+    assert!(
+        surfacelog::internals::log::LogReader::open(&log).is_err(),
+        "a fresh reader refuses the log"
+    );
+    match reader.refresh() {
+        Ok(seq_next) => panic!(
+            "the reader (at seq {before}) took the log to end at seq {seq_next}; the index of \
+             {gone} lists seqs from {first_seq}"
+        ),
+        Err(error) => {
+            let text = error.to_string();
+            assert_eq!(error.code(), "CORRUPT", "{text}");
+            assert!(
+                text.contains(&gone),
+                "the error does not name {gone}: {text}"
+            );
+        }
+    }
+}

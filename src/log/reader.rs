@@ -6,7 +6,9 @@ use std::sync::{Arc, OnceLock};
 
 use memmap2::Mmap;
 
-use super::chain::{Chain, KnownSegment, Linked, Sealed, open_chain, open_sealed};
+use super::chain::{
+    Chain, KnownSegment, Linked, Sealed, check_index_of_no_segment, open_chain, open_sealed,
+};
 use super::index::{self, Vouched};
 use super::limit::Limit;
 use super::map::{FileIdentity, identity, map, release};
@@ -507,6 +509,13 @@ impl LogReader {
             if self.open_next_segment()? {
                 sealed_at = None;
             } else if !check_end || !self.sealed_after_all(&mut sealed_at, self.seq_next)? {
+                if check_end {
+                    // LOG-2, RCV-13: the next segment's index without it is the durable
+                    // mark of records that are gone (the writer writes an index only for a
+                    // segment it created), never the end of the log (RD-6).
+                    let (storage, dir) = (&*self.storage, &self.dir);
+                    check_index_of_no_segment(storage, dir, self.seq_next, Some(&self.log_id))?;
+                }
                 return Ok(self.seq_next);
             }
         }
