@@ -1200,3 +1200,36 @@ fn vbt_8_revisions_are_source_qualified() {
     assert_ne!(after, before);
     assert!(after.contains(":2:"), "{after}");
 }
+
+/// VBT-5: a create is durable when it returns `Ok`, and a create that fails leaves no
+/// session: every directory sync of a create is failed in turn, and each failure is
+/// refused with nothing published (the id not loadable, not listed), after which the same
+/// create succeeds. Before, a failed sync of `sessions/` after the publishing rename
+/// returned `IO` with the session left published, so the retry was refused
+/// `SESSION_EXISTS` for a create the caller was told had failed.
+#[test]
+fn vbt_5_a_create_whose_directory_sync_fails_leaves_no_session() {
+    let events = sized_batch(0, 3);
+    let mut failed = 0;
+    for n in 1.. {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, faults) = faulty_store(dir.path());
+        faults.fail_sync_dir(n);
+        match store.create("s", r#"{"id":"s"}"#, &refs(&events)) {
+            Ok(()) => {
+                assert!(store.load("s", 0).unwrap().is_some());
+                break;
+            }
+            Err(error) => {
+                failed += 1;
+                assert_eq!(error.code(), "IO", "sync {n}: {error}");
+                assert!(store.load("s", 0).unwrap().is_none(), "sync {n}: published");
+                assert!(store.list().unwrap().is_empty(), "sync {n}: listed");
+                store.create("s", r#"{"id":"s"}"#, &refs(&events)).unwrap();
+                let loaded = store.load("s", 0).unwrap().unwrap();
+                assert_eq!(loaded.count, events.len() as u64, "sync {n}");
+            }
+        }
+    }
+    assert!(failed >= 3, "{failed} syncs failed");
+}

@@ -191,7 +191,24 @@ impl VerbatimStore {
         remove_dead_builds(storage, &tmp_root);
         let (build, lock) = lock_build(&tmp_root)?;
         let built = self.build(&build, header, &events);
-        let published = built.and_then(|()| publish(storage, &build, &final_dir, id));
+        // The log's lock is held through the publish and the sync that makes it durable
+        // (LOG-1): no writer can append to the session before the publish is known to have
+        // succeeded, so a failed one can be taken back.
+        let log_lock = built.and_then(|()| crate::log::take_lock(storage, &build.join("log")));
+        let published = log_lock.and_then(|log_lock| {
+            publish(storage, &build, &final_dir, id)?;
+            if let Err(error) = storage.sync_dir(&sessions) {
+                // VBT-5, as STORE-27: the publish is not known durable, so the create
+                // failed, and is taken back whole (renamed to its build directory in one
+                // step, then removed with it): a refused create leaves no session.
+                if storage.rename(&final_dir, &build).is_ok() {
+                    let _ = storage.sync_dir(&sessions);
+                }
+                return Err(Error::io("fsync", &sessions, &error));
+            }
+            drop(log_lock);
+            Ok(())
+        });
         if published.is_err() {
             let _ = storage.remove_dir_all(&build);
         }
@@ -199,10 +216,7 @@ impl VerbatimStore {
         // the lock (VBT-5).
         let _ = std::fs::remove_file(build.with_extension("lock"));
         drop(lock);
-        published?;
-        storage
-            .sync_dir(&sessions)
-            .map_err(|e| Error::io("fsync", &sessions, &e))
+        published
     }
 
     /// Writes a new session's header and log into `dir`, durably.
