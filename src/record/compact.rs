@@ -1320,20 +1320,25 @@ fn write_surface_op(e: &CompactEvent<'_>, sink: &mut impl Sink) {
 /// The length of REC-18's text of `e` with `data_len` bytes of `data`, without building it
 /// (saturating: a length past [`TEXT_BYTES_MAX`] is refused anyway).
 fn rebuilt_len(e: &CompactEvent<'_>, data_len: usize) -> u64 {
+    // Every sum saturates: the sources' length alone may stand for more than a `u64`
+    // counts (runs of 2^53 seqs, restarting at 0), and a wrapped length would pass the
+    // check against `TEXT_BYTES_MAX`.
     let mut len = (prefix_len(e) + data_len + 1) as u64;
     if let Some(sources) = e.sources {
-        len = len.saturating_add(SOURCES_OPEN.len() as u64 - 1 + sources.json_len());
+        len = len
+            .saturating_add(SOURCES_OPEN.len() as u64 - 1)
+            .saturating_add(sources.json_len());
     }
-    len += match e.surface_op {
+    len = len.saturating_add(match e.surface_op {
         None => 0,
         Some(SurfaceOp::Append) => APPEND.len() as u64,
         Some(SurfaceOp::Replace { start, end }) => {
             (REPLACE_START.len() + REPLACE_END.len() + 1 + decimal_len(start) + decimal_len(end))
                 as u64
         }
-    };
+    });
     if e.ignorable {
-        len += IGNORABLE.len() as u64;
+        len = len.saturating_add(IGNORABLE.len() as u64);
     }
     len
 }

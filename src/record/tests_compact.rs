@@ -509,6 +509,28 @@ fn rec_20_source_refusals() {
     }
 }
 
+/// REC-20: a kind 1 record whose runs of sources stand for more digits than a `u64` counts
+/// (200 runs of 2^53 seqs each, every later run starting again at 0: 3 KiB of body) is
+/// refused as too long a text. The length of the rebuilt text was summed with a plain `+`
+/// after the sources' length had saturated, so decoding these bytes overflowed: a panic
+/// with overflow checks, and without them a wrapped length of a few bytes, which accepted
+/// a record whose text could never be built.
+#[test]
+fn rec_20_sources_past_a_u64_of_digits_are_too_long_a_text() {
+    for flags in [0x04, 0x05, 0x07, 0x0c] {
+        let mut body = event_body(1, flags).u8(46);
+        if flags & 0x02 != 0 {
+            body = body.uv(1).uv(2);
+        }
+        body = body.uv(200).uv(0).uv(SAFE);
+        for _ in 1..200 {
+            body = body.zz(-SAFE_I - 1).uv(SAFE);
+        }
+        let bytes = body.bytes(b"1").frame();
+        assert_eq!(refusal(&bytes), Refusal::TextLength, "flags {flags:#x}");
+    }
+}
+
 #[test]
 fn rec_20_span_and_kind_refusals() {
     let text = r#"{"type":"turn/start","seq":5,"time":7,"data":{"turn":1} }"#;
