@@ -607,7 +607,8 @@ pub fn decode(bytes: &[u8]) -> Result<(Record<'_>, usize), CompactError> {
 /// # Errors
 /// The [`Refusal`] the record would be refused for: a value out of its range (a seq, time,
 /// source or replace bound that is not a safe integer, a type of 0 or more than 256
-/// bytes), or spans outside the text. Nothing is appended then.
+/// bytes), or spans outside the text or off its character boundaries. Nothing is appended
+/// then.
 pub fn encode(event: &EventRef<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
     match choose(event)? {
         Choice::Chunk(member) => {
@@ -993,7 +994,7 @@ pub enum Choice<'a> {
 ///
 /// # Errors
 /// The [`Refusal`] a record of the event would be refused for (a value out of range), or
-/// [`Refusal::Unencodable`] for spans outside the text.
+/// [`Refusal::Unencodable`] for spans outside the text or off its character boundaries.
 pub fn choose<'a>(event: &EventRef<'a>) -> Result<Choice<'a>, Refusal> {
     if let Some(chunk) = event.chunk() {
         // A v1 chunk record (REC-11) is a chunk here too; its strings fit (u16 lengths).
@@ -1015,7 +1016,13 @@ pub fn choose<'a>(event: &EventRef<'a>) -> Result<Choice<'a>, Refusal> {
     }
     let message = match event.message_span() {
         None => None,
-        Some(m) if m.start >= data.start && m.start <= m.end && m.end <= data.end => {
+        // Within `data` and on character boundaries, as REC-20 holds a decoded span to.
+        Some(m)
+            if m.start >= data.start
+                && m.start <= m.end
+                && m.end <= data.end
+                && text.get(m.clone()).is_some() =>
+        {
             Some((m.start - data.start, m.end - data.start))
         }
         Some(_) => return Err(Refusal::Unencodable),

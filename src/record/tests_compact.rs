@@ -229,6 +229,47 @@ fn rec_17_other_layouts_are_kind_2() {
     }
 }
 
+/// REC-20 refuses a message span off a character boundary, so the writer must not write
+/// one: an event whose message span splits a character of `data` is refused with
+/// `Unencodable` and nothing is appended. The writer checked that the span lay within
+/// `data` but not its boundaries, and wrote a record its own decoder refused.
+#[test]
+fn rec_20_the_writer_refuses_a_message_span_off_a_character_boundary() {
+    let text = r#"{"type":"user/message","seq":1,"time":0,"data":"é","surfaceOp":"append"}"#;
+    let op = Some(SurfaceOp::Append);
+    for message in [0..2, 2..4, 2..3] {
+        let e = event(
+            text,
+            "user/message",
+            (1, 0),
+            op,
+            None,
+            false,
+            Some(message.clone()),
+        );
+        let mut out = Vec::new();
+        assert_eq!(
+            encode(&e.as_ref(), &mut out),
+            Err(Refusal::Unencodable),
+            "{message:?}"
+        );
+        assert!(out.is_empty());
+    }
+    // On the boundaries, at the edges of `data` too, it round trips.
+    for message in [0..4, 0..1, 1..3, 3..4, 4..4, 0..0] {
+        let e = event(
+            text,
+            "user/message",
+            (1, 0),
+            op,
+            None,
+            false,
+            Some(message.clone()),
+        );
+        assert_eq!(decoded_event(&encoded(&e)).to_event(), e, "{message:?}");
+    }
+}
+
 /// REC-17: a chunk (REC-11) is a run of one; consecutive chunks form one run.
 #[test]
 fn rec_17_chunks_are_runs() {
