@@ -195,7 +195,8 @@ pub enum Refusal {
     SourceGap,
     /// A kind 2 record lists more sources than its text has bytes.
     SourceCount,
-    /// A kind 1 record's rebuilt text would be 2^32 bytes or longer.
+    /// A kind 1 record's rebuilt text, or a chunk run member's text (REC-13), would be 2^32
+    /// bytes or longer.
     TextLength,
     /// `data` (kind 1) or the text (kind 2) is not UTF-8.
     TextUtf8,
@@ -254,7 +255,7 @@ impl Refusal {
             Self::SourceRange => "a source seq is not a safe integer (REC-20)",
             Self::SourceGap => "a source run continues the previous one (REC-16)",
             Self::SourceCount => "more sources than bytes of text (REC-20)",
-            Self::TextLength => "the rebuilt text is 2^32 bytes or longer (REC-20)",
+            Self::TextLength => "a rebuilt text is 2^32 bytes or longer (REC-20)",
             Self::TextUtf8 => "text or data is not UTF-8 (REC-20)",
             Self::EmptyData => "empty data in a rebuilt event (REC-20)",
             Self::DataSpan => "data span outside the text (REC-20)",
@@ -1628,6 +1629,9 @@ fn check_member(m: &ChunkMember<'_>) -> Result<(), Refusal> {
     if !strings_ok || (c.kind != ChunkKind::ToolCall && (!c.id.is_empty() || c.name.is_some())) {
         return Err(Refusal::ChunkString);
     }
+    if c.text_len(m.seq, m.time) as u64 > TEXT_BYTES_MAX {
+        return Err(Refusal::TextLength);
+    }
     Ok(())
 }
 
@@ -1936,6 +1940,18 @@ fn decode_run<'a>(c: &mut Cursor<'a>) -> Result<ChunkRun<'a>, CompactError> {
         }
         at += payload.len();
         rest = after;
+    }
+    // Every member's text (REC-13) is below 2^32 bytes, as a rebuilt text is (REC-18): a
+    // run of one may have a body of 2^32 − 1 bytes, and the envelope adds to it.
+    let mut at = lens_end;
+    for member in run.members() {
+        if member.chunk.text_len(member.seq, member.time) as u64 > TEXT_BYTES_MAX {
+            return Err(CompactError::Refused {
+                offset: c.base + at,
+                rule: Refusal::TextLength,
+            });
+        }
+        at += member.chunk.payload.len();
     }
     Ok(run)
 }
