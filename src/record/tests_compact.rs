@@ -193,6 +193,25 @@ fn rec_18_every_optional_field_rebuilds() {
     }
 }
 
+/// REC-18: the decoder does not parse a kind 1 record's `data`, so the record's fields and
+/// the members of its rebuilt text can disagree: `data` `1,"ignorable":true` without the
+/// `ignorable` flag decodes, and rebuilds the very text of another record, the ignorable
+/// event whose `data` is `1`. The section claimed that a rebuilt event's fields cannot
+/// disagree with its text; that agreement is the writer's duty, as REC-10 says.
+#[test]
+fn rec_18_a_rebuilt_data_is_not_parsed() {
+    let faulty = turn_start(1, 0).bytes(br#"1,"ignorable":true"#).frame();
+    let faulty = decoded_event(&faulty);
+    assert!(!faulty.ignorable());
+    let text = r#"{"type":"turn/start","seq":5,"time":7,"data":1,"ignorable":true}"#;
+    assert_eq!(faulty.text(), text);
+    let e = event(text, "turn/start", (5, 7), None, None, true, None);
+    let bytes = encoded(&e);
+    let written = decoded_event(&bytes);
+    assert!(written.ignorable());
+    assert_eq!((written.text(), written.data()), (faulty.text(), "1"));
+}
+
 /// REC-17: a text in any other layout is kind 2, whole; a type that needs an escape too.
 #[test]
 fn rec_17_other_layouts_are_kind_2() {
