@@ -24,7 +24,8 @@ pub fn fits(chunk: &ChunkRef<'_>) -> bool {
         && chunk.name.is_none_or(|n| u16::try_from(n.len()).is_ok())
 }
 
-fn kind_byte(chunk: &ChunkRef<'_>) -> u8 {
+/// The `kind` byte of a chunk (REC-12; a chunk run's `chunk_kind` uses the same, REC-16).
+pub(super) fn kind_byte(chunk: &ChunkRef<'_>) -> u8 {
     match (chunk.kind, chunk.name) {
         (ChunkKind::Text, _) => 1,
         (ChunkKind::Reasoning, _) => 2,

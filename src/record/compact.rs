@@ -1648,15 +1648,6 @@ pub fn continues(prev: &ChunkMember<'_>, next: &ChunkMember<'_>) -> bool {
         && a.name == b.name
 }
 
-fn chunk_kind_byte(chunk: &ChunkRef<'_>) -> u8 {
-    match (chunk.kind, chunk.name) {
-        (ChunkKind::Text, _) => 1,
-        (ChunkKind::Reasoning, _) => 2,
-        (ChunkKind::ToolCall, None) => 3,
-        (ChunkKind::ToolCall, Some(_)) => 4,
-    }
-}
-
 /// A chunk run being gathered by a writer: [`ChunkRunBuilder::push`] takes a chunk only when
 /// it continues the run and the body stays within the 4 KiB cap (REC-16, REC-17).
 #[derive(Debug, Clone, Default)]
@@ -1732,7 +1723,7 @@ impl<'a> ChunkRunBuilder<'a> {
         let start = out.len();
         frame(out, |out| {
             out.push(KIND_CHUNKS);
-            out.push(chunk_kind_byte(c));
+            out.push(super::chunk::kind_byte(c)); // the kinds of REC-12
             put_uv(out, first.seq);
             put_uv(out, self.members.len() as u64);
             put_zz(out, first.time);
