@@ -186,7 +186,7 @@ fn refuse_inside_store(store: &Path, out: &Path) -> Result<()> {
 /// directory goes with `rmdir`, which fails unless it is empty, `sessions/` first: a
 /// session another process stored in the store since it was made keeps it (a check of the
 /// listing followed by a removal of the whole tree deleted such a session with it).
-fn remove_unused_store(dir: &Path) {
+pub(crate) fn remove_unused_store(dir: &Path) {
     for name in ["sessions", "trash", "tmp"] {
         if std::fs::remove_dir(dir.join(name)).is_err() {
             return;

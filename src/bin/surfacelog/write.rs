@@ -107,6 +107,17 @@ fn only_in_last_segment(report: &surfacelog::VerifyReport) -> bool {
         .all(|f| f.parent() == Some(log) && last.as_deref() == f.file_name())
 }
 
+/// A refused `append` leaves no trace: not session `id`, which it created for its events,
+/// nor the store, when it made it (`fresh`) and nothing else was stored there meanwhile.
+fn take_back(ctx: &Ctx, store: surfacelog::Store, id: &str, fresh: bool) -> Result<()> {
+    store.remove(id)?;
+    if fresh {
+        drop(store);
+        crate::interop::remove_unused_store(&ctx.store);
+    }
+    Ok(())
+}
+
 /// `surfacelog append ID [--create] [--durable]`: prints `{"seq":N}` per appended event;
 /// with `durable`, each once its event is durable. A refused line stops the command
 /// (exit 3): nothing after the last good line is written.
@@ -120,6 +131,8 @@ pub fn append(ctx: &Ctx, id: &str, create: bool, durable: bool) -> Result<()> {
             max_delay: std::time::Duration::from_millis(100),
         }
     });
+    // Whether this run makes the store (then a refused run that stored nothing removes it).
+    let fresh = create && std::fs::symlink_metadata(&ctx.store).is_err();
     let store = if create {
         surfacelog::Store::open_or_create(&ctx.store, options)?
     } else {
@@ -217,8 +230,7 @@ pub fn append(ctx: &Ctx, id: &str, create: bool, durable: bool) -> Result<()> {
     session.close()?;
     if let Some((line, error)) = refused {
         if created && !appended {
-            // A refused run leaves no trace: not the session it created for its events.
-            store.remove(id)?;
+            take_back(ctx, store, id, fresh)?;
         }
         crate::out::print_error_at(&error, &format!("stdin line {line}"));
         std::process::exit(i32::from(crate::exit_code(&error)));
