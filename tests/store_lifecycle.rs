@@ -384,3 +384,42 @@ fn store_24_a_purge_leaves_a_file_in_the_trash_and_removes_the_sessions() {
         .collect();
     assert_eq!(left, ["notes.txt"]);
 }
+
+/// STORE-10, STORE-9: a fork whose source another handle deletes while the child is being
+/// written (after the source's log was read, before its segments are linked) finds the
+/// source gone: `SESSION_NOT_FOUND`, as a fork after the delete would, and no child.
+/// Before, it failed `IO` naming a segment it could not link.
+#[test]
+fn store_10_a_fork_whose_source_is_deleted_meanwhile_is_not_found() {
+    let scratch = common::scratch("store_lifecycle", "fork-delete");
+    let other = Store::open_or_create(&*scratch, StoreOptions::new()).unwrap();
+    let mut source = other.create("a", None, None).unwrap();
+    closed_turn(&mut source, 1).unwrap();
+    source.close().unwrap();
+    let raced = Arc::new(std::sync::Mutex::new(None));
+    let slot = Arc::clone(&raced);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let hooked = common::HookedStorage(Box::new(move |op| {
+        if let common::Op::Create(path) = op
+            && path.ends_with("header.json")
+            && path.to_string_lossy().contains("/tmp/")
+            && !done.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            *slot.lock().unwrap() = Some(other.delete("a"));
+        }
+        Ok(())
+    }));
+    let store =
+        Store::open_or_create(&*scratch, StoreOptions::new().storage(Arc::new(hooked))).unwrap();
+    let outcome = store.fork("a", surfacelog::Boundary::Last, "b");
+    let deleted = raced.lock().unwrap().take().expect("the race ran");
+    assert_eq!(deleted.map_err(|e| e.to_string()), Ok(()));
+    assert_eq!(
+        outcome.map(|_| ()).map_err(|e| e.code()),
+        Err("SESSION_NOT_FOUND")
+    );
+    assert_eq!(
+        store.open_session("b").map(|_| ()).unwrap_err().code(),
+        "SESSION_NOT_FOUND"
+    );
+}

@@ -109,8 +109,10 @@ impl Store {
         };
         let mut limit = None;
         let lock = self.publish(child, |tmp| {
+            // A source file gone while the child links it, the source's directory gone
+            // too, is the source deleted meanwhile (STORE-9): `SESSION_NOT_FOUND`.
             limit = write_fork(&**storage, tmp, &child_header, &reader, &child_log)
-                .map_err(|e| e.in_session(source))?;
+                .map_err(|e| Self::unless_deleted(source, &source_dir, e))?;
             Ok(())
         })?;
         // The child's log is opened over the segments the reader has checked (the same
