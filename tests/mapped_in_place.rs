@@ -161,7 +161,7 @@ fn lost_under(dir: &Path, state: &std::sync::Arc<std::sync::atomic::AtomicU8>) -
 
 /// CKP-2: checkpoint nodes changed in place while an append is written (after its
 /// admission checked them, before the surface copies them), which then cannot be folded
-/// again from the log, are lost: every later read is `CORRUPT` and no checkpoint is
+/// again from the log, are lost: every later read is refused and no checkpoint is
 /// written from them, never a surface holding the appended node alone (every earlier
 /// message dropped without an error, and that surface checkpointed for every later open).
 #[test]
@@ -208,11 +208,12 @@ fn ckp_2_nodes_lost_as_the_surface_is_copied_are_never_taken_for_an_empty_surfac
 }
 
 /// CKP-2: a compaction or a prune on a held session whose mapped nodes changed in place
-/// since their check and cannot be folded again from the log (lost) is `CORRUPT`, as
-/// every read deriving something from the nodes is: never `REPLACE_START_NOT_ON_SURFACE`,
-/// which blames the caller's range for damage.
+/// since their check and cannot be folded again from the log (lost) is refused as every
+/// read deriving something from the nodes is, with the error the fold met (here `IO`:
+/// the log's listing fails): never `REPLACE_START_NOT_ON_SURFACE`, which blames the
+/// caller's range for damage.
 #[test]
-fn ckp_2_a_compaction_or_prune_on_lost_nodes_is_corrupt() {
+fn ckp_2_a_compaction_or_prune_on_lost_nodes_is_refused_with_the_fold_s_error() {
     use std::sync::atomic::Ordering;
     let dir = common::scratch("mapped_in_place", "lost-compact");
     let state = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(IDLE));
@@ -232,12 +233,12 @@ fn ckp_2_a_compaction_or_prune_on_lost_nodes_is_corrupt() {
         summary_extra: None,
         message: &message,
     });
-    assert_eq!(compacted.unwrap_err().code(), "CORRUPT");
+    assert_eq!(compacted.unwrap_err().code(), "IO");
     let pruned = writer.prune(&surfacelog::Prune {
         seq: nodes[2],
         content: "[]",
         shadowed_token_count: 1,
     });
-    assert_eq!(pruned.unwrap_err().code(), "CORRUPT");
-    assert_eq!(writer.messages().unwrap_err().code(), "CORRUPT");
+    assert_eq!(pruned.unwrap_err().code(), "IO");
+    assert_eq!(writer.messages().unwrap_err().code(), "IO");
 }

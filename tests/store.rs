@@ -1120,6 +1120,49 @@ fn ckp_2_damaged_nodes_over_a_damaged_log_read_as_lost() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// CKP-2: damaged nodes whose fold of the log fails reading it (`EIO` opening a segment)
+/// are lost for that session, and its reads say `IO`, the error met, not `CORRUPT`: the
+/// log may be sound, and a session opened again (the disk readable) reads it whole.
+/// Before, the I/O error was taken for damage under the checkpoint (`CORRUPT`).
+#[test]
+fn ckp_2_nodes_whose_refold_meets_an_io_error_say_io() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (dir, store) = temp_store("ckp-lost-io");
+    let mut session = store.create("s", None, None).unwrap();
+    workload(&mut session, 20);
+    session.close().unwrap();
+    let truth = store.open_session("s").unwrap().0.messages().unwrap().len();
+    let checkpoint = dir.join("sessions/s/checkpoint");
+    let mut ckp = std::fs::read(&checkpoint).unwrap();
+    ckp[48] ^= 0x01;
+    std::fs::write(&checkpoint, &ckp).unwrap();
+    let failing = Arc::new(AtomicBool::new(false));
+    let hook = {
+        let failing = Arc::clone(&failing);
+        move |op: common::Op<'_>| match op {
+            common::Op::Open(path)
+                if failing.load(Ordering::SeqCst)
+                    && path.extension().is_some_and(|e| e == "seg") =>
+            {
+                Err(std::io::Error::from_raw_os_error(5))
+            }
+            _ => Ok(()),
+        }
+    };
+    let options = StoreOptions::default().storage(Arc::new(common::HookedStorage(Box::new(hook))));
+    let hooked = Store::open(&*dir, options).unwrap();
+    let view = hooked.inspect("s").unwrap();
+    failing.store(true, Ordering::SeqCst);
+    let error = view.messages().unwrap_err();
+    assert_eq!(error.code(), "IO", "{error}");
+    assert_eq!(view.messages().unwrap_err().code(), "IO", "{error}");
+    failing.store(false, Ordering::SeqCst);
+    drop(view);
+    let view = hooked.inspect("s").unwrap();
+    assert_eq!(view.messages().unwrap().len(), truth, "the log was sound");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Zeroes the last 4 non-zero bytes of a segment file: its last record is torn.
 /// Tears the last record of `segment` as a crash during its write would, which leaves it
 /// unindexed: an index is written only after the sync that makes its records durable

@@ -142,12 +142,12 @@ impl LogOrigin {
     /// which its CRC vouches for); `None` otherwise.
     fn refold(self, seq_next: u64, keys: Vec<(u64, u64)>, generation: u64) -> Refold {
         Box::new(move || {
-            let reader = LogReader::open_with(&self.dir, Arc::clone(&self.storage)).ok()?;
+            let reader = LogReader::open_with(&self.dir, Arc::clone(&self.storage))?;
             let prefix = crate::session::Prefix {
                 log: &reader,
                 len: seq_next,
             };
-            let surface = Surface::fold(&prefix, &self.vocabulary).ok()?;
+            let surface = Surface::fold(&prefix, &self.vocabulary)?;
             let same = surface.seq_next() == seq_next
                 && surface.replace_generation() == generation
                 && surface.replacement_keys() == keys.as_slice();
@@ -158,7 +158,7 @@ impl LogOrigin {
                     "checkpoint nodes failed their check; rebuilt from the log (CKP-2)"
                 );
             }
-            same.then(|| surface.nodes().to_vec())
+            Ok(same.then(|| surface.nodes().to_vec()))
         })
     }
 }

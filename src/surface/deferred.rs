@@ -21,9 +21,10 @@ use std::sync::{Arc, OnceLock};
 use crate::log::FileWords;
 
 /// Folds a session's log again up to the checkpoint's `seq_next` and returns the nodes,
-/// when a checkpoint's nodes fail their check; `None` when that fold fails or does not end
-/// in the checkpoint's replacement keys and generation.
-pub type Refold = Box<dyn Fn() -> Option<Vec<u64>> + Send + Sync>;
+/// when a checkpoint's nodes fail their check; `Ok(None)` when that fold does not end in
+/// the checkpoint's replacement keys and generation, the error when it fails (the log
+/// damaged under the checkpoint, or unreadable: `IO`).
+pub type Refold = Box<dyn Fn() -> crate::Result<Option<Vec<u64>>> + Send + Sync>;
 
 /// Nodes in a checkpoint file whose reading and check are deferred to their first read.
 /// Clones share the nodes and the outcome of the check.
@@ -54,8 +55,17 @@ enum Outcome {
     Checked,
     /// They failed; these nodes come from a fold of the log.
     Refolded(Vec<u64>),
-    /// They failed, and so did the fold of the log: the nodes read as empty.
-    Lost,
+    /// They failed, and so did the fold of the log: the nodes read as empty. With the
+    /// I/O error that made the fold fail, when one did (the log may be sound).
+    Lost(Option<IoCause>),
+}
+
+/// An `IO` error as [`crate::ErrorKind::Io`] holds it, kept to be reported again.
+struct IoCause {
+    op: &'static str,
+    path: std::path::PathBuf,
+    kind: std::io::ErrorKind,
+    message: String,
 }
 
 impl Shared {
@@ -63,10 +73,24 @@ impl Shared {
     /// fold fails too.
     fn refolded(&self) -> Outcome {
         match (self.refold)() {
-            Some(nodes) if super::parts_valid(&nodes, &self.keys, self.seq_next) => {
+            Ok(Some(nodes)) if super::parts_valid(&nodes, &self.keys, self.seq_next) => {
                 Outcome::Refolded(nodes)
             }
-            _ => Outcome::Lost,
+            Err(error) => match error.kind() {
+                crate::ErrorKind::Io {
+                    op,
+                    path,
+                    kind,
+                    message,
+                } => Outcome::Lost(Some(IoCause {
+                    op,
+                    path: path.clone(),
+                    kind: *kind,
+                    message: message.clone(),
+                })),
+                _ => Outcome::Lost(None),
+            },
+            Ok(_) => Outcome::Lost(None),
         }
     }
 }
@@ -111,7 +135,7 @@ impl Deferred {
         match outcome {
             Outcome::Checked => shared.words.as_slice(),
             Outcome::Refolded(nodes) => nodes,
-            Outcome::Lost => &[],
+            Outcome::Lost(_) => &[],
         }
     }
 
@@ -166,8 +190,32 @@ impl Deferred {
             None => super::NodeState::Unchecked,
             Some(Outcome::Checked) => super::NodeState::Checked,
             Some(Outcome::Refolded(_)) => super::NodeState::Refolded,
-            Some(Outcome::Lost) => super::NodeState::Lost,
+            Some(Outcome::Lost(_)) => super::NodeState::Lost,
         }
+    }
+}
+
+impl Deferred {
+    /// The I/O error that made the fold behind lost nodes fail, made again: the nodes
+    /// are lost for this session, but the log under them may be sound (CKP-2).
+    pub(crate) fn lost_io(&self) -> Option<crate::Error> {
+        let outcome = self
+            .shared
+            .again
+            .get()
+            .or_else(|| self.shared.outcome.get());
+        let Some(Outcome::Lost(Some(cause))) = outcome else {
+            return None;
+        };
+        Some(
+            crate::ErrorKind::Io {
+                op: cause.op,
+                path: cause.path.clone(),
+                kind: cause.kind,
+                message: cause.message.clone(),
+            }
+            .into(),
+        )
     }
 }
 

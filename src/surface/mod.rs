@@ -707,9 +707,17 @@ impl Surface {
     /// the loss is never taken for a conversation without messages.
     ///
     /// # Errors
-    /// `CORRUPT` naming the checkpoint's `seq_next`.
+    /// `CORRUPT` naming the checkpoint's `seq_next`; `IO` when the fold of the log that
+    /// would have replaced the nodes failed reading it (the session must be opened
+    /// again to try anew).
     pub(crate) fn check_not_lost(&self) -> Result<()> {
         if self.nodes_lost() {
+            // The fold failed reading the log (`IO`): that error, not damage.
+            if let Nodes::Deferred(nodes) = &self.nodes
+                && let Some(io) = nodes.lost_io()
+            {
+                return Err(io);
+            }
             return Err(ErrorKind::Corrupt {
                 location: format!("surface checkpoint at seq {}", self.seq_next),
                 reason: "the checkpoint's nodes failed their check and the log under it \
