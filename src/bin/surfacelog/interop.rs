@@ -186,9 +186,17 @@ fn refuse_inside_store(store: &Path, out: &Path) -> Result<()> {
 /// directory goes with `rmdir`, which fails unless it is empty, `sessions/` first: a
 /// session another process stored in the store since it was made keeps it (a check of the
 /// listing followed by a removal of the whole tree deleted such a session with it).
+///
+/// A directory that cannot be removed (another process building a session under `tmp/`,
+/// something left under `trash/`) keeps the store: the ones removed before it are made
+/// again, since a store without any of them is refused by every open (STORE-23).
 pub(crate) fn remove_unused_store(dir: &Path) {
-    for name in ["sessions", "trash", "tmp"] {
+    let subs = ["sessions", "trash", "tmp"];
+    for (at, name) in subs.iter().enumerate() {
         if std::fs::remove_dir(dir.join(name)).is_err() {
+            for removed in subs.iter().take(at) {
+                let _ = std::fs::create_dir(dir.join(removed));
+            }
             return;
         }
     }
@@ -223,6 +231,28 @@ mod tests {
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].id(), "other");
         assert!(store.open_session("other").is_ok());
+    }
+
+    /// A store whose `tmp/` or `trash/` is not empty (another process's create building
+    /// there, a take-back not yet removed) is left whole. The directories were removed one
+    /// by one and the removal stopped at the first that failed: `sessions/` (and `trash/`)
+    /// were gone by then, and every later open of the store was refused `CORRUPT` (the
+    /// store has no sessions/, STORE-23), the other process's create failing with it.
+    #[test]
+    fn a_store_in_use_under_tmp_or_trash_is_left_whole() {
+        for busy in ["tmp", "trash"] {
+            let scratch = tempfile::tempdir().unwrap();
+            let dir = scratch.path().join("store");
+            drop(Store::open_or_create(&dir, StoreOptions::new()).unwrap());
+            std::fs::create_dir(dir.join(busy).join("build")).unwrap();
+            remove_unused_store(&dir);
+            for sub in ["sessions", "trash", "tmp"] {
+                assert!(dir.join(sub).is_dir(), "{busy}: {sub}/ is gone");
+            }
+            assert!(dir.join(busy).join("build").is_dir());
+            let store = Store::open(&dir, StoreOptions::new());
+            assert!(store.is_ok(), "{busy}: {:?}", store.err());
+        }
     }
 }
 
