@@ -1589,3 +1589,80 @@ fn log_2_readers_opened_beside_a_writer_that_rolls_report_no_damage() {
     );
     assert_eq!(LogReader::open(&dir).unwrap().seq_next(), written);
 }
+
+/// RCV-7, LOG-1: a writer's recovery holds the log's lock, so no segment is created beside
+/// it, and the last segment's header reads the same each time but for a fault. A read of
+/// the header that failed (`read_head` stops at an error and returns the bytes before it,
+/// which then do not decode), here simulated by the header's bytes being unreadable while
+/// the chain is listed and readable again by the time the segment is judged, made the
+/// segment look torn; the judgement found its records (damage), then read the header
+/// again, took the header that now checks out for a creation beside a reader, and
+/// called the segment a torn creation: the writer removed it, records and all, and
+/// appended over their seqs. The writer must never take a second read as a creation: the
+/// log is refused, or opened whole, and the segment is kept.
+#[test]
+fn rcv_7_a_writer_never_removes_a_segment_whose_header_read_failed_once() {
+    use common::{HookedStorage, Op};
+    use surfacelog::internals::log::segment::segment_name;
+    let dir = temp_dir("header-read-once");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1024)).unwrap();
+    let written = 40;
+    for seq in 0..written {
+        writer.append(&events(seq..seq + 1)).unwrap();
+    }
+    writer.close().unwrap();
+    let mut segments: Vec<u64> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".seg")?.parse().ok()
+        })
+        .collect();
+    segments.sort_unstable();
+    let (&last, rest) = segments.split_last().unwrap();
+    let previous = dir.join(segment_name(*rest.last().unwrap()));
+    let last_path = dir.join(segment_name(last));
+    let header = std::fs::read(&last_path).unwrap()[..64].to_vec();
+    let state = Arc::new(std::sync::Mutex::new(0_u8));
+    let (hook_last, hook_previous, hook_state) = (last_path.clone(), previous, Arc::clone(&state));
+    let storage = HookedStorage(Box::new(move |op| {
+        use std::os::unix::fs::FileExt;
+        let mut state = hook_state.lock().unwrap();
+        match op {
+            // The header unreadable for the chain's first read of it...
+            Op::Opened(path) if path == hook_last && *state == 0 => {
+                let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+                file.write_at(&[0; 64], 0).unwrap();
+                *state = 1;
+            }
+            // ...and readable again right after.
+            Op::Opened(path) if path == hook_previous && *state == 1 => {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&hook_last)
+                    .unwrap();
+                file.write_at(&header, 0).unwrap();
+                *state = 2;
+            }
+            _ => {}
+        }
+        Ok(())
+    }));
+    let mut hooked = options(Durability::Manual, 1024);
+    hooked.storage = Arc::new(storage);
+    let opened = LogWriter::open(&dir, hooked);
+    assert_eq!(
+        *state.lock().unwrap(),
+        2,
+        "the header was read unreadable once"
+    );
+    if let Ok((writer, report)) = opened {
+        assert_eq!(report.removed_segment, None);
+        writer.close().unwrap();
+    }
+    assert!(
+        last_path.exists(),
+        "the segment holding seqs from {last} was removed"
+    );
+    assert_eq!(LogReader::open(&dir).unwrap().seq_next(), written);
+}

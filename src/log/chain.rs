@@ -87,8 +87,9 @@ impl Unborn {
     /// A segment being created beside a reader (its header not yet written when the chain
     /// was opened) holds records and is given its index soon after: when the judgement
     /// finds damage, the header is read again, and one that checks out now says the
-    /// segment was being created, not damaged (a writer's recovery holds the lock: no
-    /// creation runs beside it).
+    /// segment was being created, not damaged. For readers only: a writer's recovery
+    /// holds the lock, no creation runs beside it, and it judges with
+    /// [`Unborn::damage_as_read`].
     ///
     /// # Errors
     /// `IO` when the file or its index cannot be opened or read, `CORRUPT` when the file is
@@ -106,8 +107,12 @@ impl Unborn {
         Ok(damage.filter(|_| !written_since()))
     }
 
-    /// [`Unborn::damage`] of the bytes as they are read now.
-    fn damage_as_read(
+    /// [`Unborn::damage`] of the bytes as they are read now, without reading the header
+    /// again: a writer's recovery's judgement. It holds the log's lock, so no segment is
+    /// being created beside it, and a header that reads differently the second time is a
+    /// fault (a read that failed), never a creation: taken for one, the segment, records
+    /// and all, would be removed as a torn creation.
+    pub(crate) fn damage_as_read(
         &self,
         storage: &dyn Storage,
         previous: Option<&SegmentHeader>,

@@ -1083,7 +1083,9 @@ fn recover(
             return Err(corrupt(&unborn.path, 0, unborn.reason));
         }
         let previous = chain.segments.last().map(|last| &last.header);
-        if let Some(reason) = unborn.damage(storage, previous, options.segment_capacity())? {
+        // The bytes as read: under the lock nothing is being created (LOG-1).
+        let capacity = options.segment_capacity();
+        if let Some(reason) = unborn.damage_as_read(storage, previous, capacity)? {
             return Err(corrupt(&unborn.path, 0, &reason));
         }
         // RCV-14: unless a durable mark says it held events, checked before anything is
