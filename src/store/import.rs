@@ -176,17 +176,23 @@ impl Store {
         let storage = &*self.options.log.storage;
         super::refuse_symlink(&self.dir.join("sessions"))?;
         super::refuse_symlink(&dir)?;
+        let gone = || {
+            std::fs::symlink_metadata(&dir)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        };
         let lock = match crate::log::take_lock(storage, &dir.join("log")) {
-            Err(error) if !dir.exists() => {
+            Err(error) if gone() => {
                 // Deleted by another handle meanwhile: nothing of this import is there.
                 drop(error);
                 return Ok(());
             }
             taken => taken?,
         };
-        if imported.published.is_none()
-            || super::checkpoint::dir_identity(&dir) != imported.published
-        {
+        // Under the lock: a directory that cannot be looked at is an error, never taken
+        // for another session's.
+        let here = std::fs::symlink_metadata(&dir).map_err(|e| Error::io("stat", &dir, &e))?;
+        let identity = super::checkpoint::DirIdentity::of(&here);
+        if imported.published.is_none_or(|published| published != identity) {
             return Ok(()); // another session under the same id
         }
         // Out of `sessions/` in one step first: a removal cut short (a crash, an I/O error)

@@ -1358,8 +1358,11 @@ impl Store {
             // Only directories are trashed sessions (STORE-9): anything else put there is
             // not the store's to remove, and is left as it is.
             let path = trash.join(name);
-            if !std::fs::symlink_metadata(&path).is_ok_and(|meta| meta.is_dir()) {
-                continue;
+            match std::fs::symlink_metadata(&path) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("stat", &path, &e)),
             }
             if self.remove_trashed(&path)? {
                 removed += 1;
