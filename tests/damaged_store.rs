@@ -396,6 +396,17 @@ fn a_missing_last_segment_beside_its_index_is_corrupt_for_readers() {
     assert!(store.verify(Some(&["s"])).unwrap().ok());
 }
 
+/// The names of the segment files in log directory `log`, sorted (by first seq).
+fn segment_names(log: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(log)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| Path::new(n).extension().is_some_and(|e| e == "seg"))
+        .collect();
+    names.sort();
+    names
+}
+
 /// LOG-2, RCV-11, RCV-13: the segments after the last one an older checkpoint records
 /// removed, their indexes left (a writer that rolled past them and stopped before its next
 /// checkpoint; the index of each lists its durable records, IDX-5). Readers refused the log,
@@ -410,15 +421,7 @@ fn a_missing_last_segment_beside_its_index_is_corrupt_for_an_open_from_an_older_
         .unwrap();
     let options = || StoreOptions::new().segment_bytes(4096);
     let log = dir.path().join("sessions/s/log");
-    let segs = || {
-        let mut segs: Vec<String> = std::fs::read_dir(&log)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| Path::new(n).extension().is_some_and(|e| e == "seg"))
-            .collect();
-        segs.sort();
-        segs
-    };
+    let segs = || segment_names(&log);
     let store = Store::open_or_create(dir.path(), options()).unwrap();
     let mut s = store.create("s", None, None).unwrap();
     let mut t = 0;
@@ -534,15 +537,7 @@ fn a_missing_last_segment_beside_its_index_is_corrupt_for_a_refreshing_reader() 
         .unwrap();
     let options = || StoreOptions::new().segment_bytes(4096);
     let log = dir.path().join("sessions/s/log");
-    let segs = || {
-        let mut segs: Vec<String> = std::fs::read_dir(&log)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| Path::new(n).extension().is_some_and(|e| e == "seg"))
-            .collect();
-        segs.sort();
-        segs
-    };
+    let segs = || segment_names(&log);
     let store = Store::open_or_create(dir.path(), options()).unwrap();
     let mut s = store.create("s", None, None).unwrap();
     s.append::<kinds::TurnStart>(r#"{"turn":0}"#, NoSurface)

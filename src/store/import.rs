@@ -177,8 +177,7 @@ impl Store {
         super::refuse_symlink(&self.dir.join("sessions"))?;
         super::refuse_symlink(&dir)?;
         let gone = || {
-            std::fs::symlink_metadata(&dir)
-                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            std::fs::symlink_metadata(&dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
         };
         let lock = match crate::log::take_lock(storage, &dir.join("log")) {
             Err(error) if gone() => {
@@ -192,7 +191,10 @@ impl Store {
         // for another session's.
         let here = std::fs::symlink_metadata(&dir).map_err(|e| Error::io("stat", &dir, &e))?;
         let identity = super::checkpoint::DirIdentity::of(&here);
-        if imported.published.is_none_or(|published| published != identity) {
+        if imported
+            .published
+            .is_none_or(|published| published != identity)
+        {
             return Ok(()); // another session under the same id
         }
         // Out of `sessions/` in one step first: a removal cut short (a crash, an I/O error)
