@@ -1447,14 +1447,14 @@ fn rd_2_a_header_written_since_the_reader_read_it_is_not_damage() {
     );
 }
 
-/// RD-2, RD-6: a writer rolling often, a reader refreshing in a loop: the log is never
-/// damaged, so every refresh succeeds, and a fresh reader reads every event.
-#[test]
-fn rd_2_a_reader_following_a_writer_that_rolls_reports_no_damage() {
-    let dir = temp_dir("live-roll");
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1024)).unwrap();
-    writer.flush().unwrap();
-    let mut reader = LogReader::open(&dir).unwrap();
+/// `writer` appending one event at a time on a thread of its own until the flag is set;
+/// the thread closes it and returns how many it appended.
+fn appending(
+    writer: LogWriter,
+) -> (
+    Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<u64>,
+) {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stopping = Arc::clone(&stop);
     let appender = std::thread::spawn(move || {
@@ -1466,6 +1466,18 @@ fn rd_2_a_reader_following_a_writer_that_rolls_reports_no_damage() {
         writer.close().unwrap();
         seq
     });
+    (stop, appender)
+}
+
+/// RD-2, RD-6: a writer rolling often, a reader refreshing in a loop: the log is never
+/// damaged, so every refresh succeeds, and a fresh reader reads every event.
+#[test]
+fn rd_2_a_reader_following_a_writer_that_rolls_reports_no_damage() {
+    let dir = temp_dir("live-roll");
+    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1024)).unwrap();
+    writer.flush().unwrap();
+    let mut reader = LogReader::open(&dir).unwrap();
+    let (stop, appender) = appending(writer);
     let started = std::time::Instant::now();
     let mut errors = Vec::new();
     while started.elapsed() < Duration::from_secs(2) {
@@ -1559,17 +1571,7 @@ fn log_2_readers_opened_beside_a_writer_that_rolls_report_no_damage() {
     let dir = temp_dir("open-roll");
     let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, 1024)).unwrap();
     writer.flush().unwrap();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stopping = Arc::clone(&stop);
-    let appender = std::thread::spawn(move || {
-        let mut seq = 0;
-        while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
-            writer.append(&events(seq..seq + 1)).unwrap();
-            seq += 1;
-        }
-        writer.close().unwrap();
-        seq
-    });
+    let (stop, appender) = appending(writer);
     let started = std::time::Instant::now();
     let mut errors = Vec::new();
     let mut opens = 0;

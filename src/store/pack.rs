@@ -212,10 +212,10 @@ impl Pack {
     /// holds it (MSP-4): [`Pack::message`] without the check that the text is UTF-8, for a
     /// caller that lends the bytes and checks each text when it makes a string of it.
     pub fn span(&self, seq: u64) -> Lookup<Range<usize>> {
-        match self.find_node(seq).map(|i| self.span_of(i)) {
-            Some(Some(span)) if span.is_empty() => Lookup::Packed(None),
-            Some(Some(span)) => Lookup::Packed(Some(span)),
-            Some(None) | None => Lookup::NotPacked,
+        match self.find_node(seq).and_then(|i| self.span_of(i)) {
+            Some((span, _)) if span.is_empty() => Lookup::Packed(None),
+            Some((span, _)) => Lookup::Packed(Some(span)),
+            None => Lookup::NotPacked,
         }
     }
 
@@ -237,31 +237,25 @@ impl Pack {
     /// The text of entry `i` (MSP-3): empty for a node without a message; text that is not
     /// UTF-8 is left to the log.
     fn text_of(&self, i: usize) -> Lookup<&str> {
-        let text_at = ENTRIES_AT + self.count * ENTRY;
-        let Some(span) = self.span_of(i) else {
-            return Lookup::NotPacked;
-        };
-        if span.is_empty() {
-            return Lookup::Packed(None);
-        }
-        match self.map.get(text_at..).and_then(|texts| texts.get(span)) {
-            Some(bytes) => std::str::from_utf8(bytes)
+        match self.span_of(i) {
+            Some((span, _)) if span.is_empty() => Lookup::Packed(None),
+            Some((_, bytes)) => std::str::from_utf8(bytes)
                 .map_or(Lookup::NotPacked, |text| Lookup::Packed(Some(text))),
             None => Lookup::NotPacked,
         }
     }
 
     /// Where entry `i`'s text lies in the text area (MSP-3; empty for a node without a
-    /// message), `None` when that is not inside the file.
-    fn span_of(&self, i: usize) -> Option<Range<usize>> {
+    /// message), and its bytes; `None` when that is not inside the file.
+    fn span_of(&self, i: usize) -> Option<(Range<usize>, &[u8])> {
         let start = match i.checked_sub(1) {
             Some(before) => self.entry(before).1,
             None => 0,
         };
         let span = usize::try_from(start).ok()?..usize::try_from(self.entry(i).1).ok()?;
         let text_at = ENTRIES_AT + self.count * ENTRY;
-        self.map.get(text_at..)?.get(span.clone())?;
-        Some(span)
+        let bytes = self.map.get(text_at..)?.get(span.clone())?;
+        Some((span, bytes))
     }
 
     /// The index of the entry of `seq` (binary search).

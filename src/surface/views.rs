@@ -83,16 +83,22 @@ pub fn each_message<'a>(
     source: &'a impl EventSource,
     mut visit: impl FnMut(Message<'a>),
 ) -> Result<()> {
-    // CKP-2: nodes read in place from a map are checked again (a map is not a copy), and
-    // nodes that were lost are damage, never a surface without messages.
-    surface.check_again();
-    surface.check_not_lost()?;
-    source.messages_read_begins();
+    read_begins(surface, source)?;
     for &seq in surface.nodes() {
         if let Some(json) = source.message_at(seq).map_err(|e| e.at_seq(seq))? {
             visit(Message { seq, json });
         }
     }
+    Ok(())
+}
+
+/// What a read of every message does first. CKP-2: nodes read in place from a map are
+/// checked again (a map is not a copy), and nodes that were lost are an error, never a
+/// surface without messages; MSP-4: the source's message pack is checked again.
+fn read_begins(surface: &Surface, source: &impl EventSource) -> Result<()> {
+    surface.check_again();
+    surface.check_not_lost()?;
+    source.messages_read_begins();
     Ok(())
 }
 
@@ -110,9 +116,7 @@ pub fn each_lent_message<'a>(
     source: &'a impl EventSource,
     mut visit: impl FnMut(u64, MessageText<'a>),
 ) -> Result<Option<SharedBytes>> {
-    surface.check_again();
-    surface.check_not_lost()?;
-    source.messages_read_begins();
+    read_begins(surface, source)?;
     // None: no pack to lend from (or none usable), so every text comes from the log.
     let texts = source.message_texts();
     let mut lent = false;
