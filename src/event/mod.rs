@@ -147,6 +147,12 @@ enum Text<'a> {
     Stored(&'a str),
     /// A chunk record's fields (`format-spec/log-format.md` REC-13 rebuilds the text).
     Chunk(chunk::ChunkRef<'a>),
+    /// A compact record's `data` text: REC-18 rebuilds the envelope around it from the
+    /// view's fields, with `surfaceOp` and `sourceEventSeqs` in `order`.
+    Rebuilt {
+        data: &'a str,
+        order: crate::record::compact::Order,
+    },
 }
 
 /// Two views are equal when they show the same event: the same text and fields,
@@ -433,6 +439,9 @@ impl<'a> EventRef<'a> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn data(&self) -> Cow<'a, str> {
+        if let Text::Rebuilt { data, .. } = self.text {
+            return Cow::Borrowed(data);
+        }
         match self.text() {
             Cow::Borrowed(text) => Cow::Borrowed(&text[self.data_span()]),
             Cow::Owned(text) => Cow::Owned(text[self.data_span()].to_owned()),
@@ -457,6 +466,11 @@ impl<'a> EventRef<'a> {
         match self.text {
             Text::Stored(text) => Cow::Borrowed(text),
             Text::Chunk(chunk) => Cow::Owned(chunk.text(self.seq, self.time)),
+            Text::Rebuilt { .. } => {
+                let mut out = String::with_capacity(self.text_len());
+                self.write_text(&mut out);
+                Cow::Owned(out)
+            }
         }
     }
 
@@ -477,6 +491,11 @@ impl<'a> EventRef<'a> {
         match self.text {
             Text::Stored(text) => text.len(),
             Text::Chunk(chunk) => chunk.text_len(self.seq, self.time),
+            // A view is made only of a text whose length fits (`from_compact`).
+            Text::Rebuilt { data, order } => {
+                usize::try_from(crate::record::compact::rebuilt_text_len(self, data, order))
+                    .unwrap_or(usize::MAX)
+            }
         }
     }
 
@@ -498,15 +517,19 @@ impl<'a> EventRef<'a> {
         match self.text {
             Text::Stored(text) => out.push_str(text),
             Text::Chunk(chunk) => chunk.write_text(self.seq, self.time, out),
+            Text::Rebuilt { data, order } => {
+                crate::record::compact::write_rebuilt_text(self, data, order, out);
+            }
         }
     }
 
-    /// The text as stored, when it is stored as text (every event but a chunk record).
+    /// The text as stored, when it is stored whole (neither a chunk record nor a compact
+    /// record that rebuilds its envelope).
     #[doc(hidden)]
     pub fn stored_text(&self) -> Option<&'a str> {
         match self.text {
             Text::Stored(text) => Some(text),
-            Text::Chunk(_) => None,
+            Text::Chunk(_) | Text::Rebuilt { .. } => None,
         }
     }
 
@@ -514,9 +537,49 @@ impl<'a> EventRef<'a> {
     #[doc(hidden)]
     pub fn chunk(&self) -> Option<chunk::ChunkRef<'a>> {
         match self.text {
-            Text::Stored(_) => None,
+            Text::Stored(_) | Text::Rebuilt { .. } => None,
             Text::Chunk(chunk) => Some(chunk),
         }
+    }
+
+    /// The `data` text and the order of `surfaceOp` and `sourceEventSeqs`, when the event
+    /// is held as a compact record that rebuilds its envelope (log-format.md REC-18).
+    #[doc(hidden)]
+    pub fn rebuilt(&self) -> Option<(&'a str, crate::record::compact::Order)> {
+        match self.text {
+            Text::Rebuilt { data, order } => Some((data, order)),
+            Text::Stored(_) | Text::Chunk(_) => None,
+        }
+    }
+
+    /// A view of an event of a compact record (log-format.md §4.2): its text borrowed when
+    /// the record holds it whole (kind 2), its envelope rebuilt from the fields around the
+    /// borrowed `data` otherwise (kind 1, REC-18). `None` when the text would be 4 GiB or
+    /// longer (a reader refuses texts past `max_event_bytes` first).
+    #[doc(hidden)]
+    pub fn from_compact(event: &crate::record::compact::CompactEvent<'a>) -> Option<Self> {
+        use crate::record::compact::EventText;
+        if event.text_len() >= u64::from(u32::MAX) {
+            return None;
+        }
+        let data = event.data_span();
+        let message = event
+            .message_in_data()
+            .map(|m| (span32(data.start + m.start), span32(data.start + m.end)));
+        Some(Self {
+            text: match event.text_form() {
+                EventText::Verbatim { text, .. } => Text::Stored(text),
+                EventText::Rebuilt { data, order } => Text::Rebuilt { data, order },
+            },
+            event_type: event.event_type(),
+            seq: event.seq(),
+            time: event.time(),
+            surface_op: event.surface_op(),
+            sources: event.sources().map(|s| s.to_seqs()),
+            ignorable: event.ignorable(),
+            data: (span32(data.start), span32(data.end)),
+            message,
+        })
     }
 
     /// A view of a chunk event stored as a chunk record (`format-spec/log-format.md`
@@ -559,6 +622,11 @@ impl<'a> EventRef<'a> {
             Text::Stored(text) => Some(&text[start as usize..end as usize]),
             // REC-11: a chunk record holds a log-only event, which has no message.
             Text::Chunk(_) => None,
+            // The message lies in `data` (REC-20), which starts at `self.data.0`.
+            Text::Rebuilt { data, .. } => {
+                let from = self.data.0;
+                data.get((start - from) as usize..(end - from) as usize)
+            }
         }
     }
 

@@ -30,6 +30,13 @@ enum Repr<'a> {
     Native(&'a [u64]),
     /// Invariant: the length is a multiple of 8.
     Le(&'a [u8]),
+    /// A compact record's runs of consecutive seqs (log-format.md §4.2), decoded on access.
+    /// Invariant: `bytes` are `runs` runs a decoder checked (REC-20), holding `count` seqs.
+    Runs {
+        bytes: &'a [u8],
+        runs: u64,
+        count: usize,
+    },
 }
 
 impl<'a> Seqs<'a> {
@@ -45,6 +52,20 @@ impl<'a> Seqs<'a> {
             bytes.len()
         );
         Self(Repr::Le(bytes))
+    }
+
+    /// Seqs stored as a compact record's runs (log-format.md §4.2): `runs` runs, `count`
+    /// seqs, which the record's decoder checked (REC-20).
+    pub(crate) fn from_runs(bytes: &'a [u8], runs: u64, count: usize) -> Self {
+        Self(Repr::Runs { bytes, runs, count })
+    }
+
+    /// The stored runs, when the seqs are a compact record's: `(bytes, runs)`.
+    pub(crate) fn stored_runs(&self) -> Option<(&'a [u8], u64, usize)> {
+        match self.0 {
+            Repr::Runs { bytes, runs, count } => Some((bytes, runs, count)),
+            Repr::Native(_) | Repr::Le(_) => None,
+        }
     }
 
     /// The number of seqs.
@@ -68,6 +89,7 @@ impl<'a> Seqs<'a> {
         match self.0 {
             Repr::Native(seqs) => seqs.len(),
             Repr::Le(bytes) => bytes.len() / 8,
+            Repr::Runs { count, .. } => count,
         }
     }
 
@@ -113,6 +135,12 @@ impl<'a> Seqs<'a> {
         SeqsIter(match self.0 {
             Repr::Native(seqs) => IterRepr::Native(seqs.iter()),
             Repr::Le(bytes) => IterRepr::Le(bytes.chunks_exact(8)),
+            Repr::Runs { bytes, runs, count } => IterRepr::Runs {
+                runs: crate::record::compact::stored_runs(bytes, runs),
+                next: 0,
+                end: 0,
+                left: count,
+            },
         })
     }
 
@@ -121,7 +149,7 @@ impl<'a> Seqs<'a> {
     pub fn to_cow(&self) -> Cow<'a, [u64]> {
         match self.0 {
             Repr::Native(seqs) => Cow::Borrowed(seqs),
-            Repr::Le(_) => Cow::Owned(self.iter().collect()),
+            Repr::Le(_) | Repr::Runs { .. } => Cow::Owned(self.iter().collect()),
         }
     }
 
@@ -156,6 +184,13 @@ pub struct SeqsIter<'a>(IterRepr<'a>);
 enum IterRepr<'a> {
     Native(std::slice::Iter<'a, u64>),
     Le(std::slice::ChunksExact<'a, u8>),
+    /// The seqs `next..end` of the current run, then the runs left.
+    Runs {
+        runs: crate::record::compact::StoredRuns<'a>,
+        next: u64,
+        end: u64,
+        left: usize,
+    },
 }
 
 impl Iterator for SeqsIter<'_> {
@@ -169,6 +204,22 @@ impl Iterator for SeqsIter<'_> {
                 bytes.copy_from_slice(c);
                 u64::from_le_bytes(bytes)
             }),
+            IterRepr::Runs {
+                runs,
+                next,
+                end,
+                left,
+            } => {
+                if *next == *end {
+                    let (start, len) = runs.next()?;
+                    *next = start;
+                    *end = start.saturating_add(len);
+                }
+                let seq = *next;
+                *next += 1;
+                *left = left.saturating_sub(1);
+                Some(seq)
+            }
         }
     }
 
@@ -176,6 +227,7 @@ impl Iterator for SeqsIter<'_> {
         match &self.0 {
             IterRepr::Native(iter) => iter.size_hint(),
             IterRepr::Le(chunks) => chunks.size_hint(),
+            IterRepr::Runs { left, .. } => (*left, Some(*left)),
         }
     }
 }

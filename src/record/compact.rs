@@ -652,7 +652,24 @@ enum SourcesRepr<'a> {
 impl<'a> Sources<'a> {
     /// The sources of a list.
     pub fn from_seqs(seqs: Seqs<'a>) -> Self {
-        Self(SourcesRepr::List(seqs))
+        match seqs.stored_runs() {
+            Some((bytes, runs, count)) => Self(SourcesRepr::Runs {
+                bytes,
+                runs,
+                count: count as u64,
+            }),
+            None => Self(SourcesRepr::List(seqs)),
+        }
+    }
+
+    /// The seqs as the engine's [`Seqs`], runs kept as runs.
+    pub fn to_seqs(&self) -> Seqs<'a> {
+        match self.0 {
+            SourcesRepr::List(seqs) => seqs,
+            SourcesRepr::Runs { bytes, runs, count } => {
+                Seqs::from_runs(bytes, runs, usize::try_from(count).unwrap_or(usize::MAX))
+            }
+        }
     }
 
     /// The number of seqs.
@@ -672,11 +689,7 @@ impl<'a> Sources<'a> {
     pub fn runs(&self) -> RunsIter<'a> {
         RunsIter(match self.0 {
             SourcesRepr::List(seqs) => RunsRepr::List(seqs.iter().peekable()),
-            SourcesRepr::Runs { bytes, runs, .. } => RunsRepr::Stored {
-                bytes,
-                left: runs,
-                end: None,
-            },
+            SourcesRepr::Runs { bytes, runs, .. } => RunsRepr::Stored(stored_runs(bytes, runs)),
         })
     }
 
@@ -726,12 +739,7 @@ pub struct RunsIter<'a>(RunsRepr<'a>);
 
 enum RunsRepr<'a> {
     List(std::iter::Peekable<crate::event::SeqsIter<'a>>),
-    Stored {
-        bytes: &'a [u8],
-        left: u64,
-        /// The end (last seq + 1) of the run before.
-        end: Option<u64>,
-    },
+    Stored(StoredRuns<'a>),
 }
 
 impl Iterator for RunsIter<'_> {
@@ -750,24 +758,49 @@ impl Iterator for RunsIter<'_> {
                 }
                 Some((start, len))
             }
-            RunsRepr::Stored { bytes, left, end } => {
-                if *left == 0 {
-                    return None;
-                }
-                // Checked by the decoder (REC-20): these reads succeed.
-                let (raw, n) = read_uv(bytes).ok().flatten()?;
-                let (extra, m) = read_uv(bytes.get(n..)?).ok().flatten()?;
-                *bytes = bytes.get(n + m..)?;
-                *left -= 1;
-                let start = match *end {
-                    None => raw,
-                    Some(end) => end.checked_add_signed(unzigzag(raw))?,
-                };
-                let len = extra.checked_add(1)?;
-                *end = start.checked_add(len);
-                Some((start, len))
-            }
+            RunsRepr::Stored(runs) => runs.next(),
         }
+    }
+}
+
+/// The runs a record stores (REC-16's `sourceEventSeqs`), decoded one by one: `(first seq,
+/// length)`.
+#[derive(Debug, Clone)]
+pub struct StoredRuns<'a> {
+    bytes: &'a [u8],
+    left: u64,
+    /// The end (last seq + 1) of the run before.
+    end: Option<u64>,
+}
+
+/// The `runs` runs a decoder checked in `bytes` (REC-20).
+pub(crate) fn stored_runs(bytes: &[u8], runs: u64) -> StoredRuns<'_> {
+    StoredRuns {
+        bytes,
+        left: runs,
+        end: None,
+    }
+}
+
+impl Iterator for StoredRuns<'_> {
+    type Item = (u64, u64);
+
+    fn next(&mut self) -> Option<(u64, u64)> {
+        if self.left == 0 {
+            return None;
+        }
+        // Checked by the decoder (REC-20): these reads succeed.
+        let (raw, n) = read_uv(self.bytes).ok().flatten()?;
+        let (extra, m) = read_uv(self.bytes.get(n..)?).ok().flatten()?;
+        self.bytes = self.bytes.get(n + m..)?;
+        self.left -= 1;
+        let start = match self.end {
+            None => raw,
+            Some(end) => end.checked_add_signed(unzigzag(raw))?,
+        };
+        let len = extra.checked_add(1)?;
+        self.end = start.checked_add(len);
+        Some((start, len))
     }
 }
 
@@ -1007,6 +1040,9 @@ pub fn choose<'a>(event: &EventRef<'a>) -> Result<Choice<'a>, Refusal> {
         check_member(&member)?;
         return Ok(Choice::Chunk(member));
     }
+    if let Some((data, order)) = event.rebuilt() {
+        return choose_rebuilt(event, data, order);
+    }
     let text = event.stored_text().ok_or(Refusal::Unencodable)?;
     let data = event.data_span();
     if data.start > data.end
@@ -1061,6 +1097,38 @@ pub fn choose<'a>(event: &EventRef<'a>) -> Result<Choice<'a>, Refusal> {
             Ok(Choice::Event(e))
         }
         Form::Verbatim => Ok(Choice::Event(e)),
+    }
+}
+
+/// [`choose`] for a view of a kind 1 record (read from a compact log, being copied: a
+/// fork's own segment, a compaction): the same record again, checked as a decoded one is.
+fn choose_rebuilt<'a>(
+    event: &EventRef<'a>,
+    data: &'a str,
+    order: Order,
+) -> Result<Choice<'a>, Refusal> {
+    let span = event.data_span();
+    let message = match event.message_span() {
+        None => None,
+        Some(m)
+            if m.start >= span.start
+                && m.start <= m.end
+                && m.end <= span.end
+                && data.get(m.start - span.start..m.end - span.start).is_some() =>
+        {
+            Some((m.start - span.start, m.end - span.start))
+        }
+        Some(_) => return Err(Refusal::Unencodable),
+    };
+    let e = CompactEvent {
+        message,
+        ..rebuilt_view(event, data, order)
+    };
+    check_fields(&e)?;
+    match form(&e, e.text) {
+        Form::Rebuilt(o) if o == order => Ok(Choice::Event(e)),
+        // Only a decoded kind 1 record makes such a view, and REC-20 refused any other form.
+        Form::Chunk(_) | Form::Rebuilt(_) | Form::Verbatim => Err(Refusal::Unencodable),
     }
 }
 
@@ -1322,6 +1390,34 @@ fn write_surface_op(e: &CompactEvent<'_>, sink: &mut impl Sink) {
             put_u64(sink, end);
             sink.put("}");
         }
+    }
+}
+
+/// REC-18's text of the event `view` shows, with `data`, appended to `out`: the text of a
+/// view the engine made of a kind 1 record ([`EventRef::from_compact`]).
+pub(crate) fn write_rebuilt_text(view: &EventRef<'_>, data: &str, order: Order, out: &mut String) {
+    let e = rebuilt_view(view, data, order);
+    write_prefix(&e, out);
+    out.push_str(data);
+    write_suffix(&e, order, out);
+}
+
+/// The length of [`write_rebuilt_text`]'s text, without building it.
+pub(crate) fn rebuilt_text_len(view: &EventRef<'_>, data: &str, order: Order) -> u64 {
+    rebuilt_len(&rebuilt_view(view, data, order), data.len())
+}
+
+/// The compact event behind a view of a kind 1 record: the fields REC-18 builds from.
+fn rebuilt_view<'a>(view: &EventRef<'a>, data: &'a str, order: Order) -> CompactEvent<'a> {
+    CompactEvent {
+        seq: view.seq,
+        time: view.time,
+        event_type: view.event_type,
+        surface_op: view.surface_op,
+        sources: view.sources.map(Sources::from_seqs),
+        ignorable: view.ignorable,
+        message: None,
+        text: EventText::Rebuilt { data, order },
     }
 }
 

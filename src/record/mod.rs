@@ -69,11 +69,11 @@ pub fn frame_len(body_len: usize) -> usize {
 pub fn body_len(event: &EventRef<'_>) -> usize {
     match (event.chunk(), event.stored_text()) {
         (Some(c), _) => chunk::body_len(&c),
-        (None, text) => {
+        (None, _) => {
             BODY_FIXED_LEN
                 + 8 * event.sources.map_or(0, |s| s.len())
                 + event.event_type.len()
-                + text.map_or(0, str::len)
+                + event.text_len()
         }
     }
 }
@@ -112,7 +112,8 @@ pub fn encode(event: &EventRef<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(&[0; 4]);
     match (event.chunk(), event.stored_text()) {
         (Some(c), _) => chunk::encode_body(event.seq, event.time, &c, out),
-        (None, text) => encode_body(event, text.unwrap_or_default(), out),
+        // A text held whole is borrowed; a compact record's rebuilt one is built (REC-18).
+        (None, _) => encode_body(event, &event.text(), out),
     }
     debug_assert_eq!(out.len() - start, FRAME_HEADER_LEN + body_len);
     // REC-2: the checksum covers `len` and the body, not itself.

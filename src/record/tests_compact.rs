@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::event::{Event, EventFields};
+use crate::event::{Event, EventFields, EventRef};
 
 const SAFE_I: i64 = SAFE_INTEGER_MAX;
 
@@ -1104,6 +1104,37 @@ fn kind_of(bytes: &[u8]) -> u8 {
     bytes[body_at]
 }
 
+/// The engine's view of a decoded event record ([`EventRef::from_compact`]) shows `original`
+/// exactly: text, `data`, message, fields, sources; it copies back into the same compact
+/// record (a fork or a compaction copying it) and into the same version 1 record as the
+/// original (a copy into a segment of the older format).
+fn check_view(e: &CompactEvent<'_>, original: &Event, bytes: &[u8]) -> Result<(), TestCaseError> {
+    let view = EventRef::from_compact(e).unwrap();
+    let want = original.as_ref();
+    prop_assert_eq!(view, want);
+    prop_assert_eq!(view.text(), original.text());
+    prop_assert_eq!(view.text_len(), original.text().len());
+    let mut written = String::from("x");
+    view.write_text(&mut written);
+    prop_assert_eq!(&written[1..], original.text());
+    prop_assert_eq!(view.data(), want.data());
+    prop_assert_eq!(view.message(), want.message());
+    prop_assert_eq!(view.data_span(), want.data_span());
+    prop_assert_eq!(view.message_span(), want.message_span());
+    let sources = view.sources.map(|s| (s.len(), s.iter().len(), s.to_vec()));
+    let wanted = want.sources.map(|s| (s.len(), s.len(), s.to_vec()));
+    prop_assert_eq!(sources, wanted);
+    prop_assert_eq!(view.to_event(), original.clone());
+    let mut copy = Vec::new();
+    encode(&view, &mut copy).unwrap();
+    prop_assert_eq!(copy, bytes);
+    let (mut v1_view, mut v1_original) = (Vec::new(), Vec::new());
+    crate::record::encode(&view, &mut v1_view);
+    crate::record::encode(&want, &mut v1_original);
+    prop_assert_eq!(v1_view, v1_original);
+    Ok(())
+}
+
 proptest! {
     /// `decode(encode(e)) = e` for every event, of the kind REC-17 gives it; the decoded
     /// record re-encodes to the same bytes; the text is rebuilt byte for byte.
@@ -1117,6 +1148,7 @@ proptest! {
             Record::Event(e) => {
                 prop_assert_eq!(e.to_event(), case.event.clone());
                 prop_assert_eq!(e.text_len(), case.event.text().len() as u64);
+                check_view(&e, &case.event, &bytes)?;
             }
             Record::Chunks(run) => {
                 let members: Vec<_> = run.members().collect();
@@ -1287,6 +1319,7 @@ fn the_fixture_sizes_and_round_trips() {
                 assert_eq!(e.text(), original.text());
                 assert_eq!(e.to_event(), *original);
                 assert_eq!(e.message(), original.as_ref().message());
+                check_view(&e, original, &out[at..at + n]).unwrap();
                 seq += 1;
             }
             Record::Chunks(run) => {
