@@ -260,7 +260,11 @@ fn benches(c: &mut Criterion) {
         summary.bytes as f64 / jsonl_bytes as f64,
     );
 
-    compaction(scratch.path(), &jsonl, jsonl_bytes);
+    let quick = std::env::var_os("SURFACELOG_FOOTPRINT_QUICK").is_some();
+    if !quick {
+        compaction(scratch.path(), &jsonl, jsonl_bytes);
+    }
+    let compact = compact_store(scratch.path(), &jsonl, jsonl_bytes, events);
 
     // The message pack (message-pack.md) the import wrote, and the same session without
     // it (moved aside): the messages read from the pack, and from the log records.
@@ -270,13 +274,12 @@ fn benches(c: &mut Criterion) {
         "footprint: message pack {pack_bytes} B ({:.1}% of the session)",
         pack_bytes as f64 * 100.0 / summary.bytes as f64
     );
-    let aside = pack.with_extension("aside");
     let mut group = c.benchmark_group("open+messages");
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(5));
-    let run = |store: &Store| {
-        let (session, _) = store.open_session(&id).expect("opens");
+    let run = |store: &Store, id: &str| {
+        let (session, _) = store.open_session(id).expect("opens");
         let n = session.messages().expect("messages").len();
         assert_eq!(n, messages);
     };
@@ -284,33 +287,100 @@ fn benches(c: &mut Criterion) {
     if !cold {
         eprintln!("footprint: cold runs skipped (dropping the page cache needs root)");
     }
-    for from in ["pack", "log"] {
-        if from == "log" {
-            std::fs::rename(&pack, &aside).expect("moves the pack aside");
-        }
-        group.bench_function(format!("warm/{from}/{events}ev"), |b| {
-            b.iter(|| run(&store));
-        });
-        if cold {
-            group.bench_function(format!("cold/{from}/{events}ev"), |b| {
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        drop_caches();
-                        let start = Instant::now();
-                        run(&store);
-                        total += start.elapsed();
-                    }
-                    total
-                });
+    // Side by side: the version 1 log (`v1`) and the compact one (`compact`, log-format.md
+    // §4.2), each with its message pack and with the pack moved aside (`log`).
+    for (records, store, id) in [("v1", &store, &id), ("compact", &compact.0, &compact.1)] {
+        let pack = store.dir().join("sessions").join(id).join("messages");
+        let aside = pack.with_extension("aside");
+        for from in ["pack", "log"] {
+            if from == "log" {
+                std::fs::rename(&pack, &aside).expect("moves the pack aside");
+            }
+            group.bench_function(format!("warm/{records}/{from}/{events}ev"), |b| {
+                b.iter(|| run(store, id));
             });
+            if cold {
+                group.bench_function(format!("cold/{records}/{from}/{events}ev"), |b| {
+                    b.iter_custom(|iters| {
+                        let mut total = Duration::ZERO;
+                        for _ in 0..iters {
+                            drop_caches();
+                            let start = Instant::now();
+                            run(store, id);
+                            total += start.elapsed();
+                        }
+                        total
+                    });
+                });
+            }
         }
+        std::fs::rename(&aside, &pack).expect("puts the pack back");
     }
-    std::fs::rename(&aside, &pack).expect("puts the pack back");
     group.finish();
-    compressed(c, &store, &id, events, messages, jsonl_bytes, zstd);
+    let mut group = c.benchmark_group("read-all-events");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(10));
+    for (records, store, id) in [("v1", &store, &id), ("compact", &compact.0, &compact.1)] {
+        let log = store.dir().join("sessions").join(id).join("log");
+        group.bench_function(format!("{records}/{events}ev"), |b| {
+            b.iter(|| read_all(&log, events));
+        });
+    }
+    group.finish();
+    drop(compact);
+    if !quick {
+        compressed(c, &store, &id, events, messages, jsonl_bytes, zstd);
+    }
     drop(store);
     let _ = std::fs::remove_dir_all(scratch.path());
+}
+
+/// The generated JSONL imported into a store that writes compact records (log-format.md
+/// §4.2), timed: its bytes on disk, with and without its message pack, are printed against
+/// the JSONL's. Returns the store and the session's id.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "ratios printed with one or two decimals"
+)]
+fn compact_store(
+    scratch: &std::path::Path,
+    jsonl: &std::path::Path,
+    jsonl_bytes: u64,
+    events: u64,
+) -> (Store, String) {
+    let store = Store::open_or_create(
+        scratch.join("compact-store"),
+        StoreOptions::new()
+            .durability(Durability::Manual)
+            .compact_records(true),
+    )
+    .expect("a store");
+    let started = Instant::now();
+    let (imported, _) = jsonl::import_jsonl(&store, jsonl, Compression::None, None, &mut |_| {})
+        .expect("imports the generated log");
+    let took = started.elapsed();
+    assert_eq!(imported.events, events, "every generated event imported");
+    let summary = store.summarize(&imported.id).expect("summarizes");
+    let pack = store
+        .dir()
+        .join("sessions")
+        .join(&imported.id)
+        .join("messages");
+    // On disk, as `summarize` counts: whole 4 KiB blocks.
+    let pack_bytes = std::fs::metadata(&pack).map_or(0, |m| m.len().next_multiple_of(4096));
+    let without = summary.bytes - pack_bytes;
+    eprintln!(
+        "footprint: compact records: imported in {took:.1?} ({:.0} MB/s of JSONL); {} B on \
+         disk ({:.2}x the JSONL), {without} B without its message pack ({:.3}x, {:.1} \
+         B/event)",
+        jsonl_bytes as f64 / 1e6 / took.as_secs_f64(),
+        summary.bytes,
+        summary.bytes as f64 / jsonl_bytes as f64,
+        without as f64 / jsonl_bytes as f64,
+        without as f64 / events as f64,
+    );
+    (store, imported.id)
 }
 
 /// Every event of the session's log read by a fresh reader (its text's length summed):

@@ -312,6 +312,7 @@ impl LiveLog {
             durability: self.durability,
             storage: Arc::clone(&self.storage) as Arc<dyn Storage>,
             chunk_records: true,
+            compact_records: false,
         };
         let (writer, _) = LogWriter::open(self.dir.path(), options).expect("open the log");
         self.writer = Some(writer);

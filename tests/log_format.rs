@@ -216,20 +216,40 @@ fn ver_2_a_version_1_header_with_a_bad_checksum_is_corrupt() {
 }
 
 /// SEG-9, VER-3: an incompatible feature bit this build does not know refuses the log
-/// (`FORMAT_VERSION`, naming the bits); a compatible one is ignored. Bit 2 is
-/// `COMPACT_RECORDS` (§4.2): specified, but not read by this build, which refuses it.
+/// (`FORMAT_VERSION`, naming the bits); a compatible one is ignored. Bit 2,
+/// `COMPACT_RECORDS` (§4.2), is known: set over version 1 records, they are no compact
+/// records (never read as events), and set with `CHUNK_RECORDS` the header is one no
+/// writer writes (`CORRUPT`).
 #[test]
 fn seg_9_unknown_incompat_features_refuse_and_unknown_compat_features_are_ignored() {
     let log = TempLog::with_vector("incompat", |b| {
-        b[58] = 0x04;
+        b[58] = 0x08;
         reseal_header(b);
     });
     for error in open_errors(&log) {
         assert_eq!(error.code(), "FORMAT_VERSION", "{error}");
         assert!(
-            error.to_string().contains("incompat features 0x0004"),
+            error.to_string().contains("incompat features 0x0008"),
             "{error}"
         );
+    }
+    // Version 1 records under the bit are no compact records: a reader never reads them
+    // as events (they are the last segment's tail, which RD-6 leaves to a writer's
+    // recovery, §7, as it leaves any bytes no valid record follows).
+    let log = TempLog::with_vector("compact", |b| {
+        b[58] = 0x04;
+        reseal_header(b);
+    });
+    match LogReader::open(log.path()) {
+        Ok(reader) => assert_eq!(reader.seq_next(), 0),
+        Err(error) => assert_eq!(error.code(), "CORRUPT", "{error}"),
+    }
+    let log = TempLog::with_vector("both", |b| {
+        b[58] = 0x05;
+        reseal_header(b);
+    });
+    for error in open_errors(&log) {
+        assert_eq!(error.code(), "CORRUPT", "{error}");
     }
     let log = TempLog::with_vector("compat", |b| {
         b[56] = 0x01;

@@ -176,6 +176,18 @@ fn durability_of(seed: u64) -> Durability {
     }
 }
 
+thread_local! {
+    /// Whether the stores this thread's run opens write compact records (log-format.md
+    /// §4.2): set from the seed as the run starts ([`compact_of`]), so that the store the
+    /// run writes and the ones its checks reopen agree; off for the other tests.
+    static COMPACT_RECORDS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Half the seeds, across every durability, write compact records.
+fn compact_of(seed: u64) -> bool {
+    (seed / 3) % 2 == 1
+}
+
 fn options(storage: Arc<dyn Storage>, durability: Durability) -> StoreOptions {
     StoreOptions::new()
         .session_options(session_options())
@@ -184,6 +196,7 @@ fn options(storage: Arc<dyn Storage>, durability: Durability) -> StoreOptions {
             durability,
             storage,
             chunk_records: true,
+            compact_records: COMPACT_RECORDS.get(),
         })
         .checkpoint_every(9)
         // A message pack at nearly every checkpoint (MSP-5), so that its writes are crashed
@@ -658,6 +671,7 @@ fn run_setup(
     }
     sim.set_fault_rate(fault_rate);
     let durability = durability_of(seed);
+    COMPACT_RECORDS.set(compact_of(seed));
     let dir = scratch.path().join("store");
     let mut rng = Rng(seed ^ 0x5EED);
     // Imports draw from a generator of their own: the other steps stay those of `rng`.

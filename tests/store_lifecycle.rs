@@ -63,6 +63,7 @@ fn sim_options(storage: Arc<dyn Storage>) -> StoreOptions {
             durability: Durability::Sync,
             storage,
             chunk_records: true,
+            compact_records: false,
         })
         .checkpoint_every(3)
 }

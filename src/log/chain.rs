@@ -139,9 +139,13 @@ impl Unborn {
             len: self.map.len(),
         };
         let regions = super::writer::data_regions(file, 0, source.len);
-        if super::scan::valid_record_after(&source, 0, &regions)
-            .map_err(|e| super::reader::read_error(&self.path, 0, &e))?
-        {
+        // The header is not readable, so neither is the segment's record format (SEG-9):
+        // a valid record of either format is one.
+        let valid_after = |format| {
+            super::scan::valid_record_after(&source, format, 0, &regions)
+                .map_err(|e| super::reader::read_error(&self.path, 0, &e))
+        };
+        if valid_after(crate::record::Format::V1)? || valid_after(crate::record::Format::Compact)? {
             return Ok(Some(self.reason.to_owned()));
         }
         let first = self

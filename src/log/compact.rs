@@ -12,10 +12,11 @@ use super::quarantine::{Examined, Opened, examine, locked_listing};
 use super::reader::read_error;
 use super::scan::{FileBytes, read_range};
 use super::segment::{
-    CHUNK_RECORDS, SEGMENT_HEADER_LEN, SegmentHeader, index_name, seq_file_name, seq_file_path,
+    CHUNK_RECORDS, COMPACT_RECORDS, SEGMENT_HEADER_LEN, SegmentHeader, index_name, seq_file_name,
+    seq_file_path,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::record::{compact as compact_form, decode, encode};
+use crate::record::{Format, compact as compact_form, decode, decode_as, encode};
 use crate::storage::Storage;
 
 /// A segment [`compact`] rewrote (CMP-3).
@@ -381,7 +382,9 @@ fn kept_by_header(opened: &Opened, options: CompactOptions) -> Option<KeptReason
         Some(KeptReason::Limited)
     } else if is_compressed(&opened.header) {
         Some(KeptReason::Compressed)
-    } else if opened.header.incompat_features & CHUNK_RECORDS != 0 && options.level.is_none() {
+    } else if opened.header.incompat_features & (CHUNK_RECORDS | COMPACT_RECORDS) != 0
+        && options.level.is_none()
+    {
         Some(KeptReason::AlreadyCompact)
     } else {
         None
@@ -458,11 +461,18 @@ fn rewrite(
 ) -> Result<Option<RewrittenSegment>> {
     let first = opened.header.first_seq;
     let path = seq_file_path(dir, first, ".seg");
-    let header = SegmentHeader {
-        incompat_features: opened.header.incompat_features | CHUNK_RECORDS,
-        ..opened.header
+    let built = if opened.header.format() == Format::Compact {
+        // Compact records stay as they are (§4.2); only compression rewrites them (CZ-5).
+        copy_compact(&path, opened, offsets, end)?
+    } else {
+        let header = SegmentHeader {
+            incompat_features: opened.header.incompat_features | CHUNK_RECORDS,
+            ..opened.header
+        };
+        build(&path, opened, offsets, end, &header)?
     };
-    let built = build(&path, opened, offsets, end, &header)?;
+    let header = SegmentHeader::decode(&built.bytes)
+        .map_err(|_| corrupt(&path, 0, "the rebuilt segment's header does not check out"))?;
     let before = opened.map.len() as u64;
     let packed = if let Some(level) = level {
         match compressed(&path, &built.bytes, level)? {
@@ -578,6 +588,49 @@ struct Built {
     offsets: Vec<u32>,
     /// How many of them are chunk records.
     chunk_records: u64,
+}
+
+/// The compact records at `offsets` (up to `end`; a run's members share an offset) of
+/// `opened`, read with `pread` (RD-8), each checked again (REC-4, REC-20) and copied as it
+/// is, under the segment's header: the logical segment compression packs (CZ-1, CZ-5).
+fn copy_compact(path: &Path, opened: &Opened, offsets: &[u32], end: usize) -> Result<Built> {
+    let source = FileBytes {
+        file: &opened.file,
+        len: opened.map.len(),
+    };
+    let from = SEGMENT_HEADER_LEN;
+    let records = read_range(&source, from, end).map_err(|e| read_error(path, from, &e))?;
+    let header = SegmentHeader {
+        capacity: (SEGMENT_HEADER_LEN + records.len()) as u64,
+        ..opened.header
+    };
+    let mut bytes = header.encode().to_vec();
+    bytes.extend_from_slice(&records);
+    let mut seq = opened.header.first_seq;
+    let mut at = SEGMENT_HEADER_LEN;
+    while seq < opened.header.first_seq + offsets.len() as u64 {
+        let unreadable = |why: &str| corrupt(path, at, why);
+        let rest = bytes.get(at..).unwrap_or_default();
+        let (record, len) = decode_as(Format::Compact, rest)
+            .map_err(|_| unreadable("the record does not check out (REC-4)"))?;
+        if record.first_seq() != seq {
+            return Err(unreadable("a record with the wrong seq (RCV-5)"));
+        }
+        seq = record.seq_end();
+        at += len;
+    }
+    if at != bytes.len() {
+        return Err(corrupt(
+            path,
+            at,
+            "the records end before the segment's end",
+        ));
+    }
+    Ok(Built {
+        offsets: offsets.to_vec(),
+        chunk_records: 0,
+        bytes,
+    })
 }
 
 /// The records at `offsets` (up to `end`) of `opened`, each read with `pread` (RD-8) and

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use super::segment::{LogId, SEGMENT_HEADER_LEN};
-use crate::record::{decode as decode_record, u32_at, u64_at};
+use crate::record::{Format, decode_as, u32_at, u64_at};
 use crate::storage::Storage;
 
 /// The largest index file read: a segment of 2^32 − 1 bytes holds fewer than 2^26
@@ -134,13 +134,15 @@ pub fn decode(bytes: &[u8], log_id: &LogId, first_seq: u64) -> Option<Index> {
 }
 
 /// The index file of a segment when it checks out (IDX-2) and its last offset holds the
-/// record it promises, ending at its `end`.
+/// record it promises (a record of the segment's `format` whose last event is the last it
+/// lists), ending at its `end`.
 pub(crate) fn load(
     storage: &dyn Storage,
     path: &Path,
     segment: &[u8],
     log_id: &LogId,
     first_seq: u64,
+    format: Format,
 ) -> Option<Index> {
     let bytes = crate::storage::read_file_at_most(storage, path, INDEX_BYTES_MAX).ok()??;
     let index = decode(&bytes, log_id, first_seq)?;
@@ -148,9 +150,11 @@ pub(crate) fn load(
         None => index.end == SEGMENT_HEADER_LEN,
         Some(&at) => {
             let at = at as usize;
-            let record = segment.get(at..).and_then(|rest| decode_record(rest).ok());
-            record.is_some_and(|(event, len)| {
-                event.seq == first_seq + index.offsets.len() as u64 - 1 && at + len == index.end
+            let record = segment
+                .get(at..)
+                .and_then(|rest| decode_as(format, rest).ok());
+            record.is_some_and(|(record, len)| {
+                record.seq_end() == first_seq + index.offsets.len() as u64 && at + len == index.end
             })
         }
     };
@@ -189,6 +193,7 @@ pub(crate) fn vouched_prefix(
     segment: &[u8],
     log_id: &LogId,
     first_seq: u64,
+    format: Format,
 ) -> crate::Result<Option<Vouched>> {
     let Some(file) = open_mark(storage, path)? else {
         return Ok(None);
@@ -237,10 +242,14 @@ pub(crate) fn vouched_prefix(
     }
     vouched.last_offset = u32::from_le_bytes(offset);
     let at = vouched.last_offset as usize;
-    let Some((event, len)) = segment.get(at..).and_then(|rest| decode_record(rest).ok()) else {
+    let Some((record, len)) = segment
+        .get(at..)
+        .and_then(|rest| decode_as(format, rest).ok())
+    else {
         return Ok(None);
     };
-    Ok((event.seq == first_seq + last as u64 && at + len == end).then_some(vouched))
+    // The last listed event is the record's last (a compact run's members share its offset).
+    Ok((record.seq_end() == first_seq + count as u64 && at + len == end).then_some(vouched))
 }
 
 /// The index at `path` opened as a durable mark (RCV-13): `None` when there is none. An
@@ -280,8 +289,9 @@ pub(crate) fn durable_marks(
     segment: &[u8],
     log_id: &LogId,
     first_seq: u64,
+    format: Format,
 ) -> crate::Result<(Option<Vouched>, usize)> {
-    if let Some(vouched) = vouched_prefix(storage, path, segment, log_id, first_seq)? {
+    if let Some(vouched) = vouched_prefix(storage, path, segment, log_id, first_seq, format)? {
         return Ok((Some(vouched), vouched.end));
     }
     let listed = durable_listing(storage, path, log_id, first_seq)?;

@@ -10,7 +10,7 @@ use super::segment::{
     LogId, SEGMENT_HEADER_LEN, SegmentHeader, Unsupported, check_features, check_version,
     unsupported_error,
 };
-use crate::record::{decode as decode_record, u32_at, u64_at};
+use crate::record::{decode_as, u32_at, u64_at};
 
 /// `"surflim\0"` (LIM-2).
 pub const LIMIT_MAGIC: [u8; 8] = *b"surflim\0";
@@ -109,10 +109,12 @@ impl Limit {
         }
         let last = segment
             .get(limit.last_offset as usize..limit.end as usize)
-            .and_then(|rest| decode_record(rest).ok());
+            .and_then(|rest| decode_as(header.format(), rest).ok());
+        // LIM-3: the record at `last_offset` ends the limited part: its last event is
+        // `seq_next − 1` (a compact run ends there too), and it ends at `end`.
         match last {
-            Some((event, len))
-                if event.seq == limit.seq_next - 1
+            Some((record, len))
+                if record.seq_end() == limit.seq_next
                     && limit.last_offset as usize + len == limit.end as usize =>
             {
                 Ok(limit)

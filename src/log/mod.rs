@@ -336,6 +336,11 @@ pub struct LogOptions {
     /// this writer creates set `CHUNK_RECORDS` (SEG-9), which builds without the feature
     /// refuse. Default: on.
     pub chunk_records: bool,
+    /// Store every event as a compact record (`log-format.md` §4.2): segments this writer
+    /// creates set `COMPACT_RECORDS` (SEG-9), which builds before it refuse; consecutive
+    /// streamed chunks of one append, or of one write of the write buffer, share a
+    /// record. Takes precedence over [`LogOptions::chunk_records`]. Default: off.
+    pub compact_records: bool,
 }
 
 impl Default for LogOptions {
@@ -345,6 +350,7 @@ impl Default for LogOptions {
             durability: Durability::Sync,
             storage: Arc::new(FsStorage),
             chunk_records: true,
+            compact_records: false,
         }
     }
 }
@@ -366,7 +372,9 @@ pub const SEGMENT_BYTES_MAX: u64 = u32::MAX as u64;
 impl LogOptions {
     /// The `incompat_features` of a segment this writer creates (SEG-9).
     pub fn segment_features(&self) -> u16 {
-        if self.chunk_records {
+        if self.compact_records {
+            crate::log::segment::COMPACT_RECORDS
+        } else if self.chunk_records {
             crate::log::segment::CHUNK_RECORDS
         } else {
             0

@@ -523,7 +523,7 @@ pub(super) fn examine(
         file: &opened.file,
         len: bound,
     };
-    let found = match scan(&source, SEGMENT_HEADER_LEN, first) {
+    let found = match scan(&source, opened.header.format(), SEGMENT_HEADER_LEN, first) {
         Ok(found) => found,
         Err(error) => return unreadable(&path, SEGMENT_HEADER_LEN, &error),
     };

@@ -19,7 +19,7 @@ use super::segment::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventRef, EventSource};
-use crate::record::decode;
+use crate::record::{Format, decode_as};
 use crate::storage::{FsStorage, Storage};
 
 /// A read-only view of a log: the committed prefix as of the last [`LogReader::refresh`].
@@ -174,6 +174,7 @@ impl Mapped {
             let bytes = self.map.get(..bound).unwrap_or(&self.map);
             return Ok(super::scan::walk_written(
                 bytes,
+                self.header.format(),
                 SEGMENT_HEADER_LEN,
                 first,
                 u64::MAX,
@@ -190,7 +191,7 @@ impl Mapped {
                 // replaces only a file with one link) and was sealed whole (DUR-4), so its
                 // bytes up to its length are all there: scanned through the map.
                 let bytes = self.map.get(..bound).unwrap_or(&self.map);
-                return scan(bytes, SEGMENT_HEADER_LEN, first);
+                return scan(bytes, self.header.format(), SEGMENT_HEADER_LEN, first);
             }
             &opened
         };
@@ -198,7 +199,7 @@ impl Mapped {
             file,
             len: bound.min(self.map.len()),
         };
-        scan(&source, SEGMENT_HEADER_LEN, first)
+        scan(&source, self.header.format(), SEGMENT_HEADER_LEN, first)
     }
 }
 
@@ -217,8 +218,24 @@ pub(crate) struct Prefix<'a> {
     /// The segments before the boundary segment, whole, each with whether it has a limit
     /// file (LIM-1) to share too.
     pub whole: Vec<(&'a Path, bool)>,
-    /// The segment holding the last of the events; `None` for an empty prefix.
+    /// The segment holding the last of the events shared; `None` for an empty prefix, and
+    /// when the prefix ends inside a run that starts its segment.
     pub boundary: Option<BoundarySegment<'a>>,
+    /// The compact run the prefix ends inside (log-format.md §4.2), when it does.
+    pub split: Option<SplitRun>,
+}
+
+/// A compact chunk run (log-format.md §4.2) a fork's prefix ends inside: no limit ends
+/// inside a record (LIM-3), so the boundary segment is shared up to the record before it,
+/// and the child's own segment starts at its first seq with its members before the end.
+#[derive(Debug)]
+pub(crate) struct SplitRun {
+    /// The run's first seq: the child's own segment's.
+    pub first_seq: u64,
+    /// The header of the segment holding it.
+    pub header: SegmentHeader,
+    /// Its members before the prefix's end (at least one), read and checked (REC-4).
+    pub carried: Vec<crate::event::Event>,
 }
 
 /// The segment holding a fork's boundary.
@@ -312,6 +329,7 @@ impl LogReader {
                     &last.map,
                     &last.header.log_id,
                     first,
+                    last.header.format(),
                 )?;
                 if vouched.is_none() && last.limit.is_none() {
                     durable_end = Some((first, listed_end));
@@ -422,7 +440,9 @@ impl LogReader {
                         // their frames (as `Mapped::scan` finds them), and the log goes on
                         // in the next segment: a compressed segment is never the last
                         // (CZ-6).
-                        let found = walk_written(&mapped.map, last.end, self.seq_next, u64::MAX);
+                        let format = mapped.header.format();
+                        let found =
+                            walk_written(&mapped.map, format, last.end, self.seq_next, u64::MAX);
                         let path = last.path(&self.dir).to_owned();
                         if let Stop::Invalid { offset, .. } = found.stop {
                             return Err(corrupt(
@@ -448,6 +468,7 @@ impl LogReader {
                         return Ok(self.seq_next);
                     };
                     // RD-8: past `last.end` nothing is verified: read with pread.
+                    let format = mapped.header.format();
                     let path = last.path(&self.dir);
                     let tail = mapped.tail_file(&*self.storage, path)?;
                     let source = FileBytes {
@@ -462,7 +483,7 @@ impl LogReader {
                             .torn_tails
                             .then_some(&later as &dyn Fn() -> Result<bool>);
                         let (found, shape) =
-                            scan_checked(path, &source, last.end, self.seq_next, torn)?;
+                            scan_checked(path, &source, format, last.end, self.seq_next, torn)?;
                         // RD-6, RCV-13: where the segment's index lists durable records
                         // past the stop, the stop is damage, never the end of the log.
                         let before = last.records_known();
@@ -474,11 +495,11 @@ impl LogReader {
                             log_id: &self.log_id,
                             first_seq: first,
                         };
-                        stop_before_index_end(path, &source, &found, before, &marks)?;
+                        stop_before_index_end(path, &source, format, &found, before, &marks)?;
                         self.torn_shape = shape.then_some(found.end);
                         found
                     } else {
-                        scan(&source, last.end, self.seq_next)
+                        scan(&source, format, last.end, self.seq_next)
                             .map_err(|e| read_error(path, last.end, &e))?
                     };
                     last.push_offsets(&found.offsets);
@@ -606,7 +627,8 @@ impl LogReader {
                 let Some(mapped) = last.mapped() else {
                     return self.refresh();
                 };
-                let found = walk_written(&mapped.map, last.end, self.seq_next, written);
+                let format = mapped.header.format();
+                let found = walk_written(&mapped.map, format, last.end, self.seq_next, written);
                 if let Stop::Invalid { .. } = found.stop {
                     return self.refresh();
                 }
@@ -681,8 +703,8 @@ impl LogReader {
         };
         // RD-8: past the verified end, read with pread. Records a writer has completed
         // since this reader's last refresh continue the log: the tail starts after them.
-        let found =
-            scan(&source, last.end, self.seq_next).map_err(|e| read_error(path, last.end, &e))?;
+        let found = scan(&source, mapped.header.format(), last.end, self.seq_next)
+            .map_err(|e| read_error(path, last.end, &e))?;
         let end = found.end;
         let regions = super::writer::data_regions(file, end, source.len);
         let dirty_to =
@@ -742,6 +764,7 @@ impl LogReader {
         let mut prefix = Prefix {
             whole: Vec::new(),
             boundary: None,
+            split: None,
         };
         let Some(last) = len.checked_sub(1) else {
             return Ok(prefix);
@@ -778,12 +801,59 @@ impl LogReader {
         let unreadable = || corrupt(path, 0, "a record of the prefix cannot be read");
         let kept = offsets.get(..count).ok_or_else(unreadable)?;
         let &last_offset = kept.last().ok_or_else(unreadable)?;
-        let (event, frame) = mapped
+        let (record, frame) = mapped
             .map
             .get(last_offset as usize..)
-            .and_then(|rest| decode(rest).ok())
+            .and_then(|rest| decode_as(mapped.header.format(), rest).ok())
             .ok_or_else(|| corrupt(path, last_offset as usize, "checksum mismatch"))?;
-        if event.seq != last {
+        if record.event(last).is_none() {
+            return Err(unreadable());
+        }
+        let durable = |kept: usize| segment.count.is_some() || segment.durable >= kept as u64;
+        if record.seq_end() == len {
+            prefix.boundary = Some(BoundarySegment {
+                path,
+                header: mapped.header,
+                bytes: &mapped.map,
+                identity: mapped.identity,
+                offsets: kept,
+                end: last_offset as usize + frame,
+                durable: durable(count),
+            });
+            return Ok(prefix);
+        }
+        // A boundary inside a compact chunk run (log-format.md §4.2): the segment is shared
+        // up to the record before the run (a limit ends at a record boundary, LIM-3), and
+        // the run's members before the boundary are the first events of the child's own
+        // segment, which starts at the run's first seq.
+        let first = record.first_seq();
+        let members = usize::try_from(len - first).unwrap_or(usize::MAX);
+        let carried: Vec<crate::event::Event> = record
+            .events()
+            .take(members)
+            .map(|e| e.to_event())
+            .collect();
+        if carried.len() != members {
+            return Err(unreadable());
+        }
+        prefix.split = Some(SplitRun {
+            first_seq: first,
+            header: mapped.header,
+            carried,
+        });
+        let before = usize::try_from(first - segment.first_seq).unwrap_or(usize::MAX);
+        let Some(kept) = offsets.get(..before).filter(|kept| !kept.is_empty()) else {
+            // The run is the segment's first record: the child's own segment takes the
+            // segment's place, and nothing of it is shared.
+            return Ok(prefix);
+        };
+        let &last_offset = kept.last().ok_or_else(unreadable)?;
+        let (record, frame) = mapped
+            .map
+            .get(last_offset as usize..)
+            .and_then(|rest| decode_as(mapped.header.format(), rest).ok())
+            .ok_or_else(|| corrupt(path, last_offset as usize, "checksum mismatch"))?;
+        if record.seq_end() != first {
             return Err(unreadable());
         }
         prefix.boundary = Some(BoundarySegment {
@@ -793,25 +863,27 @@ impl LogReader {
             identity: mapped.identity,
             offsets: kept,
             end: last_offset as usize + frame,
-            durable: segment.count.is_some() || segment.durable >= count as u64,
+            durable: durable(before),
         });
         Ok(prefix)
     }
 
-    /// Consumes the reader for the child of a fork of its first `len` events (STORE-10):
-    /// the chain of the child's log, whose segment files are links to this reader's (the
-    /// child's reader makes their paths in its own directory), so that the child's writer does not open and check them again. The
-    /// segments holding the prefix keep their maps (the same files; [`LogReader::prefix`]
-    /// has opened and checked them) and limits, the one holding the boundary gets
-    /// `boundary_limit`, the limit the fork wrote for it; `own`, the segment the fork
-    /// created for the child's appends, comes last.
+    /// Consumes the reader for the child of a fork (STORE-10) whose own segment starts at
+    /// `own_first` (the prefix's length, or the first seq of the run it ends inside,
+    /// [`SplitRun`]): the chain of the child's log, whose segment files are links to this
+    /// reader's (the child's reader makes their paths in its own directory), so that the
+    /// child's writer does not open and check them again. The segments before `own_first`
+    /// keep their maps (the same files; [`LogReader::prefix`] has opened and checked them)
+    /// and limits, the one holding the boundary gets `boundary_limit`, the limit the fork
+    /// wrote for it (when it wrote one); `own`, the segment the fork created for the
+    /// child's appends, comes last.
     pub(crate) fn into_fork_chain(
         self,
-        len: u64,
+        own_first: u64,
         boundary_limit: Option<Limit>,
         own: Linked,
     ) -> Chain {
-        let len = len.min(self.seq_next);
+        let len = own_first.min(self.seq_next);
         let kept = len
             .checked_sub(1)
             .and_then(|last| self.segment_of(last))
@@ -830,7 +902,12 @@ impl LogReader {
                     .map(|m| (m.header, m.map, m.identity)),
             })
             .collect();
-        if let Some(boundary) = sealed.last_mut() {
+        // The last segment kept is the boundary's, limited by the fork; or, when the
+        // prefix ends inside a run that starts a segment, the one before, shared whole
+        // with the limit it has.
+        if let Some(boundary) = sealed.last_mut()
+            && boundary_limit.is_some()
+        {
             boundary.limit = boundary_limit;
         }
         Chain {
@@ -910,15 +987,22 @@ impl LogReader {
             // A scan stopped before this record: at the first one that does not check out.
             let stop = offsets.last().map_or(SEGMENT_HEADER_LEN, |&last| {
                 let at = last as usize;
-                let frame = mapped.map.get(at..).and_then(|rest| decode(rest).ok());
+                let frame = mapped
+                    .map
+                    .get(at..)
+                    .and_then(|rest| decode_as(mapped.header.format(), rest).ok());
                 frame.map_or(at, |(_, len)| at + len)
             });
             let reason = format!("seq {seq}: a record before it does not check out (RCV-6)");
             return Some(corrupt(segment.path(&self.dir), stop, &reason));
         };
         let offset = offset as usize;
-        let reason = match mapped.map.get(offset..).map(decode) {
-            Some(Ok((event, _))) if event.seq == seq => return None,
+        let decoded = mapped
+            .map
+            .get(offset..)
+            .map(|rest| decode_as(mapped.header.format(), rest));
+        let reason = match decoded {
+            Some(Ok((record, _))) if record.event(seq).is_some() => return None,
             Some(Ok(_)) => format!("seq {seq}: the record there has another seq (RCV-5)"),
             Some(Err(error)) => format!("seq {seq}: the record does not check out: {error:?}"),
             None => format!("seq {seq}: the record lies past the segment's end"),
@@ -1222,7 +1306,8 @@ impl Segment {
             let bytes = mapped.map.get(..bound).unwrap_or(&mapped.map);
             let first = self.first_seq;
             let index_path = dir.join(index_name(first));
-            if let Some(index) = index::load(storage, &index_path, bytes, log_id, first)
+            let format = mapped.header.format();
+            if let Some(index) = index::load(storage, &index_path, bytes, log_id, first, format)
                 .filter(|index| index.offsets.len() == count)
             {
                 index.offsets
@@ -1257,9 +1342,15 @@ impl Segment {
     ) -> Result<Vec<u32>> {
         let first = self.first_seq;
         let index_path = dir.join(index_name(first));
-        let mut offsets = if let Some(index) =
-            index::load(storage, &index_path, &mapped.map, log_id, first)
-                .filter(|index| index.offsets.len() == unread.vouched.count)
+        let mut offsets = if let Some(index) = index::load(
+            storage,
+            &index_path,
+            &mapped.map,
+            log_id,
+            first,
+            mapped.header.format(),
+        )
+        .filter(|index| index.offsets.len() == unread.vouched.count)
         {
             index.offsets
         } else {
@@ -1466,8 +1557,11 @@ impl LogReader {
         let index = usize::try_from(seq - segment.first_seq).unwrap_or(usize::MAX);
         let offset = segment.offset_of(&*self.storage, index, mapped, &self.dir, &self.log_id)?;
         if let Some(offset) = offset
-            && let Some(Ok((event, _))) = mapped.map.get(offset as usize..).map(decode)
-            && event.seq == seq
+            && let Some(Ok((record, _))) = mapped
+                .map
+                .get(offset as usize..)
+                .map(|rest| decode_as(mapped.header.format(), rest))
+            && let Some(event) = record.event(seq)
         {
             return Ok(event);
         }
@@ -1496,20 +1590,21 @@ impl LogReader {
 fn scan_checked(
     path: &Path,
     source: &FileBytes<'_>,
+    format: Format,
     from: usize,
     seq_next: u64,
     torn: Option<&dyn Fn() -> Result<bool>>,
 ) -> Result<(super::scan::Scan, bool)> {
     let read = |from: usize, seq_next: u64| {
-        scan(source, from, seq_next).map_err(|e| read_error(path, from, &e))
+        scan(source, format, from, seq_next).map_err(|e| read_error(path, from, &e))
     };
     let mut found = read(from, seq_next)?;
-    while let Some((damage, _)) = damage_at(path, source, found.stop, found.end)? {
+    while let Some((damage, _)) = damage_at(path, source, format, found.stop, found.end)? {
         let again = read(found.end, found.seq_next)?;
         if again.offsets.is_empty() {
             // Decided on the second look's bytes: the first look's shape may be gone.
             if let Some(later) = torn {
-                let now = damage_at(path, source, again.stop, again.end)?;
+                let now = damage_at(path, source, format, again.stop, again.end)?;
                 let changed = matches!(now, Some((_, Shape::Changed)));
                 if !changed && !later()? {
                     return Ok((found, now.is_some()));
@@ -1550,6 +1645,7 @@ struct IndexMarks<'a> {
 fn stop_before_index_end(
     path: &Path,
     source: &FileBytes<'_>,
+    format: Format,
     found: &super::scan::Scan,
     before: usize,
     index: &IndexMarks<'_>,
@@ -1568,12 +1664,13 @@ fn stop_before_index_end(
         index.map,
         index.log_id,
         index.first_seq,
+        format,
     )?;
     if listed_end <= found.end || listed_end > source.len {
         return Ok(());
     }
-    let again =
-        scan(source, found.end, found.seq_next).map_err(|e| read_error(path, found.end, &e))?;
+    let again = scan(source, format, found.end, found.seq_next)
+        .map_err(|e| read_error(path, found.end, &e))?;
     if again.end < listed_end {
         return Err(corrupt(
             path,
@@ -1607,6 +1704,7 @@ enum Shape {
 fn damage_at(
     path: &Path,
     source: &FileBytes<'_>,
+    format: Format,
     stop: Stop,
     end: usize,
 ) -> Result<Option<(Error, Shape)>> {
@@ -1620,7 +1718,7 @@ fn damage_at(
             offset,
             error: crate::record::RecordError::Body(_),
         } => {
-            let reason = "a record whose body breaks REC-5/REC-6 (RCV-8)";
+            let reason = "a record whose body breaks REC-5/REC-6 or REC-20 (RCV-8)";
             return Ok(Some((corrupt(path, offset, reason), Shape::Changed)));
         }
         Stop::Invalid { offset, .. } => {
@@ -1632,7 +1730,7 @@ fn damage_at(
     let regions = super::writer::data_regions(source.file, offset, source.len);
     let read = |e: std::io::Error| read_error(path, offset, &e);
     if nonzero_end(source, offset, &regions).map_err(read)? == offset
-        || !valid_record_after(source, offset, &regions).map_err(read)?
+        || !valid_record_after(source, format, offset, &regions).map_err(read)?
     {
         return Ok(None);
     }
@@ -1723,6 +1821,7 @@ mod tests {
         let options = crate::log::LogOptions {
             segment_bytes: 2048,
             chunk_records: false,
+            compact_records: false,
             ..crate::log::LogOptions::default()
         };
         let events: Vec<Event> = (0..60).map(chunk).collect();

@@ -16,7 +16,7 @@ use super::segment::{
 use super::writer::{data_regions, stop_offset};
 use crate::error::{Error, Result};
 use crate::event::Event;
-use crate::record::decode;
+use crate::record::decode_as;
 use crate::storage::Storage;
 
 /// The largest write of zeros a restore makes (step 3).
@@ -194,7 +194,9 @@ fn batch_records(
             "a segment header that does not check out (DUR-12)",
         ));
     };
-    let found = scan(&source, SEGMENT_HEADER_LEN, first).map_err(|e| read_error(path, 0, &e))?;
+    let format = header.format();
+    let found =
+        scan(&source, format, SEGMENT_HEADER_LEN, first).map_err(|e| read_error(path, 0, &e))?;
     if found.seq_next < seq_next {
         return Err(corrupt(
             path,
@@ -219,19 +221,33 @@ fn batch_records(
     let skip = usize::try_from(seq_next.saturating_sub(first)).unwrap_or(usize::MAX);
     let offsets = found.offsets.get(skip..).unwrap_or_default();
     let from = offsets.first().map_or(found.end, |&at| at as usize);
+    // The batch's first record starts at its first seq: a record holding events of two
+    // appends (a compact run across them, §4.2) is no failed batch's to take back.
+    if skip > 0 && found.offsets.get(skip - 1) == offsets.first() {
+        return Err(corrupt(
+            path,
+            from,
+            &format!("event {seq_next} shares a record with the event before it (DUR-12)"),
+        ));
+    }
     let start = first.max(seq_next);
     for (k, &at) in offsets.iter().enumerate() {
         let at = at as usize;
         let seq = start + k as u64;
-        let next = offsets.get(k + 1).map_or(found.end, |&n| n as usize);
+        // The next record's offset: the members of a compact run share theirs.
+        let next = offsets
+            .get(k + 1..)
+            .and_then(|rest| rest.iter().find(|&&n| n as usize != at))
+            .map_or(found.end, |&n| n as usize);
         let bytes = read_range(&source, at, next).map_err(|e| read_error(path, at, &e))?;
         let expected = usize::try_from(seq - seq_next)
             .ok()
             .and_then(|i| batch.get(i));
-        let same = decode(&bytes)
+        let same = decode_as(format, &bytes)
             .ok()
+            .and_then(|(record, _)| record.event(seq))
             .zip(expected)
-            .is_some_and(|((stored, _), event)| stored == event.as_ref());
+            .is_some_and(|(stored, event)| stored == event.as_ref());
         if !same {
             return Err(corrupt(
                 path,

@@ -11,8 +11,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 
 use super::segment::SEGMENT_HEADER_LEN;
-use crate::event::EventRef;
-use crate::record::{BODY_MIN_LEN, RECORD_ALIGN, RecordError, decode, frame_len, u32_at};
+use crate::record::{Decoded, Format, RECORD_ALIGN, RecordError, announced_len, decode_as};
 
 /// How many bytes a scan reads with one `pread` when it needs more (RD-8).
 const CHUNK: usize = 64 * 1024;
@@ -123,18 +122,22 @@ impl<'a, S: Source + ?Sized> Window<'a, S> {
         Ok(self.buf.get(at - self.start..).unwrap_or_default())
     }
 
-    /// The record at `at`, decoded from bytes read for it: the whole frame its length
-    /// names when the source holds that many, else what the source holds (REC-4).
-    fn decode_at(&mut self, at: usize) -> io::Result<Result<(EventRef<'_>, usize), RecordError>> {
+    /// The record of `format` at `at`, decoded from bytes read for it: the whole frame
+    /// its length names when the source holds that many, else what the source holds
+    /// (REC-4).
+    fn decode_at(
+        &mut self,
+        format: Format,
+        at: usize,
+    ) -> io::Result<Result<(Decoded<'_>, usize), RecordError>> {
         let len = self.source.len();
-        let head = self.bytes(at, 4)?;
+        let head = self.bytes(at, crate::record::compact::LEN_BYTES_MAX)?;
         // A frame longer than the source cannot be whole: its first bytes tell so (the
         // same `RecordError` as over all the bytes).
-        let want = u32_at(head, 0)
-            .map(|body| frame_len(body as usize))
+        let want = announced_len(format, head)
             .filter(|&frame| frame <= len.saturating_sub(at))
-            .map_or(4, |frame| frame.max(4));
-        Ok(decode(self.bytes(at, want)?))
+            .map_or(8, |frame| frame.max(8));
+        Ok(decode_as(format, self.bytes(at, want)?))
     }
 }
 
@@ -163,12 +166,18 @@ pub(crate) struct Scan {
     pub stop: Stop,
 }
 
-/// Scans the records of a segment from `from`, expecting `seq_next` first. Every byte is
-/// read from `source` (RD-8: a segment's file with `pread`), never borrowed.
+/// Scans the records of `format` of a segment from `from`, expecting `seq_next` first.
+/// Every byte is read from `source` (RD-8: a segment's file with `pread`), never borrowed.
+/// A record holding several events (a compact run) gives each of them its offset.
 ///
 /// # Errors
 /// A failed read (as [`Source::read_at`]): never taken for the end of the records.
-pub(crate) fn scan<S: Source + ?Sized>(source: &S, from: usize, seq_next: u64) -> io::Result<Scan> {
+pub(crate) fn scan<S: Source + ?Sized>(
+    source: &S,
+    format: Format,
+    from: usize,
+    seq_next: u64,
+) -> io::Result<Scan> {
     let mut scan = Scan {
         offsets: Vec::new(),
         end: from,
@@ -192,18 +201,19 @@ pub(crate) fn scan<S: Source + ?Sized>(source: &S, from: usize, seq_next: u64) -
                 return Ok(scan);
             }
         }
-        match window.decode_at(scan.end)? {
-            Ok((event, len)) if event.seq == scan.seq_next => {
-                scan.offsets
-                    .push(u32::try_from(scan.end).unwrap_or(u32::MAX));
+        match window.decode_at(format, scan.end)? {
+            Ok((record, len)) if record.first_seq() == scan.seq_next => {
+                let offset = u32::try_from(scan.end).unwrap_or(u32::MAX);
+                // REC-9, REC-20 bound a record's seqs to 2^53 − 1: this never overflows.
+                let count = usize::try_from(record.count()).unwrap_or(usize::MAX);
+                scan.offsets.extend(std::iter::repeat_n(offset, count));
                 scan.end += len;
-                // REC-9 bounds a record's seq to 2^53 − 1: this never overflows.
-                scan.seq_next = event.seq.saturating_add(1);
+                scan.seq_next = record.seq_end();
             }
-            Ok((event, _)) => {
+            Ok((record, _)) => {
                 scan.stop = Stop::WrongSeq {
                     offset: scan.end,
-                    found: event.seq,
+                    found: record.first_seq(),
                 };
                 return Ok(scan);
             }
@@ -222,13 +232,19 @@ pub(crate) fn scan<S: Source + ?Sized>(source: &S, from: usize, seq_next: u64) -
     }
 }
 
-/// The records from `from` that this process's writer has written, up to seq `seq_target`
-/// (excluded), expecting `seq_next` first: walks the frames' lengths only. Checksums and
-/// bodies are not checked here, since these are bytes the writer has just written and
-/// every read checks its record again (REC-4). Stops early, with `Stop::Invalid`, at a
-/// length that does not frame a record inside `bytes` (the caller then scans instead),
-/// and with `Stop::End` at an end marker (REC-1).
-pub(crate) fn walk_written(bytes: &[u8], from: usize, seq_next: u64, seq_target: u64) -> Scan {
+/// The records of `format` from `from` that this process's writer has written, up to seq
+/// `seq_target` (excluded), expecting `seq_next` first: walks the frames' lengths only.
+/// Checksums and bodies are not checked here, since these are bytes the writer has just
+/// written and every read checks its record again (REC-4). Stops early, with
+/// `Stop::Invalid`, at a length that does not frame a record inside `bytes` (the caller
+/// then scans instead), and with `Stop::End` at an end marker (REC-1).
+pub(crate) fn walk_written(
+    bytes: &[u8],
+    format: Format,
+    from: usize,
+    seq_next: u64,
+    seq_target: u64,
+) -> Scan {
     let mut scan = Scan {
         offsets: Vec::new(),
         end: from,
@@ -236,23 +252,25 @@ pub(crate) fn walk_written(bytes: &[u8], from: usize, seq_next: u64, seq_target:
         stop: Stop::Full,
     };
     while scan.seq_next < seq_target {
-        let Some(len) = u32_at(bytes, scan.end) else {
+        let Some(rest) = bytes.get(scan.end..).filter(|rest| !rest.is_empty()) else {
             return scan;
         };
-        let body_len = len as usize;
-        if body_len == 0 {
-            scan.stop = Stop::End;
-            return scan;
-        }
-        let next = scan.end.saturating_add(frame_len(body_len));
-        if body_len < BODY_MIN_LEN || next > bytes.len() {
-            scan.stop = Stop::Invalid {
-                offset: scan.end,
-                error: RecordError::Length,
-            };
-            return scan;
-        }
-        let Some(seq_next) = scan.seq_next.checked_add(1) else {
+        let (len, count) = match crate::record::walk_frame(format, rest) {
+            None => {
+                scan.stop = Stop::End;
+                return scan;
+            }
+            Some(Ok(frame)) => frame,
+            Some(Err(())) if rest.len() < 4 => return scan,
+            Some(Err(())) => {
+                scan.stop = Stop::Invalid {
+                    offset: scan.end,
+                    error: RecordError::Length,
+                };
+                return scan;
+            }
+        };
+        let Some(seq_next) = scan.seq_next.checked_add(count) else {
             // A segment named past the last seq (SEG-3 is checked elsewhere): no record.
             scan.stop = Stop::Invalid {
                 offset: scan.end,
@@ -260,9 +278,10 @@ pub(crate) fn walk_written(bytes: &[u8], from: usize, seq_next: u64, seq_target:
             };
             return scan;
         };
-        scan.offsets
-            .push(u32::try_from(scan.end).unwrap_or(u32::MAX));
-        scan.end = next;
+        let offset = u32::try_from(scan.end).unwrap_or(u32::MAX);
+        let count = usize::try_from(count).unwrap_or(usize::MAX);
+        scan.offsets.extend(std::iter::repeat_n(offset, count));
+        scan.end += len;
         scan.seq_next = seq_next;
     }
     scan
@@ -296,14 +315,15 @@ pub(crate) fn nonzero_end<S: Source + ?Sized>(
     Ok(from)
 }
 
-/// `true` when a valid record starts at any 8-aligned offset after `offset` inside
-/// `regions` (RCV-7: a torn last segment header with no valid record after it). Reads
-/// `source` in chunks (RD-8).
+/// `true` when a valid record of `format` starts at any 8-aligned offset after `offset`
+/// inside `regions` (RCV-7: a torn last segment header with no valid record after it).
+/// Reads `source` in chunks (RD-8).
 ///
 /// # Errors
 /// A failed read (as [`Source::read_at`]).
 pub(crate) fn valid_record_after<S: Source + ?Sized>(
     source: &S,
+    format: Format,
     offset: usize,
     regions: &[(usize, usize)],
 ) -> io::Result<bool> {
@@ -315,7 +335,7 @@ pub(crate) fn valid_record_after<S: Source + ?Sized>(
         let mut at = start.max(first).next_multiple_of(RECORD_ALIGN);
         let end = nonzero_end(source, at, &[(start, end)])?;
         while at < end {
-            if window.decode_at(at)?.is_ok() {
+            if window.decode_at(format, at)?.is_ok() {
                 return Ok(true);
             }
             at += RECORD_ALIGN;
@@ -358,9 +378,20 @@ pub(super) mod tests {
 
     /// A segment's bytes: a header's room, the records of `pads` from seq 0, then zeros.
     fn segment(pads: &[usize], zeros: usize) -> Vec<u8> {
+        segment_as(Format::V1, pads, zeros)
+    }
+
+    /// [`segment`] with records of `format`.
+    fn segment_as(format: Format, pads: &[usize], zeros: usize) -> Vec<u8> {
         let mut bytes = vec![0; SEGMENT_HEADER_LEN];
         for (seq, pad) in pads.iter().enumerate() {
-            encode_event(&event(seq as u64, *pad), &mut bytes);
+            let event = event(seq as u64, *pad);
+            match format {
+                Format::V1 => encode_event(&event, &mut bytes),
+                Format::Compact => {
+                    crate::record::compact::encode(&event.as_ref(), &mut bytes).unwrap();
+                }
+            }
         }
         bytes.resize(bytes.len() + zeros, 0);
         bytes
@@ -375,13 +406,15 @@ pub(super) mod tests {
             zeros in prop_oneof![Just(0usize), 1usize..64],
             from_record in 0usize..5,
             target_cut in 0u64..5,
+            compact in any::<bool>(),
         ) {
-            let bytes = segment(&pads, zeros);
-            let full = scan(&bytes[..], SEGMENT_HEADER_LEN, 0).unwrap();
+            let format = if compact { Format::Compact } else { Format::V1 };
+            let bytes = segment_as(format, &pads, zeros);
+            let full = scan(&bytes[..], format, SEGMENT_HEADER_LEN, 0).unwrap();
             let skip = from_record.min(pads.len());
             let from = full.offsets.get(skip).map_or(full.end, |&o| o as usize);
             let target = (pads.len() as u64).saturating_sub(target_cut).max(skip as u64);
-            let walked = walk_written(&bytes, from, skip as u64, target);
+            let walked = walk_written(&bytes, format, from, skip as u64, target);
             let target_at = usize::try_from(target).unwrap();
             let expected: Vec<u32> = full.offsets[skip..target_at].to_vec();
             prop_assert_eq!(&walked.offsets, &expected);
@@ -389,9 +422,11 @@ pub(super) mod tests {
             let end = full.offsets.get(target_at).map_or(full.end, |&o| o as usize);
             prop_assert_eq!(walked.end, end);
             // Asked for more than was written: it stops at the end marker or the bytes' end.
-            let beyond = walk_written(&bytes, from, skip as u64, pads.len() as u64 + 3);
+            let beyond = walk_written(&bytes, format, from, skip as u64, pads.len() as u64 + 3);
             prop_assert_eq!(beyond.seq_next, pads.len() as u64);
-            prop_assert_eq!(beyond.stop, if zeros >= 4 { Stop::End } else { Stop::Full });
+            // A compact record's end marker is one zero byte (SEG-5, REC-15).
+            let ends = if compact { zeros >= 1 } else { zeros >= 4 };
+            prop_assert_eq!(beyond.stop, if ends { Stop::End } else { Stop::Full });
         }
     }
 
@@ -404,8 +439,8 @@ pub(super) mod tests {
     fn scan_reads_across_chunks_and_reports_a_short_file() {
         let pads = [10, 70_000, 5, 65_000, 300, 200_000, 8, 1];
         let mut bytes = segment(&pads, 4096);
-        let walked = walk_written(&bytes, SEGMENT_HEADER_LEN, 0, pads.len() as u64);
-        let found = scan(&bytes[..], SEGMENT_HEADER_LEN, 0).unwrap();
+        let walked = walk_written(&bytes, Format::V1, SEGMENT_HEADER_LEN, 0, pads.len() as u64);
+        let found = scan(&bytes[..], Format::V1, SEGMENT_HEADER_LEN, 0).unwrap();
         assert_eq!(found.offsets, walked.offsets);
         assert_eq!(found.stop, Stop::End);
         let temp = tempfile::NamedTempFile::new().unwrap();
@@ -416,13 +451,13 @@ pub(super) mod tests {
             file: &file,
             len: bytes.len(),
         };
-        let from_file = scan(&source, SEGMENT_HEADER_LEN, 0).unwrap();
+        let from_file = scan(&source, Format::V1, SEGMENT_HEADER_LEN, 0).unwrap();
         assert_eq!(from_file.offsets, walked.offsets);
         assert_eq!(from_file.end, found.end);
         // A length that claims more than the bytes hold: a stop, not a read past them.
         let end = found.end;
         bytes[end..end + 4].copy_from_slice(&u32::MAX.to_le_bytes());
-        let torn = scan(&bytes[..], SEGMENT_HEADER_LEN, 0).unwrap();
+        let torn = scan(&bytes[..], Format::V1, SEGMENT_HEADER_LEN, 0).unwrap();
         assert_eq!(torn.end, end);
         assert!(matches!(torn.stop, Stop::Invalid { offset, .. } if offset == end));
         // Another process cut the file: the read fails; it is not taken for the end.
@@ -432,7 +467,7 @@ pub(super) mod tests {
             .unwrap()
             .set_len(u64::from(walked.offsets[5]) + 100)
             .unwrap();
-        let error = scan(&source, SEGMENT_HEADER_LEN, 0).unwrap_err();
+        let error = scan(&source, Format::V1, SEGMENT_HEADER_LEN, 0).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
         assert!(error.to_string().contains("truncated"), "{error}");
         let cut = usize::try_from(std::fs::metadata(&path).unwrap().len()).unwrap();
@@ -444,9 +479,11 @@ pub(super) mod tests {
     #[test]
     fn walk_stops_at_a_length_that_frames_no_record() {
         let mut bytes = segment(&[5, 5], 64);
-        let second = scan(&bytes[..], SEGMENT_HEADER_LEN, 0).unwrap().offsets[1] as usize;
+        let second = scan(&bytes[..], Format::V1, SEGMENT_HEADER_LEN, 0)
+            .unwrap()
+            .offsets[1] as usize;
         bytes[second..second + 4].copy_from_slice(&1_000_000u32.to_le_bytes());
-        let walked = walk_written(&bytes, SEGMENT_HEADER_LEN, 0, 2);
+        let walked = walk_written(&bytes, Format::V1, SEGMENT_HEADER_LEN, 0, 2);
         assert_eq!(walked.offsets.len(), 1);
         assert_eq!(
             walked.stop,
@@ -456,7 +493,7 @@ pub(super) mod tests {
             }
         );
         bytes[second..second + 4].copy_from_slice(&3u32.to_le_bytes());
-        let walked = walk_written(&bytes, SEGMENT_HEADER_LEN, 0, 2);
+        let walked = walk_written(&bytes, Format::V1, SEGMENT_HEADER_LEN, 0, 2);
         assert!(
             matches!(walked.stop, Stop::Invalid { .. }),
             "shorter than a body"

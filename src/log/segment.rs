@@ -25,7 +25,8 @@ pub struct SegmentHeader {
     /// The most bytes the file may hold: records end before it. The file itself starts
     /// shorter and grows towards it (SEG-6).
     pub capacity: u64,
-    /// The incompatible features the segment uses (SEG-9): [`CHUNK_RECORDS`] or 0.
+    /// The incompatible features the segment uses (SEG-9): at most one of
+    /// [`CHUNK_RECORDS`] and [`COMPACT_RECORDS`], and [`COMPRESSED`].
     pub incompat_features: u16,
 }
 
@@ -34,6 +35,9 @@ pub const CHUNK_RECORDS: u16 = 1 << 0;
 
 /// SEG-9 `incompat_features` bit 1: the file is a compressed sealed segment (§14, CZ-2).
 pub const COMPRESSED: u16 = 1 << 1;
+
+/// SEG-9 `incompat_features` bit 2: the segment's records are compact records (§4.2).
+pub const COMPACT_RECORDS: u16 = 1 << 2;
 
 /// The step in which the writer grows a segment file ahead of its records (SEG-6): 64 KiB.
 pub const SEGMENT_GROW_BYTES: u64 = 64 << 10;
@@ -73,15 +77,15 @@ pub(crate) fn cut_short(len: u64, capacity: u64) -> String {
 pub const FROZEN_PREFIX_LEN: usize = 12;
 
 /// The incompatible feature bits this build knows in a segment header (SEG-9):
-/// [`CHUNK_RECORDS`], and [`COMPRESSED`] with the `compress` feature. A header with any
-/// other bit set is refused.
+/// [`CHUNK_RECORDS`], [`COMPACT_RECORDS`], and [`COMPRESSED`] with the `compress` feature.
+/// A header with any other bit set is refused.
 #[cfg(feature = "compress")]
-pub const SEGMENT_INCOMPAT_KNOWN: u16 = CHUNK_RECORDS | COMPRESSED;
+pub const SEGMENT_INCOMPAT_KNOWN: u16 = CHUNK_RECORDS | COMPACT_RECORDS | COMPRESSED;
 /// The incompatible feature bits this build knows in a segment header (SEG-9):
-/// [`CHUNK_RECORDS`] (a build without the `compress` feature refuses [`COMPRESSED`]). A
-/// header with any other bit set is refused.
+/// [`CHUNK_RECORDS`] and [`COMPACT_RECORDS`] (a build without the `compress` feature
+/// refuses [`COMPRESSED`]). A header with any other bit set is refused.
 #[cfg(not(feature = "compress"))]
-pub const SEGMENT_INCOMPAT_KNOWN: u16 = CHUNK_RECORDS;
+pub const SEGMENT_INCOMPAT_KNOWN: u16 = CHUNK_RECORDS | COMPACT_RECORDS;
 /// The compatible feature bits this build knows in a segment header (SEG-9): none; the
 /// others are ignored.
 pub const SEGMENT_COMPAT_KNOWN: u16 = 0;
@@ -213,6 +217,15 @@ impl SegmentHeader {
         if u32_at(header, 12).map(|n| n as usize) != Some(SEGMENT_HEADER_LEN) {
             return Err(HeaderError::Invalid("header length"));
         }
+        let incompat_features =
+            u32_at(header, 56).map_or(0, |word| u16::try_from(word >> 16).unwrap_or(0));
+        // SEG-9: one record format per segment; no writer sets both.
+        if incompat_features & (CHUNK_RECORDS | COMPACT_RECORDS) == CHUNK_RECORDS | COMPACT_RECORDS
+        {
+            return Err(HeaderError::Invalid(
+                "both CHUNK_RECORDS and COMPACT_RECORDS are set (SEG-9)",
+            ));
+        }
         let mut log_id = [0; 16];
         log_id.copy_from_slice(header.get(16..32).unwrap_or(&[0; 16]));
         Ok(Self {
@@ -221,9 +234,19 @@ impl SegmentHeader {
             first_seq: u64_at(header, 40).unwrap_or(0),
             capacity: u64_at(header, 48).unwrap_or(0),
             // Checked above: only bits this build knows.
-            incompat_features: u32_at(header, 56)
-                .map_or(0, |word| u16::try_from(word >> 16).unwrap_or(0)),
+            incompat_features,
         })
+    }
+
+    /// The records the segment holds (SEG-9): compact records when it sets
+    /// [`COMPACT_RECORDS`], else version 1 records.
+    #[must_use]
+    pub fn format(&self) -> crate::record::Format {
+        if self.incompat_features & COMPACT_RECORDS != 0 {
+            crate::record::Format::Compact
+        } else {
+            crate::record::Format::V1
+        }
     }
 }
 
@@ -327,7 +350,11 @@ pub(crate) fn parse_first_seq(digits: &str) -> Option<u64> {
 pub fn logical_segment(bytes: &[u8]) -> Option<Vec<u8>> {
     let header = SegmentHeader::decode(bytes).ok()?;
     let mut end = SEGMENT_HEADER_LEN;
-    while let Some(Ok((_, len))) = bytes.get(end..).map(crate::record::decode) {
+    let format = header.format();
+    while let Some(Ok((_, len))) = bytes
+        .get(end..)
+        .map(|rest| crate::record::decode_as(format, rest))
+    {
         end += len;
     }
     let mut logical = bytes.get(..end)?.to_vec();

@@ -20,7 +20,7 @@ use super::segment::{
 use super::{Durability, LogOptions, OpenReport, TornTail, index, quarantine};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, EventRef};
-use crate::record::{RecordError, body_len, encode, frame_len};
+use crate::record::{Format, RecordError, body_len, compact, encode, frame_len};
 use crate::storage::Storage;
 // Through the facade, so that loom sees how appends publish what they wrote (`loom_publication`).
 use crate::sync::{AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
@@ -118,6 +118,12 @@ struct State {
     /// exactly `pending` records; it is empty in `Sync` durability between appends.
     buffer: Vec<u8>,
     pending: u64,
+    /// Where in `buffer` its last record starts when that record is a compact chunk run
+    /// (§4.2) that the next appended chunk may join: its bytes are not written yet, so it
+    /// is encoded again with the chunk (REC-17). `None` once the buffer is written.
+    run_at: Option<usize>,
+    /// A record being encoded (compact segments), kept to reuse its allocation.
+    record: Vec<u8>,
     /// `Staged` (DUR-6): the syncs of sealed segments still running in the background,
     /// each with its segment's path; the next flush waits for them.
     sealing: Vec<(PathBuf, JoinHandle<std::io::Result<()>>)>,
@@ -365,6 +371,11 @@ impl LogWriter {
                 return Err(ErrorKind::SeqNotContiguous { expected, found }.into());
             }
             record_fits(event)?;
+            // A compact record refused mid-append would leave the events before it
+            // written: every event is checked first (REC-20).
+            if self.shared.options.compact_records {
+                compact::check_encodable(&event.as_ref()).map_err(|why| refused(event, why))?;
+            }
         }
         let unwinding = PoisonOnUnwind(&self.shared.commit);
         let written = self.shared.write(&mut state, events);
@@ -495,6 +506,10 @@ impl Shared {
     /// Encodes and writes `events`, rolling segments as needed (SEG-7).
     fn write(&self, state: &mut State, events: &[Event]) -> Result<()> {
         for event in events {
+            if state.header.format() == Format::Compact && !state.limited {
+                self.write_compact(state, event)?;
+                continue;
+            }
             let mut stored = stored_form(&state.header, event);
             let len = frame_len(body_len(&stored)) as u64;
             let full = state.write_offset + state.buffer.len() as u64 + len > state.header.capacity;
@@ -537,6 +552,47 @@ impl Shared {
         state.data_crc = crc32c::crc32c_append(state.data_crc, &state.buffer);
         state.pending = 0;
         state.buffer.clear();
+        // Written: a run there is never encoded again (RCV, DUR: written bytes stay).
+        state.run_at = None;
+        Ok(())
+    }
+
+    /// [`SharedWriter::write`] of one event into a compact segment (§4.2, REC-17): a chunk
+    /// joins the run the buffer ends with when it continues it and the run stays under
+    /// its cap (and in the segment); otherwise the event gets a record of its own, after
+    /// a roll when it does not fit.
+    fn write_compact(&self, state: &mut State, event: &Event) -> Result<()> {
+        let choice = compact::choose(&event.as_ref()).map_err(|why| refused(event, why))?;
+        if let compact::Choice::Chunk(member) = choice
+            && join_run(state, member)
+        {
+            return Ok(());
+        }
+        let mut record = std::mem::take(&mut state.record);
+        record.clear();
+        encode_choice(choice, &mut record);
+        let len = record.len() as u64;
+        let full = state.write_offset + state.buffer.len() as u64 + len > state.header.capacity;
+        if full {
+            self.flush_buffer(state)?;
+            self.roll(state, len)?;
+            if state.header.format() != Format::Compact {
+                // A writer configured without compact records rolled to a segment of
+                // another format (SEG-9).
+                state.record = record;
+                return self.write(state, std::slice::from_ref(event));
+            }
+        }
+        let at = state.buffer.len();
+        let offset = state.write_offset + at as u64;
+        state
+            .offsets
+            .push(u32::try_from(offset).unwrap_or(u32::MAX));
+        state.buffer.extend_from_slice(&record);
+        state.record = record;
+        state.run_at = matches!(choice, compact::Choice::Chunk(_)).then_some(at);
+        state.pending += 1;
+        state.seq_next += 1;
         Ok(())
     }
 
@@ -595,6 +651,7 @@ impl Shared {
         state.write_offset = SEGMENT_HEADER_LEN as u64;
         state.file_len = initial_len(&header);
         state.offsets.clear();
+        state.run_at = None;
         state.unloaded = None;
         state.data_crc = 0;
         state.indexed = 0;
@@ -959,6 +1016,77 @@ fn stored_form<'a>(header: &SegmentHeader, event: &'a Event) -> EventRef<'a> {
     } else {
         event.as_ref()
     }
+}
+
+/// Joins `member` to the run the buffer ends with ([`State::run_at`]), encoding that
+/// run again: `false` (nothing changed) when there is none, or `member` does not
+/// continue it (DSH ROW-3), or the run would pass its cap (REC-20) or the segment's
+/// capacity.
+fn join_run(state: &mut State, member: compact::ChunkMember<'_>) -> bool {
+    let Some(at) = state.run_at else {
+        return false;
+    };
+    let mut record = std::mem::take(&mut state.record);
+    record.clear();
+    let joined = match state.buffer.get(at..).map(compact::decode) {
+        Some(Ok((compact::Record::Chunks(run), _))) => {
+            let mut builder = compact::ChunkRunBuilder::default();
+            // A decoded run continues and fits (REC-20): every push succeeds.
+            let whole = run.members().all(|m| builder.push(m).is_ok());
+            if whole && builder.push(member).is_ok() {
+                builder.encode(&mut record);
+                true
+            } else {
+                false
+            }
+        }
+        _ => false,
+    };
+    let fits = state.write_offset + (at + record.len()) as u64 <= state.header.capacity;
+    if joined && fits {
+        state.buffer.truncate(at);
+        state.buffer.extend_from_slice(&record);
+        // The members of a run share its offset (IDX-1).
+        let offset = state.write_offset + at as u64;
+        state
+            .offsets
+            .push(u32::try_from(offset).unwrap_or(u32::MAX));
+        state.pending += 1;
+        state.seq_next += 1;
+    }
+    state.record = record;
+    joined && fits
+}
+
+/// Appends the compact record of `choice` (REC-17): a run of one chunk, or an event record.
+fn encode_choice(choice: compact::Choice<'_>, out: &mut Vec<u8>) {
+    match choice {
+        compact::Choice::Chunk(member) => {
+            let mut builder = compact::ChunkRunBuilder::default();
+            // One member: a chunk `choose` accepted always fits a run.
+            let _ = builder.push(member);
+            builder.encode(out);
+        }
+        compact::Choice::Event(e) => compact::encode_event(&e, out),
+    }
+}
+
+/// Why an admitted event has no compact record (REC-20): a field out of range, which
+/// admission refuses first (`ENVELOPE_INVALID`), or a text of 4 GiB (`EVENT_TOO_LARGE`).
+fn refused(event: &Event, why: compact::Refusal) -> Error {
+    if why == compact::Refusal::TextLength {
+        let max = crate::limits::EVENT_BYTES_LIMIT;
+        let len = event.text().len();
+        return ErrorKind::EventTooLarge { len, max }.into();
+    }
+    ErrorKind::EnvelopeInvalid {
+        reason: format!(
+            "seq {}: no compact record holds it: {}",
+            event.seq(),
+            why.reason()
+        ),
+    }
+    .into()
 }
 
 /// SEG-7: `EVENT_TOO_LARGE` for an event whose record no segment can hold (a segment's
@@ -1356,8 +1484,14 @@ fn examine_tail(
     let index_path = dir.join(index_name(first));
     // RCV-13: when the vouched check fails, an index that checks out whole (IDX-2) still
     // marks the records it lists as durable; a damaged one among them is not a torn tail.
-    let (prefix, listed_end) =
-        index::durable_marks(storage, &index_path, bytes, &header.log_id, first)?;
+    let (prefix, listed_end) = index::durable_marks(
+        storage,
+        &index_path,
+        bytes,
+        &header.log_id,
+        first,
+        header.format(),
+    )?;
     let (indexed, start, crc) =
         prefix.map_or((0, SEGMENT_HEADER_LEN, 0), |p| (p.count, p.end, p.data_crc));
     // RD-8: past the vouched prefix nothing is known written: scanned with pread.
@@ -1365,8 +1499,8 @@ fn examine_tail(
         file,
         len: bytes.len(),
     };
-    let found =
-        scan(&source, start, first + indexed as u64).map_err(|e| read_error(path, start, &e))?;
+    let found = scan(&source, header.format(), start, first + indexed as u64)
+        .map_err(|e| read_error(path, start, &e))?;
     let end = found.end;
     let at = stop_offset(found.stop, end);
     if end < listed_end && !matches!(found.stop, Stop::WrongSeq { .. }) {
@@ -1524,6 +1658,8 @@ fn new_state(
         seq_next,
         poisoned: false,
         buffer: Vec::new(),
+        run_at: None,
+        record: Vec::new(),
         sealing: Vec::new(),
         dir_changes: 0,
         dir_synced: 0,

@@ -479,6 +479,55 @@ fn frame(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
     out.resize(start + frame_len(body_len), 0);
 }
 
+/// The frame length `head` (a record's first bytes) announces by its `len` alone, nothing
+/// checked; `None` when `head` holds no `len` of at most 5 bytes and in range (REC-15).
+pub fn announced_len(head: &[u8]) -> Option<usize> {
+    let (n, len) = read_len(head)?;
+    (n + CRC_LEN)
+        .checked_add(len)?
+        .checked_next_multiple_of(RECORD_ALIGN)
+}
+
+/// `len`'s bytes and value, when `head` starts with one in range (REC-15).
+fn read_len(head: &[u8]) -> Option<(usize, usize)> {
+    let head = head.get(..LEN_BYTES_MAX).unwrap_or(head);
+    let n = head.iter().position(|b| b & 0x80 == 0)? + 1;
+    let len = head
+        .get(..n)?
+        .iter()
+        .enumerate()
+        .fold(0_u64, |v, (i, b)| v | u64::from(b & 0x7f) << (7 * i));
+    if len > TEXT_BYTES_MAX || len < BODY_MIN_LEN as u64 {
+        return None;
+    }
+    Some((n, usize::try_from(len).ok()?))
+}
+
+/// The record at the start of `bytes` by its frame and first body bytes alone, nothing
+/// checked (bytes this process's writer has just written): its frame length and how many
+/// events it holds. `None` when the frame is not whole in `bytes` or its body does not
+/// start as a record's.
+pub fn walk_frame(bytes: &[u8]) -> Option<(usize, u64)> {
+    let (n, len) = read_len(bytes)?;
+    let framed = (n + CRC_LEN + len).next_multiple_of(RECORD_ALIGN);
+    let body = bytes.get(n + CRC_LEN..n + CRC_LEN + len)?;
+    if framed > bytes.len() {
+        return None;
+    }
+    let count = match *body.first()? {
+        KIND_REBUILT | KIND_VERBATIM => 1,
+        KIND_CHUNKS => {
+            // `chunk_kind`, `seq0`, then `count`.
+            let rest = body.get(2..)?;
+            let (_, at) = read_uv(rest).ok()??;
+            let (count, _) = read_uv(rest.get(at..)?).ok()??;
+            count
+        }
+        _ => return None,
+    };
+    (count > 0).then_some((framed, count))
+}
+
 /// Checks the frame at the start of `bytes` (which may continue past it): returns the body
 /// and the body's offset within the record, and the frame's length (the offset of the
 /// next record).
@@ -1043,6 +1092,46 @@ pub fn choose<'a>(event: &EventRef<'a>) -> Result<Choice<'a>, Refusal> {
     if let Some((data, order)) = event.rebuilt() {
         return choose_rebuilt(event, data, order);
     }
+    let mut e = checked(event)?;
+    match form(&e, e.text) {
+        Form::Chunk(chunk) => {
+            let member = ChunkMember {
+                seq: e.seq,
+                time: e.time,
+                chunk,
+            };
+            check_member(&member)?;
+            Ok(Choice::Chunk(member))
+        }
+        Form::Rebuilt(order) => {
+            e.text = EventText::Rebuilt {
+                data: e.data(),
+                order,
+            };
+            Ok(Choice::Event(e))
+        }
+        Form::Verbatim => Ok(Choice::Event(e)),
+    }
+}
+
+/// Whether [`choose`] accepts an event whose text is stored whole (an event appended, not
+/// one read from a log), without deciding its record's form (no template comparison): a
+/// writer checks every event of an append before it writes any (a refused append leaves no
+/// trace).
+///
+/// # Errors
+/// As [`choose`].
+pub fn check_encodable(event: &EventRef<'_>) -> Result<(), Refusal> {
+    if event.stored_text().is_some() {
+        checked(event).map(drop)
+    } else {
+        choose(event).map(drop)
+    }
+}
+
+/// The compact event of `event`, whose text is stored whole, held verbatim: every value
+/// in range and every span on the text's character boundaries (REC-20).
+fn checked<'a>(event: &EventRef<'a>) -> Result<CompactEvent<'a>, Refusal> {
     let text = event.stored_text().ok_or(Refusal::Unencodable)?;
     let data = event.data_span();
     if data.start > data.end
@@ -1064,7 +1153,7 @@ pub fn choose<'a>(event: &EventRef<'a>) -> Result<Choice<'a>, Refusal> {
         }
         Some(_) => return Err(Refusal::Unencodable),
     };
-    let mut e = CompactEvent {
+    let e = CompactEvent {
         seq: event.seq,
         time: event.time,
         event_type: event.event_type,
@@ -1081,23 +1170,7 @@ pub fn choose<'a>(event: &EventRef<'a>) -> Result<Choice<'a>, Refusal> {
     if e.sources.is_some_and(|s| s.len() > text.len() as u64) {
         return Err(Refusal::SourceCount);
     }
-    match form(&e, e.text) {
-        Form::Chunk(chunk) => {
-            let member = ChunkMember {
-                seq: e.seq,
-                time: e.time,
-                chunk,
-            };
-            check_member(&member)?;
-            Ok(Choice::Chunk(member))
-        }
-        Form::Rebuilt(order) => {
-            let data = text.get(data).unwrap_or_default();
-            e.text = EventText::Rebuilt { data, order };
-            Ok(Choice::Event(e))
-        }
-        Form::Verbatim => Ok(Choice::Event(e)),
-    }
+    Ok(e)
 }
 
 /// [`choose`] for a view of a kind 1 record (read from a compact log, being copied: a

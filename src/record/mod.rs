@@ -100,6 +100,198 @@ pub fn compact<'a>(event: &EventRef<'a>) -> EventRef<'a> {
     }
 }
 
+/// Which records a segment holds (`format-spec/log-format.md` SEG-9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// §4 records, and §4.1 chunk records in a segment that sets `CHUNK_RECORDS`.
+    #[default]
+    V1,
+    /// §4.2 compact records: a segment that sets `COMPACT_RECORDS`.
+    Compact,
+}
+
+/// A record of either [`Format`], decoded: one event, or a run of chunks (§4.2, kind 3),
+/// the events `first_seq() .. first_seq() + count()`.
+#[derive(Debug, Clone, Copy)]
+pub enum Decoded<'a> {
+    /// A record holding one event.
+    One(EventRef<'a>),
+    /// A compact chunk run.
+    Run(compact::ChunkRun<'a>),
+}
+
+impl<'a> Decoded<'a> {
+    /// The seq of the record's first event (RCV-5 compares it with the next seq).
+    pub fn first_seq(&self) -> u64 {
+        match self {
+            Self::One(event) => event.seq,
+            Self::Run(run) => run.seq0(),
+        }
+    }
+
+    /// The number of events the record holds (at least 1).
+    pub fn count(&self) -> u64 {
+        match self {
+            Self::One(_) => 1,
+            Self::Run(run) => run.count(),
+        }
+    }
+
+    /// The seq after the record's last event (REC-9, REC-20: at most 2^53).
+    pub fn seq_end(&self) -> u64 {
+        self.first_seq().saturating_add(self.count())
+    }
+
+    /// The event at `seq`, when the record holds it. For a run, the members before it
+    /// are walked (a run's body is at most 4 KiB, REC-20).
+    pub fn event(&self, seq: u64) -> Option<EventRef<'a>> {
+        match self {
+            Self::One(event) => (event.seq == seq).then_some(*event),
+            Self::Run(run) => {
+                let at = usize::try_from(seq.checked_sub(run.seq0())?).ok()?;
+                run.members().nth(at).map(|m| m.event())
+            }
+        }
+    }
+
+    /// The record's events, in seq order.
+    pub fn events(&self) -> impl Iterator<Item = EventRef<'a>> + use<'a> {
+        let (one, run) = match self {
+            Self::One(event) => (Some(*event), None),
+            Self::Run(run) => (None, Some(run.members().map(|m| m.event()))),
+        };
+        one.into_iter().chain(run.into_iter().flatten())
+    }
+}
+
+/// Appends the records of `events` (in seq order) as a segment setting `incompat_features`
+/// holds them (SEG-9): compact records when it sets `COMPACT_RECORDS`, consecutive
+/// continuing chunks sharing runs (REC-17); otherwise one record per event, a chunk
+/// record (REC-11) where it sets `CHUNK_RECORDS`. For the few records a writer other than
+/// the log's writes (a fork's own segment).
+///
+/// # Errors
+/// The [`compact::Refusal`] of an event no compact record holds (out of range: events
+/// read from a log or made by the engine never are). Nothing is appended then.
+pub fn encode_events<'a>(
+    incompat_features: u16,
+    events: impl IntoIterator<Item = EventRef<'a>>,
+    out: &mut Vec<u8>,
+) -> Result<(), compact::Refusal> {
+    use crate::log::segment::{CHUNK_RECORDS, COMPACT_RECORDS};
+    let start = out.len();
+    let mut run = compact::ChunkRunBuilder::default();
+    let close = |run: &mut compact::ChunkRunBuilder<'a>, out: &mut Vec<u8>| {
+        if !run.members().is_empty() {
+            run.encode(out);
+            *run = compact::ChunkRunBuilder::default();
+        }
+    };
+    for event in events {
+        if incompat_features & COMPACT_RECORDS == 0 {
+            let stored = if incompat_features & CHUNK_RECORDS == 0 {
+                event
+            } else {
+                compact(&event)
+            };
+            encode(&stored, out);
+            continue;
+        }
+        match compact::choose(&event) {
+            Ok(compact::Choice::Chunk(member)) => {
+                if let Err((member, _)) = run.push(member) {
+                    close(&mut run, out);
+                    run.push(member).map_err(|(_, why)| why)?;
+                }
+            }
+            Ok(compact::Choice::Event(e)) => {
+                close(&mut run, out);
+                compact::encode_event(&e, out);
+            }
+            Err(why) => {
+                out.truncate(start);
+                return Err(why);
+            }
+        }
+    }
+    close(&mut run, out);
+    Ok(())
+}
+
+/// Decodes the record of `format` at the start of `bytes` (which may continue past it).
+/// Returns it and its frame length (the offset of the next record).
+///
+/// # Errors
+/// [`RecordError`] naming the first rule the bytes break. A compact record's REC-20
+/// refusal is [`RecordError::Body`].
+pub fn decode_as(format: Format, bytes: &[u8]) -> Result<(Decoded<'_>, usize), RecordError> {
+    match format {
+        Format::V1 => decode(bytes).map(|(event, len)| (Decoded::One(event), len)),
+        Format::Compact => {
+            let (record, len) = compact::decode(bytes).map_err(|error| match error {
+                compact::CompactError::End => RecordError::End,
+                compact::CompactError::Truncated => RecordError::Truncated,
+                compact::CompactError::Length => RecordError::Length,
+                compact::CompactError::Checksum => RecordError::Checksum,
+                compact::CompactError::Refused { rule, .. } => RecordError::Body(rule.reason()),
+            })?;
+            let decoded = match record {
+                compact::Record::Event(e) => Decoded::One(
+                    EventRef::from_compact(&e)
+                        .ok_or(RecordError::Body(compact::Refusal::TextLength.reason()))?,
+                ),
+                compact::Record::Chunks(run) if run.count() == 1 => Decoded::One(
+                    run.members()
+                        .next()
+                        .ok_or(RecordError::Body("a run holds no member (REC-20)"))?
+                        .event(),
+                ),
+                compact::Record::Chunks(run) => Decoded::Run(run),
+            };
+            Ok((decoded, len))
+        }
+    }
+}
+
+/// The frame length the first bytes of a record of `format` announce (its length field
+/// alone, nothing checked): what a reader reads to check the whole record. `None` when
+/// `head` is too short to hold the length field or holds no valid one.
+pub fn announced_len(format: Format, head: &[u8]) -> Option<usize> {
+    match format {
+        Format::V1 => u32_at(head, 0).map(|body| frame_len(body as usize)),
+        Format::Compact => compact::announced_len(head),
+    }
+}
+
+/// The record of `format` at the start of `bytes`, by its frame alone (no checksum or
+/// body checked: bytes this process's writer has just written, each read checks its
+/// record again, REC-4): its frame length and how many events it holds. `None` for a
+/// zero first byte (the end of the data, REC-1, SEG-5) and `Some(Err(()))` for a frame
+/// that is not whole in `bytes` or holds no events.
+pub fn walk_frame(format: Format, bytes: &[u8]) -> Option<Result<(usize, u64), ()>> {
+    match format {
+        Format::V1 => {
+            let Some(len) = u32_at(bytes, 0) else {
+                return Some(Err(()));
+            };
+            if len == 0 {
+                return None;
+            }
+            let body_len = len as usize;
+            let frame = frame_len(body_len);
+            Some(if body_len < BODY_MIN_LEN || frame > bytes.len() {
+                Err(())
+            } else {
+                Ok((frame, 1))
+            })
+        }
+        Format::Compact => match bytes.first() {
+            Some(0) => None,
+            _ => Some(compact::walk_frame(bytes).ok_or(())),
+        },
+    }
+}
+
 /// Appends the record of `event` (frame, body, padding) to `out`.
 ///
 /// # Panics

@@ -12,7 +12,7 @@ use crate::event::{Event, EventSource, Header};
 use crate::log::limit::{Limit, limit_name};
 use crate::log::segment::{SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name};
 use crate::log::{LogReader, open_own_segment};
-use crate::record::encode_event;
+use crate::record::encode_events;
 use crate::session::fork::{fork_len, open_turn_at};
 use crate::session::{Boundary, END_SEED_TYPE, end_seed_event};
 use crate::storage::Storage;
@@ -107,19 +107,19 @@ impl Store {
             segment_bytes: self.options.log.segment_capacity(),
             segment_features: self.options.log.segment_features(),
         };
-        let mut limit = None;
+        let (mut limit, mut own_first) = (None, len);
         let lock = self.publish(child, |tmp| {
             // A source file gone while the child links it, the source's directory gone
             // too, is the source deleted meanwhile (STORE-9): `SESSION_NOT_FOUND`.
-            limit = write_fork(&**storage, tmp, &child_header, &reader, &child_log)
+            (limit, own_first) = write_fork(&**storage, tmp, &child_header, &reader, &child_log)
                 .map_err(|e| Self::unless_deleted(source, &source_dir, e))?;
             Ok(())
         })?;
         // The child's log is opened over the segments the reader has checked (the same
         // files), and its checkpoint is its source's (CKP-7): opening folds only the marker.
         let log_dir = self.session_dir(child).join("log");
-        let own = open_own_segment(&**storage, &log_dir.join(segment_name(len)))?;
-        let chain = reader.into_fork_chain(len, limit, own);
+        let own = open_own_segment(&**storage, &log_dir.join(segment_name(own_first)))?;
+        let chain = reader.into_fork_chain(own_first, limit, own);
         let (session, _) = self.open_live_from(child, Some(len), Some(chain), Some(lock))?;
         Ok(session)
     }
@@ -142,14 +142,15 @@ struct ChildLog<'a> {
 /// holds the end-seed marker, and its checkpoint. Every file written is synced and every
 /// other one is a link to a durable file, so the directories' syncs here and the
 /// publish's rename and sync make the whole child durable at once (STORE-13). Returns the
-/// limit of the boundary segment, if any.
+/// limit of the boundary segment, if any, and the first seq of the child's own segment
+/// (the prefix's length, or the first seq of the compact run it ends inside, §4.2).
 fn write_fork(
     storage: &dyn Storage,
     dir: &Path,
     header: &Header,
     reader: &LogReader,
     child: &ChildLog<'_>,
-) -> Result<Option<Limit>> {
+) -> Result<(Option<Limit>, u64)> {
     let log_dir = dir.join("log");
     storage
         .create_dir_all(&log_dir)
@@ -165,9 +166,23 @@ fn write_fork(
         link_whole(storage, path, limited, &log_dir)?;
     }
     let mut limit = None;
+    // The run the prefix ends inside (log-format.md §4.2): its members before the end open
+    // the child's own segment, which starts at the run's first seq.
+    let (own_first, carried) = match &prefix.split {
+        Some(split) => (split.first_seq, split.carried.as_slice()),
+        None => (child.len, &[][..]),
+    };
     // The segment the child's first append, the end-seed marker, goes to (LIM-4): after
-    // the limited boundary segment, or the first segment of an empty prefix.
+    // the limited boundary segment, or the first segment of an empty prefix, or in place
+    // of the segment the split run starts.
     let own = match prefix.boundary {
+        None if let Some(split) = &prefix.split => SegmentHeader {
+            log_id: split.header.log_id,
+            index: split.header.index,
+            first_seq: split.first_seq,
+            capacity: child.segment_bytes,
+            incompat_features: child.segment_features,
+        },
         None => {
             let source_first = source_log.join(segment_name(0));
             let mut bytes = [0; SEGMENT_HEADER_LEN];
@@ -188,18 +203,18 @@ fn write_fork(
             SegmentHeader {
                 log_id: boundary.header.log_id,
                 index: boundary.header.index + 1,
-                first_seq: child.len,
+                first_seq: own_first,
                 capacity: child.segment_bytes,
                 incompat_features: child.segment_features,
             }
         }
     };
-    create_own_segment(storage, &log_dir, own, child.marker, &mut syncs)?;
+    create_own_segment(storage, &log_dir, own, carried, child.marker, &mut syncs)?;
     link_caches(storage, source_log, dir, child.len);
     // The build directory itself is synced by its publish (STORE-21), not twice.
     syncs.dirs = vec![log_dir];
     syncs.run(storage)?;
-    Ok(limit)
+    Ok((limit, own_first))
 }
 
 /// A sealed segment of the prefix, shared whole with its index and, when `limited`, its
@@ -232,13 +247,17 @@ fn create_own_segment(
     storage: &dyn Storage,
     log_dir: &Path,
     mut header: SegmentHeader,
+    carried: &[Event],
     marker: Option<&Event>,
     syncs: &mut Syncs,
 ) -> Result<()> {
     let mut bytes = header.encode().to_vec();
-    if let Some(marker) = marker {
-        encode_event(marker, &mut bytes);
-    }
+    let events = carried.iter().chain(marker).map(Event::as_ref);
+    encode_events(header.incompat_features, events, &mut bytes).map_err(|why| {
+        Error::from(ErrorKind::EnvelopeInvalid {
+            reason: format!("no compact record holds it: {}", why.reason()),
+        })
+    })?;
     // SEG-7: the capacity leaves room for the record and an end marker.
     let needed = bytes.len() as u64 + 8;
     header.capacity = header.capacity.max(needed).min(u64::from(u32::MAX));

@@ -174,6 +174,25 @@ impl StoreOptions {
         self
     }
 
+    /// Whether new log segments hold compact records (log-format.md §4.2, SEG-9; default
+    /// off): envelopes as varints, the text around `data` rebuilt when it has the
+    /// reference layout, and consecutive streamed chunks of one append (or, without `Sync`
+    /// durability, of one write of the write buffer) sharing one record. Builds from before
+    /// compact records refuse such segments (`FORMAT_VERSION`). Takes precedence over
+    /// [`StoreOptions::chunk_records`].
+    ///
+    /// ```
+    /// use surfacelog::StoreOptions;
+    ///
+    /// let options = StoreOptions::new().compact_records(true);
+    /// # let _ = options;
+    /// ```
+    #[must_use]
+    pub fn compact_records(mut self, on: bool) -> Self {
+        self.log.compact_records = on;
+        self
+    }
+
     /// Events between two checkpoints of a session's surface (they are also written on
     /// flush and close): fewer means faster opens after a crash, more means less writing.
     /// Default: 10,000.

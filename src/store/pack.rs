@@ -615,7 +615,7 @@ fn logical_of(fixed: &[u8; ENTRIES_AT]) -> Option<crate::log::compressed::Logica
     Some(crate::log::compressed::Logical {
         head,
         len,
-        records: false,
+        records: None,
     })
 }
 

@@ -40,8 +40,9 @@ pub(crate) struct Logical {
     /// Whether the bytes after the head are record frames to their end (a segment, CZ-1):
     /// their lengths are followed as the blocks come, so that bytes that cannot be records
     /// are refused at the first block that holds them, not once the whole claimed length
-    /// has been decompressed and written.
-    pub records: bool,
+    /// has been decompressed and written. `None` for other bytes; else the records' format
+    /// (SEG-9).
+    pub records: Option<crate::record::Format>,
 }
 
 /// CZ-1: the logical segment a compressed segment with `header` stands for: its header
@@ -54,7 +55,7 @@ fn segment_logical(header: &SegmentHeader) -> Logical {
     Logical {
         head: head.encode().to_vec(),
         len: header.capacity,
-        records: true,
+        records: Some(header.format()),
     }
 }
 
@@ -257,7 +258,7 @@ fn unpack_table<S: Source + ?Sized>(
 ) -> Result<()> {
     let mut frames = logical
         .records
-        .then(|| Frames::new(logical.head.len() as u64, logical.len));
+        .map(|format| Frames::new(format, logical.head.len() as u64, logical.len));
     sink(0, &logical.head)?;
     let mut decompressor =
         zstd::bulk::Decompressor::new().map_err(|e| Error::io("zstd", path, &e))?;
@@ -302,18 +303,21 @@ fn unpack_table<S: Source + ?Sized>(
 /// be records at all: a zero length (the zeros a claimed length would be padded with) or a
 /// frame past the end.
 struct Frames {
+    /// The records' format (SEG-9): how a frame's length is written.
+    format: crate::record::Format,
     /// Where the next frame starts.
     next: u64,
     /// The logical segment's length.
     end: u64,
     /// The bytes of the previous block from `next` on, when its length field straddles
-    /// the boundary (at most 3).
+    /// the boundary (at most 4: a compact record's `len` takes up to 5 bytes, REC-15).
     carry: Vec<u8>,
 }
 
 impl Frames {
-    fn new(first: u64, end: u64) -> Self {
+    fn new(format: crate::record::Format, first: u64, end: u64) -> Self {
         Self {
+            format,
             next: first,
             end,
             carry: Vec::new(),
@@ -342,17 +346,38 @@ impl Frames {
                     .unwrap_or(0)
             }
         };
-        while self.next + 4 <= end {
-            let field = [0, 1, 2, 3].map(|i| byte(&self.carry, self.next + i));
-            let len = u64::from(u32::from_le_bytes(field));
-            if len == 0 {
+        let field_max = match self.format {
+            crate::record::Format::V1 => 4,
+            crate::record::Format::Compact => crate::record::compact::LEN_BYTES_MAX as u64,
+        };
+        while self.next < end {
+            // The length field: whole, or cut by the end of the bytes so far (then it is
+            // followed once the next block comes).
+            let field: Vec<u8> = (self.next..(self.next + field_max).min(end))
+                .map(|pos| byte(&self.carry, pos))
+                .collect();
+            let zero = match self.format {
+                crate::record::Format::V1 => field.len() == 4 && field.iter().all(|b| *b == 0),
+                crate::record::Format::Compact => field.first() == Some(&0),
+            };
+            if zero {
                 return Err((
                     self.next,
                     "a zero frame length inside the records: a compressed segment's logical \
                      bytes are records to its end (CZ-1)",
                 ));
             }
-            let frame = (8 + len).next_multiple_of(8);
+            let Some(frame) = crate::record::announced_len(self.format, &field) else {
+                if (field.len() as u64) < field_max {
+                    break;
+                }
+                return Err((
+                    self.next,
+                    "a record length that frames nothing (REC-1, REC-15): a compressed \
+                     segment's logical bytes are records to its end (CZ-1)",
+                ));
+            };
+            let frame = frame as u64;
             if frame > self.end - self.next {
                 return Err((
                     self.next,

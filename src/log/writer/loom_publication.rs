@@ -105,6 +105,7 @@ fn writer() -> (Arc<LogWriter>, Arc<Recording>, tempfile::TempDir) {
         durability: Durability::Sync,
         storage: Arc::clone(&storage) as Arc<dyn Storage>,
         chunk_records: true,
+        compact_records: false,
     };
     let (writer, _) = LogWriter::open(scratch.path(), options).unwrap();
     (Arc::new(writer), storage, scratch)

@@ -8,7 +8,11 @@ use std::path::Path;
 use super::{Found, read_at};
 use crate::error::Result;
 use crate::log::segment::SEGMENT_HEADER_LEN;
-use crate::record::{BODY_MIN_LEN, FRAME_HEADER_LEN, RecordError, frame_len, u32_at};
+use crate::record::{BODY_MIN_LEN, Format, RecordError, announced_len, decode_as, u32_at};
+
+/// Bytes read first of each record: its frame header (REC-1), which holds a compact
+/// record's `len` too (at most 5 bytes, REC-15; a compact record is at least 16 bytes).
+const FRAME_HEADER_LEN: usize = crate::record::FRAME_HEADER_LEN;
 
 /// A scan of one segment's records.
 pub(super) struct Scan<'a> {
@@ -22,6 +26,8 @@ pub(super) struct Scan<'a> {
     /// Where the index says its records end (its `data_crc` covers 64..there).
     pub(super) index_end: Option<u64>,
     pub(super) target: Option<u64>,
+    /// The segment's records (SEG-9).
+    pub(super) format: Format,
 }
 
 /// What the scan of one segment's records found.
@@ -60,8 +66,14 @@ impl Scan<'_> {
             let Some(frame) = self.read_frame(found, &mut records, pos, &mut buf)? else {
                 break;
             };
-            if self.check_record(found, &mut records, &buf, pos, seq, target_crc) {
+            let count = self.check_record(found, &mut records, &buf, pos, seq, target_crc);
+            if let Some(count) = count {
                 bad_in_a_row = 0;
+                // A compact run's members share its offset.
+                let offset = u32::try_from(pos).unwrap_or(u32::MAX);
+                let more = usize::try_from(count.saturating_sub(1)).unwrap_or(usize::MAX);
+                records.offsets.extend(std::iter::repeat_n(offset, more));
+                seq += count - 1;
             } else {
                 bad_in_a_row += 1;
                 if bad_in_a_row > 1 {
@@ -103,29 +115,42 @@ impl Scan<'_> {
         }
         let mut frame_header = [0; FRAME_HEADER_LEN];
         read_at(self.file, self.path, &mut frame_header, pos)?;
-        let len = u32_at(&frame_header, 0).unwrap_or_default();
-        if len == 0 {
+        // REC-1, SEG-5: a zero length, or a zero first byte of a compact record, ends them.
+        let end = match self.format {
+            Format::V1 => frame_header.get(..4) == Some(&[0; 4]),
+            Format::Compact => frame_header.first() == Some(&0),
+        };
+        if end {
             records.complete = true;
             return Ok(None);
         }
-        let frame = frame_len(len as usize) as u64;
-        if (len as usize) < BODY_MIN_LEN || pos + frame > self.stop {
+        // REC-1 (a body of at least `BODY_MIN_LEN`), REC-15 (a `len` of at most 5 bytes).
+        let frame = announced_len(self.format, &frame_header)
+            .filter(|_| {
+                self.format == Format::Compact
+                    || u32_at(&frame_header, 0).is_some_and(|len| len as usize >= BODY_MIN_LEN)
+            })
+            .map(|frame| frame as u64)
+            .filter(|frame| pos + frame <= self.stop);
+        let Some(frame) = frame else {
             found.error(
                 self.path,
                 Some(pos),
                 "REC-1",
-                format!("a length of {len} frames no record before the end of the segment's records; the rest of the segment is not checked"),
+                "a length that frames no record before the end of the segment's records; the \
+                 rest of the segment is not checked",
             );
             records.damaged = true;
             return Ok(None);
-        }
+        };
         buf.resize(usize::try_from(frame).unwrap_or(usize::MAX), 0);
         read_at(self.file, self.path, buf, pos)?;
         Ok(Some(frame))
     }
 
     /// REC-2, RCV-8, RCV-5: the record in `frame`, at `pos`, where seq `seq` is next.
-    /// Returns whether it decodes (a record with another seq decodes, but is reported).
+    /// Returns how many events it holds when it decodes (a record with another seq
+    /// decodes, but is reported).
     fn check_record(
         &self,
         found: &mut Found,
@@ -134,11 +159,11 @@ impl Scan<'_> {
         pos: u64,
         seq: u64,
         target_crc: &mut Option<u32>,
-    ) -> bool {
-        match crate::record::decode(frame) {
-            Ok((event, _)) => {
-                if event.seq == seq {
-                    if self.target == Some(seq) {
+    ) -> Option<u64> {
+        match decode_as(self.format, frame) {
+            Ok((record, _)) => {
+                if record.first_seq() == seq {
+                    if let Some(event) = self.target.and_then(|target| record.event(target)) {
                         *target_crc = Some(crc32c::crc32c(event.text().as_bytes()));
                     }
                 } else {
@@ -146,11 +171,14 @@ impl Scan<'_> {
                         self.path,
                         Some(pos),
                         "RCV-5",
-                        format!("a record with seq {} where seq {seq} is next", event.seq),
+                        format!(
+                            "a record with seq {} where seq {seq} is next",
+                            record.first_seq()
+                        ),
                     );
                     records.damaged = true;
                 }
-                true
+                Some(record.count())
             }
             Err(error) => {
                 let (rule, message) = match error {
@@ -162,7 +190,7 @@ impl Scan<'_> {
                 };
                 found.error(self.path, Some(pos), rule, format!("seq {seq}: {message}"));
                 records.damaged = true;
-                false
+                None
             }
         }
     }

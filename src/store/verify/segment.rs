@@ -11,6 +11,7 @@ use super::records::Scan;
 use super::{Found, read_at};
 use crate::error::{Error, Result};
 use crate::log::segment::{HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader};
+use crate::record::Format;
 
 /// Where a segment is in its log.
 pub(super) struct SegmentPlace<'a> {
@@ -63,6 +64,9 @@ pub(super) fn check_segment(
         count,
         index_end: index.as_ref().map(|i| i.end),
         target: place.target,
+        // SEG-9; a header that does not check out is reported, and its records are read
+        // as version 1 records.
+        format: header.map_or(Format::V1, |h| h.format()),
     };
     let records = scan.run(found, target_crc)?;
     // SEG-5 does not hold past a limit: the bytes there are another log's (LIM-4).

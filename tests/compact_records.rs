@@ -1,0 +1,620 @@
+//! Compact records (`format-spec/log-format.md` §4.2) through the engine: a writer
+//! configured for them sets `COMPACT_RECORDS` (SEG-9) and forms chunk runs only from bytes
+//! it has not written (REC-17); every event reads back as appended, through a fresh
+//! reader, a reopened writer and its index (IDX-1, IDX-2); a damaged run is `CORRUPT` with
+//! its file and offset; and real DSH sessions imported into compact logs read, derive and
+//! export exactly as from version 1 logs, in fewer bytes.
+
+use std::path::Path;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use surfacelog::internals::event::{Event, EventFields, EventSource};
+use surfacelog::internals::log::segment::{COMPACT_RECORDS, SEGMENT_HEADER_LEN, SegmentHeader};
+use surfacelog::internals::log::{DiskLog, Durability, LogOptions, LogReader};
+use surfacelog::internals::record::compact::{self, Choice, ChunkRunBuilder, Record};
+
+mod common;
+
+/// An event of `event_type` with `text`, whose `data` runs from after `"data":` to the
+/// `}` closing the envelope (the text's last byte, or the one before a trailing space).
+fn event(seq: u64, time: i64, event_type: &str, text: String) -> Event {
+    let start = text.find("\"data\":").expect("a data member") + "\"data\":".len();
+    let end = text.trim_end().len() - 1;
+    Event::new(
+        text,
+        start..end,
+        None,
+        EventFields {
+            event_type: event_type.to_owned().into(),
+            seq,
+            time,
+            surface_op: None,
+            sources: None,
+            ignorable: false,
+        },
+    )
+}
+
+/// What the generator appends: a stream of continuing chunks, or another event.
+#[derive(Debug, Clone)]
+enum Item {
+    /// `count` deltas of chunk kind `kind` (0 text, 1 reasoning, 2 tool call, 3 named tool
+    /// call) sharing `turn`, `step`, `index`, with payloads from `payloads`.
+    Stream {
+        kind: u8,
+        turn: u32,
+        index: u32,
+        payloads: Vec<String>,
+    },
+    /// A `turn/start`; `spaced` puts a space before its last `}` (kind 2, verbatim).
+    Other { turn: u32, spaced: bool },
+}
+
+fn items() -> impl Strategy<Value = Vec<Item>> {
+    let stream = (
+        0u8..4,
+        0u32..3,
+        0u32..2,
+        prop::collection::vec("[a-z \"\\\\é✓]{0,40}", 1..90),
+    )
+        .prop_map(|(kind, turn, index, payloads)| Item::Stream {
+            kind,
+            turn,
+            index,
+            payloads,
+        });
+    let other = (0u32..3, any::<bool>()).prop_map(|(turn, spaced)| Item::Other { turn, spaced });
+    prop::collection::vec(prop_oneof![3 => stream, 1 => other], 1..12)
+}
+
+/// The events of `items` from seq 0, with times that move by `steps` (cycled; negative
+/// ones included).
+fn events_of(items: &[Item], steps: &[i64]) -> Vec<Event> {
+    let mut out = Vec::new();
+    let mut time = 1_700_000_000_000_i64;
+    let mut next_time = |seq: usize| {
+        time += steps[seq % steps.len()];
+        time
+    };
+    for item in items {
+        match item {
+            Item::Stream {
+                kind,
+                turn,
+                index,
+                payloads,
+            } => {
+                for payload in payloads {
+                    let seq = out.len() as u64;
+                    let time = next_time(out.len());
+                    let inside = payload.replace('\\', "\\\\").replace('"', "\\\"");
+                    let chunk = match kind {
+                        0 => {
+                            format!(r#"{{"type":"text-delta","index":{index},"text":"{inside}"}}"#)
+                        }
+                        1 => format!(
+                            r#"{{"type":"reasoning-delta","index":{index},"text":"{inside}"}}"#
+                        ),
+                        2 => format!(
+                            r#"{{"type":"tool-call-delta","index":{index},"id":"c{turn}","argumentsDelta":"{inside}"}}"#
+                        ),
+                        _ => format!(
+                            r#"{{"type":"tool-call-delta","index":{index},"id":"c{turn}","name":"ls","argumentsDelta":"{inside}"}}"#
+                        ),
+                    };
+                    let text = format!(
+                        r#"{{"type":"assistant/chunk","seq":{seq},"time":{time},"data":{{"turn":{turn},"step":1,"chunk":{chunk}}}}}"#
+                    );
+                    out.push(event(seq, time, "assistant/chunk", text));
+                }
+            }
+            Item::Other { turn, spaced } => {
+                let seq = out.len() as u64;
+                let time = next_time(out.len());
+                let space = if *spaced { " " } else { "" };
+                let text = format!(
+                    r#"{{"type":"turn/start","seq":{seq},"time":{time},"data":{{"turn":{turn}}}{space}}}"#
+                );
+                out.push(event(seq, time, "turn/start", text));
+            }
+        }
+    }
+    out
+}
+
+fn options(durability: Durability, segment_bytes: u64) -> LogOptions {
+    LogOptions {
+        segment_bytes,
+        durability,
+        compact_records: true,
+        ..LogOptions::default()
+    }
+}
+
+/// The segment files of the log in `dir`, in order: each one's header and bytes.
+fn segments(dir: &Path) -> Vec<(SegmentHeader, Vec<u8>)> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| Path::new(n).extension().is_some_and(|e| e == "seg"))
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .map(|n| {
+            let bytes = std::fs::read(dir.join(n)).unwrap();
+            (SegmentHeader::decode(&bytes).unwrap(), bytes)
+        })
+        .collect()
+}
+
+/// The seq ranges of the records of every segment of `dir`, decoded in order up to each
+/// segment's end marker.
+fn records(dir: &Path) -> Vec<std::ops::Range<u64>> {
+    let mut out = Vec::new();
+    for (header, bytes) in segments(dir) {
+        assert_eq!(header.incompat_features, COMPACT_RECORDS);
+        let mut at = SEGMENT_HEADER_LEN;
+        while let Ok((record, len)) = compact::decode(&bytes[at..]) {
+            out.push(record.first_seq()..record.first_seq() + record.count());
+            at += len;
+        }
+        assert!(
+            bytes[at..].iter().all(|b| *b == 0),
+            "records end at zeros (SEG-5)"
+        );
+    }
+    out
+}
+
+/// REC-17's grouping of `batch` on its own: how many records it takes in a segment that
+/// holds them all (consecutive continuing chunks join a run under the cap).
+fn records_of(batch: &[Event]) -> usize {
+    let mut count = 0;
+    let mut run = ChunkRunBuilder::default();
+    for e in batch {
+        match compact::choose(&e.as_ref()).unwrap() {
+            Choice::Chunk(member) => {
+                if run.members().is_empty() || run.push(member).is_err() {
+                    run = ChunkRunBuilder::default();
+                    run.push(member).unwrap();
+                    count += 1;
+                }
+            }
+            Choice::Event(_) => {
+                run = ChunkRunBuilder::default();
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+/// Every event of the log in `dir` read back by a fresh reader, by seq and by iteration,
+/// equals `events`: with the indexes the writer wrote (IDX-1), then with none (every
+/// segment scanned, IDX-2), which are removed.
+fn assert_reads_back(dir: &Path, events: &[Event]) -> Result<(), TestCaseError> {
+    assert_read_back(dir, events)?;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "idx") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    assert_read_back(dir, events)
+}
+
+fn assert_read_back(dir: &Path, events: &[Event]) -> Result<(), TestCaseError> {
+    let reader = LogReader::open(dir).unwrap();
+    prop_assert_eq!(reader.seq_next(), events.len() as u64);
+    for e in events {
+        let read = reader.event_at(e.seq()).unwrap();
+        prop_assert_eq!(read, e.as_ref(), "seq {}", e.seq());
+        prop_assert_eq!(read.text_len(), e.text().len());
+    }
+    let iterated: Vec<String> = reader
+        .iter_from(0)
+        .map(|e| e.unwrap().text().into_owned())
+        .collect();
+    let texts: Vec<&str> = events.iter().map(Event::text).collect();
+    prop_assert_eq!(iterated, texts);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    /// §4.2 through a log: random streams of chunks and other events, appended in random
+    /// batches in every durability into segments large or small (runs meet rolls), read
+    /// back exactly by a fresh reader; reopened (recovery, the index), appended to and read
+    /// back again. In `Sync`, no record holds events of two appends, and with no roll each
+    /// append takes exactly REC-17's records.
+    #[test]
+    fn every_event_reads_back_and_runs_never_span_a_sync_append(
+        items in items(),
+        steps in prop::collection::vec(-3i64..1_000, 1..5),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+        durability in 0u8..4,
+        small in any::<bool>(),
+    ) {
+        let events = events_of(&items, &steps);
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c.index(events.len() + 1)).collect();
+        cuts.extend([0, events.len()]);
+        cuts.sort_unstable();
+        cuts.dedup();
+        let durability = match durability {
+            0 => Durability::Sync,
+            1 => Durability::Batch { max_delay: Duration::from_secs(60) },
+            2 => Durability::Manual,
+            _ => Durability::Staged,
+        };
+        let segment_bytes = if small { 700 } else { 1 << 20 };
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = DiskLog::open(dir.path(), options(durability, segment_bytes)).unwrap();
+        // A reader beside the writer follows each append once it is on file (RD-2).
+        let mut beside = LogReader::open(dir.path()).unwrap();
+        for pair in cuts.windows(2) {
+            log.append(&events[pair[0]..pair[1]]).unwrap();
+            if durability != Durability::Staged {
+                log.flush().unwrap();
+                prop_assert_eq!(beside.refresh().unwrap(), pair[1] as u64);
+                for e in &events[pair[0]..pair[1]] {
+                    prop_assert_eq!(beside.event_at(e.seq()).unwrap(), e.as_ref());
+                }
+            }
+        }
+        log.close().unwrap();
+        assert_reads_back(dir.path(), &events)?;
+        let found = records(dir.path());
+        prop_assert_eq!(found.last().map_or(0, |r| r.end), events.len() as u64);
+        if durability == Durability::Sync {
+            for record in &found {
+                let batch = cuts.partition_point(|&c| c as u64 <= record.start);
+                prop_assert!(record.end <= cuts[batch] as u64, "{record:?} spans {cuts:?}");
+            }
+            if !small {
+                let expected: usize = cuts.windows(2).map(|p| records_of(&events[p[0]..p[1]])).sum();
+                prop_assert_eq!(found.len(), expected);
+            }
+        }
+        // Reopened: recovery over the index it wrote at close; then more of the same.
+        let more = events_of(&items, &steps);
+        let offset = events.len() as u64;
+        let more: Vec<Event> = more
+            .iter()
+            .map(|e| {
+                let seq = e.seq() + offset;
+                let text = e.text().replacen(&format!("\"seq\":{}", e.seq()), &format!("\"seq\":{seq}"), 1);
+                event(seq, e.as_ref().time, e.as_ref().event_type, text)
+            })
+            .collect();
+        let (mut log, _) = DiskLog::open(dir.path(), options(durability, segment_bytes)).unwrap();
+        prop_assert_eq!(log.seq_next(), offset);
+        log.append(&more).unwrap();
+        log.close().unwrap();
+        let all: Vec<Event> = events.into_iter().chain(more).collect();
+        assert_reads_back(dir.path(), &all)?;
+    }
+}
+
+/// A log of one run of 40 deltas and a `turn/start`, closed (its index lists them).
+fn run_log(dir: &Path) -> (Vec<Event>, Vec<u8>) {
+    let items = [
+        Item::Stream {
+            kind: 0,
+            turn: 1,
+            index: 0,
+            payloads: (0..40).map(|i| format!("word {i}")).collect(),
+        },
+        Item::Other {
+            turn: 2,
+            spaced: false,
+        },
+    ];
+    let events = events_of(&items, &[5]);
+    let (mut log, _) = DiskLog::open(dir, options(Durability::Sync, 1 << 20)).unwrap();
+    log.append(&events).unwrap();
+    log.close().unwrap();
+    let (_, bytes) = segments(dir).remove(0);
+    (events, bytes)
+}
+
+/// RCV-6, RCV-13, REC-4: one byte changed inside a run (a member's payload) makes every
+/// member unreadable, `CORRUPT` naming the segment file and the run's offset, never a
+/// shorter log or another text; the event after it stays readable.
+#[test]
+fn a_damaged_run_is_corrupt_with_its_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (events, mut bytes) = run_log(dir.path());
+    assert_eq!(records(dir.path()), vec![0..40, 40..41]);
+    let at = SEGMENT_HEADER_LEN
+        + bytes[SEGMENT_HEADER_LEN..]
+            .windows(7)
+            .position(|w| w == b"word 17")
+            .unwrap();
+    bytes[at + 5] = b'8';
+    std::fs::write(dir.path().join("00000000000000000000.seg"), &bytes).unwrap();
+    let reader = LogReader::open(dir.path()).unwrap();
+    assert_eq!(
+        reader.seq_next(),
+        41,
+        "the index vouches for every event (IDX-5)"
+    );
+    for seq in [0, 17, 39] {
+        let error = reader.event_at(seq).unwrap_err();
+        assert_eq!(error.code(), "CORRUPT", "{error}");
+        let message = error.to_string();
+        assert!(message.contains("00000000000000000000.seg"), "{message}");
+        assert!(
+            message.contains(&format!("offset={SEGMENT_HEADER_LEN}")),
+            "{message}"
+        );
+    }
+    assert_eq!(reader.event_at(40).unwrap().text(), events[40].text());
+    // A writer's open takes the vouched prefix unread (IDX-5); its reads of the run are
+    // `CORRUPT` too, and it appends after the run without touching it.
+    let (mut log, _) = DiskLog::open(dir.path(), options(Durability::Sync, 1 << 20)).unwrap();
+    assert_eq!(log.event_at(17).unwrap_err().code(), "CORRUPT");
+    let more = events_of(
+        &[Item::Other {
+            turn: 3,
+            spaced: false,
+        }],
+        &[1],
+    );
+    let text = more[0].text().replacen("\"seq\":0", "\"seq\":41", 1);
+    log.append(&[event(41, more[0].as_ref().time, "turn/start", text)])
+        .unwrap();
+    log.close().unwrap();
+    let after = &segments(dir.path())[0].1;
+    assert_eq!(after[..bytes.len().min(464)], bytes[..bytes.len().min(464)]);
+}
+
+/// RCV-3: a run torn by a power cut (its last bytes never written) is a torn tail at a
+/// writer's open: the whole append it held goes, the appends before it stay, and the log
+/// goes on from the run's first seq.
+#[test]
+fn a_torn_run_is_dropped_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (events, bytes) = run_log(dir.path());
+    // The run is the first record; cut inside it and drop the index (no durable mark).
+    std::fs::remove_file(dir.path().join("00000000000000000000.idx")).unwrap();
+    let (_, run_len) = compact::decode(&bytes[SEGMENT_HEADER_LEN..]).unwrap();
+    let mut torn = bytes.clone();
+    for b in &mut torn[SEGMENT_HEADER_LEN + run_len / 2..] {
+        *b = 0;
+    }
+    std::fs::write(dir.path().join("00000000000000000000.seg"), &torn).unwrap();
+    let (mut log, _) = DiskLog::open(dir.path(), options(Durability::Sync, 1 << 20)).unwrap();
+    assert_eq!(log.seq_next(), 0);
+    log.append(&events[..3]).unwrap();
+    log.close().unwrap();
+    let reader = LogReader::open(dir.path()).unwrap();
+    assert_eq!(reader.seq_next(), 3);
+    assert_eq!(reader.event_at(2).unwrap().text(), events[2].text());
+    assert!(matches!(
+        compact::decode(&segments(dir.path())[0].1[SEGMENT_HEADER_LEN..]),
+        Ok((Record::Chunks(_), _))
+    ));
+}
+
+/// Through the store, with DSH sessions imported (the `dsh` feature).
+#[cfg(feature = "dsh")]
+mod dsh {
+    use std::path::Path;
+
+    use surfacelog::internals::adapters::jsonl::{self, Compression};
+    use surfacelog::internals::event::EventSource;
+    use surfacelog::internals::log::segment::COMPACT_RECORDS;
+    use surfacelog::internals::store::{Store, StoreOptions};
+
+    use super::{common, records, segments};
+
+    /// The vendored DSH sessions, each imported into a version 1 store and into a compact one
+    /// (small segments: runs meet rolls): every event, the messages, the surface and the JSONL
+    /// export are the same; `verify` finds nothing; the compact log is smaller.
+    #[test]
+    fn real_sessions_read_and_export_the_same_from_compact_logs() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/dsh-sessions");
+        let mut names: Vec<String> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| Path::new(n).extension().is_some_and(|e| e == "jsonl"))
+            .collect();
+        names.sort();
+        let scratch = common::scratch("compact-records", "real");
+        let plain = Store::open_or_create(scratch.join("plain"), StoreOptions::default()).unwrap();
+        let compact = Store::open_or_create(
+            scratch.join("compact"),
+            StoreOptions::default()
+                .compact_records(true)
+                .segment_bytes(16 << 10),
+        )
+        .unwrap();
+        let (mut imported, mut plain_bytes, mut compact_bytes) = (0, 0, 0);
+        for name in &names {
+            let file = root.join(name);
+            let Ok((a, _)) =
+                jsonl::import_jsonl(&plain, &file, Compression::None, None, &mut |_| {})
+            else {
+                continue;
+            };
+            let (b, _) = jsonl::import_jsonl(&compact, &file, Compression::None, None, &mut |_| {})
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            imported += 1;
+            let (x, y) = (
+                plain.inspect(&a.id).unwrap(),
+                compact.inspect(&b.id).unwrap(),
+            );
+            let (lx, ly) = (x.log(), y.log());
+            assert_eq!(lx.seq_next(), ly.seq_next(), "{name}");
+            for seq in 0..lx.seq_next() {
+                assert_eq!(
+                    lx.event_at(seq).unwrap(),
+                    ly.event_at(seq).unwrap(),
+                    "{name} seq {seq}"
+                );
+            }
+            let messages = |m: Vec<surfacelog::Message<'_>>| -> Vec<(u64, String)> {
+                m.into_iter().map(|m| (m.seq, m.json.to_owned())).collect()
+            };
+            assert_eq!(
+                messages(x.messages().unwrap()),
+                messages(y.messages().unwrap()),
+                "{name}"
+            );
+            assert_eq!(x.surface().nodes(), y.surface().nodes(), "{name}");
+            let export = |session: &surfacelog::internals::session::Session<_>, out: &str| {
+                let out = scratch.join(out);
+                jsonl::export_file(
+                    &out,
+                    session.header(),
+                    session.log(),
+                    true,
+                    Compression::None,
+                )
+                .unwrap();
+                let bytes = std::fs::read(&out).unwrap();
+                std::fs::remove_file(&out).unwrap();
+                bytes
+            };
+            assert_eq!(export(&x, "x.jsonl"), export(&y, "y.jsonl"), "{name}");
+            let size = |log: &Path| -> u64 {
+                std::fs::read_dir(log)
+                    .unwrap()
+                    .map(|e| e.unwrap().path())
+                    .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+                    .map(|p| std::fs::metadata(p).unwrap().len())
+                    .sum()
+            };
+            let (fx, fy) = (plain.follow(&a.id).unwrap(), compact.follow(&b.id).unwrap());
+            plain_bytes += size(fx.log().dir());
+            compact_bytes += size(fy.log().dir());
+            for (header, _) in segments(fy.log().dir()) {
+                assert_eq!(header.incompat_features, COMPACT_RECORDS, "{name}");
+            }
+        }
+        assert!(imported > 50, "{imported} sessions imported");
+        // Forks at every boundary of a few of them agree too.
+        forks_agree(&plain, &compact, "b8c89c36-55db-48cf-9f3e-76140cd37aff");
+        let report = compact.verify(None).unwrap();
+        assert!(report.ok(), "{report:?}");
+        assert!(
+            compact_bytes * 2 < plain_bytes,
+            "compact {compact_bytes} B, plain {plain_bytes} B"
+        );
+    }
+
+    /// Every fork of `id` in `plain` and in `compact` (the same session, imported into each),
+    /// at every boundary: the same outcome, and the same child (events, messages). Returns how
+    /// many boundaries fell inside a compact run.
+    fn forks_agree(plain: &Store, compact_store: &Store, id: &str) -> usize {
+        let source_log = compact_store.follow(id).unwrap();
+        let runs: Vec<_> = records(source_log.log().dir())
+            .into_iter()
+            .filter(|r| r.end - r.start > 1)
+            .collect();
+        let len = source_log.log().seq_next();
+        let mut inside = 0;
+        for boundary in 0..len {
+            let child = format!("{id}-fork-{boundary}");
+            let outcomes = [plain, compact_store].map(|store| {
+                store
+                    .fork(id, surfacelog::Boundary::Seq(boundary), &child)
+                    .map(drop)
+                    .map_err(|e| e.code())
+            });
+            assert_eq!(outcomes[0], outcomes[1], "{id} at {boundary}");
+            if outcomes[0].is_err() {
+                continue;
+            }
+            if runs
+                .iter()
+                .any(|r| r.start <= boundary && boundary + 1 < r.end)
+            {
+                inside += 1;
+            }
+            let (x, y) = (
+                plain.inspect(&child).unwrap(),
+                compact_store.inspect(&child).unwrap(),
+            );
+            assert_eq!(x.log().seq_next(), y.log().seq_next(), "{child}");
+            for seq in 0..x.log().seq_next() {
+                let (ex, ey) = (
+                    x.log().event_at(seq).unwrap(),
+                    y.log().event_at(seq).unwrap(),
+                );
+                if seq <= boundary {
+                    assert_eq!(ex.text(), ey.text(), "{child} seq {seq}");
+                } else {
+                    // The end-seed marker, stamped by the clock at each fork.
+                    assert_eq!(ex.event_type, ey.event_type, "{child} seq {seq}");
+                }
+            }
+            let messages = |m: Vec<surfacelog::Message<'_>>| -> Vec<String> {
+                m.into_iter().map(|m| m.json.to_owned()).collect()
+            };
+            assert_eq!(
+                messages(x.messages().unwrap()),
+                messages(y.messages().unwrap())
+            );
+            // The child is a log of its own: it reopens, appends after the prefix, and
+            // `verify` finds nothing wrong with what it shares and what it holds.
+            drop(compact_store.open_session(&child).unwrap());
+            for store in [plain, compact_store] {
+                store.remove(&child).unwrap();
+            }
+        }
+        inside
+    }
+
+    /// STORE-10, §4.2: a fork whose boundary falls inside a compact run shares the segment up
+    /// to the record before the run and starts its own segment with the run's members before
+    /// the boundary; it reads, derives and reopens as a fork of a version 1 log does. The
+    /// session here has chunks outside any turn, so that forks may cut runs (inside an open
+    /// turn, a fork is refused: `OPEN_TURN`); small segments put runs at segment starts too.
+    #[test]
+    fn a_fork_inside_a_run_reads_as_from_a_version_1_log() {
+        let scratch = common::scratch("compact-records", "fork");
+        let mut lines = vec![
+            r#"{"type":"session","version":0,"id":"syn","createdAt":1,"cwd":"/","delegationDepth":0}"#
+                .to_owned(),
+        ];
+        let mut seq = 0;
+        for round in 0..4 {
+            for k in 0..(7 + round * 5) {
+                lines.push(format!(
+                    r#"{{"type":"assistant/chunk","seq":{seq},"time":{},"data":{{"turn":{round},"step":1,"chunk":{{"type":"text-delta","index":0,"text":"w{k} "}}}}}}"#,
+                    1000 + seq
+                ));
+                seq += 1;
+            }
+            lines.push(format!(
+                r#"{{"type":"session/title","seq":{seq},"time":{},"data":{{"title":"t{round}"}}}}"#,
+                1000 + seq
+            ));
+            seq += 1;
+        }
+        let file = scratch.join("syn.jsonl");
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        let plain = Store::open_or_create(scratch.join("plain"), StoreOptions::default()).unwrap();
+        let compact_store = Store::open_or_create(
+            scratch.join("compact"),
+            StoreOptions::default()
+                .compact_records(true)
+                .segment_bytes(400),
+        )
+        .unwrap();
+        let (a, _) =
+            jsonl::import_jsonl(&plain, &file, Compression::None, None, &mut |_| {}).unwrap();
+        let (b, _) =
+            jsonl::import_jsonl(&compact_store, &file, Compression::None, None, &mut |_| {})
+                .unwrap();
+        assert_eq!(a.id, b.id);
+        let inside = forks_agree(&plain, &compact_store, &a.id);
+        assert!(inside >= 20, "{inside} forks inside runs");
+        let report = compact_store.verify(None).unwrap();
+        assert!(report.ok(), "{report:?}");
+    }
+}
