@@ -706,3 +706,113 @@ fn several_segments() -> (tempfile::TempDir, Store, u64) {
     session.close().unwrap();
     (dir, store, stored)
 }
+
+/// Turns of [`many_windows`]: 3 nodes each, so 4,500 nodes, more than the four windows of
+/// 1,024 nodes that a read of every message reads ahead first (RD-9).
+const MANY_TURNS: u64 = 1_500;
+
+/// [`MANY_TURNS`] numbered turns; after every third, the tool result of the turn ten
+/// turns before is pruned: each prune's node takes the place of the result it replaces,
+/// so the surface lists later seqs before earlier ones.
+fn many_windows<L: SessionLog>(session: &mut Session<L>) {
+    let mut results = Vec::new();
+    for turn in 1..=MANY_TURNS {
+        results.push(common::numbered_turn(session, turn).result);
+        if turn % 3 == 0
+            && let Some(&earlier) = results.len().checked_sub(11).and_then(|i| results.get(i))
+        {
+            common::prune_to_empty(session, earlier);
+        }
+    }
+}
+
+/// A closed session `s` of [`many_windows`] over segments of 64 KiB, without a message
+/// pack (every message is read from its record), and the same session kept in memory.
+fn many_windows_session() -> (
+    tempfile::TempDir,
+    Store,
+    Session<surfacelog::internals::event::MemLog>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let options = common::store_options(Durability::Manual, 64 << 10)
+        .message_pack(0)
+        .checkpoint_every(1 << 20);
+    let store = Store::open_or_create(dir.path(), options.clone()).unwrap();
+    let mut session = store.create("s", None, None).unwrap();
+    many_windows(&mut session);
+    session.close().unwrap();
+    let mut memory = Session::in_memory("s", &options).unwrap();
+    many_windows(&mut memory);
+    (dir, store, memory)
+}
+
+/// RD-9: the messages read ahead window by window, from records over many segments, are
+/// the ones the same session kept in memory derives, in the same (surface) order, also
+/// where a replace puts a later seq first; `each_message` visits them in that order.
+#[test]
+fn rd_9_messages_read_ahead_keep_surface_order_across_windows_and_segments() {
+    let (dir, store, memory) = many_windows_session();
+    let segments = common::files_ending(&dir.path().join("sessions/s/log"), ".seg");
+    assert!(segments.len() > 10, "{} segments", segments.len());
+    let expected = common::messages_of(&memory);
+    assert!(expected.len() > 4 * 1024, "{} messages", expected.len());
+    assert!(
+        !expected.is_sorted_by_key(|(seq, _)| *seq),
+        "replaces put later seqs first"
+    );
+    let (session, _) = store.open_session("s").unwrap();
+    assert_eq!(common::messages_of(&session), expected);
+    let mut visited = Vec::new();
+    session
+        .each_message(|m| visited.push((m.seq, m.json.to_owned())))
+        .unwrap();
+    assert_eq!(visited, expected);
+    drop(session);
+    let inspected = store.inspect("s").unwrap();
+    let read: Vec<(u64, String)> = inspected
+        .messages()
+        .unwrap()
+        .iter()
+        .map(|m| (m.seq, m.json.to_owned()))
+        .collect();
+    assert_eq!(read, expected);
+}
+
+/// RD-9, RD-7: a damaged message record in a window read ahead late in the read (past the
+/// first windows, in a later segment) is `CORRUPT` naming its segment and offset, and
+/// `each_message` has visited exactly the messages before it in surface order.
+#[test]
+fn rd_9_a_damaged_record_read_ahead_is_an_error_after_the_messages_before_it() {
+    let (dir, store, memory) = many_windows_session();
+    let expected = common::messages_of(&memory);
+    let needle = br#""u1400""#;
+    let damaged = expected
+        .iter()
+        .position(|(_, json)| json.contains(r#""u1400""#))
+        .unwrap();
+    assert!(
+        damaged > 4 * 1024,
+        "past the first windows read ahead: {damaged}"
+    );
+    let segment = common::files_ending(&dir.path().join("sessions/s/log"), ".seg")
+        .into_iter()
+        .find(|path| {
+            let bytes = std::fs::read(path).unwrap();
+            bytes.windows(needle.len()).any(|w| w == needle)
+        })
+        .unwrap();
+    flip_inside(&segment, needle);
+    let (session, _) = store.open_session("s").unwrap();
+    assert_corrupt(&session.messages().unwrap_err(), &segment);
+    let mut visited = Vec::new();
+    let error = session
+        .each_message(|m| visited.push((m.seq, m.json.to_owned())))
+        .unwrap_err();
+    assert_corrupt(&error, &segment);
+    assert_eq!(visited, expected[..damaged]);
+    drop(session);
+    assert_corrupt(
+        &store.inspect("s").unwrap().messages().unwrap_err(),
+        &segment,
+    );
+}

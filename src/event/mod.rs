@@ -236,6 +236,15 @@ pub trait EventSource {
     /// pack, MSP-1) checks them again when it read them before (MSP-4: a map is not a
     /// copy); bytes this read loads are checked as they load. The default does nothing.
     fn messages_read_begins(&self) {}
+
+    /// A hint that the events at `seqs` (in any order) are about to be read: a source that
+    /// reads them from files may ask the OS to load their bytes now, in file order and in
+    /// few requests, instead of one page fault per event (log-format.md RD-9). It reads
+    /// and returns nothing: every later read checks its record as any read does (REC-4),
+    /// and a seq it cannot place is left to that read to report. The default does nothing.
+    fn read_ahead(&self, seqs: &[u64]) {
+        let _ = seqs;
+    }
 }
 
 /// `CORRUPT`: the event at `seq` is needed but the log ends at `seq_next`.
@@ -668,6 +677,10 @@ impl<S: EventSource + ?Sized> EventSource for &S {
     fn messages_read_begins(&self) {
         (**self).messages_read_begins();
     }
+
+    fn read_ahead(&self, seqs: &[u64]) {
+        (**self).read_ahead(seqs);
+    }
 }
 
 /// A log followed by events kept in memory: a batch being admitted, or the repair
@@ -693,6 +706,11 @@ impl<S: EventSource> EventSource for Overlay<S> {
                 .and_then(|index| self.events.get(index))
                 .map(Event::as_ref)),
         }
+    }
+
+    /// The events kept in memory need no reading ahead; the base skips seqs past its end.
+    fn read_ahead(&self, seqs: &[u64]) {
+        self.base.read_ahead(seqs);
     }
 }
 

@@ -86,6 +86,20 @@ pub(crate) fn release(map: &Mmap, range: Range<usize>) {
     let _ = unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, range.start, len) };
 }
 
+/// Asks the OS to start reading the pages of `map` in `range` into the page cache
+/// (`MADV_WILLNEED`, RD-9), without waiting for them and without mapping them: no byte is
+/// read through the map here, so this touches no page that may be absent (RD-8), and the
+/// pages count towards no process's resident memory until a read faults them in (RD-4).
+/// Best effort: a failure only leaves the pages to be read when faulted in. The range is
+/// clamped to the map.
+pub(crate) fn read_ahead(map: &Mmap, range: Range<usize>) {
+    let end = range.end.min(map.len());
+    let Some(len) = end.checked_sub(range.start).filter(|&len| len > 0) else {
+        return;
+    };
+    let _ = map.advise_range(memmap2::Advice::WillNeed, range.start, len);
+}
+
 /// Little-endian u64s read in place from a shared map (CKP-7: a checkpoint's nodes), so that
 /// a surface can borrow them instead of copying them until it first changes.
 #[derive(Debug, Clone)]

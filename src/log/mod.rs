@@ -276,6 +276,11 @@ impl crate::event::EventSource for DiskLog {
                 .map(crate::event::Event::as_ref)),
         }
     }
+
+    /// RD-9 for the records on disk; the reader skips the seqs still in memory.
+    fn read_ahead(&self, seqs: &[u64]) {
+        self.reader.read_ahead(seqs);
+    }
 }
 
 use std::path::PathBuf;

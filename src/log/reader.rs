@@ -11,7 +11,7 @@ use super::chain::{
 };
 use super::index::{self, Vouched};
 use super::limit::Limit;
-use super::map::{FileIdentity, identity, map, release};
+use super::map::{FileIdentity, identity, map, read_ahead, release};
 use super::scan::{FileBytes, Stop, nonzero_end, scan, valid_record_after, walk_written};
 use super::segment::{
     HeaderError, LogId, SEGMENT_HEADER_LEN, SegmentHeader, index_name, parse_segment_name,
@@ -207,6 +207,10 @@ impl Mapped {
 /// many bytes of them are held (RD-4): an madvise per MiB scanned, and at most this much
 /// plus a page of them resident.
 const RELEASE_STEP_BYTES: usize = 1 << 20;
+
+/// RD-9: records of a read-ahead this close together (or closer) in a segment are loaded
+/// as one range, the bytes between them included: fewer requests for a few more pages.
+const READ_AHEAD_GAP_BYTES: usize = 64 << 10;
 
 /// The page size ranges are rounded down to before they are released. A smaller size than
 /// the system's only means that the OS releases the page holding the range's end too.
@@ -749,6 +753,89 @@ impl LogReader {
         {
             release(&mapped.map, 0..mapped.map.len());
         }
+    }
+
+    /// RD-9: asks the OS to load the records of the events at `seqs` (any order; seqs at or
+    /// past `seq_next` are skipped) in few requests, those of [`LogReader::ahead_ranges`],
+    /// without waiting for them.
+    pub(crate) fn read_ahead(&self, seqs: &[u64]) {
+        for (at, range) in self.ahead_ranges(seqs) {
+            if let Some(mapped) = self.segments.get(at).and_then(Segment::mapped) {
+                read_ahead(&mapped.map, range);
+            }
+        }
+    }
+
+    /// RD-9: the byte ranges holding the records of the events at `seqs`, as `(segment
+    /// position, range)` in file order: each record's bytes from its offset to the next
+    /// record's (only the start of the last record known: its length is not read here),
+    /// ranges of a segment less than [`READ_AHEAD_GAP_BYTES`] apart merged. Only records
+    /// whose offsets the reader knows are named (known written, RD-8). Segments not opened
+    /// yet are opened and checked as a read would (SEG-2, SEG-3, IDX-3); a segment or seq
+    /// that fails is skipped, left to its read to report (RD-7).
+    fn ahead_ranges(&self, seqs: &[u64]) -> Vec<(usize, std::ops::Range<usize>)> {
+        // (segment position, record start, record end)
+        let mut ranges: Vec<(usize, usize, usize)> = Vec::with_capacity(seqs.len());
+        // The segment of the previous seq, with its seqs: consecutive seqs mostly share one.
+        let mut current: Option<(usize, &Segment, &Mapped, std::ops::Range<u64>)> = None;
+        for &seq in seqs {
+            if seq >= self.seq_next {
+                continue;
+            }
+            let (at, segment, mapped) = match &current {
+                Some((at, segment, mapped, seqs)) if seqs.contains(&seq) => {
+                    (*at, *segment, *mapped)
+                }
+                _ => {
+                    let Some((at, segment)) = self
+                        .segment_of(seq)
+                        .and_then(|at| Some((at, self.segments.get(at)?)))
+                    else {
+                        continue;
+                    };
+                    let Ok(mapped) = self.open_segment(segment) else {
+                        continue;
+                    };
+                    let next = self
+                        .segments
+                        .get(at + 1)
+                        .map_or(self.seq_next, |s| s.first_seq);
+                    current = Some((at, segment, mapped, segment.first_seq..next));
+                    (at, segment, mapped)
+                }
+            };
+            let index = usize::try_from(seq - segment.first_seq).unwrap_or(usize::MAX);
+            let offset_of =
+                |i: usize| segment.offset_of(&*self.storage, i, mapped, &self.dir, &self.log_id);
+            let Ok(Some(start)) = offset_of(index) else {
+                continue;
+            };
+            let start = start as usize;
+            // Up to the next record's start when it is known (known written, RD-8); the
+            // last known record's own length is not read here.
+            let end = match index.checked_add(1).map(offset_of) {
+                Some(Ok(Some(next))) if next as usize > start => next as usize,
+                _ => start + 1,
+            };
+            if end <= mapped.map.len() {
+                ranges.push((at, start, end));
+            }
+        }
+        if !ranges.is_sorted() {
+            ranges.sort_unstable();
+        }
+        let mut merged: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+        for (at, start, end) in ranges {
+            if let Some((last_at, last)) = merged.last_mut()
+                && *last_at == at
+                && start <= last.end.saturating_add(READ_AHEAD_GAP_BYTES)
+            {
+                last.end = last.end.max(end);
+                continue;
+            }
+            merged.push((at, start..end));
+        }
+        merged
     }
 
     /// The segments holding the first `len` events: for a fork, all but the last are
@@ -1843,5 +1930,92 @@ mod tests {
         }
         let fresh = LogReader::open(dir.path()).unwrap();
         assert!(fresh.event_at(0).unwrap().chunk().is_some());
+    }
+
+    /// RD-9: the ranges read ahead for seqs in any order, repeated or past the end, are
+    /// in file order, each from a record's offset to the next record's (the last known
+    /// record: its first byte), merged within a segment, never past a map; only the
+    /// segments of the seqs are opened. A damaged record and a damaged segment header are
+    /// skipped by the read-ahead and reported by the read (RD-7), with file and offset.
+    #[test]
+    fn rd_9_read_ahead_ranges_are_known_records_in_file_order() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let options = crate::log::LogOptions {
+            segment_bytes: 2048,
+            chunk_records: false,
+            ..crate::log::LogOptions::default()
+        };
+        let events: Vec<Event> = (0..60).map(chunk).collect();
+        let (mut log, _) = crate::log::DiskLog::open(dir.path(), options).unwrap();
+        log.append(&events).unwrap();
+        log.close().unwrap();
+        let reader = LogReader::open(dir.path()).unwrap();
+        let count = reader.segments.len();
+        assert!(count > 3, "{count} segments");
+        let last = 59;
+        let (first_at, last_at) = (
+            reader.segment_of(3).unwrap(),
+            reader.segment_of(last).unwrap(),
+        );
+        let middle = reader.segments[1].first_seq + 1;
+        let seqs = [last, 3, 200, middle, 3, 4];
+        let ranges = reader.ahead_ranges(&seqs);
+        let opened: Vec<bool> = reader
+            .segments
+            .iter()
+            .map(|s| s.mapped().is_some())
+            .collect();
+        assert_eq!(opened.iter().filter(|o| **o).count(), 3, "{opened:?}");
+        assert!(ranges.is_sorted_by_key(|(at, range)| (*at, range.start)));
+        assert_eq!(ranges.len(), 3, "3 and 4 merged: {ranges:?}");
+        for (at, range) in &ranges {
+            let segment = &reader.segments[*at];
+            let mapped = segment.mapped().unwrap();
+            let offsets = segment
+                .offsets(&*reader.storage, mapped, &reader.dir, &reader.log_id)
+                .unwrap();
+            assert!(range.end <= mapped.map.len());
+            assert!(offsets.contains(&u32::try_from(range.start).unwrap()));
+            if *at == last_at {
+                assert_eq!(range.len(), 1, "the last record's length is not read");
+            } else {
+                let end = u32::try_from(range.end).unwrap();
+                assert!(offsets.contains(&end), "{range:?} ends at the next record");
+            }
+        }
+        assert_eq!(ranges[0].0, first_at);
+        for event in &events {
+            reader.read_ahead(&[event.seq()]);
+            assert_eq!(reader.event_at(event.seq()).unwrap(), event.as_ref());
+        }
+
+        // A damaged record of a sealed segment, and a sealed segment's damaged header.
+        let path_of = |at: usize| {
+            dir.path().join(crate::log::segment::segment_name(
+                reader.segments[at].first_seq,
+            ))
+        };
+        let damaged_record = path_of(1);
+        let mut bytes = std::fs::read(&damaged_record).unwrap();
+        let at = SEGMENT_HEADER_LEN + 40;
+        bytes[at] ^= 0x20;
+        std::fs::write(&damaged_record, &bytes).unwrap();
+        let damaged_header = path_of(2);
+        let mut bytes = std::fs::read(&damaged_header).unwrap();
+        bytes[20] ^= 0x20; // its log_id (SEG-1, SEG-3)
+        std::fs::write(&damaged_header, &bytes).unwrap();
+        let fresh = LogReader::open(dir.path()).unwrap();
+        let first = |at: usize| fresh.segments[at].first_seq;
+        let (in_record, in_header) = (first(1), first(2));
+        fresh.read_ahead(&[in_header, in_record]);
+        let ranges = fresh.ahead_ranges(&[in_header, in_record]);
+        assert!(ranges.iter().all(|(at, _)| *at == 1), "{ranges:?}");
+        for (seq, path) in [(in_record, &damaged_record), (in_header, &damaged_header)] {
+            let error = fresh.event_at(seq).unwrap_err();
+            assert_eq!(error.code(), "CORRUPT", "{error}");
+            let text = error.to_string();
+            assert!(text.contains(path.to_str().unwrap()), "{text}");
+            assert!(text.contains("offset="), "{text}");
+        }
     }
 }

@@ -1129,6 +1129,11 @@ impl EventSource for Prefix<'_> {
             Ok(None)
         }
     }
+
+    /// Passed on: a hint reads nothing, so seqs past the prefix change nothing it returns.
+    fn read_ahead(&self, seqs: &[u64]) {
+        self.log.read_ahead(seqs);
+    }
 }
 
 /// "now", clamped into the safe-integer range every stored time must be in (contract §2),

@@ -655,6 +655,12 @@ impl EventSource for ReadOnlyLog {
     fn messages_read_begins(&self) {
         self.pack.read_begins(&self.dir);
     }
+
+    /// RD-9 for the nodes whose messages come from the log (as in `StoredLog`).
+    fn read_ahead(&self, seqs: &[u64]) {
+        self.pack
+            .read_ahead(&*self.storage, &self.dir, &self.log.base, seqs);
+    }
 }
 
 impl SessionLog for ReadOnlyLog {

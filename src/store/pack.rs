@@ -378,6 +378,29 @@ impl LazyPack {
         Ok(log.event_at(seq)?.message().map(MessageText::Text))
     }
 
+    /// RD-9: passes on to `log` the seqs of `seqs` whose messages it will read, those past
+    /// the events of the pack of session directory `dir` (read and checked against `log` now
+    /// when it was not yet, as [`LazyPack::message_at`] does), or all of them when there
+    /// is no usable pack. A node the pack lacks below its `seq_next` (its text not UTF-8,
+    /// MSP-3) is read without a hint.
+    pub(crate) fn read_ahead(
+        &self,
+        storage: &dyn Storage,
+        dir: &Path,
+        log: &impl EventSource,
+        seqs: &[u64],
+    ) {
+        match self.get(storage, dir, log).map(Pack::seq_next) {
+            None => log.read_ahead(seqs),
+            Some(covered) => {
+                if seqs.iter().any(|&seq| seq >= covered) {
+                    let rest: Vec<u64> = seqs.iter().copied().filter(|&s| s >= covered).collect();
+                    log.read_ahead(&rest);
+                }
+            }
+        }
+    }
+
     /// The text area of the pack of session directory `dir` (read and checked against
     /// `log` now when it was not yet, as [`LazyPack::message_at`] does), `None` when there
     /// is no usable pack.

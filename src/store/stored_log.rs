@@ -215,6 +215,13 @@ impl EventSource for StoredLog {
     fn messages_read_begins(&self) {
         self.pack.read_begins(self.session_dir());
     }
+
+    /// RD-9 for the nodes whose messages come from the log: those past the pack's events
+    /// (MSP-4), or all when there is no usable pack.
+    fn read_ahead(&self, seqs: &[u64]) {
+        self.pack
+            .read_ahead(&*self.storage, self.session_dir(), &self.log, seqs);
+    }
 }
 
 impl SessionLog for StoredLog {
