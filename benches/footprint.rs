@@ -221,13 +221,17 @@ fn benches(c: &mut Criterion) {
         StoreOptions::new().durability(Durability::Manual),
     )
     .expect("a store");
+    let generated = started.elapsed();
+    let started = Instant::now();
     let (imported, _) = jsonl::import_jsonl(&store, &jsonl, Compression::None, None, &mut |_| {})
         .expect("imports the generated log");
+    let took = started.elapsed();
     assert_eq!(imported.events, events, "every generated event imported");
     let id = imported.id.clone();
     eprintln!(
-        "footprint: generated and imported {events} events in {:.1?}",
-        started.elapsed()
+        "footprint: generated {events} events in {generated:.1?}; imported into version 1 \
+         records in {took:.1?} ({:.0} MB/s of JSONL)",
+        std::fs::metadata(&jsonl).map_or(0, |m| m.len()) as f64 / 1e6 / took.as_secs_f64()
     );
     let zstd = {
         let session = store.inspect(&id).expect("inspects");
@@ -274,6 +278,26 @@ fn benches(c: &mut Criterion) {
         "footprint: message pack {pack_bytes} B ({:.1}% of the session)",
         pack_bytes as f64 * 100.0 / summary.bytes as f64
     );
+    open_messages(
+        c,
+        [(&store, &id), (&compact.0, &compact.1)],
+        events,
+        messages,
+    );
+    drop(compact);
+    if !quick {
+        compressed(c, &store, &id, events, messages, jsonl_bytes, zstd);
+    }
+    drop(store);
+    let _ = std::fs::remove_dir_all(scratch.path());
+}
+
+/// Side by side, the version 1 log (`v1`) and the compact one (`compact`, log-format.md
+/// §4.2), each with its message pack and with the pack moved aside (`log`): open + all
+/// messages, warm and (as root) cold; then a fresh reader's read of every event.
+fn open_messages(c: &mut Criterion, stores: [(&Store, &String); 2], events: u64, messages: usize) {
+    let [(store, id), compact] = stores;
+    let compact = (compact.0, compact.1);
     let mut group = c.benchmark_group("open+messages");
     group
         .sample_size(10)
@@ -287,9 +311,7 @@ fn benches(c: &mut Criterion) {
     if !cold {
         eprintln!("footprint: cold runs skipped (dropping the page cache needs root)");
     }
-    // Side by side: the version 1 log (`v1`) and the compact one (`compact`, log-format.md
-    // §4.2), each with its message pack and with the pack moved aside (`log`).
-    for (records, store, id) in [("v1", &store, &id), ("compact", &compact.0, &compact.1)] {
+    for (records, store, id) in [("v1", store, id), ("compact", compact.0, compact.1)] {
         let pack = store.dir().join("sessions").join(id).join("messages");
         let aside = pack.with_extension("aside");
         for from in ["pack", "log"] {
@@ -321,19 +343,13 @@ fn benches(c: &mut Criterion) {
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(10));
-    for (records, store, id) in [("v1", &store, &id), ("compact", &compact.0, &compact.1)] {
+    for (records, store, id) in [("v1", store, id), ("compact", compact.0, compact.1)] {
         let log = store.dir().join("sessions").join(id).join("log");
         group.bench_function(format!("{records}/{events}ev"), |b| {
             b.iter(|| read_all(&log, events));
         });
     }
     group.finish();
-    drop(compact);
-    if !quick {
-        compressed(c, &store, &id, events, messages, jsonl_bytes, zstd);
-    }
-    drop(store);
-    let _ = std::fs::remove_dir_all(scratch.path());
 }
 
 /// The generated JSONL imported into a store that writes compact records (log-format.md

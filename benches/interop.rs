@@ -196,6 +196,16 @@ fn fresh_store_with(dir: &Path, options: StoreOptions) -> Store {
     Store::open_or_create(dir, options).unwrap()
 }
 
+/// The store options of an import case: the message pack's threshold (the default when
+/// `None`) and whether the log holds compact records.
+fn import_options(pack_min: Option<u64>, compact: bool) -> StoreOptions {
+    let options = StoreOptions::default().compact_records(compact);
+    match pack_min {
+        Some(min) => options.message_pack(min),
+        None => options,
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let root =
         std::env::temp_dir().join(format!("surfacelog-bench-interop-{}", std::process::id()));
@@ -211,18 +221,16 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(bytes));
     let scratch = root.join("import-store");
     // The import writes the session's message pack at its end (message-pack.md MSP-5);
-    // `import_jsonl_no_pack` is the same with packs off, for the pack's cost side by side.
-    for (name, pack_min) in [("import_jsonl", None), ("import_jsonl_no_pack", Some(0))] {
+    // `import_jsonl_no_pack` is the same with packs off, for the pack's cost side by side;
+    // `import_jsonl_compact` writes compact records (log-format.md §4.2).
+    for (name, pack_min, compact) in [
+        ("import_jsonl", None, false),
+        ("import_jsonl_no_pack", Some(0), false),
+        ("import_jsonl_compact", None, true),
+    ] {
         group.bench_function(name, |b| {
             b.iter_batched(
-                || {
-                    let options = StoreOptions::default();
-                    let options = match pack_min {
-                        Some(min) => options.message_pack(min),
-                        None => options,
-                    };
-                    fresh_store_with(&scratch, options)
-                },
+                || fresh_store_with(&scratch, import_options(pack_min, compact)),
                 |store| {
                     let (imported, _) =
                         jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {})

@@ -118,10 +118,10 @@ struct State {
     /// exactly `pending` records; it is empty in `Sync` durability between appends.
     buffer: Vec<u8>,
     pending: u64,
-    /// Where in `buffer` its last record starts when that record is a compact chunk run
-    /// (§4.2) that the next appended chunk may join: its bytes are not written yet, so it
-    /// is encoded again with the chunk (REC-17). `None` once the buffer is written.
-    run_at: Option<usize>,
+    /// The compact chunk run (§4.2) `buffer` ends with, and where in `buffer` its record
+    /// starts, while the next appended chunk may join it: its bytes are not written yet,
+    /// so it is encoded again with the chunk (REC-17). `None` once the buffer is written.
+    open_run: Option<(usize, compact::OpenRun)>,
     /// A record being encoded (compact segments), kept to reuse its allocation.
     record: Vec<u8>,
     /// `Staged` (DUR-6): the syncs of sealed segments still running in the background,
@@ -553,7 +553,7 @@ impl Shared {
         state.pending = 0;
         state.buffer.clear();
         // Written: a run there is never encoded again (RCV, DUR: written bytes stay).
-        state.run_at = None;
+        state.open_run = None;
         Ok(())
     }
 
@@ -590,7 +590,12 @@ impl Shared {
             .push(u32::try_from(offset).unwrap_or(u32::MAX));
         state.buffer.extend_from_slice(&record);
         state.record = record;
-        state.run_at = matches!(choice, compact::Choice::Chunk(_)).then_some(at);
+        state.open_run = match choice {
+            compact::Choice::Chunk(member) => {
+                compact::OpenRun::start(&member).ok().map(|run| (at, run))
+            }
+            compact::Choice::Event(_) => None,
+        };
         state.pending += 1;
         state.seq_next += 1;
         Ok(())
@@ -651,7 +656,7 @@ impl Shared {
         state.write_offset = SEGMENT_HEADER_LEN as u64;
         state.file_len = initial_len(&header);
         state.offsets.clear();
-        state.run_at = None;
+        state.open_run = None;
         state.unloaded = None;
         state.data_crc = 0;
         state.indexed = 0;
@@ -1018,44 +1023,31 @@ fn stored_form<'a>(header: &SegmentHeader, event: &'a Event) -> EventRef<'a> {
     }
 }
 
-/// Joins `member` to the run the buffer ends with ([`State::run_at`]), encoding that
-/// run again: `false` (nothing changed) when there is none, or `member` does not
+/// Joins `member` to the run the buffer ends with ([`State::open_run`]), encoding that run
+/// again in place: `false` (nothing changed) when there is none, or `member` does not
 /// continue it (DSH ROW-3), or the run would pass its cap (REC-20) or the segment's
 /// capacity.
 fn join_run(state: &mut State, member: compact::ChunkMember<'_>) -> bool {
-    let Some(at) = state.run_at else {
+    let Some((at, run)) = &mut state.open_run else {
         return false;
     };
-    let mut record = std::mem::take(&mut state.record);
-    record.clear();
-    let joined = match state.buffer.get(at..).map(compact::decode) {
-        Some(Ok((compact::Record::Chunks(run), _))) => {
-            let mut builder = compact::ChunkRunBuilder::default();
-            // A decoded run continues and fits (REC-20): every push succeeds.
-            let whole = run.members().all(|m| builder.push(m).is_ok());
-            if whole && builder.push(member).is_ok() {
-                builder.encode(&mut record);
-                true
-            } else {
-                false
-            }
-        }
-        _ => false,
+    let Some(body_len) = run.joined_len(&member) else {
+        return false;
     };
-    let fits = state.write_offset + (at + record.len()) as u64 <= state.header.capacity;
-    if joined && fits {
-        state.buffer.truncate(at);
-        state.buffer.extend_from_slice(&record);
-        // The members of a run share its offset (IDX-1).
-        let offset = state.write_offset + at as u64;
-        state
-            .offsets
-            .push(u32::try_from(offset).unwrap_or(u32::MAX));
-        state.pending += 1;
-        state.seq_next += 1;
+    let end = state.write_offset + (*at + compact::frame_len(body_len)) as u64;
+    if end > state.header.capacity || !run.join(&member) {
+        return false;
     }
-    state.record = record;
-    joined && fits
+    state.buffer.truncate(*at);
+    run.encode(&mut state.buffer);
+    // The members of a run share its offset (IDX-1).
+    let offset = state.write_offset + *at as u64;
+    state
+        .offsets
+        .push(u32::try_from(offset).unwrap_or(u32::MAX));
+    state.pending += 1;
+    state.seq_next += 1;
+    true
 }
 
 /// Appends the compact record of `choice` (REC-17): a run of one chunk, or an event record.
@@ -1658,7 +1650,7 @@ fn new_state(
         seq_next,
         poisoned: false,
         buffer: Vec::new(),
-        run_at: None,
+        open_run: None,
         record: Vec::new(),
         sealing: Vec::new(),
         dir_changes: 0,

@@ -1923,6 +1923,137 @@ impl<'a> ChunkRunBuilder<'a> {
     }
 }
 
+/// A chunk run a writer gathers in bytes it has not written yet (REC-17), owned: the
+/// events of an append are gone once it returns, and the next append's chunk may still
+/// join the run. [`OpenRun::join`] checks and adds a member in O(its payload), and
+/// [`OpenRun::encode`] writes exactly the bytes [`ChunkRunBuilder::encode`] writes for the
+/// same members, so a run can grow without its record being decoded again.
+#[derive(Debug, Clone)]
+pub struct OpenRun {
+    /// REC-12's kind byte (the chunk kind, and whether a tool call has a name).
+    kind_byte: u8,
+    kind: ChunkKind,
+    seq0: u64,
+    count: u64,
+    time0: i64,
+    /// The last member's seq and time.
+    last: (u64, i64),
+    turn: u32,
+    step: u32,
+    index: u32,
+    id: String,
+    name: Option<String>,
+    /// `dt` × (`count` − 1), `lens` × `count`, and the payloads, encoded.
+    dts: Vec<u8>,
+    lens: Vec<u8>,
+    payloads: Vec<u8>,
+}
+
+impl OpenRun {
+    /// A run of `member` alone.
+    ///
+    /// # Errors
+    /// The rule `member` breaks (as [`ChunkRunBuilder::push`]).
+    pub fn start(member: &ChunkMember<'_>) -> Result<Self, Refusal> {
+        check_member(member)?;
+        let c = &member.chunk;
+        let mut lens = Vec::new();
+        put_uv(&mut lens, c.payload.len() as u64);
+        Ok(Self {
+            kind_byte: super::chunk::kind_byte(c),
+            kind: c.kind,
+            seq0: member.seq,
+            count: 1,
+            time0: member.time,
+            last: (member.seq, member.time),
+            turn: c.turn,
+            step: c.step,
+            index: c.index,
+            id: c.id.to_owned(),
+            name: c.name.map(str::to_owned),
+            dts: Vec::new(),
+            lens,
+            payloads: c.payload.as_bytes().to_vec(),
+        })
+    }
+
+    /// The body's length.
+    pub fn body_len(&self) -> usize {
+        let mut len = 2 + uv_len(self.seq0) + uv_len(self.count) + uv_len(zigzag(self.time0));
+        len += uv_len(self.turn.into()) + uv_len(self.step.into()) + uv_len(self.index.into());
+        if self.kind == ChunkKind::ToolCall {
+            len += uv_len(self.id.len() as u64) + self.id.len();
+        }
+        if let Some(name) = &self.name {
+            len += uv_len(name.len() as u64) + name.len();
+        }
+        len + self.dts.len() + self.lens.len() + self.payloads.len()
+    }
+
+    /// The body length with `member` joined, when it continues the run (DSH ROW-3) and the
+    /// body stays within 4,096 bytes; `None` otherwise.
+    pub fn joined_len(&self, member: &ChunkMember<'_>) -> Option<usize> {
+        let c = &member.chunk;
+        let continues = self.last.0.checked_add(1) == Some(member.seq)
+            && super::chunk::kind_byte(c) == self.kind_byte
+            && c.turn == self.turn
+            && c.step == self.step
+            && c.index == self.index
+            && c.id == self.id
+            && c.name == self.name.as_deref();
+        if !continues || check_member(member).is_err() {
+            return None;
+        }
+        let dt = member.time - self.last.1;
+        let len = self.body_len()
+            + uv_len(zigzag(dt))
+            + uv_len(c.payload.len() as u64)
+            + c.payload.len()
+            + (uv_len(self.count + 1) - uv_len(self.count));
+        (len <= RUN_BODY_MAX).then_some(len)
+    }
+
+    /// Joins `member` when [`OpenRun::joined_len`] allows it; `false` (nothing changed)
+    /// otherwise.
+    pub fn join(&mut self, member: &ChunkMember<'_>) -> bool {
+        if self.joined_len(member).is_none() {
+            return false;
+        }
+        put_zz(&mut self.dts, member.time - self.last.1);
+        put_uv(&mut self.lens, member.chunk.payload.len() as u64);
+        self.payloads
+            .extend_from_slice(member.chunk.payload.as_bytes());
+        self.count += 1;
+        self.last = (member.seq, member.time);
+        true
+    }
+
+    /// Appends the run's record to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        frame(out, |out| {
+            out.push(KIND_CHUNKS);
+            out.push(self.kind_byte);
+            put_uv(out, self.seq0);
+            put_uv(out, self.count);
+            put_zz(out, self.time0);
+            for n in [self.turn, self.step, self.index] {
+                put_uv(out, n.into());
+            }
+            if self.kind == ChunkKind::ToolCall {
+                put_uv(out, self.id.len() as u64);
+                out.extend_from_slice(self.id.as_bytes());
+            }
+            if let Some(name) = &self.name {
+                put_uv(out, name.len() as u64);
+                out.extend_from_slice(name.as_bytes());
+            }
+            out.extend_from_slice(&self.dts);
+            out.extend_from_slice(&self.lens);
+            out.extend_from_slice(&self.payloads);
+        });
+    }
+}
+
 /// A decoded chunk run: its shared fields and its members' bytes, decoded on access.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkRun<'a> {
@@ -1952,6 +2083,35 @@ impl<'a> ChunkRun<'a> {
     /// The first member's time.
     pub fn time0(&self) -> i64 {
         self.time0
+    }
+
+    /// Member `k` (from 0), when the run holds it: the members before it are skipped by
+    /// their lengths and times, their payloads not looked at.
+    pub fn member(&self, k: u64) -> Option<ChunkMember<'a>> {
+        if k >= self.count {
+            return None;
+        }
+        let (mut dts, mut lens) = (self.dts, self.lens);
+        let (mut time, mut skip) = (self.time0, 0_usize);
+        for _ in 0..k {
+            let (dt, n) = read_uv(dts).ok().flatten()?;
+            dts = dts.get(n..)?;
+            time = time.checked_add(unzigzag(dt))?;
+            let (len, n) = read_uv(lens).ok().flatten()?;
+            lens = lens.get(n..)?;
+            skip = skip.checked_add(usize::try_from(len).ok()?)?;
+        }
+        let (len, _) = read_uv(lens).ok().flatten()?;
+        let end = skip.checked_add(usize::try_from(len).ok()?)?;
+        let payload = std::str::from_utf8(self.payloads.get(skip..end)?).ok()?;
+        Some(ChunkMember {
+            seq: self.seq0 + k,
+            time,
+            chunk: ChunkRef {
+                payload,
+                ..self.shared
+            },
+        })
     }
 
     /// The members, in seq order.
@@ -2101,19 +2261,36 @@ fn decode_run<'a>(c: &mut Cursor<'a>) -> Result<ChunkRun<'a>, CompactError> {
         at += payload.len();
         rest = after;
     }
-    // Every member's text (REC-13) is below 2^32 bytes, as a rebuilt text is (REC-18): a
-    // run of one may have a body of 2^32 − 1 bytes, and the envelope adds to it.
-    let mut at = lens_end;
+    check_member_texts(&run, c.body.len(), c.base + lens_end)?;
+    Ok(run)
+}
+
+/// REC-20: every member's text (REC-13) of `run`, whose body is `body_len` bytes, is below
+/// 2^32 bytes, as a rebuilt text is (REC-18): a run of one may have a body of 2^32 − 1
+/// bytes, and the envelope adds to it. A text is its payload, id and name (all in the body)
+/// and an envelope of fixed strings and at most five numbers of at most 20 digits, so a
+/// body that far below 2^32 holds none longer and is not walked. `payloads_at` is where
+/// the payloads start, from the record's first byte.
+fn check_member_texts(
+    run: &ChunkRun<'_>,
+    body_len: usize,
+    payloads_at: usize,
+) -> Result<(), CompactError> {
+    let envelope_max = 512;
+    if (body_len + envelope_max) as u64 <= TEXT_BYTES_MAX {
+        return Ok(());
+    }
+    let mut at = payloads_at;
     for member in run.members() {
         if member.chunk.text_len(member.seq, member.time) as u64 > TEXT_BYTES_MAX {
             return Err(CompactError::Refused {
-                offset: c.base + at,
+                offset: at,
                 rule: Refusal::TextLength,
             });
         }
         at += member.chunk.payload.len();
     }
-    Ok(run)
+    Ok(())
 }
 
 /// `bytes` as a string when they are the inside of a JSON string (REC-12's rule).

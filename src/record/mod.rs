@@ -147,10 +147,7 @@ impl<'a> Decoded<'a> {
     pub fn event(&self, seq: u64) -> Option<EventRef<'a>> {
         match self {
             Self::One(event) => (event.seq == seq).then_some(*event),
-            Self::Run(run) => {
-                let at = usize::try_from(seq.checked_sub(run.seq0())?).ok()?;
-                run.members().nth(at).map(|m| m.event())
-            }
+            Self::Run(run) => run.member(seq.checked_sub(run.seq0())?).map(|m| m.event()),
         }
     }
 

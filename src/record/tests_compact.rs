@@ -1341,3 +1341,64 @@ fn the_fixture_sizes_and_round_trips() {
     let jsonl: usize = records.iter().map(|r| r.len() + 1).sum();
     assert_eq!(jsonl, 16_731);
 }
+
+proptest! {
+    /// [`OpenRun`], grown member by member as a writer grows a run in its buffer, encodes
+    /// exactly what [`ChunkRunBuilder`] encodes for the same members, and refuses the member
+    /// the builder refuses; [`ChunkRun::member`] reads each member as the iteration does.
+    #[test]
+    fn an_open_run_encodes_as_the_builder(
+        payloads in prop::collection::vec(payloads(), 1..120),
+        kind in 0u8..4,
+        breaks in prop::collection::vec(any::<bool>(), 120),
+        dts in prop::collection::vec(-5i64..5_000, 120),
+    ) {
+        let ids = ["c1", "c2"];
+        let mut time = 1_700_000_000_000_i64;
+        let members: Vec<ChunkMember<'_>> = payloads
+            .iter()
+            .enumerate()
+            .map(|(k, payload)| {
+                time += dts[k];
+                // A break: another id, so the member does not continue the run.
+                let id = if kind >= 2 { ids[usize::from(breaks[k])] } else { "" };
+                ChunkMember {
+                    seq: 1_000 + k as u64,
+                    time,
+                    chunk: ChunkRef {
+                        kind: [ChunkKind::Text, ChunkKind::Reasoning, ChunkKind::ToolCall, ChunkKind::ToolCall][usize::from(kind)],
+                        turn: 3,
+                        step: 1,
+                        index: 0,
+                        id,
+                        name: (kind == 3).then_some("ls"),
+                        payload,
+                    },
+                }
+            })
+            .collect();
+        let mut open = OpenRun::start(&members[0]).unwrap();
+        let mut builder = ChunkRunBuilder::default();
+        builder.push(members[0]).unwrap();
+        for member in &members[1..] {
+            let joined = open.join(member);
+            prop_assert_eq!(joined, builder.push(*member).is_ok());
+            if !joined {
+                break;
+            }
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        open.encode(&mut a);
+        builder.encode(&mut b);
+        prop_assert_eq!(&a, &b);
+        prop_assert_eq!(a.len(), frame_len(open.body_len()));
+        let (record, _) = decode(&a).unwrap();
+        let Record::Chunks(run) = record else {
+            panic!("a run");
+        };
+        for (k, member) in run.members().enumerate() {
+            prop_assert_eq!(run.member(k as u64), Some(member));
+        }
+        prop_assert_eq!(run.member(run.count()), None);
+    }
+}
