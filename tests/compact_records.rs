@@ -618,3 +618,45 @@ mod dsh {
         assert!(report.ok(), "{report:?}");
     }
 }
+
+/// MSP-8: a store writing compact records compresses the message pack it writes (version
+/// 2); the messages read through it are those of a version 1 store's plain pack.
+#[cfg(feature = "compress")]
+#[test]
+fn a_compact_store_writes_its_message_pack_compressed() {
+    use surfacelog::{NoSurface, Store, StoreOptions, SurfaceIntent, kinds};
+    let scratch = common::scratch("compact-records", "pack");
+    let mut read = Vec::new();
+    for compact in [false, true] {
+        let options = StoreOptions::new().compact_records(compact).message_pack(1);
+        let store = Store::open_or_create(scratch.join(format!("{compact}")), options).unwrap();
+        let mut s = store.create("s", None, None).unwrap();
+        for turn in 1..=40 {
+            s.append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface)
+                .unwrap();
+            let text = "a message long enough to compress well ".repeat(20);
+            s.append::<kinds::UserMessage>(
+                &format!(r#"{{"id":"u{turn}","role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"{text}"}}]}}"#),
+                SurfaceIntent::append(),
+            )
+            .unwrap();
+            let end = format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#);
+            s.append::<kinds::TurnEnd>(&end, NoSurface).unwrap();
+        }
+        s.close().unwrap();
+        let pack = std::fs::read(scratch.join(format!("{compact}/sessions/s/messages"))).unwrap();
+        let version = u32::from_le_bytes(pack[8..12].try_into().unwrap());
+        assert_eq!(version, if compact { 2 } else { 1 });
+        let (s, _) = store.open_session("s").unwrap();
+        assert!(s.message_texts().is_some(), "the pack is used");
+        read.push(
+            s.messages()
+                .unwrap()
+                .iter()
+                .map(|m| m.json.to_owned())
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(read[0].len(), 40);
+    assert_eq!(read[0], read[1]);
+}

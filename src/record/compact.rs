@@ -1991,7 +1991,8 @@ impl OpenRun {
     }
 
     /// The body length with `member` joined, when it continues the run (DSH ROW-3) and the
-    /// body stays within 4,096 bytes; `None` otherwise.
+    /// body stays within 4,096 bytes; `None` otherwise. `member` is one [`choose`] made (its
+    /// strings checked once there); its time is checked here, its id and name are the run's.
     pub fn joined_len(&self, member: &ChunkMember<'_>) -> Option<usize> {
         let c = &member.chunk;
         let continues = self.last.0.checked_add(1) == Some(member.seq)
@@ -2001,7 +2002,7 @@ impl OpenRun {
             && c.index == self.index
             && c.id == self.id
             && c.name == self.name.as_deref();
-        if !continues || check_member(member).is_err() {
+        if !continues || member.time.unsigned_abs() > SAFE {
             return None;
         }
         let dt = member.time - self.last.1;

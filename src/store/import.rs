@@ -236,7 +236,8 @@ impl Import<'_> {
             // One checkpoint, at the end: an import cut short is discarded, not reopened.
             u64::MAX,
             options.message_pack,
-        )?;
+        )?
+        .compressing_pack(options.pack_level());
         Session::over_log_from(header, log, Surface::new(), 0, options.session.clone())
     }
 

@@ -107,6 +107,10 @@ impl Default for StoreOptions {
     }
 }
 
+/// The Zstandard level of a message pack compressed as it is written (MSP-8): fast to
+/// write at each close (about 800 MB/s), its ratio within a few percent of level 9's.
+const PACK_LEVEL: i32 = 3;
+
 impl StoreOptions {
     /// The defaults: [`Durability::Sync`](crate::Durability::Sync), 8 MiB segments,
     /// a checkpoint every 10,000 events, invariants off, events up to 64 MiB.
@@ -191,6 +195,15 @@ impl StoreOptions {
     pub fn compact_records(mut self, on: bool) -> Self {
         self.log.compact_records = on;
         self
+    }
+
+    /// The Zstandard level a store writing compact records compresses each message pack
+    /// at (message-pack.md MSP-8): a pack holds every message's text again, which would
+    /// take a third of a compact log's bytes, and compressed it is about 1% of them. `None`
+    /// for a store of version 1 records, and without the `compress` feature.
+    #[must_use]
+    pub(crate) fn pack_level(&self) -> Option<i32> {
+        (cfg!(feature = "compress") && self.log.compact_records).then_some(PACK_LEVEL)
     }
 
     /// Events between two checkpoints of a session's surface (they are also written on
@@ -972,7 +985,8 @@ impl Store {
             self.options.checkpoint_every,
             self.options.message_pack,
         )
-        .map_err(|e| e.in_session(id))?;
+        .map_err(|e| e.in_session(id))?
+        .compressing_pack(self.options.pack_level());
         // CKP-5: a checkpoint that matched the log, covers all of it and whose chain opened
         // it is what a flush would write; it is written again only after an append.
         if used == Ok(stored) && report.from_known_chain {

@@ -52,6 +52,8 @@ pub struct StoredLog {
     pack_covers: Option<u64>,
     /// MSP-5's `pack_min`; 0: no pack is written.
     pack_min: u64,
+    /// The Zstandard level a pack is compressed at once written (MSP-8), when it is.
+    pack_level: Option<i32>,
 }
 
 impl StoredLog {
@@ -104,7 +106,15 @@ impl StoredLog {
             pack: LazyPack::default(),
             pack_covers: None,
             pack_min,
+            pack_level: None,
         })
+    }
+
+    /// Compresses each message pack this log writes at Zstandard `level` (message-pack.md
+    /// MSP-8), when given (and built with the `compress` feature).
+    pub(crate) fn compressing_pack(mut self, level: Option<i32>) -> Self {
+        self.pack_level = level;
+        self
     }
 
     /// The session directory: where the checkpoint and the pack are.
@@ -130,6 +140,11 @@ impl StoredLog {
         }
         // MSP-3: every text read from its log record, never from the old pack.
         let written = pack::write(&*self.storage, self.session_dir(), surface, &self.log);
+        // MSP-8: compressed once written; a failure leaves it plain (a cache either way).
+        #[cfg(feature = "compress")]
+        if let (Ok(_), Some(level)) = (&written, self.pack_level) {
+            let _ = pack::compress(&*self.storage, self.session_dir(), level);
+        }
         if let Ok(covers) = written {
             self.pack_covers = Some(covers);
             self.pack = LazyPack::default();
