@@ -321,6 +321,19 @@ fn open_messages(c: &mut Criterion, stores: [(&Store, &String); 2], events: u64,
             group.bench_function(format!("warm/{records}/{from}/{events}ev"), |b| {
                 b.iter(|| run(store, id));
             });
+            // A compressed pack (MSP-8) the first time in a process: no kept copy (CZ-4).
+            group.bench_function(format!("warm-first/{records}/{from}/{events}ev"), |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        surfacelog::internals::log::release_decompressed_copies();
+                        let start = Instant::now();
+                        run(store, id);
+                        total += start.elapsed();
+                    }
+                    total
+                });
+            });
             if cold {
                 group.bench_function(format!("cold/{records}/{from}/{events}ev"), |b| {
                     b.iter_custom(|iters| {

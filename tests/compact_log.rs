@@ -11,7 +11,7 @@ mod common;
 use proptest::prelude::*;
 use surfacelog::internals::event::EventSource;
 use surfacelog::internals::log::LogReader;
-use surfacelog::internals::log::segment::{CHUNK_RECORDS, SegmentHeader};
+use surfacelog::internals::log::segment::{CHUNK_RECORDS, COMPACT_RECORDS, SegmentHeader};
 use surfacelog::{Boundary, KeptReason, NoSurface, Store, StoreOptions, SurfaceIntent, kinds};
 
 /// A store whose writers roll segments every `segment_bytes` and write chunk records or not.
@@ -204,6 +204,69 @@ proptest! {
         session.close().unwrap();
         prop_assert_eq!(events(&dir).len(), before.len() + 1);
         prop_assert_eq!(messages(&new, "s"), messages_before);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    /// CMP-1, CMP-3, CMP-6 into compact records (log-format.md §4.2): a store writing them
+    /// rewrites every sealed segment of version 1 records (with chunk records or not) into
+    /// one of compact records, streamed chunks in runs, and keeps the last; every event
+    /// reads back as the same text, the messages are the same, `verify` finds nothing, the
+    /// log shrinks, a second compaction finds nothing to do, and the session takes appends
+    /// (a compact last segment from its next roll on).
+    #[test]
+    fn cmp_1_compaction_into_compact_records_keeps_every_event(
+        turns in 1u64..10,
+        chunks in 0u64..20,
+        segment_bytes in 700u64..6000,
+        chunk_records in any::<bool>(),
+    ) {
+        let root = tempfile::tempdir().unwrap();
+        let old = store(root.path(), chunk_records, segment_bytes);
+        fill(&old, "s", turns, chunks);
+        let dir = log_dir(&old, "s");
+        let before = events(&dir);
+        let messages_before = messages(&old, "s");
+        let segments_before = segments(&dir);
+        let new = Store::open_or_create(
+            root.path(),
+            StoreOptions::new()
+                .segment_bytes(segment_bytes)
+                .compact_records(true),
+        )
+        .unwrap();
+        let report = new.compact_log("s").unwrap();
+        let sealed = segments_before.len() - 1;
+        prop_assert_eq!(report.rewritten.len(), sealed, "{:?}", report.kept);
+        let after = events(&dir);
+        let texts = |e: &[(String, bool)]| e.iter().map(|(t, _)| t.clone()).collect::<Vec<_>>();
+        prop_assert_eq!(texts(&after), texts(&before));
+        let segments_after = segments(&dir);
+        for ((header, len), (header_before, len_before)) in segments_after.iter().zip(&segments_before) {
+            prop_assert_eq!(header.first_seq, header_before.first_seq);
+            if header.first_seq == segments_before.last().unwrap().0.first_seq {
+                prop_assert_eq!((header, len), (header_before, len_before));
+            } else {
+                prop_assert_eq!(header.incompat_features, COMPACT_RECORDS);
+                prop_assert!(len < len_before);
+                prop_assert_eq!(header.capacity, *len, "CMP-3: the file ends at its last record");
+            }
+        }
+        prop_assert_eq!(messages(&new, "s"), messages_before.clone());
+        prop_assert!(new.verify(Some(&["s"])).unwrap().ok());
+        let again = new.compact_log("s").unwrap();
+        prop_assert!(again.rewritten.is_empty());
+        let (mut session, _) = new.open_session("s").unwrap();
+        for turn in turns + 1..turns + 4 {
+            session.append::<kinds::TurnStart>(&format!(r#"{{"turn":{turn}}}"#), NoSurface).unwrap();
+            common::turn_end(&mut session, turn);
+        }
+        session.close().unwrap();
+        prop_assert_eq!(events(&dir).len(), before.len() + 6);
+        prop_assert_eq!(messages(&new, "s"), messages_before);
+        prop_assert!(new.verify(Some(&["s"])).unwrap().ok());
     }
 }
 

@@ -298,6 +298,58 @@ proptest! {
     }
 }
 
+/// SEG-9: a log of version 1 records reopened by a writer configured for compact records
+/// keeps appending version 1 records to its last segment, and writes compact records from
+/// its next segment on, whatever made it roll; every event reads back.
+#[test]
+fn a_version_1_log_goes_on_in_compact_records_after_its_next_roll() {
+    let items: Vec<Item> = (0..6)
+        .map(|turn| Item::Stream {
+            kind: turn % 4,
+            turn: u32::from(turn),
+            index: 0,
+            payloads: (0..30).map(|i| format!("w{i}")).collect(),
+        })
+        .collect();
+    let events = events_of(&items, &[3]);
+    let (half, rest) = events.split_at(70);
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = LogOptions {
+        segment_bytes: 2000,
+        ..LogOptions::default()
+    };
+    let (mut log, _) = DiskLog::open(dir.path(), v1).unwrap();
+    log.append(half).unwrap();
+    log.close().unwrap();
+    let (mut log, _) = DiskLog::open(dir.path(), options(Durability::Sync, 2000)).unwrap();
+    for e in rest {
+        log.append(std::slice::from_ref(e)).unwrap();
+    }
+    log.close().unwrap();
+    let formats: Vec<u16> = segments(dir.path())
+        .iter()
+        .map(|(h, _)| h.incompat_features)
+        .collect();
+    let first_compact = formats.iter().position(|&f| f == COMPACT_RECORDS).unwrap();
+    assert!(first_compact > 0, "{formats:?}");
+    assert!(
+        formats[first_compact..]
+            .iter()
+            .all(|&f| f == COMPACT_RECORDS),
+        "{formats:?}"
+    );
+    let reader = LogReader::open(dir.path()).unwrap();
+    assert_eq!(reader.seq_next(), events.len() as u64);
+    for e in &events {
+        assert_eq!(
+            reader.event_at(e.seq()).unwrap(),
+            e.as_ref(),
+            "seq {}",
+            e.seq()
+        );
+    }
+}
+
 /// A log of one run of 40 deltas and a `turn/start`, closed (its index lists them).
 fn run_log(dir: &Path) -> (Vec<Event>, Vec<u8>) {
     let items = [
@@ -369,6 +421,32 @@ fn a_damaged_run_is_corrupt_with_its_file_and_offset() {
     log.close().unwrap();
     let after = &segments(dir.path())[0].1;
     assert_eq!(after[..bytes.len().min(464)], bytes[..bytes.len().min(464)]);
+}
+
+/// REC-4: a reader that read a run's member checks the run again at every later read of
+/// another member: bytes changed in place since (damage under a map) are `CORRUPT`, never
+/// a member read from them.
+#[test]
+fn a_run_changed_after_a_read_is_corrupt_at_the_next() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (events, bytes) = run_log(dir.path());
+    let reader = LogReader::open(dir.path()).unwrap();
+    assert_eq!(reader.event_at(3).unwrap().text(), events[3].text());
+    let at = SEGMENT_HEADER_LEN
+        + bytes[SEGMENT_HEADER_LEN..]
+            .windows(7)
+            .position(|w| w == b"word 17")
+            .unwrap();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("00000000000000000000.seg"))
+        .unwrap();
+    file.write_all_at(b"x", (at + 5) as u64).unwrap();
+    for seq in [4, 17, 3] {
+        let error = reader.event_at(seq).unwrap_err();
+        assert_eq!(error.code(), "CORRUPT", "seq {seq}: {error}");
+    }
 }
 
 /// RCV-3: a run torn by a power cut (its last bytes never written) is a torn tail at a

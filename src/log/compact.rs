@@ -107,6 +107,9 @@ pub enum KeptReason {
 pub struct CompactOptions {
     /// The Zstandard level sealed segments are compressed at, when they are.
     level: Option<i32>,
+    /// Whether segments are rewritten into compact records (log-format.md §4.2) rather
+    /// than version 1 records with chunk records.
+    compact_records: bool,
 }
 
 impl CompactOptions {
@@ -132,7 +135,32 @@ impl CompactOptions {
     /// ```
     #[must_use]
     pub const fn new() -> Self {
-        Self { level: None }
+        Self {
+            level: None,
+            compact_records: false,
+        }
+    }
+
+    /// Whether sealed segments are rewritten into compact records (log-format.md §4.2):
+    /// a segment of version 1 records (with or without chunk records) is rewritten, every
+    /// run of continuing chunks in one record; a compact segment is kept (CMP-6). What
+    /// [`crate::Store::compact_log`] does for a store writing compact records.
+    ///
+    /// ```
+    /// use surfacelog::CompactOptions;
+    /// assert!(CompactOptions::new().compact_records(true).compacts_records());
+    /// assert!(!CompactOptions::new().compacts_records());
+    /// ```
+    #[must_use]
+    pub const fn compact_records(mut self, on: bool) -> Self {
+        self.compact_records = on;
+        self
+    }
+
+    /// Whether [`CompactOptions::compact_records`] is on.
+    #[must_use]
+    pub const fn compacts_records(&self) -> bool {
+        self.compact_records
     }
 
     /// Whether sealed segments are also compressed (log-format.md §14, CZ-5), at
@@ -358,7 +386,7 @@ pub(crate) fn compact_then(
             report.kept.push((first, why));
             continue;
         }
-        match rewrite(storage, dir, &opened, &offsets, end, options.level)? {
+        match rewrite(storage, dir, &opened, &offsets, end, options)? {
             Some(rewritten) => report.rewritten.push(rewritten),
             None => report.kept.push((first, KeptReason::NoGain)),
         }
@@ -382,8 +410,9 @@ fn kept_by_header(opened: &Opened, options: CompactOptions) -> Option<KeptReason
         Some(KeptReason::Limited)
     } else if is_compressed(&opened.header) {
         Some(KeptReason::Compressed)
-    } else if opened.header.incompat_features & (CHUNK_RECORDS | COMPACT_RECORDS) != 0
-        && options.level.is_none()
+    } else if options.level.is_none()
+        && (opened.header.format() == Format::Compact
+            || (!options.compact_records && opened.header.incompat_features & CHUNK_RECORDS != 0))
     {
         Some(KeptReason::AlreadyCompact)
     } else {
@@ -457,13 +486,16 @@ fn rewrite(
     opened: &Opened,
     offsets: &[u32],
     end: usize,
-    level: Option<i32>,
+    options: CompactOptions,
 ) -> Result<Option<RewrittenSegment>> {
     let first = opened.header.first_seq;
     let path = seq_file_path(dir, first, ".seg");
+    let level = options.level;
     let built = if opened.header.format() == Format::Compact {
         // Compact records stay as they are (§4.2); only compression rewrites them (CZ-5).
         copy_compact(&path, opened, offsets, end)?
+    } else if options.compact_records {
+        build_compact(&path, opened, offsets, end)?
     } else {
         let header = SegmentHeader {
             incompat_features: opened.header.incompat_features | CHUNK_RECORDS,
@@ -479,7 +511,11 @@ fn rewrite(
             Some(packed) if (packed.len() as u64) < before => Some(packed),
             _ => return Ok(None),
         }
-    } else if built.chunk_records == 0 {
+    } else if (opened.header.format() == Format::Compact || !options.compact_records)
+        && built.chunk_records == 0
+        || built.bytes.len() as u64 >= before
+    {
+        // CMP-6: a rewrite that would change no record's form, or not shrink the file.
         return Ok(None);
     } else {
         None
@@ -588,6 +624,82 @@ struct Built {
     offsets: Vec<u32>,
     /// How many of them are chunk records.
     chunk_records: u64,
+}
+
+/// The version 1 records at `offsets` (up to `end`) of `opened`, read with `pread` (RD-8),
+/// each checked again (REC-4), rewritten as compact records (log-format.md §4.2) with every
+/// run of continuing chunks in one record (REC-17), and each new record decoded and its
+/// events compared with the ones they were made from (CMP-3): the same fields and text,
+/// byte for byte.
+fn build_compact(path: &Path, opened: &Opened, offsets: &[u32], end: usize) -> Result<Built> {
+    let source = FileBytes {
+        file: &opened.file,
+        len: opened.map.len(),
+    };
+    let from = SEGMENT_HEADER_LEN;
+    let old = read_range(&source, from, end).map_err(|e| read_error(path, from, &e))?;
+    let first = opened.header.first_seq;
+    let count = offsets.len() as u64;
+    let mut events = Vec::with_capacity(offsets.len());
+    let mut at = 0;
+    while (events.len() as u64) < count {
+        let seq = first + events.len() as u64;
+        let unreadable = |why: &str| corrupt(path, from + at, why);
+        let (record, len) = decode_as(opened.header.format(), old.get(at..).unwrap_or_default())
+            .map_err(|_| unreadable("the record does not check out (REC-4)"))?;
+        if record.first_seq() != seq {
+            return Err(unreadable("a record with the wrong seq (RCV-5)"));
+        }
+        events.extend(record.events());
+        at += len;
+    }
+    let header = SegmentHeader {
+        incompat_features: (opened.header.incompat_features & !CHUNK_RECORDS) | COMPACT_RECORDS,
+        ..opened.header
+    };
+    let mut bytes = header.encode().to_vec();
+    let starts =
+        crate::record::encode_events(header.incompat_features, events.iter().copied(), &mut bytes)
+            .map_err(|why| corrupt(path, from, why.reason()))?;
+    // CMP-3: every event reads back from the new records as it was.
+    let mut new_offsets = Vec::with_capacity(events.len());
+    let mut in_runs = 0;
+    let mut at = SEGMENT_HEADER_LEN;
+    let mut seq = first;
+    while seq < first + count {
+        let unreadable = |why: &str| corrupt(path, at, why);
+        let (record, len) = decode_as(Format::Compact, bytes.get(at..).unwrap_or_default())
+            .map_err(|_| unreadable("the rewritten record does not check out (CMP-3)"))?;
+        for written in record.events() {
+            let index = usize::try_from(seq - first).unwrap_or(usize::MAX);
+            if written.seq != seq
+                || events.get(index) != Some(&written)
+                || starts.get(index) != Some(&at)
+            {
+                return Err(unreadable(
+                    "the rewritten record does not read back as the event (CMP-3)",
+                ));
+            }
+            new_offsets.push(u32::try_from(at).unwrap_or(u32::MAX));
+            seq += 1;
+        }
+        if record.count() > 1 {
+            in_runs += record.count();
+        }
+        at += len;
+    }
+    let header = SegmentHeader {
+        capacity: bytes.len() as u64,
+        ..header
+    };
+    if let Some(head) = bytes.get_mut(..SEGMENT_HEADER_LEN) {
+        head.copy_from_slice(&header.encode());
+    }
+    Ok(Built {
+        bytes,
+        offsets: new_offsets,
+        chunk_records: in_runs,
+    })
 }
 
 /// The compact records at `offsets` (up to `end`; a run's members share an offset) of

@@ -19,7 +19,7 @@ use super::segment::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventRef, EventSource};
-use crate::record::{Format, decode_as};
+use crate::record::{Format, decode_again_as, decode_as};
 use crate::storage::{FsStorage, Storage};
 
 /// A read-only view of a log: the committed prefix as of the last [`LogReader::refresh`].
@@ -50,6 +50,12 @@ pub struct LogReader {
     /// stopping at the same bound lists again only once the directory changed or a second
     /// passed, so an idle follower does not list it at every look.
     unlisted: Option<(u64, Option<std::time::SystemTime>, std::time::Instant)>,
+    /// The compact run (log-format.md §4.2) the last read decoded whole: its segment's
+    /// position plus one, then its offset, in one word (0: none). A read of another of its
+    /// members decodes it again without checking its strings again (`decode_again_as`):
+    /// reading a run's members one by one costs a checksum each, not a full check. Only a
+    /// hint of work done, so relaxed loads and stores suffice.
+    decoded_run: std::sync::atomic::AtomicU64,
 }
 
 /// One segment as a reader holds it.
@@ -401,6 +407,7 @@ impl LogReader {
             torn_tails,
             torn_shape: None,
             unlisted: None,
+            decoded_run: std::sync::atomic::AtomicU64::new(0),
         };
         reader.refresh_checked(check_end)?;
         // RD-4: what recovery scanned (and the last record of a vouched prefix, IDX-5) is
@@ -1644,13 +1651,25 @@ impl LogReader {
         let index = usize::try_from(seq - segment.first_seq).unwrap_or(usize::MAX);
         let offset = segment.offset_of(&*self.storage, index, mapped, &self.dir, &self.log_id)?;
         if let Some(offset) = offset
-            && let Some(Ok((record, _))) = mapped
-                .map
-                .get(offset as usize..)
-                .map(|rest| decode_as(mapped.header.format(), rest))
-            && let Some(event) = record.event(seq)
+            && let Some(rest) = mapped.map.get(offset as usize..)
         {
-            return Ok(event);
+            let format = mapped.header.format();
+            let key = ((at as u64 + 1) << 32) | u64::from(offset);
+            let again =
+                format == Format::Compact && self.decoded_run.load(Ordering::Relaxed) == key;
+            let decoded = if again {
+                decode_again_as(format, rest)
+            } else {
+                decode_as(format, rest)
+            };
+            if let Ok((record, _)) = decoded {
+                if !again && matches!(record, crate::record::Decoded::Run(_)) {
+                    self.decoded_run.store(key, Ordering::Relaxed);
+                }
+                if let Some(event) = record.event(seq) {
+                    return Ok(event);
+                }
+            }
         }
         Err(self.why_unreadable(seq).unwrap_or_else(|| {
             corrupt(

@@ -516,6 +516,12 @@ impl Shared {
             if full || state.limited {
                 self.flush_buffer(state)?;
                 self.roll(state, len)?;
+                if state.header.format() == Format::Compact {
+                    // SEG-9: a writer configured for compact records rolled from a segment
+                    // of version 1 records (created before, or a fork's limited one).
+                    self.write_compact(state, event)?;
+                    continue;
+                }
                 // The new segment may allow a chunk record, never a longer form.
                 stored = stored_form(&state.header, event);
             }

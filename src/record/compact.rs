@@ -651,6 +651,26 @@ pub fn decode(bytes: &[u8]) -> Result<(Record<'_>, usize), CompactError> {
     Ok((record, framed_len))
 }
 
+/// [`decode`] of a record this process decoded whole at the same place before (a reader
+/// reading the members of a run one by one): the frame and its checksum are checked again
+/// (REC-15: bytes that changed since are refused), a run's fields and lengths are parsed
+/// as [`decode`] parses them, but its strings are not checked again as the insides of JSON
+/// strings (REC-12's rule) nor its members' text lengths: what the earlier decode checked
+/// of these same bytes. A member's payload is still checked as UTF-8 when it is read
+/// ([`ChunkRun::member`]). An event record is decoded whole.
+///
+/// # Errors
+/// As [`decode`], for what it checks.
+pub fn decode_again(bytes: &[u8]) -> Result<(Record<'_>, usize), CompactError> {
+    let (body, body_at, framed_len) = decode_frame(bytes)?;
+    let mut cursor = Cursor::new(body, body_at);
+    let record = match cursor.u8()? {
+        KIND_CHUNKS => Record::Chunks(decode_run_as(&mut cursor, false)?),
+        _ => return decode(bytes),
+    };
+    Ok((record, framed_len))
+}
+
 /// The writer's entry (REC-17): appends the record of one event to `out`, a chunk run of
 /// one member for a chunk, else an event record of the kind [`form`] chooses.
 ///
@@ -2171,6 +2191,15 @@ impl<'a> Iterator for Members<'a> {
 
 /// A kind 3 body after its `kind` byte (REC-16, REC-20).
 fn decode_run<'a>(c: &mut Cursor<'a>) -> Result<ChunkRun<'a>, CompactError> {
+    decode_run_as(c, true)
+}
+
+/// [`decode_run`], checking the strings and texts of the members only when `check_strings`
+/// ([`decode_again`]).
+fn decode_run_as<'a>(
+    c: &mut Cursor<'a>,
+    check_strings: bool,
+) -> Result<ChunkRun<'a>, CompactError> {
     let (kind, named) = match c.u8()? {
         1 => (ChunkKind::Text, false),
         2 => (ChunkKind::Reasoning, false),
@@ -2203,7 +2232,12 @@ fn decode_run<'a>(c: &mut Cursor<'a>) -> Result<ChunkRun<'a>, CompactError> {
         }
         let len = c.uv_max(STRING_BYTES_MAX as u64, Refusal::StringLength)?;
         let bytes = c.take(len)?;
-        json_string_inside(bytes).ok_or_else(|| c.refuse(Refusal::ChunkString))
+        let checked = if check_strings {
+            json_string_inside(bytes)
+        } else {
+            std::str::from_utf8(bytes).ok()
+        };
+        checked.ok_or_else(|| c.refuse(Refusal::ChunkString))
     };
     let id = string(kind == ChunkKind::ToolCall)?;
     let name = string(named)?;
@@ -2244,6 +2278,9 @@ fn decode_run<'a>(c: &mut Cursor<'a>) -> Result<ChunkRun<'a>, CompactError> {
         lens: c.body.get(lens_at..lens_end).unwrap_or_default(),
         payloads,
     };
+    if !check_strings {
+        return Ok(run);
+    }
     // Every payload on its own is the inside of a JSON string (REC-12's rule).
     let mut lens = run.lens;
     let mut at = lens_end;

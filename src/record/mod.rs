@@ -164,8 +164,9 @@ impl<'a> Decoded<'a> {
 /// Appends the records of `events` (in seq order) as a segment setting `incompat_features`
 /// holds them (SEG-9): compact records when it sets `COMPACT_RECORDS`, consecutive
 /// continuing chunks sharing runs (REC-17); otherwise one record per event, a chunk
-/// record (REC-11) where it sets `CHUNK_RECORDS`. For the few records a writer other than
-/// the log's writes (a fork's own segment).
+/// record (REC-11) where it sets `CHUNK_RECORDS`. For the records a writer other than the
+/// log's writes (a fork's own segment, a compaction's rewrite). Returns where in `out`
+/// each event's record starts (a run's members share their record's).
 ///
 /// # Errors
 /// The [`compact::Refusal`] of an event no compact record holds (out of range: events
@@ -174,16 +175,19 @@ pub fn encode_events<'a>(
     incompat_features: u16,
     events: impl IntoIterator<Item = EventRef<'a>>,
     out: &mut Vec<u8>,
-) -> Result<(), compact::Refusal> {
+) -> Result<Vec<usize>, compact::Refusal> {
     use crate::log::segment::{CHUNK_RECORDS, COMPACT_RECORDS};
     let start = out.len();
+    let mut starts = Vec::new();
     let mut run = compact::ChunkRunBuilder::default();
-    let close = |run: &mut compact::ChunkRunBuilder<'a>, out: &mut Vec<u8>| {
-        if !run.members().is_empty() {
-            run.encode(out);
-            *run = compact::ChunkRunBuilder::default();
-        }
-    };
+    let close =
+        |run: &mut compact::ChunkRunBuilder<'a>, out: &mut Vec<u8>, starts: &mut Vec<usize>| {
+            if !run.members().is_empty() {
+                starts.extend(std::iter::repeat_n(out.len(), run.members().len()));
+                run.encode(out);
+                *run = compact::ChunkRunBuilder::default();
+            }
+        };
     for event in events {
         if incompat_features & COMPACT_RECORDS == 0 {
             let stored = if incompat_features & CHUNK_RECORDS == 0 {
@@ -191,28 +195,33 @@ pub fn encode_events<'a>(
             } else {
                 compact(&event)
             };
+            starts.push(out.len());
             encode(&stored, out);
             continue;
         }
-        match compact::choose(&event) {
-            Ok(compact::Choice::Chunk(member)) => {
-                if let Err((member, _)) = run.push(member) {
-                    close(&mut run, out);
-                    run.push(member).map_err(|(_, why)| why)?;
+        let pushed = match compact::choose(&event) {
+            Ok(compact::Choice::Chunk(member)) => match run.push(member) {
+                Ok(()) => Ok(()),
+                Err((member, _)) => {
+                    close(&mut run, out, &mut starts);
+                    run.push(member).map_err(|(_, why)| why)
                 }
-            }
+            },
             Ok(compact::Choice::Event(e)) => {
-                close(&mut run, out);
+                close(&mut run, out, &mut starts);
+                starts.push(out.len());
                 compact::encode_event(&e, out);
+                Ok(())
             }
-            Err(why) => {
-                out.truncate(start);
-                return Err(why);
-            }
+            Err(why) => Err(why),
+        };
+        if let Err(why) = pushed {
+            out.truncate(start);
+            return Err(why);
         }
     }
-    close(&mut run, out);
-    Ok(())
+    close(&mut run, out, &mut starts);
+    Ok(starts)
 }
 
 /// Decodes the record of `format` at the start of `bytes` (which may continue past it).
@@ -224,8 +233,30 @@ pub fn encode_events<'a>(
 pub fn decode_as(format: Format, bytes: &[u8]) -> Result<(Decoded<'_>, usize), RecordError> {
     match format {
         Format::V1 => decode(bytes).map(|(event, len)| (Decoded::One(event), len)),
-        Format::Compact => {
-            let (record, len) = compact::decode(bytes).map_err(|error| match error {
+        Format::Compact => from_compact(compact::decode(bytes)),
+    }
+}
+
+/// [`decode_as`] of a record decoded whole at the same place before (a reader reading a
+/// run's members one by one): a compact run's strings are not checked again
+/// ([`compact::decode_again`]); everything else is.
+///
+/// # Errors
+/// As [`decode_as`].
+pub fn decode_again_as(format: Format, bytes: &[u8]) -> Result<(Decoded<'_>, usize), RecordError> {
+    match format {
+        Format::V1 => decode_as(format, bytes),
+        Format::Compact => from_compact(compact::decode_again(bytes)),
+    }
+}
+
+/// A compact record decoded, as a [`Decoded`].
+fn from_compact(
+    decoded: Result<(compact::Record<'_>, usize), compact::CompactError>,
+) -> Result<(Decoded<'_>, usize), RecordError> {
+    {
+        {
+            let (record, len) = decoded.map_err(|error| match error {
                 compact::CompactError::End => RecordError::End,
                 compact::CompactError::Truncated => RecordError::Truncated,
                 compact::CompactError::Length => RecordError::Length,

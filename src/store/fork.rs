@@ -253,11 +253,13 @@ fn create_own_segment(
 ) -> Result<()> {
     let mut bytes = header.encode().to_vec();
     let events = carried.iter().chain(marker).map(Event::as_ref);
-    encode_events(header.incompat_features, events, &mut bytes).map_err(|why| {
-        Error::from(ErrorKind::EnvelopeInvalid {
-            reason: format!("no compact record holds it: {}", why.reason()),
-        })
-    })?;
+    encode_events(header.incompat_features, events, &mut bytes)
+        .map(drop)
+        .map_err(|why| {
+            Error::from(ErrorKind::EnvelopeInvalid {
+                reason: format!("no compact record holds it: {}", why.reason()),
+            })
+        })?;
     // SEG-7: the capacity leaves room for the record and an end marker.
     let needed = bytes.len() as u64 + 8;
     header.capacity = header.capacity.max(needed).min(u64::from(u32::MAX));

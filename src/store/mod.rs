@@ -1259,6 +1259,12 @@ impl Store {
         let dir = self.session_dir(id);
         Self::read_header(&*self.options.log.storage, id, &dir)?;
         let storage = &*self.options.log.storage;
+        // A store writing compact records rewrites sealed segments into them (§4.2).
+        let options = if self.options.log.compact_records {
+            options.compact_records(true)
+        } else {
+            options
+        };
         // MSP-8: the message pack, a cache, compressed with the log it was written from,
         // under the log's lock (no writer writes one meanwhile); a failure leaves it as it
         // was.
