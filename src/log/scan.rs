@@ -499,4 +499,35 @@ pub(super) mod tests {
             "shorter than a body"
         );
     }
+
+    /// A compact chunk run's frame whose `count` claims more members than its body has
+    /// bytes (REC-20: each member takes at least one): `walk_written` walks the frames of
+    /// a compressed segment's logical bytes, which no record check has read, so it must
+    /// not take the claim for that many offsets (a count of 2^40 made it allocate 4 TiB and
+    /// abort). Failed before the fix: 1,000,000 offsets were listed for one 24-byte frame.
+    #[test]
+    fn walk_bounds_a_run_count_by_its_body() {
+        for count in [1_000_000_u64, 1 << 40, u64::MAX] {
+            let mut body = vec![3, 1, 0];
+            let mut v = count;
+            while v >= 0x80 {
+                body.push(u8::try_from(v & 0x7f).unwrap() | 0x80);
+                v >>= 7;
+            }
+            body.push(u8::try_from(v).unwrap());
+            body.resize(16, 0);
+            let mut bytes = vec![0; SEGMENT_HEADER_LEN];
+            bytes.push(16);
+            bytes.extend_from_slice(&[0; 4]);
+            bytes.extend_from_slice(&body);
+            bytes.resize(bytes.len().next_multiple_of(8) + 64, 0);
+            let walked = walk_written(&bytes, Format::Compact, SEGMENT_HEADER_LEN, 0, u64::MAX);
+            assert!(walked.offsets.is_empty(), "count {count}");
+            assert!(
+                matches!(walked.stop, Stop::Invalid { offset, .. } if offset == SEGMENT_HEADER_LEN),
+                "count {count}: {:?}",
+                walked.stop
+            );
+        }
+    }
 }

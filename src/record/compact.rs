@@ -521,6 +521,12 @@ pub fn walk_frame(bytes: &[u8]) -> Option<(usize, u64)> {
             let rest = body.get(2..)?;
             let (_, at) = read_uv(rest).ok()??;
             let (count, _) = read_uv(rest.get(at..)?).ok()??;
+            // REC-20's bounds, which the decoder checks too: the bytes walked may be a
+            // compressed segment's, never decoded yet, and every member gets an offset.
+            // Each member takes at least one byte, and a run of several is capped.
+            if count > len as u64 || (count >= 2 && len > RUN_BODY_MAX) {
+                return None;
+            }
             count
         }
         _ => return None,
