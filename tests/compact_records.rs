@@ -695,6 +695,90 @@ mod dsh {
         let report = compact_store.verify(None).unwrap();
         assert!(report.ok(), "{report:?}");
     }
+
+    /// STORE-10, §4.2: the children of forks inside runs, kept: each takes appends,
+    /// reopens with them, and `verify` finds nothing wrong with any of them (the shared
+    /// segments, the limits, the own segments that start at a run's first seq).
+    #[test]
+    fn children_of_forks_inside_runs_append_reopen_and_verify() {
+        use surfacelog::{NoSurface, kinds::TurnStart};
+        let scratch = common::scratch("compact-records", "fork-children");
+        let mut lines = vec![
+            r#"{"type":"session","version":0,"id":"syn","createdAt":1,"cwd":"/","delegationDepth":0}"#
+                .to_owned(),
+        ];
+        let mut seq = 0;
+        for round in 0..3 {
+            for k in 0..(6 + round * 4) {
+                lines.push(format!(
+                    r#"{{"type":"assistant/chunk","seq":{seq},"time":{},"data":{{"turn":{round},"step":1,"chunk":{{"type":"text-delta","index":0,"text":"w{k} "}}}}}}"#,
+                    1000 + seq
+                ));
+                seq += 1;
+            }
+            lines.push(format!(
+                r#"{{"type":"session/title","seq":{seq},"time":{},"data":{{"title":"t{round}"}}}}"#,
+                1000 + seq
+            ));
+            seq += 1;
+        }
+        let file = scratch.join("syn.jsonl");
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        for segment_bytes in [400, 1 << 20] {
+            let store = Store::open_or_create(
+                scratch.join(format!("compact-{segment_bytes}")),
+                StoreOptions::default()
+                    .compact_records(true)
+                    .segment_bytes(segment_bytes),
+            )
+            .unwrap();
+            let (source, _) =
+                jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {}).unwrap();
+            let runs: Vec<_> = records(&store.dir().join("sessions").join(&source.id).join("log"))
+                .into_iter()
+                .filter(|r| r.end - r.start > 1)
+                .collect();
+            let mut children = Vec::new();
+            for boundary in 0..seq {
+                if !runs
+                    .iter()
+                    .any(|r| r.start <= boundary && boundary + 1 < r.end)
+                {
+                    continue;
+                }
+                let child = format!("child-{boundary}");
+                let mut session = store
+                    .fork(&source.id, surfacelog::Boundary::Seq(boundary), &child)
+                    .unwrap();
+                session
+                    .append::<TurnStart>(r#"{"turn":9}"#, NoSurface)
+                    .unwrap();
+                session.close().unwrap();
+                let (session, _) = store.open_session(&child).unwrap();
+                let mut session = session;
+                session
+                    .append::<TurnStart>(r#"{"turn":10}"#, NoSurface)
+                    .unwrap();
+                session.close().unwrap();
+                let inspected = store.inspect(&child).unwrap();
+                // The prefix, the end-seed marker, the two appends and the repair closer
+                // of the turn the first left open.
+                assert_eq!(inspected.log().seq_next(), boundary + 5, "{child}");
+                let source_log = store.inspect(&source.id).unwrap();
+                for s in 0..=boundary {
+                    assert_eq!(
+                        inspected.log().event_at(s).unwrap().text(),
+                        source_log.log().event_at(s).unwrap().text(),
+                        "{child} seq {s}"
+                    );
+                }
+                children.push(child);
+            }
+            assert!(children.len() >= 10, "{} forks inside runs", children.len());
+            let report = store.verify(None).unwrap();
+            assert!(report.ok(), "{segment_bytes}: {report:?}");
+        }
+    }
 }
 
 /// MSP-8: a store writing compact records compresses the message pack it writes (version
@@ -737,4 +821,40 @@ fn a_compact_store_writes_its_message_pack_compressed() {
     }
     assert_eq!(read[0].len(), 40);
     assert_eq!(read[0], read[1]);
+}
+
+/// A refused append leaves no trace and does not poison the writer, in a compact segment
+/// whatever the writer is configured for: one opened without `compact_records` over a log
+/// whose last segment is compact writes compact records there, so it checks every event
+/// of an append against them first (REC-20) as a writer configured for them does. (Failed
+/// before the fix: the refusal came mid-append, poisoned the writer and lost the appends
+/// still in its write buffer.)
+#[test]
+fn an_append_no_compact_record_holds_is_refused_whole_in_a_compact_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = vec![
+        Item::Other {
+            turn: 1,
+            spaced: false,
+        };
+        4
+    ];
+    let events = events_of(&items, &[3]);
+    let (mut log, _) = DiskLog::open(dir.path(), options(Durability::Sync, 1 << 20)).unwrap();
+    log.append(&events[..1]).unwrap();
+    log.close().unwrap();
+    let batch = LogOptions {
+        compact_records: false,
+        ..options(Durability::Manual, 1 << 20)
+    };
+    let (mut log, _) = DiskLog::open(dir.path(), batch).unwrap();
+    log.append(&events[1..2]).unwrap();
+    // A time past 2^53 − 1: a version 1 record holds it, no compact record does.
+    let far = event(3, i64::MAX, "turn/start", events[3].text().to_owned());
+    let error = log.append(&[events[2].clone(), far]).unwrap_err();
+    assert_eq!(error.code(), "ENVELOPE_INVALID", "{error}");
+    assert_eq!(log.seq_next(), 2);
+    log.append(&events[2..3]).unwrap();
+    log.close().unwrap();
+    assert_reads_back(dir.path(), &events[..3]).unwrap();
 }

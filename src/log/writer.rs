@@ -372,8 +372,9 @@ impl LogWriter {
             }
             record_fits(event)?;
             // A compact record refused mid-append would leave the events before it
-            // written: every event is checked first (REC-20).
-            if self.shared.options.compact_records {
+            // written: every event is checked first (REC-20), by a writer configured for
+            // them and by one whose active segment holds them (another writer's, SEG-9).
+            if self.shared.options.compact_records || state.header.format() == Format::Compact {
                 compact::check_encodable(&event.as_ref()).map_err(|why| refused(event, why))?;
             }
         }
