@@ -696,6 +696,48 @@ mod dsh {
         assert!(report.ok(), "{report:?}");
     }
 
+    /// IDX-1, §4.2: a compact segment holds far more events than one per 72 bytes (the
+    /// members of a run take a few bytes each), and its index lists one offset per event:
+    /// `verify` finds nothing wrong with such an index, and checks it. (Failed before the
+    /// fix: "IDX-1 ... more offsets than the segment can hold", reported as a warning, and
+    /// the index not checked against its segment.)
+    #[test]
+    fn verify_takes_the_index_of_a_segment_of_runs() {
+        let scratch = common::scratch("compact-records", "dense-index");
+        let mut lines = vec![
+            r#"{"type":"session","version":0,"id":"dense","createdAt":1,"cwd":"/","delegationDepth":0}"#
+                .to_owned(),
+        ];
+        for seq in 0..600 {
+            lines.push(format!(
+                r#"{{"type":"assistant/chunk","seq":{seq},"time":{},"data":{{"turn":1,"step":1,"chunk":{{"type":"text-delta","index":0,"text":"w"}}}}}}"#,
+                1000 + seq
+            ));
+        }
+        let file = scratch.join("dense.jsonl");
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        let store = Store::open_or_create(
+            scratch.join("compact"),
+            StoreOptions::default()
+                .compact_records(true)
+                .segment_bytes(4096),
+        )
+        .unwrap();
+        let (source, _) =
+            jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {}).unwrap();
+        let log_dir = store.dir().join("sessions").join(&source.id).join("log");
+        let (_, first) = segments(&log_dir).remove(0);
+        let index = std::fs::metadata(log_dir.join("00000000000000000000.idx")).unwrap();
+        assert!(
+            index.len() > 56 + 4 * (first.len() as u64 / 72 + 1),
+            "{} events in {} bytes",
+            (index.len() - 56) / 4,
+            first.len()
+        );
+        let report = store.verify(None).unwrap();
+        assert!(report.problems().next().is_none(), "{report:?}");
+    }
+
     /// STORE-10, §4.2: the children of forks inside runs, kept: each takes appends,
     /// reopens with them, and `verify` finds nothing wrong with any of them (the shared
     /// segments, the limits, the own segments that start at a run's first seq).

@@ -30,7 +30,15 @@ pub(super) fn check_index(
 ) -> Result<Option<IndexFields>> {
     let path = seq_file_path(place.log_dir, place.first, ".idx");
     let before = found.problems.len();
-    let Some((bytes, header_len, data_crc)) = check_index_file(found, &path, segment_len)? else {
+    // The fewest bytes an event takes in the segment: a version 1 record is at least 72
+    // bytes; a compact run's members take a byte or two each (log-format.md §4.2, REC-20),
+    // and a segment whose header does not check out may be either.
+    let per_event = match header.map(SegmentHeader::format) {
+        Some(crate::record::Format::V1) => 72,
+        Some(crate::record::Format::Compact) | None => 1,
+    };
+    let most = 56 + 4 * (segment_len / per_event + 1);
+    let Some((bytes, header_len, data_crc)) = check_index_file(found, &path, most)? else {
         // IDX-2: an index is written without a sync, so a crash may leave it torn under its
         // name; its format or `crc` failing is a cache to rebuild, not lost data. An index
         // that checks out but does not match its segment is an error.
@@ -55,12 +63,8 @@ pub(super) fn check_index(
 type IndexBytes = (Vec<u8>, usize, Option<u32>);
 
 /// [`check_index`] up to its `crc`.
-fn check_index_file(
-    found: &mut Found,
-    path: &Path,
-    segment_len: u64,
-) -> Result<Option<IndexBytes>> {
-    let Some(bytes) = read_index(found, path, segment_len)? else {
+fn check_index_file(found: &mut Found, path: &Path, most: u64) -> Result<Option<IndexBytes>> {
+    let Some(bytes) = read_index(found, path, most)? else {
         return Ok(None);
     };
     let Some((header_len, crc_at, data_crc)) = index_layout(found, path, &bytes) else {
@@ -162,14 +166,13 @@ pub(super) fn check_index_records(
     }
 }
 
-/// IDX-1: the index file's bytes, when it is not longer than an index of its segment
-/// can be (reported otherwise).
-fn read_index(found: &mut Found, path: &Path, segment_len: u64) -> Result<Option<Vec<u8>>> {
+/// IDX-1: the index file's bytes, when it is not longer than `most`, the longest index of
+/// its segment can be (reported otherwise).
+fn read_index(found: &mut Found, path: &Path, most: u64) -> Result<Option<Vec<u8>>> {
     let len = std::fs::symlink_metadata(path)
         .map_err(|e| Error::io("stat", path, &e))?
         .len();
-    // No index lists more records than its segment can hold: one per 72 bytes.
-    let most = 56 + 4 * (segment_len / 72 + 1);
+    // No index lists more events than its segment can hold: `most` bytes of index.
     if len > most {
         found.error(
             path,
