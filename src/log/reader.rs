@@ -894,12 +894,14 @@ impl LogReader {
         let path = segment.path(&self.dir);
         let unreadable = || corrupt(path, 0, "a record of the prefix cannot be read");
         let kept = offsets.get(..count).ok_or_else(unreadable)?;
+        // The record at an offset, checked (REC-4).
+        let record_at = |at: u32| {
+            let rest = mapped.map.get(at as usize..).unwrap_or_default();
+            let checked = decode_as(mapped.header.format(), rest).ok();
+            checked.ok_or_else(|| corrupt(path, at as usize, "checksum mismatch"))
+        };
         let &last_offset = kept.last().ok_or_else(unreadable)?;
-        let (record, frame) = mapped
-            .map
-            .get(last_offset as usize..)
-            .and_then(|rest| decode_as(mapped.header.format(), rest).ok())
-            .ok_or_else(|| corrupt(path, last_offset as usize, "checksum mismatch"))?;
+        let (record, frame) = record_at(last_offset)?;
         if record.event(last).is_none() {
             return Err(unreadable());
         }
@@ -930,23 +932,25 @@ impl LogReader {
         if carried.len() != members {
             return Err(unreadable());
         }
+        // The run's events before the boundary are the segment's (an index, crafted, may
+        // list a run that starts below it).
+        let before = first
+            .checked_sub(segment.first_seq)
+            .and_then(|before| usize::try_from(before).ok())
+            .ok_or_else(unreadable)?;
+        let kept = offsets.get(..before).ok_or_else(unreadable)?;
         prefix.split = Some(SplitRun {
             first_seq: first,
             header: mapped.header,
             carried,
         });
-        let before = usize::try_from(first - segment.first_seq).unwrap_or(usize::MAX);
-        let Some(kept) = offsets.get(..before).filter(|kept| !kept.is_empty()) else {
+        if kept.is_empty() {
             // The run is the segment's first record: the child's own segment takes the
             // segment's place, and nothing of it is shared.
             return Ok(prefix);
-        };
+        }
         let &last_offset = kept.last().ok_or_else(unreadable)?;
-        let (record, frame) = mapped
-            .map
-            .get(last_offset as usize..)
-            .and_then(|rest| decode_as(mapped.header.format(), rest).ok())
-            .ok_or_else(|| corrupt(path, last_offset as usize, "checksum mismatch"))?;
+        let (record, frame) = record_at(last_offset)?;
         if record.seq_end() != first {
             return Err(unreadable());
         }
@@ -1914,6 +1918,73 @@ mod tests {
                 ignorable: false,
             },
         )
+    }
+
+    /// No panics on any input: a segment whose index (checksummed, IDX-2) lists a compact
+    /// run holding seqs below the segment's first, as crafted bytes may, is `CORRUPT` to a
+    /// fork whose boundary falls inside that run (the run's first seq is not the
+    /// segment's). Failed before the fix: `first - segment.first_seq` overflowed (a panic;
+    /// in a release build, a wrapped count that took the run for the segment's first
+    /// record).
+    #[test]
+    fn a_fork_inside_a_run_below_its_segment_is_corrupt() {
+        use crate::record::compact::{self, ChunkRunBuilder, Record};
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let options = crate::log::LogOptions {
+            segment_bytes: 400,
+            compact_records: true,
+            ..crate::log::LogOptions::default()
+        };
+        let (mut log, _) = crate::log::DiskLog::open(dir.path(), options).unwrap();
+        // Chunks of one append each: runs of one, until a segment rolls; then a run of 12.
+        let mut seq = 0;
+        while log.seq_next() == 0 || std::fs::read_dir(dir.path()).unwrap().count() < 3 {
+            log.append(&[chunk(seq)]).unwrap();
+            seq += 1;
+        }
+        let first = seq - 1;
+        let run: Vec<Event> = (seq..seq + 12).map(chunk).collect();
+        log.append(&run).unwrap();
+        log.close().unwrap();
+        let name = crate::log::segment::segment_name(first);
+        let path = dir.path().join(&name);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let header = SegmentHeader::decode(&bytes).unwrap();
+        assert_eq!(header.first_seq, first);
+        // The run, moved 5 seqs down (below the segment's first seq), in a frame as long.
+        let at = SEGMENT_HEADER_LEN + compact::decode(&bytes[SEGMENT_HEADER_LEN..]).unwrap().1;
+        let Ok((Record::Chunks(found), len)) = compact::decode(&bytes[at..]) else {
+            panic!("the second record is the run");
+        };
+        assert_eq!(found.count(), 12);
+        let mut builder = ChunkRunBuilder::default();
+        for mut member in found.members() {
+            member.seq -= 5;
+            builder.push(member).unwrap();
+        }
+        let mut moved = Vec::new();
+        builder.encode(&mut moved);
+        assert_eq!(moved.len(), len);
+        bytes[at..at + len].copy_from_slice(&moved);
+        std::fs::write(&path, &bytes).unwrap();
+        let end = at + len;
+        // Listed as the seqs `first .. first + 8`: the moved run ends the last of them.
+        let mut offsets = vec![u32::try_from(SEGMENT_HEADER_LEN).unwrap()];
+        offsets.extend(std::iter::repeat_n(u32::try_from(at).unwrap(), 7));
+        let index = crate::log::encode_index(
+            &header.log_id,
+            first,
+            &offsets,
+            u32::try_from(end).unwrap(),
+            crc32c::crc32c(&bytes[SEGMENT_HEADER_LEN..end]),
+        );
+        let index_path = dir.path().join(crate::log::segment::index_name(first));
+        std::fs::write(index_path, index).unwrap();
+        let reader = LogReader::open(dir.path()).unwrap();
+        assert_eq!(reader.seq_next(), first + 8);
+        // Seq `first + 2` is a member of the moved run, which starts at `first - 4`.
+        let error = reader.prefix(first + 3).unwrap_err();
+        assert_eq!(error.code(), "CORRUPT", "{error}");
     }
 
     /// CMP-4: a sealed segment this reader mapped before compaction replaced it, whose
