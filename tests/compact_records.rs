@@ -900,3 +900,40 @@ fn an_append_no_compact_record_holds_is_refused_whole_in_a_compact_segment() {
     log.close().unwrap();
     assert_reads_back(dir.path(), &events[..3]).unwrap();
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// SEG-9: writers configured with and without compact records take turns on one log
+    /// (small segments: each meets segments of the other format, last and rolled into),
+    /// in every durability: every event reads back, after each writer and at the end.
+    #[test]
+    fn writers_of_either_format_take_turns_on_one_log(
+        items in items(),
+        turns in prop::collection::vec((any::<bool>(), 0u8..3, 1usize..40), 1..6),
+    ) {
+        let events = events_of(&items, &[7]);
+        let dir = tempfile::tempdir().unwrap();
+        let mut at = 0;
+        for (compact, durability, take) in turns {
+            let durability = match durability {
+                0 => Durability::Sync,
+                1 => Durability::Manual,
+                _ => Durability::Batch { max_delay: Duration::from_secs(60) },
+            };
+            let options = LogOptions {
+                compact_records: compact,
+                ..options(durability, 600)
+            };
+            let (mut log, _) = DiskLog::open(dir.path(), options).unwrap();
+            prop_assert_eq!(log.seq_next(), at as u64);
+            let to = (at + take).min(events.len());
+            for pair in [at, usize::midpoint(at, to), to].windows(2) {
+                log.append(&events[pair[0]..pair[1]]).unwrap();
+            }
+            log.close().unwrap();
+            at = to;
+            assert_read_back(dir.path(), &events[..at])?;
+        }
+    }
+}
