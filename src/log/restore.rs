@@ -415,6 +415,62 @@ mod tests {
         reader.iter_from(0).map(|e| e.unwrap().to_event()).collect()
     }
 
+    /// A streamed chunk of turn 1 (REC-11), so that compact records put consecutive ones of
+    /// an append in one run (log-format.md §4.2).
+    fn chunk(seq: u64) -> Event {
+        let text = format!(
+            r#"{{"type":"assistant/chunk","seq":{seq},"time":{seq},"data":{{"turn":1,"step":1,"chunk":{{"type":"text-delta","index":0,"text":"part {seq}"}}}}}}"#
+        );
+        let start = text.find(r#"{"turn""#).unwrap();
+        let end = text.len() - 1;
+        Event::new(
+            text,
+            start..end,
+            None,
+            crate::event::EventFields {
+                event_type: crate::event::chunk::CHUNK_TYPE.to_owned().into(),
+                seq,
+                time: i64::try_from(seq).unwrap(),
+                surface_op: None,
+                sources: None,
+                ignorable: false,
+            },
+        )
+    }
+
+    /// DUR-12, §4.2: in a compact log, a batch's chunks share runs of its own (REC-17): a
+    /// restore to the batch's first seq takes exactly its runs back, across a roll too;
+    /// one to a seq inside a run is refused and changes nothing.
+    #[test]
+    fn restores_a_batch_of_compact_runs() {
+        for segment_bytes in [1 << 20, 700] {
+            let dir = tempfile::tempdir().unwrap();
+            let options = LogOptions {
+                segment_bytes,
+                durability: Durability::Sync,
+                compact_records: true,
+                ..LogOptions::default()
+            };
+            let all: Vec<Event> = (0..60).map(chunk).collect();
+            let (writer, _) = LogWriter::open(dir.path(), options.clone()).unwrap();
+            writer.append(&all[..20]).unwrap();
+            writer.append(&all[20..]).unwrap();
+            writer.close().unwrap();
+            let before = files(dir.path());
+            let error = restore(&FsStorage, dir.path(), 25, &all[25..]).unwrap_err();
+            assert_eq!(error.code(), "CORRUPT", "{error}");
+            assert_eq!(files(dir.path()), before);
+            restore(&FsStorage, dir.path(), 20, &all[20..]).unwrap();
+            assert_eq!(read(dir.path()), all[..20]);
+            let (writer, report) = LogWriter::open(dir.path(), options).unwrap();
+            assert!(report.torn_tail.is_none(), "{report:?}");
+            assert_eq!(writer.seq_next(), 20);
+            writer.append(&all[20..]).unwrap();
+            writer.close().unwrap();
+            assert_eq!(read(dir.path()), all);
+        }
+    }
+
     /// DUR-12's guards: a restore that would drop an event the failed batch does not
     /// hold, or that finds an event before the restored end missing, changes nothing; one
     /// over exactly the batch's events takes the log back, segments removed, and the log
