@@ -738,6 +738,43 @@ mod dsh {
         assert!(report.problems().next().is_none(), "{report:?}");
     }
 
+    /// Forks each child `child-{b}` (forked at `b`, three members into a run of `runs`)
+    /// inside the run its own segment starts with (the members its fork carried): the
+    /// grandchild's own segment takes that segment's place; it reopens and reads the
+    /// source's events. Returns how many grandchildren it made.
+    fn fork_grandchildren(store: &Store, source: &str, runs: &[std::ops::Range<u64>]) -> usize {
+        let mut grandchildren = 0;
+        for run in runs {
+            let boundary = run.start + 3;
+            if boundary + 1 >= run.end {
+                continue;
+            }
+            let child = format!("child-{boundary}");
+            let grandchild = format!("grandchild-{boundary}");
+            let session = store
+                .fork(
+                    &child,
+                    surfacelog::Boundary::Seq(run.start + 1),
+                    &grandchild,
+                )
+                .unwrap();
+            session.close().unwrap();
+            let (session, _) = store.open_session(&grandchild).unwrap();
+            session.close().unwrap();
+            let inspected = store.inspect(&grandchild).unwrap();
+            let source_log = store.inspect(source).unwrap();
+            for s in 0..=run.start + 1 {
+                assert_eq!(
+                    inspected.log().event_at(s).unwrap().text(),
+                    source_log.log().event_at(s).unwrap().text(),
+                    "{grandchild} seq {s}"
+                );
+            }
+            grandchildren += 1;
+        }
+        grandchildren
+    }
+
     /// STORE-10, §4.2: the children of forks inside runs, kept: each takes appends,
     /// reopens with them, and `verify` finds nothing wrong with any of them (the shared
     /// segments, the limits, the own segments that start at a run's first seq).
@@ -817,6 +854,7 @@ mod dsh {
                 children.push(child);
             }
             assert!(children.len() >= 10, "{} forks inside runs", children.len());
+            assert!(fork_grandchildren(&store, &source.id, &runs) > 0);
             let report = store.verify(None).unwrap();
             assert!(report.ok(), "{segment_bytes}: {report:?}");
         }
