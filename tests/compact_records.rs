@@ -975,3 +975,25 @@ proptest! {
         }
     }
 }
+
+/// SEG-9: a store asked for logs an older build opens (`chunk_records(false)`) writes
+/// neither chunk records nor compact records, whichever was asked before.
+#[test]
+fn chunk_records_off_turns_compact_records_off() {
+    use surfacelog::{NoSurface, Store, StoreOptions, kinds};
+    let scratch = common::scratch("compact-records", "off");
+    let options = StoreOptions::new()
+        .compact_records(true)
+        .chunk_records(false);
+    let store = Store::open_or_create(scratch.join("store"), options).unwrap();
+    let mut s = store.create("s", None, None).unwrap();
+    s.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+        .unwrap();
+    s.close().unwrap();
+    let log = store.follow("s").unwrap();
+    let headers: Vec<u16> = segments(log.log().dir())
+        .iter()
+        .map(|(h, _)| h.incompat_features)
+        .collect();
+    assert_eq!(headers, [0]);
+}

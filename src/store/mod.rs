@@ -160,10 +160,12 @@ impl StoreOptions {
     }
 
     /// Whether new log segments store streamed chunks as chunk records (log-format.md §4.1,
-    /// SEG-9; default on): about half the bytes of a session of streamed chunks. Off, the
-    /// segments a writer creates can be read by builds from before chunk records (their
-    /// readers refuse a segment that sets the feature, `FORMAT_VERSION`); `compact`
-    /// rewrites such a log's sealed segments with them later (log-format.md §13).
+    /// SEG-9; default on, and taken over by [`StoreOptions::compact_records`] when that is
+    /// on): about half the bytes of a session of streamed chunks. Off (which turns compact
+    /// records off too), the segments a writer creates can be read by builds from before
+    /// chunk records (their readers refuse a segment that sets the feature,
+    /// `FORMAT_VERSION`); `compact` rewrites such a log's sealed segments with them later
+    /// (log-format.md §13).
     ///
     /// ```
     /// use surfacelog::StoreOptions;
@@ -175,6 +177,10 @@ impl StoreOptions {
     #[must_use]
     pub fn chunk_records(mut self, on: bool) -> Self {
         self.log.chunk_records = on;
+        // Compact records store chunks in runs: a log an older build opens has neither.
+        if !on {
+            self.log.compact_records = false;
+        }
         self
     }
 
