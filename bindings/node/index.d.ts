@@ -16,6 +16,10 @@ export interface StoreOpenOptions {
   /** Store streamed chunks as chunk records (default `true`); `false` keeps the log
    * readable by builds from before them (`compactLog` rewrites it later). */
   chunkRecords?: boolean;
+  /** Store events as compact records (default `false`): about a third of the bytes of
+   * the older records, streamed chunks in runs; builds from before them refuse the log.
+   * `chunkRecords: false` turns them off. `compactLog` rewrites older segments into them. */
+  compactRecords?: boolean;
 }
 
 /** The contract's stable error codes (contract §11), and the binding's own. */

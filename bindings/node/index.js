@@ -354,12 +354,12 @@ class Store {
   /**
    * Opens the store in `dir`, creating it unless `mustExist`. Options: `durability`
    * (`"sync"` default, `"manual"`, `"batch"`), `batchDelayMs`, `segmentBytes`,
-   * `mustExist`, `chunkRecords`; any other key is refused (`INVALID_ARGUMENT`).
+   * `mustExist`, `chunkRecords`, `compactRecords`; any other key is refused (`INVALID_ARGUMENT`).
    */
   static async open(dir, options) {
     return new Store(
       await call(() => {
-        const known = ['durability', 'batchDelayMs', 'segmentBytes', 'mustExist', 'chunkRecords'];
+        const known = ['durability', 'batchDelayMs', 'segmentBytes', 'mustExist', 'chunkRecords', 'compactRecords'];
         const checked = knownOptions(options, known, 'Store.open');
         const { batchDelayMs } = checked;
         if (batchDelayMs !== undefined && !(Number.isSafeInteger(batchDelayMs) && batchDelayMs >= 0 && batchDelayMs <= 0xffffffff)) {

@@ -135,6 +135,33 @@ test('compactLog rewrites a log written without chunk records, events unchanged'
   assert.equal(await store.compactLog('c'), 0, 'nothing left to rewrite');
 });
 
+test('compactRecords stores a log in compact records and compactLog rewrites an older one into them', async (t) => {
+  const dir = scratch(t);
+  const old = await Store.open(dir, { segmentBytes: 4096 });
+  const session = await old.create('c');
+  const fill = async (s, turn) => {
+    await s.append('turn/start', `{"turn":${turn}}`);
+    await s.append('step/start', `{"turn":${turn},"step":1}`);
+    for (let i = 0; i < 100; i += 1) {
+      await s.append('assistant/chunk', `{"turn":${turn},"step":1,"chunk":{"type":"text-delta","index":0,"text":"w${i} "}}`);
+    }
+    await s.append('step/end', `{"turn":${turn},"step":1}`);
+    await s.append('turn/end', `{"turn":${turn},"reason":{"kind":"completed"}}`);
+  };
+  await fill(session, 1);
+  await session.close();
+  const store = await Store.open(dir, { compactRecords: true, segmentBytes: 4096 });
+  const reopened = await store.open('c');
+  await fill(reopened, 2);
+  const before = (await reopened.events()).map((e) => e.text);
+  await reopened.close();
+  assert.ok((await store.compactLog('c')) > 0, 'bytes saved');
+  const again = await store.open('c');
+  assert.deepEqual((await again.events()).map((e) => e.text), before);
+  await again.close();
+  assert.equal(await store.compactLog('c'), 0, 'nothing left to rewrite');
+});
+
 test('compactLog compresses the older segments and the message pack, events and messages unchanged', async (t) => {
   const dir = scratch(t);
   const store = await Store.open(dir, { segmentBytes: 4096 });
