@@ -647,21 +647,18 @@ mod dsh {
         inside
     }
 
-    /// STORE-10, §4.2: a fork whose boundary falls inside a compact run shares the segment up
-    /// to the record before the run and starts its own segment with the run's members before
-    /// the boundary; it reads, derives and reopens as a fork of a version 1 log does. The
-    /// session here has chunks outside any turn, so that forks may cut runs (inside an open
-    /// turn, a fork is refused: `OPEN_TURN`); small segments put runs at segment starts too.
-    #[test]
-    fn a_fork_inside_a_run_reads_as_from_a_version_1_log() {
-        let scratch = common::scratch("compact-records", "fork");
+    /// A DSH JSONL session `syn` in `dir`: `rounds` rounds of streamed text deltas outside
+    /// any turn (so that a fork may cut their runs: inside an open turn it is refused,
+    /// `OPEN_TURN`), `base` deltas in the first and `grow` more in each next, each round
+    /// followed by a `session/title`. Returns the file's path.
+    fn chunks_outside_turns(dir: &Path, rounds: u64, base: u64, grow: u64) -> std::path::PathBuf {
         let mut lines = vec![
             r#"{"type":"session","version":0,"id":"syn","createdAt":1,"cwd":"/","delegationDepth":0}"#
                 .to_owned(),
         ];
         let mut seq = 0;
-        for round in 0..4 {
-            for k in 0..(7 + round * 5) {
+        for round in 0..rounds {
+            for k in 0..(base + round * grow) {
                 lines.push(format!(
                     r#"{{"type":"assistant/chunk","seq":{seq},"time":{},"data":{{"turn":{round},"step":1,"chunk":{{"type":"text-delta","index":0,"text":"w{k} "}}}}}}"#,
                     1000 + seq
@@ -674,8 +671,20 @@ mod dsh {
             ));
             seq += 1;
         }
-        let file = scratch.join("syn.jsonl");
+        let file = dir.join("syn.jsonl");
         std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        file
+    }
+
+    /// STORE-10, §4.2: a fork whose boundary falls inside a compact run shares the segment up
+    /// to the record before the run and starts its own segment with the run's members before
+    /// the boundary; it reads, derives and reopens as a fork of a version 1 log does. The
+    /// session here has chunks outside any turn, so that forks may cut runs (inside an open
+    /// turn, a fork is refused: `OPEN_TURN`); small segments put runs at segment starts too.
+    #[test]
+    fn a_fork_inside_a_run_reads_as_from_a_version_1_log() {
+        let scratch = common::scratch("compact-records", "fork");
+        let file = chunks_outside_turns(&scratch, 4, 7, 5);
         let plain = Store::open_or_create(scratch.join("plain"), StoreOptions::default()).unwrap();
         let compact_store = Store::open_or_create(
             scratch.join("compact"),
@@ -782,27 +791,7 @@ mod dsh {
     fn children_of_forks_inside_runs_append_reopen_and_verify() {
         use surfacelog::{NoSurface, kinds::TurnStart};
         let scratch = common::scratch("compact-records", "fork-children");
-        let mut lines = vec![
-            r#"{"type":"session","version":0,"id":"syn","createdAt":1,"cwd":"/","delegationDepth":0}"#
-                .to_owned(),
-        ];
-        let mut seq = 0;
-        for round in 0..3 {
-            for k in 0..(6 + round * 4) {
-                lines.push(format!(
-                    r#"{{"type":"assistant/chunk","seq":{seq},"time":{},"data":{{"turn":{round},"step":1,"chunk":{{"type":"text-delta","index":0,"text":"w{k} "}}}}}}"#,
-                    1000 + seq
-                ));
-                seq += 1;
-            }
-            lines.push(format!(
-                r#"{{"type":"session/title","seq":{seq},"time":{},"data":{{"title":"t{round}"}}}}"#,
-                1000 + seq
-            ));
-            seq += 1;
-        }
-        let file = scratch.join("syn.jsonl");
-        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        let file = chunks_outside_turns(&scratch, 3, 6, 4);
         for segment_bytes in [400, 1 << 20] {
             let store = Store::open_or_create(
                 scratch.join(format!("compact-{segment_bytes}")),
@@ -813,6 +802,7 @@ mod dsh {
             .unwrap();
             let (source, _) =
                 jsonl::import_jsonl(&store, &file, Compression::None, None, &mut |_| {}).unwrap();
+            let seq = source.events;
             let runs: Vec<_> = records(&store.dir().join("sessions").join(&source.id).join("log"))
                 .into_iter()
                 .filter(|r| r.end - r.start > 1)

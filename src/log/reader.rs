@@ -1987,6 +1987,22 @@ mod tests {
         assert_eq!(error.code(), "CORRUPT", "{error}");
     }
 
+    /// A closed log in `dir` of 60 chunks as version 1 records without chunk records, in
+    /// segments of 2,048 bytes (several sealed ones): its events.
+    fn sixty_chunks(dir: &std::path::Path) -> Vec<Event> {
+        let options = crate::log::LogOptions {
+            segment_bytes: 2048,
+            chunk_records: false,
+            compact_records: false,
+            ..crate::log::LogOptions::default()
+        };
+        let events: Vec<Event> = (0..60).map(chunk).collect();
+        let (mut log, _) = crate::log::DiskLog::open(dir, options).unwrap();
+        log.append(&events).unwrap();
+        log.close().unwrap();
+        events
+    }
+
     /// CMP-4: a sealed segment this reader mapped before compaction replaced it, whose
     /// offsets it reads only after: the name now holds a file whose index and records lie
     /// elsewhere, so the offsets come from the mapped file's own bytes, and every event
@@ -1995,16 +2011,7 @@ mod tests {
     #[test]
     fn cmp_4_offsets_come_from_the_file_that_was_mapped() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let options = crate::log::LogOptions {
-            segment_bytes: 2048,
-            chunk_records: false,
-            compact_records: false,
-            ..crate::log::LogOptions::default()
-        };
-        let events: Vec<Event> = (0..60).map(chunk).collect();
-        let (mut log, _) = crate::log::DiskLog::open(dir.path(), options).unwrap();
-        log.append(&events).unwrap();
-        log.close().unwrap();
+        let events = sixty_chunks(dir.path());
         let reader = LogReader::open(dir.path()).unwrap();
         assert!(reader.segments.len() > 2);
         for segment in &reader.segments {
@@ -2030,15 +2037,7 @@ mod tests {
     #[test]
     fn rd_9_read_ahead_ranges_are_known_records_in_file_order() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let options = crate::log::LogOptions {
-            segment_bytes: 2048,
-            chunk_records: false,
-            ..crate::log::LogOptions::default()
-        };
-        let events: Vec<Event> = (0..60).map(chunk).collect();
-        let (mut log, _) = crate::log::DiskLog::open(dir.path(), options).unwrap();
-        log.append(&events).unwrap();
-        log.close().unwrap();
+        let events = sixty_chunks(dir.path());
         let reader = LogReader::open(dir.path()).unwrap();
         let count = reader.segments.len();
         assert!(count > 3, "{count} segments");
