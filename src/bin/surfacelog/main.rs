@@ -226,11 +226,15 @@ enum Command {
     /// Rewrite a session's log in the compact record encoding (chunk records): the same
     /// events, byte for byte, in fewer bytes. Not the conversation's compaction.
     #[command(
-        after_help = "Examples:\n  surfacelog compact s1\n  surfacelog compact --compress s1\n  surfacelog compact --compress --level 19 s1\n  surfacelog --json compact s1"
+        after_help = "Examples:\n  surfacelog compact s1\n  surfacelog compact --compact-records s1\n  surfacelog compact --compress s1\n  surfacelog compact --compress --level 19 s1\n  surfacelog --json compact s1"
     )]
     Compact {
         /// The session id.
         id: String,
+        /// Rewrite the sealed segments into compact records (log-format.md §4.2), about a
+        /// third of the bytes of the older records; builds before them refuse the log.
+        #[arg(long)]
+        compact_records: bool,
         /// Also compress the sealed segments (zstd, log-format.md §14); the segment the
         /// writer appends to stays plain.
         #[arg(long)]
@@ -361,9 +365,10 @@ fn main() -> ExitCode {
         Command::Salvage { id } => sessions::salvage(&ctx, &id),
         Command::Compact {
             id,
+            compact_records,
             compress,
             level,
-        } => sessions::compact(&ctx, &id, compress, level),
+        } => sessions::compact(&ctx, &id, compact_records, compress, level),
         Command::Log { dir, check_writer } => read::log_info(&ctx, &dir, check_writer),
         Command::Completions { shell } => {
             // Generated into memory, then written: a closed stdout is `IO`, not a panic

@@ -524,10 +524,17 @@ pub fn salvage(ctx: &Ctx, id: &str) -> Result<()> {
 
 /// `surfacelog compact [--compress] ID`: the log rewritten with chunk records
 /// (log-format.md §13), and compressed (§14).
-pub fn compact(ctx: &Ctx, id: &str, compress: bool, level: Option<i32>) -> Result<()> {
+pub fn compact(
+    ctx: &Ctx,
+    id: &str,
+    compact_records: bool,
+    compress: bool,
+    level: Option<i32>,
+) -> Result<()> {
+    let options = surfacelog::CompactOptions::new().compact_records(compact_records);
     let options = match level {
-        Some(level) if compress => surfacelog::CompactOptions::new().compression_level(level),
-        _ => surfacelog::CompactOptions::new().compress(compress),
+        Some(level) if compress => options.compression_level(level),
+        _ => options.compress(compress),
     };
     let report = ctx.open()?.compact_log_with(id, options)?;
     let reason = |why: surfacelog::KeptReason| match why {
