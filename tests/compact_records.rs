@@ -449,6 +449,65 @@ fn a_run_changed_after_a_read_is_corrupt_at_the_next() {
     }
 }
 
+/// REC-20, REC-12: a later read of a run's member through the same reader (which skips
+/// the run's other members' strings, `decode_again`) still holds the member it returns to
+/// REC-12's rule. The run rewritten in place after a first read, its checksum made to
+/// match, with a raw `"` in a member's payload (not the inside of a JSON string: the text
+/// returned would carry a key the record does not hold) is `CORRUPT` at the next read of
+/// that member, as a fresh reader finds it, never an event whose text is not the record's.
+#[test]
+fn a_run_rewritten_with_a_matching_checksum_after_a_read_is_corrupt_at_the_next() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (events, bytes) = run_log(dir.path());
+    let reader = LogReader::open(dir.path()).unwrap();
+    assert_eq!(reader.event_at(3).unwrap().text(), events[3].text());
+    let mut changed = bytes.clone();
+    let at = SEGMENT_HEADER_LEN
+        + bytes[SEGMENT_HEADER_LEN..]
+            .windows(7)
+            .position(|w| w == b"word 17")
+            .unwrap();
+    // `word 17` -> `word"17`: same length, valid UTF-8, not a JSON string's inside.
+    changed[at + 4] = b'"';
+    // The run is the segment's first record: its `len` varint, then its `crc`.
+    let head = &changed[SEGMENT_HEADER_LEN..];
+    let n = head.iter().position(|b| b & 0x80 == 0).unwrap() + 1;
+    let len = head[..n]
+        .iter()
+        .enumerate()
+        .fold(0_usize, |v, (i, b)| v | usize::from(b & 0x7f) << (7 * i));
+    let body = SEGMENT_HEADER_LEN + n + 4;
+    let crc = crc32c::crc32c_append(
+        crc32c::crc32c(&changed[SEGMENT_HEADER_LEN..SEGMENT_HEADER_LEN + n]),
+        &changed[body..body + len],
+    );
+    changed[SEGMENT_HEADER_LEN + n..body].copy_from_slice(&crc.to_le_bytes());
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("00000000000000000000.seg"))
+        .unwrap();
+    file.write_all_at(
+        &changed[SEGMENT_HEADER_LEN..body + len],
+        SEGMENT_HEADER_LEN as u64,
+    )
+    .unwrap();
+    // A fresh reader refuses the run (REC-20).
+    let fresh = LogReader::open(dir.path()).unwrap();
+    assert_eq!(fresh.event_at(17).unwrap_err().code(), "CORRUPT");
+    // The reader that read the run before refuses the member too, naming the file and the
+    // run's offset; its other members, whose strings hold, still read as they were.
+    let error = reader.event_at(17).unwrap_err();
+    assert_eq!(error.code(), "CORRUPT", "{error}");
+    let message = error.to_string();
+    assert!(message.contains("00000000000000000000.seg"), "{message}");
+    assert!(
+        message.contains(&format!("offset={SEGMENT_HEADER_LEN}")),
+        "{message}"
+    );
+    assert_eq!(reader.event_at(4).unwrap().text(), events[4].text());
+}
+
 /// RCV-3: a run torn by a power cut (its last bytes never written) is a torn tail at a
 /// writer's open: the whole append it held goes, the appends before it stay, and the log
 /// goes on from the run's first seq.

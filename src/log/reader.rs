@@ -52,9 +52,10 @@ pub struct LogReader {
     unlisted: Option<(u64, Option<std::time::SystemTime>, std::time::Instant)>,
     /// The compact run (log-format.md §4.2) the last read decoded whole: its segment's
     /// position plus one, then its offset, in one word (0: none). A read of another of its
-    /// members decodes it again without checking its strings again (`decode_again_as`):
-    /// reading a run's members one by one costs a checksum each, not a full check. Only a
-    /// hint of work done, so relaxed loads and stores suffice.
+    /// members decodes it again without checking its other members' strings again
+    /// (`decode_again_as`), the member it returns checked on its own (`event_again`):
+    /// reading a run's members one by one costs a checksum and a member each, not a full
+    /// check. Only a hint of work done, so relaxed loads and stores suffice.
     decoded_run: std::sync::atomic::AtomicU64,
 }
 
@@ -1670,7 +1671,14 @@ impl LogReader {
                 if !again && matches!(record, crate::record::Decoded::Run(_)) {
                     self.decoded_run.store(key, Ordering::Relaxed);
                 }
-                if let Some(event) = record.event(seq) {
+                // A run decoded again: the member returned is checked on its own (REC-20),
+                // the bytes under the same place may have changed under a matching crc.
+                let event = if again {
+                    record.event_again(seq)
+                } else {
+                    record.event(seq)
+                };
+                if let Some(event) = event {
                     return Ok(event);
                 }
             }

@@ -662,8 +662,9 @@ pub fn decode(bytes: &[u8]) -> Result<(Record<'_>, usize), CompactError> {
 /// (REC-15: bytes that changed since are refused), a run's fields and lengths are parsed
 /// as [`decode`] parses them, but its strings are not checked again as the insides of JSON
 /// strings (REC-12's rule) nor its members' text lengths: what the earlier decode checked
-/// of these same bytes. A member's payload is still checked as UTF-8 when it is read
-/// ([`ChunkRun::member`]). An event record is decoded whole.
+/// of these same bytes. A member read from it is checked whole on its own
+/// ([`ChunkRun::member_checked`]): a matching checksum does not prove the bytes the same.
+/// An event record is decoded whole.
 ///
 /// # Errors
 /// As [`decode`], for what it checks.
@@ -2139,6 +2140,15 @@ impl<'a> ChunkRun<'a> {
                 ..self.shared
             },
         })
+    }
+
+    /// [`ChunkRun::member`] of a run [`decode_again`] parsed, which did not check its
+    /// strings: the member only when it is whole by REC-20 on its own (its payload, id and
+    /// name each the inside of a JSON string, REC-12's rule; its seq, time and text length
+    /// in range). Costs the member's bytes, not the run's: a later read returns no string a
+    /// full decode of the same bytes would refuse, whatever happened to them since.
+    pub fn member_checked(&self, k: u64) -> Option<ChunkMember<'a>> {
+        self.member(k).filter(|member| check_member(member).is_ok())
     }
 
     /// The members, in seq order.

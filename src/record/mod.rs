@@ -151,6 +151,18 @@ impl<'a> Decoded<'a> {
         }
     }
 
+    /// [`Decoded::event`] of a record [`decode_again_as`] decoded: a run's member is
+    /// returned only when its own strings and ranges hold (REC-20,
+    /// [`compact::ChunkRun::member_checked`]), which that decode did not check.
+    pub fn event_again(&self, seq: u64) -> Option<EventRef<'a>> {
+        match self {
+            Self::One(event) => (event.seq == seq).then_some(*event),
+            Self::Run(run) => run
+                .member_checked(seq.checked_sub(run.seq0())?)
+                .map(|m| m.event()),
+        }
+    }
+
     /// The record's events, in seq order.
     pub fn events(&self) -> impl Iterator<Item = EventRef<'a>> + use<'a> {
         let (one, run) = match self {
