@@ -1402,3 +1402,56 @@ proptest! {
         prop_assert_eq!(run.member(run.count()), None);
     }
 }
+
+/// [`OpenRun`] against [`ChunkRunBuilder`] where the proptest above does not reach: runs
+/// past 127 members (`count` takes a second varint byte at 128) and up to the 4,096-byte
+/// cap, with empty and one-byte payloads and time deltas of one and two varint bytes
+/// either way; the member the cap refuses is refused by both, at the same count.
+#[test]
+fn an_open_run_encodes_as_the_builder_past_127_members_and_at_the_cap() {
+    let payloads = ["", "a", "\\n"];
+    for (p, payload) in payloads.iter().enumerate() {
+        for dt in [0_i64, 1, -1, 63, -64, 64, 8_000, -8_000] {
+            let members: Vec<ChunkMember<'_>> = (0..3_000_u64)
+                .map(|k| ChunkMember {
+                    seq: 1 << 20 | k,
+                    time: 1_700_000_000_000 + dt * (k % 7).cast_signed(),
+                    chunk: ChunkRef {
+                        kind: ChunkKind::ToolCall,
+                        turn: 300,
+                        step: 2,
+                        index: 128,
+                        id: "call_1",
+                        name: (p == 1).then_some("ls"),
+                        payload,
+                    },
+                })
+                .collect();
+            let mut open = OpenRun::start(&members[0]).unwrap();
+            let mut builder = ChunkRunBuilder::default();
+            builder.push(members[0]).unwrap();
+            let mut count = 1;
+            for member in &members[1..] {
+                let joined = open.join(member);
+                assert_eq!(joined, builder.push(*member).is_ok(), "member {count}");
+                if !joined {
+                    break;
+                }
+                count += 1;
+                assert_eq!(open.body_len(), builder.body_len(), "member {count}");
+            }
+            assert!(count > 128, "{count} members");
+            assert!(count < members.len(), "the cap ends the run");
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            open.encode(&mut a);
+            builder.encode(&mut b);
+            assert_eq!(a, b, "payload {payload:?}, dt {dt}");
+            assert_eq!(a.len(), frame_len(open.body_len()));
+            let (Record::Chunks(run), _) = decode(&a).unwrap() else {
+                panic!("a run");
+            };
+            assert_eq!(run.count(), count as u64);
+            assert!(open.body_len() <= RUN_BODY_MAX);
+        }
+    }
+}
