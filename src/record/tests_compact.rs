@@ -1455,3 +1455,68 @@ fn an_open_run_encodes_as_the_builder_past_127_members_and_at_the_cap() {
         }
     }
 }
+
+proptest! {
+    /// [`decode_again`] (a reader's later read of a run's member) on a run changed in one
+    /// byte with its checksum made to match: it never panics; where [`decode`] accepts the
+    /// bytes it reads the same run and every member [`ChunkRun::member_checked`] returns is
+    /// [`decode`]'s; and any member it returns holds REC-20 on its own (its strings the
+    /// insides of JSON strings), whatever the rest of the run holds.
+    #[test]
+    fn decode_again_of_changed_bytes_returns_only_whole_members(
+        payloads in prop::collection::vec(payloads(), 1..60),
+        at in any::<prop::sample::Index>(),
+        value: u8,
+    ) {
+        let mut builder = ChunkRunBuilder::default();
+        for (k, payload) in payloads.iter().enumerate() {
+            let member = ChunkMember {
+                seq: 77 + k as u64,
+                time: 1_700_000_000_000 + (k as u64).cast_signed(),
+                chunk: ChunkRef {
+                    kind: ChunkKind::ToolCall,
+                    turn: 1,
+                    step: 0,
+                    index: 2,
+                    id: "c\\\"1",
+                    name: Some("ls"),
+                    payload,
+                },
+            };
+            if builder.push(member).is_err() {
+                break;
+            }
+        }
+        let mut bytes = Vec::new();
+        builder.encode(&mut bytes);
+        let n = bytes.iter().position(|b| b & 0x80 == 0).unwrap() + 1;
+        let body_at = n + CRC_LEN;
+        let body_len = builder.body_len();
+        // A byte of the body changed, the checksum made to match.
+        let i = body_at + at.index(body_len);
+        bytes[i] = value;
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&bytes[..n]), &bytes[body_at..body_at + body_len]);
+        bytes[n..body_at].copy_from_slice(&crc.to_le_bytes());
+        let full = decode(&bytes);
+        let again = decode_again(&bytes);
+        if let Ok((Record::Chunks(run), len)) = full {
+            let Ok((Record::Chunks(run2), len2)) = again else {
+                panic!("decode_again refused what decode accepted: {again:?}");
+            };
+            prop_assert_eq!(run, run2);
+            prop_assert_eq!(len, len2);
+            for k in 0..run.count() {
+                prop_assert_eq!(run2.member_checked(k), run.member(k));
+            }
+        }
+        if let Ok((Record::Chunks(run), _)) = again {
+            for k in 0..=run.count() {
+                if let Some(m) = run.member_checked(k) {
+                    prop_assert!(is_string_inside(m.chunk.payload.as_bytes()));
+                    prop_assert!(is_string_inside(m.chunk.id.as_bytes()));
+                    prop_assert!(m.chunk.name.is_none_or(|n| is_string_inside(n.as_bytes())));
+                }
+            }
+        }
+    }
+}
