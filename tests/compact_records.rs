@@ -1046,3 +1046,64 @@ fn chunk_records_off_turns_compact_records_off() {
         .collect();
     assert_eq!(headers, [0]);
 }
+
+/// CMP-3, §4.2: compaction into compact records of a version 1 segment holding an event no
+/// compact record holds (a source seq past 2^53 − 1, which a version 1 record holds, written
+/// through the internal log API) keeps that segment as it is and rewrites the others: the
+/// segment is healthy, so it is never `CORRUPT`, and every event reads back as it was.
+#[test]
+fn compaction_into_compact_records_keeps_a_segment_no_compact_record_holds() {
+    use surfacelog::internals::log::{CompactOptions, compact_with};
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = LogOptions {
+        segment_bytes: 400,
+        durability: Durability::Sync,
+        compact_records: false,
+        ..LogOptions::default()
+    };
+    let text = |seq: u64| {
+        format!(r#"{{"type":"turn/start","seq":{seq},"time":5,"data":{{"turn":{seq}}}}}"#)
+    };
+    let mut events: Vec<Event> = (0..12)
+        .map(|seq| event(seq, 5, "turn/start", text(seq)))
+        .collect();
+    // Seq 1 cites a source no compact record holds (REC-20: past 2^53 − 1).
+    let odd = &events[1];
+    events[1] = Event::new(
+        odd.text().to_owned(),
+        odd.as_ref().data_span(),
+        None,
+        EventFields {
+            event_type: "turn/start".to_owned().into(),
+            seq: 1,
+            time: 5,
+            surface_op: None,
+            sources: Some(vec![1 << 60]),
+            ignorable: false,
+        },
+    );
+    let (mut log, _) = DiskLog::open(dir.path(), v1).unwrap();
+    for event in &events {
+        log.append(std::slice::from_ref(event)).unwrap();
+    }
+    log.close().unwrap();
+    let before = segments(dir.path());
+    assert!(before.len() > 2, "{} segments", before.len());
+    let report = compact_with(
+        &surfacelog::internals::storage::FsStorage,
+        dir.path(),
+        CompactOptions::new().compact_records(true),
+    )
+    .unwrap();
+    assert_eq!(report.kept.first().map(|k| k.0), Some(0), "{report:?}");
+    assert_eq!(report.rewritten.len(), before.len() - 2, "{report:?}");
+    let after = segments(dir.path());
+    assert_eq!(
+        after[0], before[0],
+        "the segment holding seq 1 is kept whole"
+    );
+    let reader = LogReader::open(dir.path()).unwrap();
+    for event in &events {
+        assert_eq!(reader.event_at(event.seq()).unwrap(), event.as_ref());
+    }
+}

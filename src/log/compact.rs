@@ -88,6 +88,10 @@ pub enum KeptReason {
     /// Not rewritten: the last segment's header does not check out, so this one could
     /// become the last (RCV-7), which is never rewritten (CMP-1) nor compressed (CZ-6).
     BeforeUnbornLast,
+    /// Not rewritten into compact records (log-format.md §4.2): it holds an event no
+    /// compact record holds (REC-20: a value a version 1 record holds out of a compact
+    /// record's range), which stays in its version 1 record.
+    NoCompactRecord,
 }
 
 /// How [`compact_with`] rewrites a log.
@@ -387,8 +391,8 @@ pub(crate) fn compact_then(
             continue;
         }
         match rewrite(storage, dir, &opened, &offsets, end, options)? {
-            Some(rewritten) => report.rewritten.push(rewritten),
-            None => report.kept.push((first, KeptReason::NoGain)),
+            Ok(rewritten) => report.rewritten.push(rewritten),
+            Err(why) => report.kept.push((first, why)),
         }
     }
     if let Some(&last) = firsts.last() {
@@ -479,7 +483,8 @@ fn links(opened: &Opened, dir: &Path) -> Result<u64> {
 /// CMP-3: the segment `opened`, whose records checked out at `offsets` up to `end`,
 /// rebuilt with chunk records (and, when `compress`, compressed, CZ-5) in a `.tmp` file,
 /// synced, read back and compared, then put in place of the old one by rename, with its
-/// index. `None` when it would not gain (CMP-6, CZ-5): nothing is written.
+/// index. The reason it is kept when it would not gain (CMP-6, CZ-5), or holds an event no
+/// compact record holds (§4.2): nothing is written then.
 fn rewrite(
     storage: &dyn Storage,
     dir: &Path,
@@ -487,7 +492,7 @@ fn rewrite(
     offsets: &[u32],
     end: usize,
     options: CompactOptions,
-) -> Result<Option<RewrittenSegment>> {
+) -> Result<std::result::Result<RewrittenSegment, KeptReason>> {
     let first = opened.header.first_seq;
     let path = seq_file_path(dir, first, ".seg");
     let level = options.level;
@@ -495,7 +500,11 @@ fn rewrite(
         // Compact records stay as they are (§4.2); only compression rewrites them (CZ-5).
         copy_compact(&path, opened, offsets, end)?
     } else if options.compact_records {
-        build_compact(&path, opened, offsets, end)?
+        match build_compact(&path, opened, offsets, end)? {
+            Some(built) => built,
+            // A healthy segment, kept as it is: never `CORRUPT`.
+            None => return Ok(Err(KeptReason::NoCompactRecord)),
+        }
     } else {
         let header = SegmentHeader {
             incompat_features: opened.header.incompat_features | CHUNK_RECORDS,
@@ -509,14 +518,14 @@ fn rewrite(
     let packed = if let Some(level) = level {
         match compressed(&path, &built.bytes, level)? {
             Some(packed) if (packed.len() as u64) < before => Some(packed),
-            _ => return Ok(None),
+            _ => return Ok(Err(KeptReason::NoGain)),
         }
     } else if (opened.header.format() == Format::Compact || !options.compact_records)
         && built.chunk_records == 0
         || built.bytes.len() as u64 >= before
     {
         // CMP-6: a rewrite that would change no record's form, or not shrink the file.
-        return Ok(None);
+        return Ok(Err(KeptReason::NoGain));
     } else {
         None
     };
@@ -572,7 +581,7 @@ fn rewrite(
             .and_then(|file| storage.write_at(&file, 0, &index))
             .and_then(|()| storage.rename(&index_tmp, &index_path));
     }
-    Ok(Some(RewrittenSegment {
+    Ok(Ok(RewrittenSegment {
         first_seq: first,
         events: offsets.len() as u64,
         chunk_records: built.chunk_records,
@@ -630,8 +639,15 @@ struct Built {
 /// each checked again (REC-4), rewritten as compact records (log-format.md §4.2) with every
 /// run of continuing chunks in one record (REC-17), and each new record decoded and its
 /// events compared with the ones they were made from (CMP-3): the same fields and text,
-/// byte for byte.
-fn build_compact(path: &Path, opened: &Opened, offsets: &[u32], end: usize) -> Result<Built> {
+/// byte for byte. `None` when an event has no compact record (REC-20: a version 1 record
+/// holds values a compact one does not, such as a source seq past 2^53 − 1): the segment
+/// is healthy and stays as it is.
+fn build_compact(
+    path: &Path,
+    opened: &Opened,
+    offsets: &[u32],
+    end: usize,
+) -> Result<Option<Built>> {
     let source = FileBytes {
         file: &opened.file,
         len: opened.map.len(),
@@ -658,9 +674,11 @@ fn build_compact(path: &Path, opened: &Opened, offsets: &[u32], end: usize) -> R
         ..opened.header
     };
     let mut bytes = header.encode().to_vec();
-    let starts =
+    let Ok(starts) =
         crate::record::encode_events(header.incompat_features, events.iter().copied(), &mut bytes)
-            .map_err(|why| corrupt(path, from, why.reason()))?;
+    else {
+        return Ok(None);
+    };
     // CMP-3: every event reads back from the new records as it was.
     let mut new_offsets = Vec::with_capacity(events.len());
     let mut in_runs = 0;
@@ -695,11 +713,11 @@ fn build_compact(path: &Path, opened: &Opened, offsets: &[u32], end: usize) -> R
     if let Some(head) = bytes.get_mut(..SEGMENT_HEADER_LEN) {
         head.copy_from_slice(&header.encode());
     }
-    Ok(Built {
+    Ok(Some(Built {
         bytes,
         offsets: new_offsets,
         chunk_records: in_runs,
-    })
+    }))
 }
 
 /// The compact records at `offsets` (up to `end`; a run's members share an offset) of

@@ -545,6 +545,7 @@ pub fn compact(
         surfacelog::KeptReason::NoGain => "no-gain",
         surfacelog::KeptReason::Compressed => "compressed",
         surfacelog::KeptReason::BeforeUnbornLast => "before-unborn-last",
+        surfacelog::KeptReason::NoCompactRecord => "no-compact-record",
         _ => "other",
     };
     if ctx.json {
