@@ -522,7 +522,7 @@ fn rewrite(
         }
     } else if (opened.header.format() == Format::Compact || !options.compact_records)
         && built.chunk_records == 0
-        || built.bytes.len() as u64 >= before
+        || built.bytes.len() >= end
     {
         // CMP-6: a rewrite that would change no record's form, or not shrink the file.
         return Ok(Err(KeptReason::NoGain));

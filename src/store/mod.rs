@@ -189,7 +189,7 @@ impl StoreOptions {
     /// reference layout, and consecutive streamed chunks of one append (or, without `Sync`
     /// durability, of one write of the write buffer) sharing one record. Builds from before
     /// compact records refuse such segments (`FORMAT_VERSION`). Takes precedence over
-    /// [`StoreOptions::chunk_records`].
+    /// [`StoreOptions::chunk_records`]; a later `chunk_records(false)` turns it off again.
     ///
     /// ```
     /// use surfacelog::StoreOptions;
