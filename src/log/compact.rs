@@ -162,6 +162,13 @@ impl CompactOptions {
     }
 
     /// Whether [`CompactOptions::compact_records`] is on.
+    ///
+    /// ```
+    /// use surfacelog::CompactOptions;
+    /// let options = CompactOptions::new().compact_records(true);
+    /// assert!(options.compacts_records());
+    /// assert!(!options.compact_records(false).compacts_records());
+    /// ```
     #[must_use]
     pub const fn compacts_records(&self) -> bool {
         self.compact_records
