@@ -854,7 +854,7 @@ impl LogReader {
     /// # Errors
     /// `CORRUPT` when a segment does not check out or the boundary segment's records
     /// cannot be read back, `FORMAT_VERSION`, `IO`.
-    pub(crate) fn prefix(&self, len: u64) -> Result<Prefix<'_>> {
+    pub(crate) fn prefix<'a>(&'a self, len: u64) -> Result<Prefix<'a>> {
         let len = len.min(self.seq_next);
         let mut prefix = Prefix {
             whole: Vec::new(),
@@ -906,17 +906,19 @@ impl LogReader {
         if record.event(last).is_none() {
             return Err(unreadable());
         }
-        let durable = |kept: usize| segment.count.is_some() || segment.durable >= kept as u64;
+        // The segment shared up to the record at `last_offset` (`frame` bytes long), its
+        // records at `kept`: durable when sealed (DUR-4) or vouched for (IDX-5).
+        let share = |kept: &'a [u32], last_offset: u32, frame: usize| BoundarySegment {
+            path,
+            header: mapped.header,
+            bytes: &mapped.map,
+            identity: mapped.identity,
+            offsets: kept,
+            end: last_offset as usize + frame,
+            durable: segment.count.is_some() || segment.durable >= kept.len() as u64,
+        };
         if record.seq_end() == len {
-            prefix.boundary = Some(BoundarySegment {
-                path,
-                header: mapped.header,
-                bytes: &mapped.map,
-                identity: mapped.identity,
-                offsets: kept,
-                end: last_offset as usize + frame,
-                durable: durable(count),
-            });
+            prefix.boundary = Some(share(kept, last_offset, frame));
             return Ok(prefix);
         }
         // A boundary inside a compact chunk run (log-format.md §4.2): the segment is shared
@@ -955,15 +957,7 @@ impl LogReader {
         if record.seq_end() != first {
             return Err(unreadable());
         }
-        prefix.boundary = Some(BoundarySegment {
-            path,
-            header: mapped.header,
-            bytes: &mapped.map,
-            identity: mapped.identity,
-            offsets: kept,
-            end: last_offset as usize + frame,
-            durable: durable(before),
-        });
+        prefix.boundary = Some(share(kept, last_offset, frame));
         Ok(prefix)
     }
 
