@@ -97,9 +97,15 @@ fn options() -> StoreOptions {
 
 fn fill(store: &Store) {
     let mut session = store.create("s", None, None).unwrap();
+    append_turns(&mut session);
+    session.close().unwrap();
+}
+
+/// Four turns of streamed text and a message each.
+fn append_turns(session: &mut surfacelog::StoredSession) {
     for turn in 1..=4 {
         let step = common::streamed_step(
-            &mut session,
+            session,
             turn,
             &format!("hi {turn}"),
             (0..5)
@@ -112,9 +118,8 @@ fn fill(store: &Store) {
             )
             .unwrap();
         session.append::<kinds::StepEnd>(&step, NoSurface).unwrap();
-        common::turn_end(&mut session, turn);
+        common::turn_end(session, turn);
     }
-    session.close().unwrap();
 }
 
 fn texts(store: &Store) -> (Vec<String>, Vec<String>) {
@@ -208,4 +213,72 @@ fn cmp_3_a_compaction_failing_at_any_storage_call_leaves_the_same_session() {
             n += 1;
         }
     }
+}
+
+/// MSP-8: a store writing compact records writes its message pack compressed, built in
+/// memory, at each close. A close whose `n`-th storage call fails, for every `n`, either
+/// succeeds (the pack is a cache: its failure is not the close's) or fails with `IO`; either
+/// way no `messages.tmp` is left, and the session then reads the same events and messages
+/// as one closed without failure, and verifies.
+#[cfg(feature = "compress")]
+#[test]
+fn msp_8_a_compact_close_failing_at_any_storage_call_leaves_the_same_session() {
+    let compact = || options().compact_records(true);
+    let reference = tempfile::tempdir().unwrap();
+    let store = Store::open_or_create(reference.path(), compact()).unwrap();
+    fill(&store);
+    let expected = texts(&store);
+    let pack = std::fs::read(reference.path().join("sessions/s/messages")).unwrap();
+    assert_eq!(pack.get(8..12), Some(&2u32.to_le_bytes()[..]), "compressed");
+    drop(store);
+    let mut n = 1;
+    loop {
+        let scratch = tempfile::tempdir().unwrap();
+        let storage = Arc::new(FailNth::default());
+        let store =
+            Store::open_or_create(scratch.path(), compact().storage(storage.clone())).unwrap();
+        let mut session = store.create("s", None, None).unwrap();
+        append_turns(&mut session);
+        storage.calls.store(0, Ordering::SeqCst);
+        storage.fail.store(n, Ordering::SeqCst);
+        let closed = session.close();
+        let failed = storage.failed.lock().unwrap().clone();
+        let Some(failed) = failed else {
+            closed.unwrap();
+            break;
+        };
+        let at = format!("call {n} ({failed})");
+        if let Err(error) = &closed {
+            assert_eq!(error.code(), "IO", "{at}: {error}");
+        }
+        drop(store);
+        let sessions = scratch.path().join("sessions/s");
+        assert!(
+            !sessions.join("messages.tmp").exists(),
+            "{at}: a temporary pack left"
+        );
+        let plain = Store::open_or_create(scratch.path(), compact()).unwrap();
+        assert_eq!(timeless(texts(&plain)), timeless(expected.clone()), "{at}");
+        let report = plain.verify(None).unwrap();
+        assert!(report.ok(), "{at}: {:?}", report.lines());
+        n += 1;
+    }
+    assert!(n > 5, "the close made {n} storage calls");
+}
+
+/// `texts` with the events' times taken out: two sessions written at different moments.
+fn timeless((events, messages): (Vec<String>, Vec<String>)) -> (Vec<String>, Vec<String>) {
+    let events = events
+        .into_iter()
+        .map(|text| {
+            let Some(at) = text.find(r#""time":"#) else {
+                return text;
+            };
+            let digits = text[at + 7..]
+                .find(|c: char| !c.is_ascii_digit())
+                .map_or(text.len(), |n| at + 7 + n);
+            format!("{}{}", &text[..at + 7], &text[digits..])
+        })
+        .collect();
+    (events, messages)
 }

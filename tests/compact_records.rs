@@ -950,6 +950,27 @@ fn a_compact_store_writes_its_message_pack_compressed() {
     }
     assert_eq!(read[0].len(), 40);
     assert_eq!(read[0], read[1]);
+    // A pack that compression would not shrink (one short message: the block table costs
+    // more) is written plain, and used.
+    let store = Store::open_or_create(
+        scratch.join("small"),
+        StoreOptions::new().compact_records(true).message_pack(1),
+    )
+    .unwrap();
+    let mut s = store.create("s", None, None).unwrap();
+    s.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+        .unwrap();
+    s.append::<kinds::UserMessage>(
+        r#"{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]}"#,
+        SurfaceIntent::append(),
+    )
+    .unwrap();
+    s.close().unwrap();
+    let pack = std::fs::read(scratch.join("small/sessions/s/messages")).unwrap();
+    assert_eq!(u32::from_le_bytes(pack[8..12].try_into().unwrap()), 1);
+    let (s, _) = store.open_session("s").unwrap();
+    assert!(s.message_texts().is_some(), "the pack is used");
+    assert_eq!(s.messages().unwrap().len(), 1);
 }
 
 /// A refused append leaves no trace and does not poison the writer, in a compact segment
@@ -986,6 +1007,58 @@ fn an_append_no_compact_record_holds_is_refused_whole_in_a_compact_segment() {
     log.append(&events[2..3]).unwrap();
     log.close().unwrap();
     assert_reads_back(dir.path(), &events[..3]).unwrap();
+}
+
+/// The same refusal of one event appended alone: in a compact segment of either writer,
+/// with appends buffered before it, and with a chunk run open (not yet encoded) before it.
+/// Nothing is written for it, the writer is not poisoned, and what came before is kept.
+/// (Fails when a lone event skips the check before writing: a refusal from the write
+/// itself poisons the writer.)
+#[test]
+fn one_event_no_compact_record_holds_is_refused_with_nothing_written() {
+    let items: Vec<Item> = (0..3)
+        .map(|_| Item::Other {
+            turn: 1,
+            spaced: false,
+        })
+        .chain([Item::Stream {
+            kind: 0,
+            turn: 1,
+            index: 0,
+            payloads: vec!["ab".to_owned(); 4],
+        }])
+        .collect();
+    let events = events_of(&items, &[3]);
+    for compact_writer in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = DiskLog::open(dir.path(), options(Durability::Sync, 1 << 20)).unwrap();
+        log.append(&events[..1]).unwrap();
+        log.close().unwrap();
+        let manual = LogOptions {
+            compact_records: compact_writer,
+            ..options(Durability::Manual, 1 << 20)
+        };
+        let (mut log, _) = DiskLog::open(dir.path(), manual).unwrap();
+        for (k, e) in events.iter().enumerate().skip(1) {
+            log.append(std::slice::from_ref(e)).unwrap();
+            let seq = e.seq() + 1;
+            let far = event(seq, i64::MAX, "turn/start", events[0].text().to_owned());
+            let error = log.append(&[far]).unwrap_err();
+            assert_eq!(
+                error.code(),
+                "ENVELOPE_INVALID",
+                "{compact_writer} {k}: {error}"
+            );
+            assert_eq!(log.seq_next(), seq, "{compact_writer} {k}");
+        }
+        log.close().unwrap();
+        assert_reads_back(dir.path(), &events).unwrap();
+        let runs = records(dir.path());
+        assert!(
+            runs.iter().any(|r| r.end - r.start == 4),
+            "{compact_writer}: the chunks share a record: {runs:?}"
+        );
+    }
 }
 
 proptest! {

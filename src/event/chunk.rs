@@ -262,15 +262,19 @@ fn string_inside(text: &str) -> Option<(&str, &str)> {
         }
     }
     let (inside, rest) = text.split_at_checked(at)?;
-    is_string_inside(inside.as_bytes()).then_some((inside, rest))
+    // A `str`'s bytes are UTF-8 already.
+    is_escaped_inside(inside.as_bytes()).then_some((inside, rest))
 }
 
 /// REC-12: `bytes` are the inside of a JSON string literal: UTF-8, no unescaped `"` or
 /// `\`, no byte below `0x20`, and only JSON's escapes.
 pub fn is_string_inside(bytes: &[u8]) -> bool {
-    if std::str::from_utf8(bytes).is_err() {
-        return false;
-    }
+    std::str::from_utf8(bytes).is_ok() && is_escaped_inside(bytes)
+}
+
+/// [`is_string_inside`] but for UTF-8: no unescaped `"` or `\`, no byte below `0x20`, and
+/// only JSON's escapes.
+fn is_escaped_inside(bytes: &[u8]) -> bool {
     let mut at = 0;
     while let Some(&b) = bytes.get(at) {
         match b {

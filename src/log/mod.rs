@@ -52,9 +52,10 @@ pub struct DiskLog {
     /// buffer's worth, since before that the files cannot hold more (checking costs a
     /// scan and, at a segment's end, a failed open of the next one).
     unwritten_bytes: usize,
-    /// The `unwritten_bytes` at which the next catch-up is tried: [`CATCH_UP_BYTES`], or,
-    /// after a failed one, that much more than there were then (a failing catch-up is not
-    /// retried at every append).
+    /// The `unwritten_bytes` at which the next catch-up is tried: [`CATCH_UP_BYTES`] more
+    /// than the last one left. What it left is still in the writer's buffer (or, after a
+    /// failure, unreadable), so trying again before more text arrives would find nothing
+    /// new: a write buffer of compact records holds about three times its size in text.
     catch_up_at: usize,
     /// Appends return once written, even in `Sync` ([`DiskLog::set_defer_sync`]).
     defer_sync: bool,
@@ -62,7 +63,7 @@ pub struct DiskLog {
 
 /// How much appended text [`DiskLog`] lets accumulate before it refreshes its reader:
 /// the writer's buffer size, so in buffered modes most refreshes find new records.
-const CATCH_UP_BYTES: usize = 64 << 10;
+const CATCH_UP_BYTES: usize = 256 << 10;
 
 /// How much appended text [`DiskLog`] keeps in memory while its reader cannot catch up
 /// (DUR-8): past it, an append first catches up and, if that still fails, is refused before
@@ -214,12 +215,13 @@ impl DiskLog {
             .iter()
             .take_while(|e| e.seq() < visible)
             .count();
-        self.unwritten.drain(..written);
-        self.unwritten_bytes = self.unwritten.iter().map(|e| e.text().len()).sum();
-        self.catch_up_at = match caught_up {
-            Ok(_) => CATCH_UP_BYTES,
-            Err(_) => self.unwritten_bytes.saturating_add(CATCH_UP_BYTES),
-        };
+        let read: usize = self
+            .unwritten
+            .drain(..written)
+            .map(|e| e.text().len())
+            .sum();
+        self.unwritten_bytes -= read;
+        self.catch_up_at = self.unwritten_bytes.saturating_add(CATCH_UP_BYTES);
         caught_up.map(|_| ())
     }
 

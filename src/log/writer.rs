@@ -115,13 +115,15 @@ struct State {
     seq_next: u64,
     poisoned: bool,
     /// Encoded records not yet written, destined for `write_offset`. Invariant: it holds
-    /// exactly `pending` records; it is empty in `Sync` durability between appends.
+    /// exactly `pending` records, with `open_run`'s; both are empty in `Sync` durability
+    /// between appends.
     buffer: Vec<u8>,
     pending: u64,
-    /// The compact chunk run (§4.2) `buffer` ends with, and where in `buffer` its record
-    /// starts, while the next appended chunk may join it: its bytes are not written yet,
-    /// so it is encoded again with the chunk (REC-17). `None` once the buffer is written.
-    open_run: Option<(usize, compact::OpenRun)>,
+    /// The compact chunk run (§4.2) whose record comes after `buffer`'s, not encoded yet:
+    /// the next appended chunk may join it (REC-17). It is encoded at the end of `buffer`
+    /// ([`close_run`]) before another record is, and before the buffer is written, so a
+    /// run of n chunks is encoded once, not n times.
+    open_run: Option<compact::OpenRun>,
     /// A record being encoded (compact segments), kept to reuse its allocation.
     record: Vec<u8>,
     /// `Staged` (DUR-6): the syncs of sealed segments still running in the background,
@@ -511,6 +513,8 @@ impl Shared {
                 self.write_compact(state, event)?;
                 continue;
             }
+            // A compact segment that became limited (LIM-4) may end with an open run.
+            close_run(state);
             let mut stored = stored_form(&state.header, event);
             let len = frame_len(body_len(&stored)) as u64;
             let full = state.write_offset + state.buffer.len() as u64 + len > state.header.capacity;
@@ -536,7 +540,7 @@ impl Shared {
         }
         // DUR-2, DUR-3: without `Sync`, small appends gather into one write.
         let buffered = self.options.durability != Durability::Sync;
-        if !buffered || state.buffer.len() >= WRITE_BUFFER_BYTES {
+        if !buffered || unwritten_len(state) >= WRITE_BUFFER_BYTES {
             self.flush_buffer(state)?;
         }
         Ok(())
@@ -545,6 +549,7 @@ impl Shared {
     /// One positional write of the buffered records (RD-3). Should it fail, the writer is
     /// poisoned by the caller and the state is not used again.
     fn flush_buffer(&self, state: &mut State) -> Result<()> {
+        close_run(state);
         if state.buffer.is_empty() {
             return Ok(());
         }
@@ -559,8 +564,6 @@ impl Shared {
         state.data_crc = crc32c::crc32c_append(state.data_crc, &state.buffer);
         state.pending = 0;
         state.buffer.clear();
-        // Written: a run there is never encoded again (RCV, DUR: written bytes stay).
-        state.open_run = None;
         Ok(())
     }
 
@@ -575,14 +578,27 @@ impl Shared {
         {
             return Ok(());
         }
+        close_run(state);
+        // A chunk starts a run, left open (not encoded) for the next chunk to join; any
+        // other event is encoded at once.
         let mut record = std::mem::take(&mut state.record);
         record.clear();
-        encode_choice(choice, &mut record);
-        let len = record.len() as u64;
-        let full = state.write_offset + state.buffer.len() as u64 + len > state.header.capacity;
+        let (run, len) = match choice {
+            compact::Choice::Chunk(member) => {
+                let run = compact::OpenRun::start(&member).map_err(|why| refused(event, why))?;
+                let len = compact::frame_len(run.body_len());
+                (Some(run), len)
+            }
+            compact::Choice::Event(e) => {
+                compact::encode_event(&e, &mut record);
+                (None, record.len())
+            }
+        };
+        let full =
+            state.write_offset + state.buffer.len() as u64 + len as u64 > state.header.capacity;
         if full {
             self.flush_buffer(state)?;
-            self.roll(state, len)?;
+            self.roll(state, len as u64)?;
             if state.header.format() != Format::Compact {
                 // A writer configured without compact records rolled to a segment of
                 // another format (SEG-9).
@@ -590,19 +606,13 @@ impl Shared {
                 return self.write(state, std::slice::from_ref(event));
             }
         }
-        let at = state.buffer.len();
-        let offset = state.write_offset + at as u64;
+        let offset = state.write_offset + state.buffer.len() as u64;
         state
             .offsets
             .push(u32::try_from(offset).unwrap_or(u32::MAX));
         state.buffer.extend_from_slice(&record);
         state.record = record;
-        state.open_run = match choice {
-            compact::Choice::Chunk(member) => {
-                compact::OpenRun::start(&member).ok().map(|run| (at, run))
-            }
-            compact::Choice::Event(_) => None,
-        };
+        state.open_run = run;
         state.pending += 1;
         state.seq_next += 1;
         Ok(())
@@ -663,7 +673,10 @@ impl Shared {
         state.write_offset = SEGMENT_HEADER_LEN as u64;
         state.file_len = initial_len(&header);
         state.offsets.clear();
-        state.open_run = None;
+        debug_assert!(
+            state.open_run.is_none(),
+            "the buffer is written before a roll"
+        );
         state.unloaded = None;
         state.data_crc = 0;
         state.indexed = 0;
@@ -825,7 +838,7 @@ impl Shared {
         let durable = self.commit.durable_seq() >= state.seq_next;
         let unloaded = state.unloaded.map_or(0, |v| v.count);
         let dirty = unloaded + state.offsets.len() > state.indexed;
-        if durable && dirty && !state.poisoned && !state.limited && state.buffer.is_empty() {
+        if durable && dirty && !state.poisoned && !state.limited && state.pending == 0 {
             self.write_index(&mut state);
         }
     }
@@ -1030,25 +1043,20 @@ fn stored_form<'a>(header: &SegmentHeader, event: &'a Event) -> EventRef<'a> {
     }
 }
 
-/// Joins `member` to the run the buffer ends with ([`State::open_run`]), encoding that run
-/// again in place: `false` (nothing changed) when there is none, or `member` does not
-/// continue it (DSH ROW-3), or the run would pass its cap (REC-20) or the segment's
-/// capacity.
+/// Joins `member` to the open run ([`State::open_run`]): `false` (nothing changed) when
+/// there is none, or `member` does not continue it (DSH ROW-3), or the run would pass its
+/// cap (REC-20) or the segment's capacity.
 fn join_run(state: &mut State, member: compact::ChunkMember<'_>) -> bool {
-    let Some((at, run)) = &mut state.open_run else {
+    let Some(run) = &mut state.open_run else {
         return false;
     };
-    let Some(body_len) = run.joined_len(&member) else {
-        return false;
-    };
-    let end = state.write_offset + (*at + compact::frame_len(body_len)) as u64;
-    if end > state.header.capacity || !run.join(&member) {
+    let start = state.write_offset + state.buffer.len() as u64;
+    let room = usize::try_from(state.header.capacity.saturating_sub(start)).unwrap_or(usize::MAX);
+    if !run.join_within(&member, room) {
         return false;
     }
-    state.buffer.truncate(*at);
-    run.encode(&mut state.buffer);
-    // The members of a run share its offset (IDX-1).
-    let offset = state.write_offset + *at as u64;
+    // The members of a run share its offset (IDX-1): where the buffer ends.
+    let offset = state.write_offset + state.buffer.len() as u64;
     state
         .offsets
         .push(u32::try_from(offset).unwrap_or(u32::MAX));
@@ -1057,17 +1065,20 @@ fn join_run(state: &mut State, member: compact::ChunkMember<'_>) -> bool {
     true
 }
 
-/// Appends the compact record of `choice` (REC-17): a run of one chunk, or an event record.
-fn encode_choice(choice: compact::Choice<'_>, out: &mut Vec<u8>) {
-    match choice {
-        compact::Choice::Chunk(member) => {
-            let mut builder = compact::ChunkRunBuilder::default();
-            // One member: a chunk `choose` accepted always fits a run.
-            let _ = builder.push(member);
-            builder.encode(out);
-        }
-        compact::Choice::Event(e) => compact::encode_event(&e, out),
+/// Encodes the open run, if any, at the end of the buffer: no chunk joins it after.
+fn close_run(state: &mut State) {
+    if let Some(run) = state.open_run.take() {
+        run.encode(&mut state.buffer);
     }
+}
+
+/// The bytes of the records not yet written: the buffer's and the open run's.
+fn unwritten_len(state: &State) -> usize {
+    state.buffer.len()
+        + state
+            .open_run
+            .as_ref()
+            .map_or(0, |run| compact::frame_len(run.body_len()))
 }
 
 /// Why an admitted event has no compact record (REC-20): a field out of range, which

@@ -1127,7 +1127,8 @@ pub fn choose<'a>(event: &EventRef<'a>) -> Result<Choice<'a>, Refusal> {
                 time: e.time,
                 chunk,
             };
-            check_member(&member)?;
+            // `form` recognised the chunk in the text, its strings checked there.
+            check_member_fields(&member)?;
             Ok(Choice::Chunk(member))
         }
         Form::Rebuilt(order) => {
@@ -1809,6 +1810,19 @@ fn chunk_fits(chunk: &ChunkRef<'_>) -> bool {
 
 /// The ranges and strings REC-20 holds a member to.
 fn check_member(m: &ChunkMember<'_>) -> Result<(), Refusal> {
+    let c = &m.chunk;
+    let strings_ok = is_string_inside(c.id.as_bytes())
+        && c.name.is_none_or(|n| is_string_inside(n.as_bytes()))
+        && is_string_inside(c.payload.as_bytes());
+    if !strings_ok {
+        return Err(Refusal::ChunkString);
+    }
+    check_member_fields(m)
+}
+
+/// [`check_member`] but for its strings' contents: for a chunk recognised in an event's
+/// text ([`ChunkRef::from_text`], [`ChunkRef::from_data`]), which checked them (REC-12).
+fn check_member_fields(m: &ChunkMember<'_>) -> Result<(), Refusal> {
     if m.seq > SAFE {
         return Err(Refusal::SeqRange);
     }
@@ -1819,10 +1833,7 @@ fn check_member(m: &ChunkMember<'_>) -> Result<(), Refusal> {
         return Err(Refusal::StringLength);
     }
     let c = &m.chunk;
-    let strings_ok = is_string_inside(c.id.as_bytes())
-        && c.name.is_none_or(|n| is_string_inside(n.as_bytes()))
-        && is_string_inside(c.payload.as_bytes());
-    if !strings_ok || (c.kind != ChunkKind::ToolCall && (!c.id.is_empty() || c.name.is_some())) {
+    if c.kind != ChunkKind::ToolCall && (!c.id.is_empty() || c.name.is_some()) {
         return Err(Refusal::ChunkString);
     }
     if c.text_len(m.seq, m.time) as u64 > TEXT_BYTES_MAX {
@@ -2022,13 +2033,15 @@ impl OpenRun {
     /// strings checked once there); its time is checked here, its id and name are the run's.
     pub fn joined_len(&self, member: &ChunkMember<'_>) -> Option<usize> {
         let c = &member.chunk;
+        // Only a tool call has an id or a name: the run's first member and `member` were
+        // checked (`check_member`), so other kinds compare as equal there without reading.
         let continues = self.last.0.checked_add(1) == Some(member.seq)
             && super::chunk::kind_byte(c) == self.kind_byte
             && c.turn == self.turn
             && c.step == self.step
             && c.index == self.index
-            && c.id == self.id
-            && c.name == self.name.as_deref();
+            && (self.kind != ChunkKind::ToolCall
+                || (c.id == self.id && c.name == self.name.as_deref()));
         if !continues || member.time.unsigned_abs() > SAFE {
             return None;
         }
@@ -2044,7 +2057,16 @@ impl OpenRun {
     /// Joins `member` when [`OpenRun::joined_len`] allows it; `false` (nothing changed)
     /// otherwise.
     pub fn join(&mut self, member: &ChunkMember<'_>) -> bool {
-        if self.joined_len(member).is_none() {
+        self.join_within(member, usize::MAX)
+    }
+
+    /// [`OpenRun::join`] when the run's record then takes at most `frame_max` bytes
+    /// ([`frame_len`]): a writer's room left in its segment.
+    pub fn join_within(&mut self, member: &ChunkMember<'_>, frame_max: usize) -> bool {
+        if self
+            .joined_len(member)
+            .is_none_or(|len| frame_len(len) > frame_max)
+        {
             return false;
         }
         put_zz(&mut self.dts, member.time - self.last.1);

@@ -497,9 +497,77 @@ pub fn write(
     log: &impl EventSource,
 ) -> crate::Result<u64> {
     use crate::Error;
+    let (seqs, seq_next, last_text_crc) = contents(dir, surface, log)?;
+    install(storage, dir, |tmp| {
+        let file = storage
+            .create_file(tmp, 0)
+            .map_err(|e| Error::io("create", tmp, &e))?;
+        build(&seqs, seq_next, last_text_crc, log, &mut |offset, bytes| {
+            storage
+                .write_at(&file, offset, bytes)
+                .map_err(|e| Error::io("write", tmp, &e))
+        })
+    })?;
+    Ok(seq_next)
+}
+
+/// [`write`] of a pack compressed at Zstandard level `level` (MSP-8): built in memory,
+/// compressed, written, and read back and decompressed to the same bytes before it takes
+/// the name. Written plain when compressing would not shrink it.
+///
+/// # Errors
+/// As [`write`]; `CORRUPT` when the written file does not read back.
+#[cfg(feature = "compress")]
+pub(crate) fn write_compressed(
+    storage: &dyn Storage,
+    dir: &Path,
+    surface: &Surface,
+    log: &impl EventSource,
+    level: i32,
+) -> crate::Result<u64> {
+    let (seqs, seq_next, last_text_crc) = contents(dir, surface, log)?;
+    let mut bytes = Vec::new();
+    build(&seqs, seq_next, last_text_crc, log, &mut |offset, chunk| {
+        // The texts come in order after a gap for the entries, which come last, then the
+        // fixed fields before them.
+        let at = usize::try_from(offset).unwrap_or(usize::MAX);
+        if at >= bytes.len() {
+            bytes.resize(at, 0);
+            bytes.extend_from_slice(chunk);
+            return Ok(());
+        }
+        let end = at + chunk.len();
+        if end > bytes.len() {
+            bytes.resize(end, 0);
+        }
+        if let Some(place) = bytes.get_mut(at..end) {
+            place.copy_from_slice(chunk);
+        }
+        Ok(())
+    })?;
+    if install_bytes(storage, dir, &bytes, level)?.is_none() {
+        install(storage, dir, |tmp| {
+            let file = storage
+                .create_file(tmp, 0)
+                .map_err(|e| crate::Error::io("create", tmp, &e))?;
+            storage
+                .write_at(&file, 0, &bytes)
+                .map_err(|e| crate::Error::io("write", tmp, &e))
+        })?;
+    }
+    Ok(seq_next)
+}
+
+/// What a pack of `surface` holds besides its texts: its nodes, sorted; its `seq_next`;
+/// and the CRC of the log's last text (MSP-2).
+fn contents(
+    dir: &Path,
+    surface: &Surface,
+    log: &impl EventSource,
+) -> crate::Result<(Vec<u64>, u64, u32)> {
     let seq_next = surface.seq_next();
     let last = seq_next.checked_sub(1).ok_or_else(|| {
-        Error::from(crate::error::ErrorKind::Corrupt {
+        crate::Error::from(crate::error::ErrorKind::Corrupt {
             location: dir.join(PACK_FILE).display().to_string(),
             reason: "an empty log has no message pack".to_owned(),
         })
@@ -507,40 +575,39 @@ pub fn write(
     let last_text_crc = crc32c::crc32c(log.event_at(last)?.text().as_bytes());
     let mut seqs = surface.nodes().to_vec();
     seqs.sort_unstable();
+    Ok((seqs, seq_next, last_text_crc))
+}
+
+/// MSP-6: writes `messages.tmp` with `fill` and renames it over `messages`; a temporary
+/// file is never left behind (it would hold the texts until the next pack).
+fn install(
+    storage: &dyn Storage,
+    dir: &Path,
+    fill: impl FnOnce(&Path) -> crate::Result<()>,
+) -> crate::Result<()> {
     let tmp = dir.join(format!("{PACK_FILE}.tmp"));
     let path = dir.join(PACK_FILE);
     let _ = storage.remove_file(&tmp);
-    let written = write_tmp(storage, &tmp, &seqs, seq_next, last_text_crc, log);
-    // A temporary file is never left behind (it would hold the texts until the next pack).
-    let renamed = written.and_then(|()| {
+    let renamed = fill(&tmp).and_then(|()| {
         storage
             .rename(&tmp, &path)
-            .map_err(|e| Error::io("rename", &path, &e))
+            .map_err(|e| crate::Error::io("rename", &path, &e))
     });
     if renamed.is_err() {
         let _ = storage.remove_file(&tmp);
     }
-    renamed.map(|()| seq_next)
+    renamed
 }
 
-/// The pack of the nodes `seqs` (sorted) into the new file `tmp` (MSP-1, MSP-3).
-fn write_tmp(
-    storage: &dyn Storage,
-    tmp: &Path,
+/// The version 1 pack of the nodes `seqs` (sorted), handed to `write_at` piece by piece
+/// at their offsets (MSP-1, MSP-3).
+fn build(
     seqs: &[u64],
     seq_next: u64,
     last_text_crc: u32,
     log: &impl EventSource,
+    write_at: &mut dyn FnMut(u64, &[u8]) -> crate::Result<()>,
 ) -> crate::Result<()> {
-    use crate::Error;
-    let file = storage
-        .create_file(tmp, 0)
-        .map_err(|e| Error::io("create", tmp, &e))?;
-    let write_at = |offset: u64, bytes: &[u8]| {
-        storage
-            .write_at(&file, offset, bytes)
-            .map_err(|e| Error::io("write", tmp, &e))
-    };
     // One pass: each message read (verified, REC-4) once, its text streamed through a
     // bounded buffer into the text area, which starts after the entries (their number is
     // the surface's), and its entry kept; the entries and the fixed fields are written
@@ -674,10 +741,9 @@ fn unpacked(
 }
 
 /// MSP-8: replaces the version 1 pack of the session directory `dir`, when it checks out
-/// (MSP-1), by its compressed form at Zstandard level `level`, through `messages.tmp` as
-/// MSP-6 writes one, after reading the new file back and decompressing it to the same
-/// bytes. Its length before and after, or `None` when there is no such pack or it would
-/// not shrink. A failure leaves the old pack (a cache: never an error for the session).
+/// (MSP-1), by its compressed form at Zstandard level `level` ([`install_bytes`]). Its
+/// length before and after, or `None` when there is no such pack or it would not shrink.
+/// A failure leaves the old pack (a cache: never an error for the session).
 ///
 /// # Errors
 /// `IO`, `CORRUPT` when the written file does not read back.
@@ -687,57 +753,67 @@ pub(crate) fn compress(
     dir: &Path,
     level: i32,
 ) -> crate::Result<Option<(u64, u64)>> {
-    use crate::Error;
     let path = dir.join(PACK_FILE);
     let Ok(bytes) = crate::storage::read_file(storage, &path) else {
-        return Ok(None);
-    };
-    let Some(fixed) = bytes
-        .get(..ENTRIES_AT)
-        .and_then(|b| <[u8; ENTRIES_AT]>::try_from(b).ok())
-    else {
         return Ok(None);
     };
     if check_bytes(&bytes).is_err() {
         return Ok(None);
     }
-    let Some(layout) = logical_of(&fixed) else {
+    match install_bytes(storage, dir, &bytes, level)? {
+        Some(packed) => Ok(Some((bytes.len() as u64, packed))),
+        None => Ok(None),
+    }
+}
+
+/// MSP-8: installs the version 1 pack `bytes` as `dir`'s pack, compressed at Zstandard
+/// level `level`, through `messages.tmp` as MSP-6 writes one, after reading the new file
+/// back and decompressing it to the same bytes; its compressed length. `None`, with
+/// nothing written, when compressing would not shrink it or it is too large for a
+/// compressed pack.
+///
+/// # Errors
+/// `IO`, `CORRUPT` when the written file does not read back.
+#[cfg(feature = "compress")]
+fn install_bytes(
+    storage: &dyn Storage,
+    dir: &Path,
+    bytes: &[u8],
+    level: i32,
+) -> crate::Result<Option<u64>> {
+    use crate::Error;
+    let layout = bytes
+        .get(..ENTRIES_AT)
+        .and_then(|b| <[u8; ENTRIES_AT]>::try_from(b).ok())
+        .and_then(|fixed| logical_of(&fixed).map(|layout| (fixed, layout)));
+    let Some((fixed, layout)) = layout.filter(|(_, l)| u32::try_from(l.len).is_ok()) else {
         return Ok(None);
     };
     let mut stored = fixed;
     if let Some(version) = stored.get_mut(8..12) {
         version.copy_from_slice(&PACK_VERSION_COMPRESSED.to_le_bytes());
     }
+    let path = dir.join(PACK_FILE);
     let packed = crate::log::compressed::compress_logical(
         &stored,
-        &bytes,
+        bytes,
         crate::log::compressed::BLOCK_BYTES,
         level,
     )
     .map_err(|e| Error::io("compress", &path, &e))?;
-    if packed.len() >= bytes.len() || layout.len > u64::from(u32::MAX) {
+    if packed.len() >= bytes.len() {
         return Ok(None);
     }
-    let tmp = dir.join(format!("{PACK_FILE}.tmp"));
-    let _ = storage.remove_file(&tmp);
-    let written = storage
-        .create_file(&tmp, 0)
-        .map_err(|e| Error::io("create", &tmp, &e))
-        .and_then(|file| {
-            storage
-                .write_at(&file, 0, &packed)
-                .map_err(|e| Error::io("write", &tmp, &e))?;
-            crate::log::compressed::check_logical(&file, &tmp, &layout, &bytes)
-        })
-        .and_then(|()| {
-            storage
-                .rename(&tmp, &path)
-                .map_err(|e| Error::io("rename", &path, &e))
-        });
-    if written.is_err() {
-        let _ = storage.remove_file(&tmp);
-    }
-    written.map(|()| Some((bytes.len() as u64, packed.len() as u64)))
+    install(storage, dir, |tmp| {
+        let file = storage
+            .create_file(tmp, 0)
+            .map_err(|e| Error::io("create", tmp, &e))?;
+        storage
+            .write_at(&file, 0, &packed)
+            .map_err(|e| Error::io("write", tmp, &e))?;
+        crate::log::compressed::check_logical(&file, tmp, &layout, bytes)
+    })?;
+    Ok(Some(packed.len() as u64))
 }
 
 /// The `seq_next` of the pack file at `path` when its fixed fields are this version's,

@@ -138,13 +138,14 @@ impl StoredLog {
         if !pack::due(surface, covers, self.pack_min) {
             return;
         }
-        // MSP-3: every text read from its log record, never from the old pack.
-        let written = pack::write(&*self.storage, self.session_dir(), surface, &self.log);
-        // MSP-8: compressed once written; a failure leaves it plain (a cache either way).
-        #[cfg(feature = "compress")]
-        if let (Ok(_), Some(level)) = (&written, self.pack_level) {
-            let _ = pack::compress(&*self.storage, self.session_dir(), level);
-        }
+        // MSP-3: every text read from its log record, never from the old pack; MSP-8:
+        // compressed as it is written when the store says so.
+        let (storage, dir) = (&*self.storage, self.session_dir());
+        let written = match self.pack_level {
+            #[cfg(feature = "compress")]
+            Some(level) => pack::write_compressed(storage, dir, surface, &self.log, level),
+            _ => pack::write(storage, dir, surface, &self.log),
+        };
         if let Ok(covers) = written {
             self.pack_covers = Some(covers);
             self.pack = LazyPack::default();
