@@ -36,6 +36,10 @@
 //!    text, in bytes/s of record bytes; also the iteration alone over an open reader.
 //!    Target: ≥ 1 GB/s.
 //!
+//! `SURFACELOG_BENCH_RECORDS=v1` or `=compact` chooses the records the logs write (version
+//! 1, or compact, log-format.md §4.2; the default: [`LogOptions`]'s), and each baseline
+//! writes the bytes of those records.
+//!
 //! A summary with each target, the measured median and pass/fail is printed at the end.
 //! The machine may be shared and its disk virtual: rerun when the numbers are noisy.
 //! Run with `cargo bench --bench log`.
@@ -107,6 +111,33 @@ fn event_for(seq: u64, text_bytes: usize) -> Event {
     Event::new(text, data, None, fields)
 }
 
+/// Whether the logs write compact records: `SURFACELOG_BENCH_RECORDS`, `v1` or `compact`;
+/// by default as [`LogOptions::default`] does.
+fn compact_records() -> bool {
+    match std::env::var("SURFACELOG_BENCH_RECORDS").as_deref() {
+        Ok("v1") => false,
+        Ok("compact") => true,
+        _ => LogOptions::default().compact_records,
+    }
+}
+
+/// Appends the record the benchmark logs store `event` as: version 1, or compact.
+fn encode_stored(event: &Event, out: &mut Vec<u8>) {
+    use surfacelog::internals::record::compact;
+    if !compact_records() {
+        encode_event(event, out);
+        return;
+    }
+    match compact::choose(&event.as_ref()).expect("a compact record holds the event") {
+        compact::Choice::Event(e) => compact::encode_event(&e, out),
+        compact::Choice::Chunk(member) => {
+            let mut run = compact::ChunkRunBuilder::default();
+            run.push(member).expect("a run holds one chunk");
+            run.encode(out);
+        }
+    }
+}
+
 fn events(seqs: std::ops::Range<u64>, text_bytes: usize) -> Vec<Event> {
     seqs.map(|seq| event_for(seq, text_bytes)).collect()
 }
@@ -114,6 +145,11 @@ fn events(seqs: std::ops::Range<u64>, text_bytes: usize) -> Vec<Event> {
 /// Bytes of the record (frame, body, padding) of an event with `text_bytes` of text.
 fn record_bytes(text_bytes: usize) -> u64 {
     let event = event_for(0, text_bytes);
+    if compact_records() {
+        let mut record = Vec::new();
+        encode_stored(&event, &mut record);
+        return to_u64(record.len());
+    }
     to_u64(frame_len(body_len(&event.as_ref())))
 }
 
@@ -312,7 +348,7 @@ impl LiveLog {
             durability: self.durability,
             storage: Arc::clone(&self.storage) as Arc<dyn Storage>,
             chunk_records: true,
-            compact_records: false,
+            compact_records: compact_records(),
         };
         let (writer, _) = LogWriter::open(self.dir.path(), options).expect("open the log");
         self.writer = Some(writer);
@@ -736,7 +772,7 @@ impl BareFile {
         std::fs::create_dir_all(dir.path()).expect("create the bare dir");
         let mut record = Vec::new();
         for event in events(0..records, text_bytes) {
-            encode_event(&event, &mut record);
+            encode_stored(&event, &mut record);
         }
         let file = Self::create(dir.path(), 0);
         Self {
@@ -1018,6 +1054,7 @@ fn bench_group_commit(c: &mut Criterion, checks: &mut Vec<Check>) {
         let options = LogOptions {
             durability: Durability::Sync,
             storage: Arc::clone(&storage) as Arc<dyn Storage>,
+            compact_records: compact_records(),
             ..LogOptions::default()
         };
         let (writer, _) = LogWriter::open(dir.path(), options).expect("open the shared log");
@@ -1111,6 +1148,7 @@ fn group_commit_interleaved(checks: &mut Vec<Check>) {
         let options = LogOptions {
             durability: Durability::Sync,
             storage: Arc::clone(&storage) as Arc<dyn Storage>,
+            compact_records: compact_records(),
             ..LogOptions::default()
         };
         let (writer, _) = LogWriter::open(dir.path(), options).expect("open the shared log");
@@ -1212,6 +1250,7 @@ fn read_all(reader: &LogReader) -> (u64, u64) {
 fn build_read_log(dir: &Path, events: u64, text_bytes: usize) -> u64 {
     let options = LogOptions {
         durability: Durability::Manual,
+        compact_records: compact_records(),
         ..LogOptions::default()
     };
     let (writer, _) = LogWriter::open(dir, options).expect("open the read log");

@@ -11,7 +11,9 @@
 //! ~330 bytes of record per event. Every session ends outside a turn, so opening it
 //! appends no repair closer, and `Session::close` leaves a fresh checkpoint. Three sessions: 10k events, 1M events (~0.33 GB of records) and 5M events
 //! (~1.2 GB of event text, ~1.6 GB of records). The sessions are opened through a store
-//! with the default options (`Durability::Sync`, 8 MiB segments, `store.md` STORE-12).
+//! with the default options (`Durability::Sync`, 8 MiB segments, `store.md` STORE-12);
+//! `SURFACELOG_BENCH_RECORDS=v1` or `=compact` chooses the records the logs hold (version
+//! 1, or compact, log-format.md §4.2).
 //!
 //! Measured, with the targets of the issue (medians; ratios from the same run):
 //!
@@ -300,15 +302,25 @@ fn main() {
     criterion.final_summary();
 }
 
+/// The store options of every store here: the default, but for the records its logs
+/// write when `SURFACELOG_BENCH_RECORDS` is `v1` or `compact` (log-format.md §4.2).
+fn options() -> StoreOptions {
+    match std::env::var("SURFACELOG_BENCH_RECORDS").as_deref() {
+        Ok("v1") => StoreOptions::default().compact_records(false),
+        Ok("compact") => StoreOptions::default().compact_records(true),
+        _ => StoreOptions::default(),
+    }
+}
+
 fn benches(c: &mut Criterion, full: bool) {
     let dir =
         TempDir(std::env::temp_dir().join(format!("surfacelog-open-bench-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir.0);
-    let building = StoreOptions::new().durability(Durability::Manual);
+    let building = options().durability(Durability::Manual);
     let builder = Store::open_or_create(&dir.0, building).expect("creates the store");
     let [small, large, huge] = workloads(full).map(|w| build(&builder, w));
     drop(builder);
-    let store = Store::open_or_create(&dir.0, StoreOptions::default()).expect("opens the store");
+    let store = Store::open_or_create(&dir.0, options()).expect("opens the store");
     let mut times = Times::default();
 
     open_checkpointed(c, &store, &[&small, &large], false, &mut times);
@@ -435,8 +447,8 @@ impl Phases {
         self.header.push(start.elapsed());
 
         let start = Instant::now();
-        let (log, _) = DiskLog::open(&log_dir, StoreOptions::default().get_log_options().clone())
-            .expect("opens the log");
+        let (log, _) =
+            DiskLog::open(&log_dir, options().get_log_options().clone()).expect("opens the log");
         self.disk_log.push(start.elapsed());
 
         let start = Instant::now();
@@ -447,11 +459,8 @@ impl Phases {
         let start = Instant::now();
         let origin = LogOrigin {
             dir: log_dir.clone(),
-            storage: StoreOptions::default().get_log_options().storage.clone(),
-            vocabulary: StoreOptions::default()
-                .get_session_options()
-                .vocabulary
-                .clone(),
+            storage: options().get_log_options().storage.clone(),
+            vocabulary: options().get_session_options().vocabulary.clone(),
         };
         let loaded = Checkpoint::load(&dir, &log, origin).expect("the checkpoint can be read");
         self.checkpoint.push(start.elapsed());
@@ -627,8 +636,7 @@ fn resident_memory(store: &Store, built: &Built, checkpointed: bool) -> Memory {
 /// memory before and after.
 fn rss_child(spec: &str) {
     let (dir, id) = spec.split_once('\n').expect("dir and id");
-    let store =
-        Store::open_or_create(Path::new(dir), StoreOptions::default()).expect("opens the store");
+    let store = Store::open_or_create(Path::new(dir), options()).expect("opens the store");
     let before = proc_status();
     let (session, opened) = store.open_session(id).expect("opens the session");
     let after = proc_status();
