@@ -204,10 +204,13 @@ fn mixed_events() -> Vec<(Event, bool)> {
         .collect()
 }
 
+/// Version 1 records (§4), with chunk records (§4.1) or without: not the default compact
+/// records (§4.2), which store chunks otherwise.
 fn options(chunk_records: bool, segment_bytes: u64) -> LogOptions {
     LogOptions {
         segment_bytes,
         chunk_records,
+        compact_records: false,
         ..LogOptions::default()
     }
 }

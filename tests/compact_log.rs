@@ -14,11 +14,14 @@ use surfacelog::internals::log::LogReader;
 use surfacelog::internals::log::segment::{CHUNK_RECORDS, COMPACT_RECORDS, SegmentHeader};
 use surfacelog::{Boundary, KeptReason, NoSurface, Store, StoreOptions, SurfaceIntent, kinds};
 
-/// A store whose writers roll segments every `segment_bytes` and write chunk records or not.
+/// A store whose writers roll segments every `segment_bytes` and write version 1 records,
+/// with chunk records or not (not the default compact records: the logs compaction
+/// rewrites; a test of compaction into compact records asks for them).
 fn store(dir: &Path, chunk_records: bool, segment_bytes: u64) -> Store {
     let options = StoreOptions::new()
         .segment_bytes(segment_bytes)
-        .chunk_records(chunk_records);
+        .chunk_records(chunk_records)
+        .compact_records(false);
     Store::open_or_create(dir, options).unwrap()
 }
 

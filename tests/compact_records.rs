@@ -316,6 +316,7 @@ fn a_version_1_log_goes_on_in_compact_records_after_its_next_roll() {
     let dir = tempfile::tempdir().unwrap();
     let v1 = LogOptions {
         segment_bytes: 2000,
+        compact_records: false,
         ..LogOptions::default()
     };
     let (mut log, _) = DiskLog::open(dir.path(), v1).unwrap();

@@ -276,11 +276,11 @@ fn segment_0_cut_to_nothing_under_its_index_is_corrupt_for_readers() {
     }
 }
 
-/// A closed session `s` of at least three 4 KiB segments, with its checkpoint; the names
-/// of its segment files, sorted.
+/// A closed session `s` of at least three 1 KiB segments (in either record format), with
+/// its checkpoint; the names of its segment files, sorted.
 fn store_with_segments(prefix: &str) -> (tempfile::TempDir, Vec<String>) {
     let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
-    let store = Store::open_or_create(dir.path(), StoreOptions::new().segment_bytes(4096)).unwrap();
+    let store = Store::open_or_create(dir.path(), StoreOptions::new().segment_bytes(1024)).unwrap();
     let mut s = store.create("s", None, None).unwrap();
     for t in 0..120 {
         s.append::<kinds::TurnStart>(&format!(r#"{{"turn":{t}}}"#), NoSurface)

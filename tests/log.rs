@@ -295,7 +295,8 @@ fn dur_6_a_failed_background_sync_of_a_sealed_segment_fails_the_flush() {
     let (writer, faults) = faulty_writer(&dir, Durability::Staged, 16 << 10);
     // The first sync is the first sealed segment's, run in the background.
     faults.fail_sync(1);
-    writer.append(&events(0..400)).unwrap();
+    // Enough for several 16 KiB segments in either record format.
+    writer.append(&events(0..1000)).unwrap();
     assert!(segments(&dir).len() > 3, "the appends sealed segments");
     let error = writer.flush().unwrap_err();
     assert_eq!(error.code(), "IO");
@@ -727,7 +728,9 @@ fn seg_7_a_sealed_segment_filled_to_its_last_byte_reopens() {
     let mut one = Vec::new();
     surfacelog::internals::record::encode_event(&fixed(0), &mut one);
     let capacity = 64 + 4 * one.len() as u64;
-    let (writer, _) = LogWriter::open(&dir, options(Durability::Manual, capacity)).unwrap();
+    // Version 1 records, whose size `encode_event` gives.
+    let v1 = common::v1_log_options(Durability::Manual, capacity);
+    let (writer, _) = LogWriter::open(&dir, v1).unwrap();
     let all: Vec<Event> = (0..10).map(fixed).collect();
     writer.append(&all).unwrap();
     writer.close().unwrap();
@@ -1211,22 +1214,6 @@ fn assert_corrupt_at(error: &surfacelog::Error, path: &Path) {
     assert!(text.contains("offset="), "{text}");
 }
 
-/// The offsets of the record frames of the segment file `path`, walked by their lengths.
-fn frame_offsets(path: &Path) -> Vec<usize> {
-    let bytes = std::fs::read(path).unwrap();
-    let mut at = 64;
-    let mut found = Vec::new();
-    while let Some(len) = bytes.get(at..at + 4) {
-        let len = u32::from_le_bytes(len.try_into().unwrap()) as usize;
-        if len == 0 {
-            break;
-        }
-        found.push(at);
-        at += (8 + len).next_multiple_of(8);
-    }
-    found
-}
-
 /// A log of `segments_wanted` segments of 1 KiB whose reader was opened while only the
 /// first existed, and the writer closed: the directory, that reader (its last segment the
 /// first) and the number of events.
@@ -1255,17 +1242,22 @@ fn rolled_past_a_reader(segments_wanted: usize) -> (common::ScratchPath, LogRead
 #[test]
 fn rd_2_a_following_reader_reports_damage_where_its_segment_was_sealed() {
     type Damage = fn(&[PathBuf]);
+    /// The bytes of the segment file `segment` and where its last record lies in them,
+    /// found by walking its records in its format.
+    fn last_record(segment: &Path) -> (Vec<u8>, std::ops::Range<usize>) {
+        let bytes = std::fs::read(segment).unwrap();
+        let record = common::segment_records(&bytes).pop().unwrap().at;
+        assert!(record.len() > 20, "{record:?}");
+        (bytes, record)
+    }
     let flip_last_record: Damage = |segs| {
-        let at = *frame_offsets(&segs[0]).last().unwrap();
-        let mut bytes = std::fs::read(&segs[0]).unwrap();
-        bytes[at + 20] ^= 0xFF; // inside the body: the checksum fails
+        let (mut bytes, record) = last_record(&segs[0]);
+        bytes[record.start + 20] ^= 0xFF; // inside the body: the checksum fails
         std::fs::write(&segs[0], bytes).unwrap();
     };
     let zero_last_record: Damage = |segs| {
-        let at = *frame_offsets(&segs[0]).last().unwrap();
-        let mut bytes = std::fs::read(&segs[0]).unwrap();
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        bytes[at..at + (8 + len).next_multiple_of(8)].fill(0);
+        let (mut bytes, record) = last_record(&segs[0]);
+        bytes[record].fill(0);
         std::fs::write(&segs[0], bytes).unwrap();
     };
     let remove_second: Damage = |segs| {
@@ -1321,7 +1313,11 @@ fn rec_9_a_record_at_the_last_u64_seq_is_corrupt() {
     use surfacelog::internals::log::segment::SegmentHeader;
     use surfacelog::internals::record::encode_event;
     let dir = temp_dir("max-seq");
-    append_and_close(&dir, 0..2);
+    // A log of version 1 records, whose frame the crafted record below has.
+    let (writer, _) =
+        LogWriter::open(&dir, common::v1_log_options(Durability::Manual, 1 << 20)).unwrap();
+    writer.append(&events(0..2)).unwrap();
+    writer.close().unwrap();
     let header = SegmentHeader::decode(&std::fs::read(&segments(&dir)[0]).unwrap()).unwrap();
     let header = SegmentHeader {
         index: 1,

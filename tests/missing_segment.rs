@@ -7,6 +7,11 @@ use std::path::{Path, PathBuf};
 
 use surfacelog::{Boundary, NoSurface, Store, StoreOptions, kinds};
 
+/// The segments' capacity: small enough that a few hundred small events span several
+/// segments in either record format (compact records, the default, take a third of the
+/// bytes of version 1 records).
+const SEGMENT_BYTES: u64 = 1024;
+
 fn segs(log: &Path) -> Vec<String> {
     let mut segs: Vec<String> = std::fs::read_dir(log)
         .unwrap()
@@ -23,7 +28,8 @@ fn first(name: &str) -> u64 {
 
 fn store(prefix: &str, turns: u32) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
-    let store = Store::open_or_create(dir.path(), StoreOptions::new().segment_bytes(4096)).unwrap();
+    let store = Store::open_or_create(dir.path(), StoreOptions::new().segment_bytes(SEGMENT_BYTES))
+        .unwrap();
     let mut s = store.create("s", None, None).unwrap();
     for t in 0..turns {
         s.append::<kinds::TurnStart>(&format!(r#"{{"turn":{t}}}"#), NoSurface)
@@ -128,7 +134,8 @@ fn gap_after_a_forks_limited_segment() {
     let log = dir.path().join("sessions/s/log");
     {
         let store =
-            Store::open_or_create(dir.path(), StoreOptions::new().segment_bytes(4096)).unwrap();
+            Store::open_or_create(dir.path(), StoreOptions::new().segment_bytes(SEGMENT_BYTES))
+                .unwrap();
         let mut s = store.create("s", None, None).unwrap();
         for t in 0..40 {
             s.append::<kinds::TurnStart>(&format!(r#"{{"turn":{t}}}"#), NoSurface)
@@ -144,7 +151,8 @@ fn gap_after_a_forks_limited_segment() {
     let boundary = (first(&s[1]) + 3) | 1;
     assert!(boundary < first(&s[2]));
     {
-        let store = Store::open(dir.path(), StoreOptions::new().segment_bytes(4096)).unwrap();
+        let store =
+            Store::open(dir.path(), StoreOptions::new().segment_bytes(SEGMENT_BYTES)).unwrap();
         let mut child = store.fork("s", Boundary::Seq(boundary), "c").unwrap();
         for t in 100..200 {
             child
@@ -185,7 +193,7 @@ fn gap_after_a_segment_whose_index_lists_a_prefix() {
         .tempdir()
         .unwrap();
     let log = dir.path().join("sessions/s/log");
-    let options = || StoreOptions::new().segment_bytes(4096);
+    let options = || StoreOptions::new().segment_bytes(SEGMENT_BYTES);
     {
         let store = Store::open_or_create(dir.path(), options()).unwrap();
         let mut s = store.create("s", None, None).unwrap();

@@ -12,7 +12,7 @@ mod common;
 
 #[cfg(feature = "cli")]
 use common::surfacelog;
-use common::{Scratch, faulty_writer, files_ending, log_options, padded_event};
+use common::{Scratch, faulty_writer, files_ending, log_options, padded_event, v1_log_options};
 
 fn scratch(name: &str) -> Scratch {
     common::scratch("recovery", name)
@@ -31,15 +31,30 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     files_ending(dir, ".seg")
 }
 
-/// A log in the directory `log` of a new scratch directory `name` (1 MiB segments),
-/// holding `events(0..n)` and closed (so indexed). Keep the scratch directory alive.
+/// A log in the directory `log` of a new scratch directory `name` (1 MiB segments, the
+/// default records), holding `events(0..n)` and closed (so indexed). Keep the scratch
+/// directory alive.
 fn closed_log(name: &str, durability: Durability, n: u64) -> (Scratch, PathBuf) {
+    closed_log_with(name, log_options(durability, 1 << 20), n)
+}
+
+/// [`closed_log`] written with `options`.
+fn closed_log_with(name: &str, options: LogOptions, n: u64) -> (Scratch, PathBuf) {
     let tmp = scratch(name);
     let dir = tmp.join("log");
-    let (writer, _) = LogWriter::open(&dir, log_options(durability, 1 << 20)).unwrap();
+    let (writer, _) = LogWriter::open(&dir, options).unwrap();
     writer.append(&events(0..n)).unwrap();
     writer.close().unwrap();
     (tmp, dir)
+}
+
+/// The options of a writer of each record format, `Manual` durability and 1 MiB segments:
+/// version 1 records (§4, §4.1) and compact records (§4.2, the default), named.
+fn both_formats() -> [(&'static str, LogOptions); 2] {
+    [
+        ("v1", v1_log_options(Durability::Manual, 1 << 20)),
+        ("compact", log_options(Durability::Manual, 1 << 20)),
+    ]
 }
 
 /// A store made by `surfacelog demo` in the directory `store` of a new scratch directory
@@ -53,12 +68,14 @@ fn demo_store(name: &str) -> (Scratch, PathBuf) {
     (tmp, store_dir)
 }
 
-/// The offset of the record of `seq` in `segment`'s bytes, found by its text.
-fn offset_of_text(bytes: &[u8], text: &str) -> usize {
-    bytes
-        .windows(text.len())
-        .position(|w| w == text.as_bytes())
-        .unwrap()
+/// An offset inside the checksummed bytes of the record holding `seq` in the segment file
+/// `segment` (its middle: past a version 1 frame header or a compact record's `len` and
+/// `crc`, before its padding), found by walking the records in the segment's format.
+fn inside_record(segment: &Path, seq: u64) -> usize {
+    let record = common::record_of_seq(segment, seq);
+    let at = record.at.start.midpoint(record.at.end);
+    assert!(at >= record.at.start + 8, "{record:?}");
+    at
 }
 
 /// RCV-13: a flipped byte in the last record of a closed log is damage to a record its
@@ -66,18 +83,23 @@ fn offset_of_text(bytes: &[u8], text: &str) -> usize {
 /// torn tail (before: zeroed and reported as `TORN_TAIL`).
 #[test]
 fn rcv_13_damage_in_the_last_indexed_record_is_corrupt_not_a_torn_tail() {
-    let (_tmp, dir) = closed_log("last-indexed", Durability::Manual, 20);
-    let segment = segments(&dir).pop().unwrap();
-    let mut bytes = std::fs::read(&segment).unwrap();
-    let at = offset_of_text(&bytes, event(19).text()) + 5;
-    bytes[at] ^= 0x08;
-    std::fs::write(&segment, &bytes).unwrap();
-    let err = LogWriter::open(&dir, LogOptions::default()).unwrap_err();
-    assert_eq!(err.code(), "CORRUPT", "{err}");
-    assert!(err.to_string().contains("RCV-13"), "{err}");
-    assert!(err.to_string().contains("00000000000000000000.seg offset="));
-    assert_eq!(std::fs::read(&segment).unwrap(), bytes, "nothing changed");
-    assert!(files_ending(&dir, ".quarantine").is_empty());
+    for (format, options) in both_formats() {
+        let (_tmp, dir) = closed_log_with("last-indexed", options, 20);
+        let segment = segments(&dir).pop().unwrap();
+        let at = inside_record(&segment, 19);
+        let mut bytes = std::fs::read(&segment).unwrap();
+        bytes[at] ^= 0x08;
+        std::fs::write(&segment, &bytes).unwrap();
+        let err = LogWriter::open(&dir, LogOptions::default()).unwrap_err();
+        assert_eq!(err.code(), "CORRUPT", "{format}: {err}");
+        assert!(err.to_string().contains("RCV-13"), "{format}: {err}");
+        assert!(
+            err.to_string().contains("00000000000000000000.seg offset="),
+            "{format}: {err}"
+        );
+        assert_eq!(std::fs::read(&segment).unwrap(), bytes, "nothing changed");
+        assert!(files_ending(&dir, ".quarantine").is_empty());
+    }
 }
 
 /// RCV-12 (replacing RCV-4): damage followed by valid records past every durable mark, as
@@ -85,70 +107,74 @@ fn rcv_13_damage_in_the_last_indexed_record_is_corrupt_not_a_torn_tail() {
 /// quarantine file (the bytes exactly) and dropped; the log opens with the prefix.
 #[test]
 fn rcv_12_damage_with_valid_records_after_above_the_mark_is_quarantined() {
-    let (_tmp, dir) = closed_log("quarantine", Durability::Manual, 10);
-    let (writer, _) = LogWriter::open(&dir, log_options(Durability::Manual, 1 << 20)).unwrap();
-    writer.append(&events(10..30)).unwrap();
-    writer.flush().unwrap();
-    // The process dies before close: its index still vouches for the first 10 only.
-    let segment = segments(&dir).pop().unwrap();
-    let index = segment.with_extension("idx");
-    let vouched = std::fs::read(&index).unwrap();
-    drop(writer);
-    std::fs::write(&index, &vouched).unwrap();
-    let mut bytes = std::fs::read(&segment).unwrap();
-    let damaged = offset_of_text(&bytes, event(15).text());
-    bytes[damaged] ^= 0x01;
-    std::fs::write(&segment, &bytes).unwrap();
-    let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
-    assert_eq!(writer.seq_next(), 15);
-    let torn = report.torn_tail.expect("reported");
-    assert_eq!(torn.code(), "TORN_TAIL");
-    let from = usize::try_from(torn.offset).unwrap();
-    assert!(from < damaged);
-    let kept = std::fs::read(&torn.quarantine).unwrap();
-    assert_eq!(kept.len() as u64, torn.bytes);
-    assert_eq!(kept, bytes[from..from + kept.len()], "the bytes exactly");
-    assert_eq!(
-        torn.quarantine.file_name().unwrap().to_string_lossy(),
-        format!("00000000000000000000.{from}.quarantine")
-    );
-    // The log goes on; a second tail set aside at the same offset never overwrites the first.
-    writer.append(&events(15..16)).unwrap();
-    drop(writer);
-    let mut bytes = std::fs::read(&segment).unwrap();
-    std::fs::write(&index, &vouched).unwrap();
-    bytes[from + 3] ^= 0x40;
-    std::fs::write(&segment, &bytes).unwrap();
-    let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
-    assert_eq!(writer.seq_next(), 15);
-    let second = report.torn_tail.unwrap().quarantine;
-    assert_ne!(second, torn.quarantine);
-    assert_eq!(
-        std::fs::read(&torn.quarantine).unwrap(),
-        kept,
-        "not overwritten"
-    );
-    drop(writer);
-    // A quarantine file is not taken for a segment by readers.
-    assert_eq!(LogReader::open(&dir).unwrap().seq_next(), 15);
+    for (format, options) in both_formats() {
+        let (_tmp, dir) = closed_log_with("quarantine", options.clone(), 10);
+        let (writer, _) = LogWriter::open(&dir, options).unwrap();
+        writer.append(&events(10..30)).unwrap();
+        writer.flush().unwrap();
+        // The process dies before close: its index still vouches for the first 10 only.
+        let segment = segments(&dir).pop().unwrap();
+        let index = segment.with_extension("idx");
+        let vouched = std::fs::read(&index).unwrap();
+        drop(writer);
+        std::fs::write(&index, &vouched).unwrap();
+        let damaged = inside_record(&segment, 15);
+        let mut bytes = std::fs::read(&segment).unwrap();
+        bytes[damaged] ^= 0x01;
+        std::fs::write(&segment, &bytes).unwrap();
+        let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+        assert_eq!(writer.seq_next(), 15, "{format}");
+        let torn = report.torn_tail.expect("reported");
+        assert_eq!(torn.code(), "TORN_TAIL");
+        let from = usize::try_from(torn.offset).unwrap();
+        assert!(from < damaged, "{format}");
+        let kept = std::fs::read(&torn.quarantine).unwrap();
+        assert_eq!(kept.len() as u64, torn.bytes);
+        assert_eq!(kept, bytes[from..from + kept.len()], "the bytes exactly");
+        assert_eq!(
+            torn.quarantine.file_name().unwrap().to_string_lossy(),
+            format!("00000000000000000000.{from}.quarantine")
+        );
+        // The log goes on; a second tail set aside at the same offset never overwrites the first.
+        writer.append(&events(15..16)).unwrap();
+        drop(writer);
+        let mut bytes = std::fs::read(&segment).unwrap();
+        std::fs::write(&index, &vouched).unwrap();
+        bytes[from + 3] ^= 0x40;
+        std::fs::write(&segment, &bytes).unwrap();
+        let (writer, report) = LogWriter::open(&dir, LogOptions::default()).unwrap();
+        assert_eq!(writer.seq_next(), 15, "{format}");
+        let second = report.torn_tail.unwrap().quarantine;
+        assert_ne!(second, torn.quarantine);
+        assert_eq!(
+            std::fs::read(&torn.quarantine).unwrap(),
+            kept,
+            "not overwritten"
+        );
+        drop(writer);
+        // A quarantine file is not taken for a segment by readers.
+        assert_eq!(LogReader::open(&dir).unwrap().seq_next(), 15);
+    }
 }
 
 /// The damaged record's seq is below the mark the index vouched for, even with valid
 /// records after it: `CORRUPT`, nothing changed (RCV-13: damage below the mark).
 #[test]
 fn rcv_13_damage_below_the_vouched_prefix_found_by_a_scan_stays_corrupt() {
-    let (_tmp, dir) = closed_log("below-mark", Durability::Manual, 20);
-    let segment = segments(&dir).pop().unwrap();
-    let mut bytes = std::fs::read(&segment).unwrap();
-    // Both the 19th record and the 20th (which the vouched check reads) are damaged.
-    for seq in [18, 19] {
-        let at = offset_of_text(&bytes, event(seq).text()) + 2;
-        bytes[at] ^= 0x10;
+    for (format, options) in both_formats() {
+        let (_tmp, dir) = closed_log_with("below-mark", options, 20);
+        let segment = segments(&dir).pop().unwrap();
+        // Both the 19th record and the 20th (which the vouched check reads) are damaged.
+        let places = [18, 19].map(|seq| inside_record(&segment, seq));
+        let mut bytes = std::fs::read(&segment).unwrap();
+        for at in places {
+            bytes[at] ^= 0x10;
+        }
+        std::fs::write(&segment, &bytes).unwrap();
+        let err = LogWriter::open(&dir, LogOptions::default()).unwrap_err();
+        assert_eq!(err.code(), "CORRUPT", "{format}: {err}");
+        assert_eq!(std::fs::read(&segment).unwrap(), bytes);
     }
-    std::fs::write(&segment, &bytes).unwrap();
-    let err = LogWriter::open(&dir, LogOptions::default()).unwrap_err();
-    assert_eq!(err.code(), "CORRUPT");
-    assert_eq!(std::fs::read(&segment).unwrap(), bytes);
 }
 
 /// RCV-15: records found past the vouched prefix (a killed process's, maybe in the page
@@ -367,15 +393,14 @@ fn demo_a_flipped_byte_in_the_last_record_is_corrupt_and_salvage_sets_it_aside()
     let store = Store::open_or_create(&store_dir, StoreOptions::default()).unwrap();
     let (session, _) = store.open_session("demo").unwrap();
     let n = session.seq_next();
-    let last_text = session.event(n - 1).unwrap().unwrap().text().into_owned();
     assert_eq!(
         session.event(n - 1).unwrap().unwrap().event_type,
         "turn/end"
     );
     drop(session);
     let segment = store_dir.join("sessions/demo/log/00000000000000000000.seg");
+    let at = inside_record(&segment, n - 1);
     let mut bytes = std::fs::read(&segment).unwrap();
-    let at = offset_of_text(&bytes, &last_text) + 4;
     bytes[at] ^= 0x02;
     std::fs::write(&segment, &bytes).unwrap();
     let err = store.open_session("demo").unwrap_err();

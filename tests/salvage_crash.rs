@@ -247,19 +247,16 @@ fn salvage_removes_an_index_that_lists_records_the_segment_lost() {
         segment.with_extension("idx").exists(),
         "closed: indexed (IDX-5)"
     );
-    // The last record zeroed: the file keeps its length, the records end before it.
+    // The last record zeroed (found by walking the records in the segment's format): the
+    // file keeps its length, the records end before it.
     let mut bytes = std::fs::read(&segment).unwrap();
-    let mut at = 64;
-    let mut last = 64;
-    while let Some(len) = bytes.get(at..at + 4) {
-        let len = u32::from_le_bytes(len.try_into().unwrap()) as usize;
-        if len == 0 {
-            break;
-        }
-        last = at;
-        at += (8 + len).next_multiple_of(8);
-    }
-    bytes[last..at].fill(0);
+    let last = common::segment_records(&bytes).pop().unwrap();
+    assert_eq!(
+        last.seqs,
+        total - 1..total,
+        "the turn's end, a record of its own"
+    );
+    bytes[last.at].fill(0);
     std::fs::write(&segment, &bytes).unwrap();
     let error = opened(&dir, "s").unwrap_err();
     assert!(error.contains("RCV-13"), "{error}");

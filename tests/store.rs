@@ -28,6 +28,13 @@ fn store_options() -> StoreOptions {
     common::store_options(Durability::Manual, 64 << 10)
 }
 
+/// [`store_options`] with 16 KiB segments, so that a few dozen turns span several in either
+/// record format (compact records, the default, take about a third of the bytes of
+/// version 1 records).
+fn smaller_segments() -> StoreOptions {
+    store_options().segment_bytes(16 << 10)
+}
+
 /// A workload on any session: turns with tool calls, a prune and a nested compaction.
 fn workload<L: SessionLog>(session: &mut Session<L>, turns: u64) {
     let mut first_user = None;
@@ -293,7 +300,8 @@ fn segment_files(log: &std::path::Path) -> Vec<PathBuf> {
 fn store_10_fork_links_every_segment_and_limits_the_boundary_one() {
     use std::os::unix::fs::MetadataExt;
     use surfacelog::internals::session::Boundary;
-    let (dir, store) = temp_store("fork");
+    let dir = common::scratch_path("store", "fork");
+    let store = Store::open_or_create(&dir, smaller_segments()).unwrap();
     let mut source = store
         .create(
             "src",
@@ -1247,7 +1255,7 @@ fn cut_removal(path: &std::path::Path) -> std::io::Result<()> {
 /// out of a restore's reach first, and the next purge finishes removing it.
 #[test]
 fn store_24_a_purge_cut_short_leaves_nothing_a_restore_brings_back() {
-    let (dir, store, storage) = counting_store("purge-cut");
+    let (dir, store, storage) = counting_store_with("purge-cut", smaller_segments());
     let mut session = store.create("s", None, None).unwrap();
     workload(&mut session, 60);
     session.close().unwrap();
@@ -1269,9 +1277,17 @@ fn store_24_a_purge_cut_short_leaves_nothing_a_restore_brings_back() {
 
 /// [`temp_store`] whose logs are read through a [`CountingStorage`].
 fn counting_store(name: &str) -> (common::ScratchPath, Store, Arc<CountingStorage>) {
+    counting_store_with(name, store_options())
+}
+
+/// [`counting_store`] opened with `options`.
+fn counting_store_with(
+    name: &str,
+    options: StoreOptions,
+) -> (common::ScratchPath, Store, Arc<CountingStorage>) {
     let (dir, _) = temp_store(name);
     let counting = Arc::new(CountingStorage::default());
-    let options = store_options().storage(Arc::new(common::HookedStorage(counting.hook())));
+    let options = options.storage(Arc::new(common::HookedStorage(counting.hook())));
     let store = Store::open_or_create(&dir, options).unwrap();
     (dir, store, counting)
 }

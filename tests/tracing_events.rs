@@ -104,8 +104,10 @@ fn a_torn_tail_and_repair_closers_are_traced_with_the_session_and_seq() {
         .append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
         .unwrap();
     user_message(&mut session, "hello");
-    // The next append tears: 40 of its bytes reach the segment. The turn stays open.
-    faults.fail_write(1, 40);
+    // The next append tears: 10 of its bytes reach the segment, less than any record of
+    // either format (a version 1 record's frame header and body, a compact record's 16
+    // bytes at least). The turn stays open.
+    faults.fail_write(1, 10);
     let error = session
         .append::<kinds::TurnStart>(r#"{"turn":2}"#, NoSurface)
         .unwrap_err();

@@ -879,16 +879,16 @@ fn dur_12_restores_survive_power_loss() {
     assert!(tails >= 3, "only {tails} torn tails");
 }
 
-/// Flips a bit of the checksum of the `n`-th record (from 0) of the segment file `segment`,
-/// found by walking the frames from the header (REC-1, REC-3); returns its offset.
-fn damage_record(segment: &Path, n: usize) -> usize {
+/// Flips a bit of the checksum (or, in a compact record whose `len` takes one byte, of the
+/// first byte its checksum covers) of the record of seq `seq` of the segment file
+/// `segment`, a record that starts with that seq, found by walking the records in the
+/// segment's format (REC-1, REC-3, REC-15); returns its offset.
+fn damage_record(segment: &Path, seq: u64) -> usize {
     use std::os::unix::fs::FileExt;
+    let record = common::record_of_seq(segment, seq);
+    assert_eq!(record.seqs.start, seq, "{record:?}");
+    let at = record.at.start;
     let bytes = std::fs::read(segment).unwrap();
-    let mut at = 64;
-    for _ in 0..n {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        at += (8 + len).next_multiple_of(8);
-    }
     let file = std::fs::OpenOptions::new()
         .write(true)
         .open(segment)

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use surfacelog::internals::log::Durability;
 use surfacelog::internals::session::{Boundary, Session, SessionLog};
-use surfacelog::internals::store::{Severity, Store, VerifyReport};
+use surfacelog::internals::store::{Severity, Store, StoreOptions, VerifyReport};
 
 mod common;
 
@@ -32,13 +32,22 @@ fn workload<L: SessionLog>(session: &mut Session<L>, turns: u64) {
     }
 }
 
-/// Session `a`: `turns` turns over several 2 KiB segments, closed (indexes, checkpoint);
-/// session `b`: a fork of `a` inside one of its sealed segments (a limit file), closed;
-/// with `small`, session `c`: two turns.
+/// Session `a`: `turns` turns over several 1 KiB segments of the default records (compact
+/// records, §4.2), closed (indexes, checkpoint); session `b`: a fork of `a` inside one of
+/// its sealed segments (a limit file), closed; with `small`, session `c`: two turns.
 fn fixture(name: &str, turns: u64, small: bool) -> Fixture {
+    fixture_with(
+        name,
+        turns,
+        small,
+        common::store_options(Durability::Manual, 1 << 10),
+    )
+}
+
+/// [`fixture`] of a store opened with `options`.
+fn fixture_with(name: &str, turns: u64, small: bool, options: StoreOptions) -> Fixture {
     let dir = common::scratch_path("verify", name);
-    let store =
-        Store::open_or_create(&dir, common::store_options(Durability::Manual, 2 << 10)).unwrap();
+    let store = Store::open_or_create(&dir, options).unwrap();
     let mut a = store.create("a", None, None).unwrap();
     workload(&mut a, turns);
     a.close().unwrap();
@@ -102,6 +111,14 @@ fn assert_reported(report: &VerifyReport, id: &str, file: &Path, rule: &str, off
         file.display(),
         report.lines().join("\n")
     );
+}
+
+/// An offset inside the checksummed bytes of the first record of the segment file `path`
+/// (its middle), and the record's offset.
+fn inside_first_record(path: &Path) -> (u64, u64) {
+    let first = common::segment_records(&std::fs::read(path).unwrap()).remove(0);
+    let middle = first.at.start.midpoint(first.at.end);
+    (middle as u64, first.at.start as u64)
 }
 
 fn flip(path: &Path, at: u64) {
@@ -185,8 +202,11 @@ fn refused_input_and_a_missing_store() {
 fn flipped_records_in_two_sealed_segments_are_both_reported() {
     let fixture = fixture("sealed", 6, false);
     let segments = files(&fixture, "a", ".seg");
-    flip(&segments[0], 64 + 40);
-    flip(&segments[1], 64 + 40);
+    for segment in &segments[..2] {
+        let (inside, record) = inside_first_record(segment);
+        assert_eq!(record, 64);
+        flip(segment, inside);
+    }
     let report = report(&fixture);
     assert_reported(&report, "a", &segments[0], "REC-2", Some(64));
     assert_reported(&report, "a", &segments[1], "REC-2", Some(64));
@@ -209,7 +229,9 @@ fn flipped_records_in_two_sealed_segments_are_both_reported() {
 fn a_flipped_record_in_the_last_segment() {
     let fixture = fixture("last", 6, false);
     let last = files(&fixture, "a", ".seg").pop().unwrap();
-    flip(&last, 64 + 40);
+    let (inside, record) = inside_first_record(&last);
+    assert_eq!(record, 64);
+    flip(&last, inside);
     assert_reported(&report(&fixture), "a", &last, "REC-2", Some(64));
 }
 
@@ -365,13 +387,23 @@ fn a_header_naming_another_id() {
 /// the limit of its fork) or checkpoint is reported, naming that file, and never panics.
 /// `header.json` has no checksum (a flipped digit can be another valid header), so it is
 /// not swept. Segments are swept at every 7th byte past their records, every byte before.
+/// In each record format: compact records (the default) and version 1 records.
 #[test]
 fn every_flipped_byte_is_reported() {
-    let fixture = fixture("sweep", 4, false);
-    assert!(report(&fixture).ok());
+    every_flipped_byte_is_reported_in(&fixture("sweep", 4, false));
+}
+
+#[test]
+fn every_flipped_byte_of_a_store_of_version_1_records_is_reported() {
+    let options = common::v1_store_options(Durability::Manual, 2 << 10);
+    every_flipped_byte_is_reported_in(&fixture_with("sweep-v1", 4, false, options));
+}
+
+fn every_flipped_byte_is_reported_in(fixture: &Fixture) {
+    assert!(report(fixture).ok());
     let mut targets: Vec<PathBuf> = ["a", "b"]
         .iter()
-        .flat_map(|id| files(&fixture, id, ""))
+        .flat_map(|id| files(fixture, id, ""))
         .filter(|p| !p.ends_with("LOCK"))
         .collect();
     targets.push(fixture.dir.join("sessions/a/checkpoint"));
@@ -414,7 +446,7 @@ fn every_flipped_byte_is_reported() {
         }
         std::fs::write(&path, &original).unwrap();
     }
-    assert!(report(&fixture).ok());
+    assert!(report(fixture).ok());
     assert!(checked > 1000, "{checked} flips");
 }
 

@@ -6,8 +6,8 @@ use crate::common;
 
 use surfacelog::{Boundary, Durability, Store};
 
-/// Tears the last `n` records of the only segment by zeroing from the start of the
-/// record at seq `keep` (found by the index offsets) to the end.
+/// Tears the last turn's records of the only segment by zeroing from the start of the
+/// record holding seq 21 (found by walking the records in the segment's format) to the end.
 #[test]
 fn a_fork_refuses_a_source_shorter_than_its_checkpoint() {
     let dir = common::scratch("rev", "fork-rcv14");
@@ -27,19 +27,12 @@ fn a_fork_refuses_a_source_shorter_than_its_checkpoint() {
             std::fs::remove_file(p).unwrap();
         }
     }
+    let cut = common::record_of_seq(&seg, 21);
     let mut bytes = std::fs::read(&seg).unwrap();
-    // find the record holding `"seq":21,` and zero from its frame start: search the text
-    let needle = br#""seq":21,"#;
-    let at = bytes
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .unwrap();
-    // back up to an 8-aligned record start: records start 8-aligned; the frame header is
-    // before the text; zero from the previous 8-aligned offset before the text minus 64.
-    let start = (at - 64) & !7;
     let end = bytes.iter().rposition(|b| *b != 0).unwrap() + 1;
-    bytes[start..end].fill(0);
+    bytes[cut.at.start..end].fill(0);
     std::fs::write(&seg, &bytes).unwrap();
+    let lost = cut.seqs.start;
     // Every read-only path refuses it: the checkpoint vouches for 28 events.
     let inspected = store.inspect("s").map(|s| s.seq_next());
     let inspect_err = inspected.expect_err("inspect refuses: RCV-14");
@@ -50,7 +43,7 @@ fn a_fork_refuses_a_source_shorter_than_its_checkpoint() {
     let forked = store.fork("s", Boundary::Last, "child");
     match forked {
         Ok(child) => panic!(
-            "fork accepted a source that lost events 20..28 vouched by its checkpoint: child holds {} events",
+            "fork accepted a source that lost events {lost}..28 vouched by its checkpoint: child holds {} events",
             child.seq_next()
         ),
         Err(e) => assert_eq!(e.code(), "CORRUPT", "{e}"),

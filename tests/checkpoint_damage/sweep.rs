@@ -23,6 +23,19 @@ fn options() -> StoreOptions {
         .message_pack(1)
 }
 
+/// The two ways a store writes its pack, and so the pack swept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pack {
+    /// Written by a store of compact records (§4.2): compressed as it is written in a build
+    /// with `compress` (MSP-8), plain otherwise.
+    OfCompactRecords,
+    /// Plain (MSP-1): written by a store of version 1 records.
+    Plain,
+    /// Plain, then compressed by a compaction (MSP-8, `CompactOptions::compress`).
+    #[cfg(feature = "compress")]
+    CompressedByCompaction,
+}
+
 fn state<L: SessionLog>(s: &Session<L>) -> Result<State, String> {
     let e = |e: surfacelog::Error| e.to_string();
     let messages = s.messages().map_err(e)?;
@@ -46,8 +59,12 @@ fn state<L: SessionLog>(s: &Session<L>) -> Result<State, String> {
     ))
 }
 
-fn build(dir: &Path) -> Store {
-    let store = Store::open_or_create(dir, options()).unwrap();
+fn build(dir: &Path, pack: Pack) -> Store {
+    let options = match pack {
+        Pack::OfCompactRecords => options().compact_records(true),
+        _ => options().compact_records(false),
+    };
+    let store = Store::open_or_create(dir, options).unwrap();
     let mut s = store.create("s", None, None).unwrap();
     for turn in 1..=8 {
         common::numbered_turn(&mut s, turn);
@@ -69,23 +86,23 @@ fn places(len: usize) -> impl Iterator<Item = usize> {
 }
 
 fn sweep(file: &str) {
-    sweep_with(file, false);
+    sweep_with(file, Pack::OfCompactRecords);
 }
 
-#[cfg_attr(
-    not(feature = "compress"),
-    expect(unused_variables, reason = "only a build with `compress` compresses")
-)]
-fn sweep_with(file: &str, compress: bool) {
+fn sweep_with(file: &str, pack: Pack) {
     let dir = common::scratch("rev", file);
-    let store = build(dir.as_ref());
+    let store = build(dir.as_ref(), pack);
     #[cfg(feature = "compress")]
-    if compress {
+    if pack == Pack::CompressedByCompaction {
         let report = store
             .compact_log_with("s", surfacelog::CompactOptions::new().compress(true))
             .unwrap();
         assert!(report.pack_bytes.is_some(), "pack compressed");
     }
+    // MSP-1's version: 1 plain, 2 compressed (MSP-8).
+    let version = std::fs::read(dir.join("sessions/s/messages")).unwrap()[8];
+    let compressed = cfg!(feature = "compress") && pack != Pack::Plain;
+    assert_eq!(version, if compressed { 2 } else { 1 }, "{pack:?}");
     let sdir = dir.join("sessions/s");
     let path = sdir.join(file);
     let good = std::fs::read(&path).unwrap();
@@ -159,8 +176,13 @@ fn sweep_pack() {
     sweep("messages");
 }
 
+#[test]
+fn sweep_plain_pack() {
+    sweep_with("messages", Pack::Plain);
+}
+
 #[cfg(feature = "compress")]
 #[test]
 fn sweep_compressed_pack() {
-    sweep_with("messages", true);
+    sweep_with("messages", Pack::CompressedByCompaction);
 }

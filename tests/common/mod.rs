@@ -66,6 +66,15 @@ pub fn log_options(durability: Durability, segment_bytes: u64) -> LogOptions {
     }
 }
 
+/// [`log_options`] writing version 1 records (`log-format.md` §4, with chunk records,
+/// §4.1) rather than the default compact records (§4.2): for a test of their bytes.
+pub fn v1_log_options(durability: Durability, segment_bytes: u64) -> LogOptions {
+    LogOptions {
+        compact_records: false,
+        ..log_options(durability, segment_bytes)
+    }
+}
+
 /// Session options for deterministic sessions: a manual clock at 1,000 (every event's
 /// `time` the same), the rest the defaults.
 pub fn session_options() -> Options {
@@ -82,6 +91,55 @@ pub fn store_options(durability: Durability, segment_bytes: u64) -> StoreOptions
         .session_options(session_options())
         .log_options(log_options(durability, segment_bytes))
         .checkpoint_every(100)
+}
+
+/// [`store_options`] writing version 1 records (`log-format.md` §4, with chunk records,
+/// §4.1) rather than the default compact records (§4.2): for a test of their bytes.
+pub fn v1_store_options(durability: Durability, segment_bytes: u64) -> StoreOptions {
+    store_options(durability, segment_bytes).compact_records(false)
+}
+
+/// A record of a segment file: where it lies in the file, and the seqs of the events it
+/// holds (one, or a run's members, §4.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentRecord {
+    /// Its bytes in the file: frame and padding.
+    pub at: Range<usize>,
+    /// The seqs of its events.
+    pub seqs: Range<u64>,
+}
+
+/// The records of the segment file `bytes` (a plain one, not compressed), in order: walked
+/// from its header by the decoder of the records its header says it holds (SEG-9: version
+/// 1 records, or compact records), up to the first that does not decode (its end, SEG-5,
+/// or damage). Locates a record in either format, for a test that damages one.
+pub fn segment_records(bytes: &[u8]) -> Vec<SegmentRecord> {
+    use surfacelog::internals::log::segment::{COMPACT_RECORDS, SEGMENT_HEADER_LEN, SegmentHeader};
+    use surfacelog::internals::record::{Format, decode_as};
+    let header = SegmentHeader::decode(bytes).expect("a segment header");
+    let format = if header.incompat_features & COMPACT_RECORDS != 0 {
+        Format::Compact
+    } else {
+        Format::V1
+    };
+    let mut at = SEGMENT_HEADER_LEN;
+    let mut found = Vec::new();
+    while let Ok((record, len)) = decode_as(format, &bytes[at..]) {
+        found.push(SegmentRecord {
+            at: at..at + len,
+            seqs: record.first_seq()..record.seq_end(),
+        });
+        at += len;
+    }
+    found
+}
+
+/// The record holding `seq` in the segment file `path` ([`segment_records`]).
+pub fn record_of_seq(path: &Path, seq: u64) -> SegmentRecord {
+    segment_records(&std::fs::read(path).unwrap())
+        .into_iter()
+        .find(|r| r.seqs.contains(&seq))
+        .unwrap_or_else(|| panic!("no record of seq {seq} in {}", path.display()))
 }
 
 /// The surface's messages of `session` as `(seq, text)`.
