@@ -62,7 +62,9 @@ fn state<L: SessionLog>(s: &Session<L>) -> Result<State, String> {
 fn build(dir: &Path, pack: Pack) -> Store {
     let options = match pack {
         Pack::OfCompactRecords => options().compact_records(true),
-        _ => options().compact_records(false),
+        Pack::Plain => options().compact_records(false),
+        #[cfg(feature = "compress")]
+        Pack::CompressedByCompaction => options().compact_records(false),
     };
     let store = Store::open_or_create(dir, options).unwrap();
     let mut s = store.create("s", None, None).unwrap();
