@@ -234,9 +234,12 @@ fn benches(c: &mut Criterion) {
     let jsonl = scratch.path().join("session.jsonl");
     std::fs::write(&jsonl, &text).expect("writes the JSONL");
     drop(text);
+    // Version 1 records (with chunk records): the store part 6 compares compact records with.
     let store = Store::open_or_create(
         scratch.path().join("store"),
-        StoreOptions::new().durability(Durability::Manual),
+        StoreOptions::new()
+            .durability(Durability::Manual)
+            .compact_records(false),
     )
     .expect("a store");
     let generated = started.elapsed();
@@ -732,6 +735,7 @@ fn compaction(scratch: &std::path::Path, jsonl: &std::path::Path, jsonl_bytes: u
         .get_log_options()
         .clone();
     log.chunk_records = false;
+    log.compact_records = false;
     let store = Store::open_or_create(
         scratch.join("store-without-chunk-records"),
         StoreOptions::new().log_options(log),

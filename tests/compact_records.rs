@@ -1121,6 +1121,61 @@ fn chunk_records_off_turns_compact_records_off() {
     assert_eq!(headers, [0]);
 }
 
+/// SEG-9, §4.2: compact records are the default. A log of `LogOptions::default()` and a
+/// store of `StoreOptions::new()` create segments that set `COMPACT_RECORDS`; a store asked
+/// for `compact_records(false)` writes version 1 records with chunk records
+/// (`CHUNK_RECORDS`), one asked for `chunk_records(false)` version 1 records without them;
+/// every event reads back.
+#[test]
+fn compact_records_are_the_default() {
+    use surfacelog::internals::log::segment::CHUNK_RECORDS;
+    use surfacelog::{NoSurface, Store, StoreOptions, kinds};
+    assert!(LogOptions::default().compact_records);
+    assert_eq!(LogOptions::default().segment_features(), COMPACT_RECORDS);
+    let dir = tempfile::tempdir().unwrap();
+    let text = r#"{"type":"turn/start","seq":0,"time":5,"data":{"turn":1}}"#.to_owned();
+    let events = [event(0, 5, "turn/start", text)];
+    let (mut log, _) = DiskLog::open(dir.path(), LogOptions::default()).unwrap();
+    log.append(&events).unwrap();
+    log.close().unwrap();
+    let headers: Vec<u16> = segments(dir.path())
+        .iter()
+        .map(|(h, _)| h.incompat_features)
+        .collect();
+    assert_eq!(headers, [COMPACT_RECORDS]);
+    assert_eq!(records(dir.path()), vec![0..1]);
+    assert_read_back(dir.path(), &events).unwrap();
+
+    let scratch = common::scratch("compact-records", "default");
+    for (name, options, features) in [
+        ("default", StoreOptions::new(), COMPACT_RECORDS),
+        (
+            "version-1",
+            StoreOptions::new().compact_records(false),
+            CHUNK_RECORDS,
+        ),
+        (
+            "no-chunk-records",
+            StoreOptions::new().chunk_records(false),
+            0,
+        ),
+    ] {
+        let store = Store::open_or_create(scratch.join(name), options).unwrap();
+        let mut s = store.create("s", None, None).unwrap();
+        s.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
+            .unwrap();
+        let appended = s.seq_next();
+        s.close().unwrap();
+        let log = store.follow("s").unwrap();
+        let headers: Vec<u16> = segments(log.log().dir())
+            .iter()
+            .map(|(h, _)| h.incompat_features)
+            .collect();
+        assert_eq!(headers, [features], "{name}");
+        assert_eq!(store.inspect("s").unwrap().seq_next(), appended, "{name}");
+    }
+}
+
 /// CMP-3, §4.2: compaction into compact records of a version 1 segment holding an event no
 /// compact record holds (a source seq past 2^53 − 1, which a version 1 record holds, written
 /// through the internal log API) keeps that segment as it is and rewrites the others: the

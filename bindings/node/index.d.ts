@@ -13,12 +13,14 @@ export interface StoreOpenOptions {
   segmentBytes?: number;
   /** Refuse to create a missing store (`STORE_NOT_FOUND`). Default `false`. */
   mustExist?: boolean;
-  /** Store streamed chunks as chunk records (default `true`); `false` keeps the log
-   * readable by builds from before them (`compactLog` rewrites it later). */
+  /** Store streamed chunks as chunk records in version 1 records (default `true`; it
+   * matters with `compactRecords: false`); `false` turns compact records off too and keeps
+   * the log readable by builds from before chunk records (`compactLog` rewrites it later). */
   chunkRecords?: boolean;
-  /** Store events as compact records (default `false`): about a third of the bytes of
-   * the older records, streamed chunks in runs; builds from before them refuse the log.
-   * `chunkRecords: false` turns them off. `compactLog` rewrites older segments into them. */
+  /** Store events as compact records (default `true`): about a third of the bytes of
+   * version 1 records, streamed chunks in runs; builds from before them refuse the log.
+   * `false` (or `chunkRecords: false`) writes version 1 records. An existing log keeps
+   * its segments' format; `compactLog` rewrites its older segments into compact records. */
   compactRecords?: boolean;
 }
 
@@ -242,9 +244,11 @@ export class Store {
    * thrown. An id, `from` or option that is not valid throws at once (`INVALID_ID`,
    * `INVALID_ARGUMENT`). */
   follow(id: string, options?: { from?: number }): AsyncIterable<StoredEvent>;
-  /** Rewrites session `id`'s older segments with chunk records; with `compress: true` also
-   * compressed (Zstandard at `level`, 1 to 22, default 9), its message pack too; the
-   * segment the writer appends to stays plain. Resolves with the bytes saved. */
+  /** Rewrites session `id`'s older segments of version 1 records into compact records (with
+   * chunk records instead in a store opened with `compactRecords: false`); with
+   * `compress: true` also compressed (Zstandard at `level`, 1 to 22, default 9), its
+   * message pack too; the segment the writer appends to stays plain. Resolves with the
+   * bytes saved. */
   compactLog(id: string, options?: { compress?: boolean; level?: number }): Promise<number>;
 }
 

@@ -512,7 +512,8 @@ class Store {
       },
     };
   }
-  /** Rewrites session `id`'s older segments with chunk records, and with
+  /** Rewrites session `id`'s older segments into compact records (chunk records in a store
+   * opened with `compactRecords: false`), and with
    * `{ compress: true, level? }` compressed (Zstandard, level 9 by default), its message
    * pack too: the bytes saved. */
   compactLog(id, options) {

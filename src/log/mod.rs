@@ -339,14 +339,17 @@ pub struct LogOptions {
     pub durability: Durability,
     /// The file operations; tests inject failures here. Default: the real filesystem.
     pub storage: Arc<dyn Storage>,
-    /// Store streamed chunks as chunk records (`log-format.md` §4.1, REC-11): segments
-    /// this writer creates set `CHUNK_RECORDS` (SEG-9), which builds without the feature
-    /// refuse. Default: on.
+    /// Store streamed chunks as chunk records (`log-format.md` §4.1, REC-11) in segments of
+    /// version 1 records, that is when [`LogOptions::compact_records`] is off: segments this
+    /// writer creates set `CHUNK_RECORDS` (SEG-9), which builds without the feature refuse.
+    /// Default: on.
     pub chunk_records: bool,
     /// Store every event as a compact record (`log-format.md` §4.2): segments this writer
     /// creates set `COMPACT_RECORDS` (SEG-9), which builds before it refuse; consecutive
     /// streamed chunks of one append, or of one write of the write buffer, share a
-    /// record. Takes precedence over [`LogOptions::chunk_records`]. Default: off.
+    /// record. Takes precedence over [`LogOptions::chunk_records`]. Off, the writer creates
+    /// segments of version 1 records (§4). A log's existing last segment keeps its format
+    /// until the next roll, whichever is set (SEG-9). Default: on.
     pub compact_records: bool,
 }
 
@@ -357,7 +360,7 @@ impl Default for LogOptions {
             durability: Durability::Sync,
             storage: Arc::new(FsStorage),
             chunk_records: true,
-            compact_records: false,
+            compact_records: true,
         }
     }
 }

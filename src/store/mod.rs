@@ -114,8 +114,9 @@ impl Default for StoreOptions {
 const PACK_LEVEL: i32 = 1;
 
 impl StoreOptions {
-    /// The defaults: [`Durability::Sync`](crate::Durability::Sync), 8 MiB segments,
-    /// a checkpoint every 10,000 events, invariants off, events up to 64 MiB.
+    /// The defaults: [`Durability::Sync`](crate::Durability::Sync), 8 MiB segments of
+    /// compact records ([`StoreOptions::compact_records`]), a checkpoint every 10,000
+    /// events, invariants off, events up to 64 MiB.
     ///
     /// ```
     /// use surfacelog::{Store, StoreOptions};
@@ -161,13 +162,14 @@ impl StoreOptions {
         self
     }
 
-    /// Whether new log segments store streamed chunks as chunk records (log-format.md §4.1,
-    /// SEG-9; default on, and taken over by [`StoreOptions::compact_records`] when that is
-    /// on): about half the bytes of a session of streamed chunks. Off (which turns compact
-    /// records off too), the segments a writer creates can be read by builds from before
-    /// chunk records (their readers refuse a segment that sets the feature,
-    /// `FORMAT_VERSION`); `compact` rewrites such a log's sealed segments with them later
-    /// (log-format.md §13).
+    /// Whether new log segments of version 1 records store streamed chunks as chunk
+    /// records (log-format.md §4.1, SEG-9; default on): about half the bytes of a session
+    /// of streamed chunks. It matters once [`StoreOptions::compact_records`] (the default,
+    /// which stores chunks in runs of its own) is off. Off, it turns compact records off
+    /// too: the segments a writer creates hold version 1 records without chunk records,
+    /// which builds from before chunk records read (their readers refuse a segment that
+    /// sets either feature, `FORMAT_VERSION`); `compact` rewrites such a log's sealed
+    /// segments later, into compact records in a store writing them (log-format.md §13).
     ///
     /// ```
     /// use surfacelog::StoreOptions;
@@ -187,16 +189,23 @@ impl StoreOptions {
     }
 
     /// Whether new log segments hold compact records (log-format.md §4.2, SEG-9; default
-    /// off): envelopes as varints, the text around `data` rebuilt when it has the
+    /// on): envelopes as varints, the text around `data` rebuilt when it has the
     /// reference layout, and consecutive streamed chunks of one append (or, without `Sync`
-    /// durability, of one write of the write buffer) sharing one record. Builds from before
-    /// compact records refuse such segments (`FORMAT_VERSION`). Takes precedence over
-    /// [`StoreOptions::chunk_records`]; a later `chunk_records(false)` turns it off again.
+    /// durability, of one write of the write buffer) sharing one record; the message pack
+    /// is compressed as it is written (with the `compress` feature, MSP-8). Builds from
+    /// before compact records refuse such segments (`FORMAT_VERSION`). Takes precedence
+    /// over [`StoreOptions::chunk_records`]; a later `chunk_records(false)` turns it off
+    /// again. Off, new segments hold version 1 records (log-format.md §4), with chunk
+    /// records unless those are off too. Either way a log's existing segments keep their
+    /// format (its last one until the next roll), and [`Store::compact_log`] of a store
+    /// writing compact records rewrites sealed segments of version 1 records into them.
     ///
     /// ```
     /// use surfacelog::StoreOptions;
     ///
-    /// let options = StoreOptions::new().compact_records(true);
+    /// // Version 1 records (with chunk records): logs a build from before compact records
+    /// // can still open.
+    /// let options = StoreOptions::new().compact_records(false);
     /// # let _ = options;
     /// ```
     #[must_use]
@@ -1198,9 +1207,12 @@ impl Store {
         Ok(trashed)
     }
 
-    /// Rewrites session `id`'s log in the compact record encoding (log-format.md §13,
-    /// CMP-1 to CMP-6): each sealed segment written without chunk records (§4.1: by an
-    /// older build, or by a writer configured not to write them) is replaced by one that stores its streamed chunks as chunk records. Every
+    /// Rewrites session `id`'s log in a more compact record encoding (log-format.md §13,
+    /// CMP-1 to CMP-6): in a store writing compact records (the default,
+    /// [`StoreOptions::compact_records`]) each sealed segment of version 1 records (§4: by an
+    /// older build, or by a writer configured for them) is replaced by one of compact
+    /// records (§4.2); in a store of version 1 records, each sealed segment written without
+    /// chunk records (§4.1) by one that stores its streamed chunks as chunk records. Every
     /// event keeps its seq and its text byte for byte; the surface, the checkpoint and
     /// every reader see the same session. Not the conversation's compaction (a
     /// replacement on the surface, contract §10): this changes how the bytes are stored,
@@ -1208,7 +1220,7 @@ impl Store {
     ///
     /// Holds the session's lock throughout. Leaves the last segment (the writer's, and a
     /// follower's), segments shared with a fork (hard links, limits) and segments that
-    /// already use chunk records as they are, and says so in the report. Checks every
+    /// already use the target records as they are, and says so in the report. Checks every
     /// sealed segment before it writes anything: damage is refused with nothing changed.
     ///
     /// ```

@@ -84,11 +84,13 @@ pub struct StoreOpenOptions {
     pub segment_bytes: Option<f64>,
     /// Refuse to create a missing store (`STORE_NOT_FOUND`); default `false`.
     pub must_exist: Option<bool>,
-    /// Store streamed chunks as chunk records (default `true`); `false` keeps the log
-    /// readable by builds from before them.
+    /// Store streamed chunks as chunk records in version 1 records (default `true`);
+    /// `false` turns compact records off too, and keeps the log readable by builds from
+    /// before chunk records.
     pub chunk_records: Option<bool>,
-    /// Store events as compact records (log-format.md §4.2; default `false`): about a third
+    /// Store events as compact records (log-format.md §4.2; default `true`): about a third
     /// of the bytes of version 1 records; builds from before them refuse such a log.
+    /// `false`: version 1 records.
     pub compact_records: Option<bool>,
 }
 
@@ -111,7 +113,7 @@ fn store_options(options: &StoreOpenOptions) -> Result<StoreOptions> {
     };
     let mut store = StoreOptions::new()
         .durability(durability)
-        .compact_records(options.compact_records.unwrap_or(false))
+        .compact_records(options.compact_records.unwrap_or(true))
         .chunk_records(options.chunk_records.unwrap_or(true));
     if let Some(bytes) = options.segment_bytes {
         // A whole number: 1.5 bytes is a mistake to report, never one to round.

@@ -137,7 +137,8 @@ test('compactLog rewrites a log written without chunk records, events unchanged'
 
 test('compactRecords stores a log in compact records and compactLog rewrites an older one into them', async (t) => {
   const dir = scratch(t);
-  const old = await Store.open(dir, { segmentBytes: 4096 });
+  // Version 1 records: the older log.
+  const old = await Store.open(dir, { compactRecords: false, segmentBytes: 4096 });
   const session = await old.create('c');
   const fill = async (s, turn) => {
     await s.append('turn/start', `{"turn":${turn}}`);

@@ -123,7 +123,9 @@ test('every SurfacelogError has an outcome, and VerbatimStore construction refus
 
 test('messages() of a held session never returns message-pack bytes changed since they were checked', async (t) => {
   const dir = scratch(t);
-  const store = await Store.open(dir);
+  // Version 1 records: a plain pack (MSP-1), whose text is changed in place below (a store
+  // of compact records compresses it, MSP-8).
+  const store = await Store.open(dir, { compactRecords: false });
   const s = await store.create('a');
   const message = (i) => ({ id: `u${i}`, role: 'user', source: { kind: 'user' }, content: [{ type: 'text', text: `hello u${i}` }] });
   await s.appendAll(Array.from({ length: 1100 }, (_, i) => ({ type: 'user/message', data: message(i), surfaceOp: 'append' })));
@@ -146,7 +148,8 @@ test('messages() of a held session never returns message-pack bytes changed sinc
 
 test('a lent text made invalid in place after messages() checked it reads as CORRUPT, with a code', async (t) => {
   const dir = scratch(t);
-  const store = await Store.open(dir);
+  // A plain pack, as above.
+  const store = await Store.open(dir, { compactRecords: false });
   const s = await store.create('a');
   const message = (i) => ({ id: `u${i}`, role: 'user', source: { kind: 'user' }, content: [{ type: 'text', text: `hello é${i}` }] });
   await s.appendAll(Array.from({ length: 1100 }, (_, i) => ({ type: 'user/message', data: message(i), surfaceOp: 'append' })));

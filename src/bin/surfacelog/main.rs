@@ -223,16 +223,18 @@ enum Command {
         /// The session id.
         id: String,
     },
-    /// Rewrite a session's log in the compact record encoding (chunk records): the same
-    /// events, byte for byte, in fewer bytes. Not the conversation's compaction.
+    /// Rewrite the sealed segments of version 1 records of a session's log into compact
+    /// records (log-format.md §4.2, §13): the same events, byte for byte, in fewer bytes.
+    /// Not the conversation's compaction.
     #[command(
-        after_help = "Examples:\n  surfacelog compact s1\n  surfacelog compact --compact-records s1\n  surfacelog compact --compress s1\n  surfacelog compact --compress --level 19 s1\n  surfacelog --json compact s1"
+        after_help = "Examples:\n  surfacelog compact s1\n  surfacelog compact --compress s1\n  surfacelog compact --compress --level 19 s1\n  surfacelog --json compact s1"
     )]
     Compact {
         /// The session id.
         id: String,
-        /// Rewrite the sealed segments into compact records (log-format.md §4.2), about a
-        /// third of the bytes of the older records; builds before them refuse the log.
+        /// Rewrite into compact records: what `compact` does without it too, since compact
+        /// records are the store's default (accepted for scripts written before). Builds
+        /// from before compact records refuse the rewritten log.
         #[arg(long)]
         compact_records: bool,
         /// Also compress the sealed segments (zstd, log-format.md §14); the segment the

@@ -522,8 +522,9 @@ pub fn salvage(ctx: &Ctx, id: &str) -> Result<()> {
     Ok(())
 }
 
-/// `surfacelog compact [--compress] ID`: the log rewritten with chunk records
-/// (log-format.md §13), and compressed (§14).
+/// `surfacelog compact [--compress] ID`: the log's sealed segments of version 1 records
+/// rewritten into compact records (log-format.md §4.2, §13: what a store of the default
+/// options does, `--compact-records` or not), and compressed (§14).
 pub fn compact(
     ctx: &Ctx,
     id: &str,
