@@ -720,12 +720,20 @@ mod compressed {
     /// compaction; the events of the other segments still read back; a writer still
     /// opens (sealed segments are read on access); salvage keeps the segments before it
     /// and sets the rest aside.
+    /// In version 1 records and in compact records (smaller segments, so several).
     #[test]
     fn cz_3_damage_in_a_compressed_segment_is_an_error_naming_it() {
         let root = tempfile::tempdir().unwrap();
-        let s = store(root.path(), true, 4096);
-        fill(&s, "s", 8, 8);
-        let dir = log_dir(&s, "s");
+        cz_3_in(&store(root.path().join("v1").as_path(), true, 4096));
+        let options = StoreOptions::new()
+            .segment_bytes(1024)
+            .compact_records(true);
+        cz_3_in(&Store::open_or_create(root.path().join("compact"), options).unwrap());
+    }
+
+    fn cz_3_in(s: &Store) {
+        fill(s, "s", 8, 8);
+        let dir = log_dir(s, "s");
         let before = events(&dir);
         assert!(s.compact_log_with("s", compress()).unwrap().rewritten.len() > 3);
         let names = segment_names(&dir);
@@ -1087,14 +1095,24 @@ fn slv_1_an_io_failure_while_examining_cuts_nothing() {
 /// RD-6, RD-7: damage is named where it is. A sealed segment whose `format_version` says
 /// a newer version is `FORMAT_VERSION` naming the file and offset 8; a last segment whose
 /// header is damaged after a compressed segment is `CORRUPT` naming that last segment, not
-/// the compressed one before it (which CZ-6 would blame for a missing successor).
+/// the compressed one before it (which CZ-6 would blame for a missing successor). In
+/// version 1 records and in compact records (smaller segments, so several).
 #[cfg(feature = "compress")]
 #[test]
 fn rd_7_damage_is_named_where_it_is() {
     let root = tempfile::tempdir().unwrap();
-    let s = store(root.path(), true, 4096);
-    fill(&s, "s", 6, 8);
-    let dir = log_dir(&s, "s");
+    rd_7_damage_is_named_where_it_is_in(&store(root.path().join("v1").as_path(), true, 4096));
+    let options = StoreOptions::new()
+        .segment_bytes(1024)
+        .compact_records(true);
+    let compact = Store::open_or_create(root.path().join("compact"), options).unwrap();
+    rd_7_damage_is_named_where_it_is_in(&compact);
+}
+
+#[cfg(feature = "compress")]
+fn rd_7_damage_is_named_where_it_is_in(s: &Store) {
+    fill(s, "s", 6, 8);
+    let dir = log_dir(s, "s");
     let names: Vec<PathBuf> = files(&dir)
         .into_keys()
         .filter(|n| has_extension(n, "seg"))
