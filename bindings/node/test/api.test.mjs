@@ -114,6 +114,27 @@ test('appendAll commits all events or none', async (t) => {
   await session.close();
 });
 
+test('a store writes compact records by default; compactRecords: false and chunkRecords: false write the older records', async (t) => {
+  // SEG-9: `incompat_features` (u16 at byte 58 of a segment's header): COMPACT_RECORDS 4,
+  // CHUNK_RECORDS 1, neither 0.
+  for (const [options, features] of [[{}, 4], [{ compactRecords: false }, 1], [{ chunkRecords: false }, 0]]) {
+    const dir = scratch(t);
+    const store = await Store.open(dir, options);
+    const session = await store.create('f');
+    await session.append('turn/start', '{"turn":1}');
+    await session.close();
+    const log = join(dir, 'sessions', 'f', 'log');
+    const headers = readdirSync(log)
+      .filter((name) => name.endsWith('.seg'))
+      .map((name) => readFileSync(join(log, name)).readUInt16LE(58));
+    assert.deepEqual(headers, [features], JSON.stringify(options));
+    const reopened = await store.open('f');
+    const texts = (await reopened.events()).map((e) => e.text);
+    assert.ok(texts.some((text) => text.startsWith('{"type":"turn/start"')), JSON.stringify(texts));
+    await reopened.close();
+  }
+});
+
 test('compactLog rewrites a log written without chunk records, events unchanged', async (t) => {
   const dir = scratch(t);
   const old = await Store.open(dir, { chunkRecords: false, segmentBytes: 4096 });
