@@ -290,6 +290,9 @@ fn benches(c: &mut Criterion) {
         compaction(scratch.path(), &jsonl, jsonl_bytes);
     }
     let compact = compact_store(scratch.path(), &jsonl, jsonl_bytes, events);
+    if !quick {
+        compact_compressed(scratch.path(), &jsonl, jsonl_bytes);
+    }
 
     // The message pack (message-pack.md) the import wrote, and the same session without
     // it (moved aside): the messages read from the pack, and from the log records.
@@ -431,6 +434,37 @@ fn compact_store(
         without as f64 / events as f64,
     );
     (store, imported.id)
+}
+
+/// The same JSONL imported into a store writing compact records, then compressed by
+/// `compact --compress` (log-format.md §14, level 9): bytes on disk before and after, and
+/// the time the compaction took (printed).
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "ratios printed with two decimals"
+)]
+fn compact_compressed(scratch: &std::path::Path, jsonl: &std::path::Path, jsonl_bytes: u64) {
+    let store = Store::open_or_create(
+        scratch.join("compact-compressed-store"),
+        StoreOptions::new()
+            .durability(Durability::Manual)
+            .compact_records(true),
+    )
+    .expect("a store");
+    let (imported, _) = jsonl::import_jsonl(&store, jsonl, Compression::None, None, &mut |_| {})
+        .expect("imports the generated log");
+    let before = store.summarize(&imported.id).expect("summarizes").bytes;
+    let started = Instant::now();
+    store
+        .compact_log_with(&imported.id, CompactOptions::new().compress(true))
+        .expect("compresses");
+    let took = started.elapsed();
+    let after = store.summarize(&imported.id).expect("summarizes").bytes;
+    eprintln!(
+        "footprint: compact records compressed: {before} B -> {after} B on disk ({:.2}x the \
+         JSONL) in {took:.1?}",
+        after as f64 / jsonl_bytes as f64,
+    );
 }
 
 /// Every event of the session's log read by a fresh reader (its text's length summed):

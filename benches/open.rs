@@ -64,9 +64,9 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use surfacelog::internals::event::header::NegativeZero;
 use surfacelog::internals::event::{EventSource, Header, Vocabulary};
-use surfacelog::internals::log::segment::{SEGMENT_HEADER_LEN, parse_segment_name};
+use surfacelog::internals::log::segment::{SEGMENT_HEADER_LEN, SegmentHeader, parse_segment_name};
 use surfacelog::internals::log::{DiskLog, Durability, LogReader};
-use surfacelog::internals::record::decode;
+use surfacelog::internals::record::decode_as;
 use surfacelog::internals::session::repair::RepairState;
 use surfacelog::internals::session::{Boundary, SurfaceIntent};
 use surfacelog::internals::store::checkpoint::{CHECKPOINT_FILE, Checkpoint, LogOrigin, Unusable};
@@ -240,8 +240,9 @@ fn segment_stats(log_dir: &Path) -> (usize, u64, u64) {
     let mut last = 0;
     for (_, path) in &firsts {
         let bytes = std::fs::read(path).expect("reads a segment");
+        let header = SegmentHeader::decode(&bytes).expect("a segment header");
         let mut at = SEGMENT_HEADER_LEN;
-        while let Some(Ok((_, len))) = bytes.get(at..).map(decode) {
+        while let Some(Ok((_, len))) = bytes.get(at..).map(|b| decode_as(header.format(), b)) {
             at += len;
         }
         last = (at - SEGMENT_HEADER_LEN) as u64;

@@ -57,11 +57,11 @@ fn assert_stored(dir: &Path, expected: &[Event]) {
 #[test]
 fn dur_8_an_append_whose_read_back_fails_is_appended() {
     let (dir, mut log, faults) = faulty_log("catch-up", Durability::Sync, 16 << 10);
-    // The reader's map of the next segment fails once: the first catch-up (after 64 KiB of
-    // appended text, across several 16 KiB segments) cannot read what was written.
+    // The reader's map of the next segment fails once: the first catch-up (after 256 KiB
+    // of appended text, across several 16 KiB segments) cannot read what was written.
     let opens = faults.opens();
     faults.unmappable_open(1, false);
-    let events: Vec<Event> = (0..200).map(|seq| padded_event(seq, 1000)).collect();
+    let events: Vec<Event> = (0..1000).map(|seq| padded_event(seq, 1000)).collect();
     for event in &events {
         let seq = event.seq();
         log.append_one(event.clone())
