@@ -513,7 +513,9 @@ pub fn write(
 
 /// [`write`] of a pack compressed at Zstandard level `level` (MSP-8): built in memory,
 /// compressed, written, and read back and decompressed to the same bytes before it takes
-/// the name. Written plain when compressing would not shrink it.
+/// the name. Written plain when compressing would not shrink it; streamed as [`write`]
+/// writes it (MSP-6, a bounded buffer) when it is too large to be compressed (a logical
+/// length past 2^32 − 1 bytes), rather than held whole in memory for nothing.
 ///
 /// # Errors
 /// As [`write`]; `CORRUPT` when the written file does not read back.
@@ -525,9 +527,32 @@ pub(crate) fn write_compressed(
     log: &impl EventSource,
     level: i32,
 ) -> crate::Result<u64> {
+    write_compressed_within(storage, dir, surface, log, level, u64::from(u32::MAX))
+}
+
+/// [`write_compressed`] of a pack compressed only when its logical length is at most
+/// `logical_max` bytes: past it, the in-memory build stops and [`write`] streams it.
+#[cfg(feature = "compress")]
+fn write_compressed_within(
+    storage: &dyn Storage,
+    dir: &Path,
+    surface: &Surface,
+    log: &impl EventSource,
+    level: i32,
+    logical_max: u64,
+) -> crate::Result<u64> {
     let (seqs, seq_next, last_text_crc) = contents(dir, surface, log)?;
     let mut bytes = Vec::new();
-    build(&seqs, seq_next, last_text_crc, log, &mut |offset, chunk| {
+    let mut too_large = false;
+    let built = build(&seqs, seq_next, last_text_crc, log, &mut |offset, chunk| {
+        // Not compressed (MSP-8): it is not held whole either.
+        if offset.saturating_add(chunk.len() as u64) > logical_max {
+            too_large = true;
+            return Err(crate::Error::from(crate::error::ErrorKind::Corrupt {
+                location: dir.join(PACK_FILE).display().to_string(),
+                reason: "a pack too large to compress (MSP-8)".to_owned(),
+            }));
+        }
         // The texts come in order after a gap for the entries, which come last, then the
         // fixed fields before them.
         let at = usize::try_from(offset).unwrap_or(usize::MAX);
@@ -544,7 +569,12 @@ pub(crate) fn write_compressed(
             place.copy_from_slice(chunk);
         }
         Ok(())
-    })?;
+    });
+    if too_large {
+        drop(bytes);
+        return write(storage, dir, surface, log);
+    }
+    built?;
     if install_bytes(storage, dir, &bytes, level)?.is_none() {
         install(storage, dir, |tmp| {
             let file = storage
@@ -899,5 +929,66 @@ mod tests {
         let surface = Surface::from_parts((0..5_000).collect(), Vec::new(), 0, 5_000).unwrap();
         assert!(!due(&surface, 0, 0));
         assert!(due(&surface, 0, 1_024));
+    }
+
+    /// A log of `n` events, each with a message, and the surface of all of them.
+    #[cfg(feature = "compress")]
+    fn messages_log(n: u64) -> (crate::event::MemLog, Surface) {
+        let mut log = crate::event::MemLog::new();
+        for seq in 0..n {
+            let text = format!(
+                r#"{{"type":"user/message","seq":{seq},"time":0,"data":{{"text":"message {} of a session that repeats itself"}}}}"#,
+                seq % 7
+            );
+            let data = text.find(r#"{"text""#).unwrap()..text.len() - 1;
+            let message = data.start + 9..data.end - 1;
+            let fields = crate::event::EventFields {
+                event_type: "user/message".into(),
+                seq,
+                time: 0,
+                surface_op: None,
+                sources: None,
+                ignorable: false,
+            };
+            log.push(crate::event::Event::new(text, data, Some(message), fields));
+        }
+        let surface = Surface::from_parts((0..n).collect(), Vec::new(), 0, n).unwrap();
+        (log, surface)
+    }
+
+    /// MSP-8, MSP-6: a compact store's pack is built in memory only when it can be
+    /// compressed: one whose logical length passes the limit (2^32 − 1 bytes) is streamed
+    /// as a plain pack through the bounded buffer instead, the very bytes [`write`]
+    /// writes, and no `messages.tmp` is left. Below the limit it is compressed. (Fails when
+    /// the in-memory build goes on past the limit: the pack is then held whole for nothing.)
+    #[cfg(feature = "compress")]
+    #[test]
+    fn a_pack_too_large_to_compress_is_streamed_not_built_in_memory() {
+        let (log, surface) = messages_log(2_000);
+        let storage = crate::storage::FsStorage;
+        let plain = tempfile::tempdir().unwrap();
+        assert_eq!(
+            write(&storage, plain.path(), &surface, &log).unwrap(),
+            2_000
+        );
+        let expected = std::fs::read(plain.path().join(PACK_FILE)).unwrap();
+        let version = |bytes: &[u8]| u32_at(bytes, 8);
+        assert_eq!(version(&expected), Some(PACK_VERSION));
+        for limit in [0, 48, expected.len() as u64 / 2, expected.len() as u64 - 1] {
+            let dir = tempfile::tempdir().unwrap();
+            let written =
+                write_compressed_within(&storage, dir.path(), &surface, &log, 1, limit).unwrap();
+            assert_eq!(written, 2_000);
+            let pack = std::fs::read(dir.path().join(PACK_FILE)).unwrap();
+            assert!(pack == expected, "limit {limit}: not the plain pack");
+            assert!(!dir.path().join(format!("{PACK_FILE}.tmp")).exists());
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let limit = expected.len() as u64;
+        write_compressed_within(&storage, dir.path(), &surface, &log, 1, limit).unwrap();
+        let pack = std::fs::read(dir.path().join(PACK_FILE)).unwrap();
+        assert_eq!(version(&pack), Some(PACK_VERSION_COMPRESSED));
+        assert!(pack.len() < expected.len());
+        assert!(!dir.path().join(format!("{PACK_FILE}.tmp")).exists());
     }
 }
