@@ -11,7 +11,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use surfacelog::internals::event::{Event, EventFields, EventSource};
 use surfacelog::internals::log::segment::{COMPACT_RECORDS, SEGMENT_HEADER_LEN, SegmentHeader};
-use surfacelog::internals::log::{DiskLog, Durability, LogOptions, LogReader};
+use surfacelog::internals::log::{DiskLog, Durability, LogOptions, LogReader, LogWriter};
 use surfacelog::internals::record::compact::{self, Choice, ChunkRunBuilder, Record};
 
 mod common;
@@ -295,6 +295,66 @@ proptest! {
         log.close().unwrap();
         let all: Vec<Event> = events.into_iter().chain(more).collect();
         assert_reads_back(dir.path(), &all)?;
+    }
+}
+
+/// REC-17: a writer's open run (its chunks not yet encoded) is written when the writer is
+/// dropped without `close`, in every buffered durability, in segments small enough that
+/// runs meet rolls; a reader beside it finds no event before its record is written; every event reads back through a fresh reader, with the index the
+/// drop wrote (IDX-5) and without.
+#[test]
+fn an_open_run_is_written_and_indexed_when_the_writer_is_dropped() {
+    let stream = |kind, turn, n| Item::Stream {
+        kind,
+        turn,
+        index: 0,
+        payloads: (0..n).map(|i| format!("p{i}")).collect(),
+    };
+    let items = [
+        Item::Other {
+            turn: 1,
+            spaced: false,
+        },
+        stream(0, 1, 120),
+        stream(3, 1, 40),
+        Item::Other {
+            turn: 2,
+            spaced: true,
+        },
+        stream(1, 2, 7),
+    ];
+    let events = events_of(&items, &[5, -1, 300]);
+    let durabilities = [
+        Durability::Manual,
+        Durability::Staged,
+        Durability::Batch {
+            max_delay: Duration::from_secs(60),
+        },
+    ];
+    for durability in durabilities {
+        for segment_bytes in [700, 1 << 20] {
+            let at = format!("{durability:?} {segment_bytes}");
+            let dir = tempfile::tempdir().unwrap();
+            let (writer, _) =
+                LogWriter::open(dir.path(), options(durability, segment_bytes)).unwrap();
+            let mut beside = LogReader::open(dir.path()).unwrap();
+            for e in &events {
+                writer.append(std::slice::from_ref(e)).unwrap();
+                let on_file = beside.refresh().unwrap();
+                // (`Batch`'s flusher may wake early and write everything.)
+                let batch = matches!(durability, Durability::Batch { .. });
+                assert!(
+                    batch || on_file <= e.seq(),
+                    "{at}: seq {} read before its record was written",
+                    e.seq()
+                );
+            }
+            drop(writer);
+            assert_eq!(beside.refresh().unwrap(), events.len() as u64, "{at}");
+            let runs = records(dir.path());
+            assert!(runs.iter().any(|r| r.end - r.start > 10), "{at}: {runs:?}");
+            assert_reads_back(dir.path(), &events).unwrap();
+        }
     }
 }
 
