@@ -399,6 +399,21 @@ mod tests {
     }
 
     proptest! {
+        /// REC-12 where `choose` skips its own check of a chunk recognised in a text: the
+        /// string inside that [`string_inside`] takes from a text is exactly one that
+        /// [`is_string_inside`] accepts, and everything it takes is one.
+        #[test]
+        fn string_inside_takes_exactly_the_string_insides(
+            s in r#"[a"\\/bfnrtu0-9A-Fé\x01\x1f ]{0,16}"#,
+        ) {
+            let text = format!("{s}\"}}");
+            let taken = string_inside(&text);
+            prop_assert_eq!(taken == Some((s.as_str(), "\"}")), is_string_inside(s.as_bytes()), "{:?}", s);
+            if let Some((inside, _)) = taken {
+                prop_assert!(is_string_inside(inside.as_bytes()), "{:?}", inside);
+            }
+        }
+
         /// Every chunk rebuilds a text that is recognised as that same chunk.
         #[test]
         fn write_then_recognise(
