@@ -82,20 +82,24 @@
 //!
 //! 6. compact records (log-format.md §4.2): the same JSONL imported into a store writing
 //!    them (`StoreOptions::compact_records`), whose message pack is compressed (MSP-8);
-//!    printed, its bytes and import time; measured beside the version 1 store, open + all
+//!    printed, its bytes and import time, and (unless quick) the bytes of a second such
+//!    store after `compact --compress`; measured beside the version 1 store, open + all
 //!    messages warm (`warm`: opened again in the process, the decompressed pack kept;
 //!    `warm-first`: the first time), cold, with and without the pack, and a fresh reader's
-//!    read of every event. `SURFACELOG_FOOTPRINT_QUICK=1` skips parts 4 and 5.
+//!    read of every event. `SURFACELOG_FOOTPRINT_QUICK=1` skips parts 4 and 5 and the
+//!    compressed compact store.
 //!
-//! Measured side by side (2026-12-06, one run, quiet machine, criterion medians):
+//! Measured side by side (2026-12-06, one run, criterion medians; the message pack of a
+//! compact store written at level 1 from the import's end):
 //!
 //! | | version 1 records | compact records |
 //! |---|---|---|
 //! | on disk | 196.3 MB (2.12x the JSONL), 171.1 MB without the pack | 69.9 MB (0.756x), 69.7 MB without the pack |
-//! | import (printed, one run) | 1.0 s (92 MB/s) | 1.2 s (76 MB/s) |
-//! | open + all messages, pack, warm / warm-first / cold | 3.63 / 3.55 / 27.6 ms | 3.16 / 8.67 / 27.7 ms |
-//! | open + all messages, no pack, warm / cold | 40.8 / 145.1 ms | 27.3 / 72.4 ms |
-//! | a fresh reader reads all 1,000,076 events | 291 ms | 596 ms |
+//! | after `compact --compress` (level 9) | 23.7 MB (0.26x) | 11.6 MB (0.13x) in 0.5 s |
+//! | import (printed, one run, this workload's packed rows) | 0.83 s (112 MB/s) | 0.86 s (107 MB/s) |
+//! | open + all messages, pack, warm / warm-first / cold | 3.55 / 3.47 / 27.4 ms | 3.58 / 9.36 / 26.5 ms |
+//! | open + all messages, no pack, warm / cold | 38.6 / 155.3 ms | 29.9 / 72.2 ms |
+//! | a fresh reader reads all 1,000,076 events | 282 ms | 602 ms |
 
 use std::time::{Duration, Instant};
 

@@ -355,7 +355,13 @@ fn resident_memory(root: &Path, turns: u64) {
 /// The child of [`resident_memory`].
 fn rss_child(spec: &str) {
     let (file, store) = spec.split_once('\n').unwrap();
-    let store = Store::open_or_create(Path::new(store), StoreOptions::default()).unwrap();
+    // `SURFACELOG_BENCH_RECORDS=v1` or `=compact` chooses the records (log-format.md §4.2).
+    let options = match std::env::var("SURFACELOG_BENCH_RECORDS").as_deref() {
+        Ok("v1") => StoreOptions::default().compact_records(false),
+        Ok("compact") => StoreOptions::default().compact_records(true),
+        _ => StoreOptions::default(),
+    };
+    let store = Store::open_or_create(Path::new(store), options).unwrap();
     jsonl::import_jsonl(
         &store,
         Path::new(file),

@@ -514,8 +514,8 @@ pub fn write(
 /// [`write`] of a pack compressed at Zstandard level `level` (MSP-8): built in memory,
 /// compressed, written, and read back and decompressed to the same bytes before it takes
 /// the name. Written plain when compressing would not shrink it; streamed as [`write`]
-/// writes it (MSP-6, a bounded buffer) when it is too large to be compressed (a logical
-/// length past 2^32 − 1 bytes), rather than held whole in memory for nothing.
+/// writes it (MSP-6, a bounded buffer) when its logical length passes
+/// [`PACK_IN_MEMORY_MAX`]: a session's close never holds more of it.
 ///
 /// # Errors
 /// As [`write`]; `CORRUPT` when the written file does not read back.
@@ -527,8 +527,13 @@ pub(crate) fn write_compressed(
     log: &impl EventSource,
     level: i32,
 ) -> crate::Result<u64> {
-    write_compressed_within(storage, dir, surface, log, level, u64::from(u32::MAX))
+    write_compressed_within(storage, dir, surface, log, level, PACK_IN_MEMORY_MAX)
 }
+
+/// The largest logical pack a writer builds in memory to compress it (MSP-8): larger ones
+/// are streamed plain. A session's pack of the 1M-event workload is 25 MB.
+#[cfg(feature = "compress")]
+pub(crate) const PACK_IN_MEMORY_MAX: u64 = 32 << 20;
 
 /// [`write_compressed`] of a pack compressed only when its logical length is at most
 /// `logical_max` bytes: past it, the in-memory build stops and [`write`] streams it.
@@ -956,11 +961,12 @@ mod tests {
         (log, surface)
     }
 
-    /// MSP-8, MSP-6: a compact store's pack is built in memory only when it can be
-    /// compressed: one whose logical length passes the limit (2^32 − 1 bytes) is streamed
-    /// as a plain pack through the bounded buffer instead, the very bytes [`write`]
-    /// writes, and no `messages.tmp` is left. Below the limit it is compressed. (Fails when
-    /// the in-memory build goes on past the limit: the pack is then held whole for nothing.)
+    /// MSP-8, MSP-6: a compact store's pack is built in memory only up to a limit
+    /// ([`PACK_IN_MEMORY_MAX`]): one whose logical length passes it is streamed as a plain
+    /// pack through the bounded buffer instead, the very bytes [`write`] writes, and no
+    /// `messages.tmp` is left. Within the limit it is compressed. (Fails when the
+    /// in-memory build goes on past the limit: a session's close then holds its whole
+    /// pack in memory.)
     #[cfg(feature = "compress")]
     #[test]
     fn a_pack_too_large_to_compress_is_streamed_not_built_in_memory() {
