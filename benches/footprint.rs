@@ -406,17 +406,7 @@ fn compact_store(
     jsonl_bytes: u64,
     events: u64,
 ) -> (Store, String) {
-    let store = Store::open_or_create(
-        scratch.join("compact-store"),
-        StoreOptions::new()
-            .durability(Durability::Manual)
-            .compact_records(true),
-    )
-    .expect("a store");
-    let started = Instant::now();
-    let (imported, _) = jsonl::import_jsonl(&store, jsonl, Compression::None, None, &mut |_| {})
-        .expect("imports the generated log");
-    let took = started.elapsed();
+    let (store, imported, took) = import_compact(&scratch.join("compact-store"), jsonl);
     assert_eq!(imported.events, events, "every generated event imported");
     let summary = store.summarize(&imported.id).expect("summarizes");
     let pack = store
@@ -440,6 +430,22 @@ fn compact_store(
     (store, imported.id)
 }
 
+/// `jsonl` imported into a new store at `dir` writing compact records: the store, what was
+/// imported, and how long the import took.
+fn import_compact(
+    dir: &std::path::Path,
+    jsonl: &std::path::Path,
+) -> (Store, surfacelog::internals::store::Imported, Duration) {
+    let options = StoreOptions::new()
+        .durability(Durability::Manual)
+        .compact_records(true);
+    let store = Store::open_or_create(dir, options).expect("a store");
+    let started = Instant::now();
+    let (imported, _) = jsonl::import_jsonl(&store, jsonl, Compression::None, None, &mut |_| {})
+        .expect("imports the generated log");
+    (store, imported, started.elapsed())
+}
+
 /// The same JSONL imported into a store writing compact records, then compressed by
 /// `compact --compress` (log-format.md §14, level 9): bytes on disk before and after, and
 /// the time the compaction took (printed).
@@ -448,15 +454,7 @@ fn compact_store(
     reason = "ratios printed with two decimals"
 )]
 fn compact_compressed(scratch: &std::path::Path, jsonl: &std::path::Path, jsonl_bytes: u64) {
-    let store = Store::open_or_create(
-        scratch.join("compact-compressed-store"),
-        StoreOptions::new()
-            .durability(Durability::Manual)
-            .compact_records(true),
-    )
-    .expect("a store");
-    let (imported, _) = jsonl::import_jsonl(&store, jsonl, Compression::None, None, &mut |_| {})
-        .expect("imports the generated log");
+    let (store, imported, _) = import_compact(&scratch.join("compact-compressed-store"), jsonl);
     let before = store.summarize(&imported.id).expect("summarizes").bytes;
     let started = Instant::now();
     store

@@ -1034,6 +1034,19 @@ fn a_compact_store_writes_its_message_pack_compressed() {
     assert_eq!(s.messages().unwrap().len(), 1);
 }
 
+/// A log in `dir` whose compact segment holds `first`, reopened in `Manual` durability by a
+/// writer configured with or without compact records.
+fn reopened_after_one(dir: &Path, first: &Event, compact_writer: bool) -> DiskLog {
+    let (mut log, _) = DiskLog::open(dir, options(Durability::Sync, 1 << 20)).unwrap();
+    log.append(std::slice::from_ref(first)).unwrap();
+    log.close().unwrap();
+    let manual = LogOptions {
+        compact_records: compact_writer,
+        ..options(Durability::Manual, 1 << 20)
+    };
+    DiskLog::open(dir, manual).unwrap().0
+}
+
 /// A refused append leaves no trace and does not poison the writer, in a compact segment
 /// whatever the writer is configured for: one opened without `compact_records` over a log
 /// whose last segment is compact writes compact records there, so it checks every event
@@ -1051,14 +1064,7 @@ fn an_append_no_compact_record_holds_is_refused_whole_in_a_compact_segment() {
         4
     ];
     let events = events_of(&items, &[3]);
-    let (mut log, _) = DiskLog::open(dir.path(), options(Durability::Sync, 1 << 20)).unwrap();
-    log.append(&events[..1]).unwrap();
-    log.close().unwrap();
-    let batch = LogOptions {
-        compact_records: false,
-        ..options(Durability::Manual, 1 << 20)
-    };
-    let (mut log, _) = DiskLog::open(dir.path(), batch).unwrap();
+    let mut log = reopened_after_one(dir.path(), &events[0], false);
     log.append(&events[1..2]).unwrap();
     // A time past 2^53 − 1: a version 1 record holds it, no compact record does.
     let far = event(3, i64::MAX, "turn/start", events[3].text().to_owned());
@@ -1092,14 +1098,7 @@ fn one_event_no_compact_record_holds_is_refused_with_nothing_written() {
     let events = events_of(&items, &[3]);
     for compact_writer in [true, false] {
         let dir = tempfile::tempdir().unwrap();
-        let (mut log, _) = DiskLog::open(dir.path(), options(Durability::Sync, 1 << 20)).unwrap();
-        log.append(&events[..1]).unwrap();
-        log.close().unwrap();
-        let manual = LogOptions {
-            compact_records: compact_writer,
-            ..options(Durability::Manual, 1 << 20)
-        };
-        let (mut log, _) = DiskLog::open(dir.path(), manual).unwrap();
+        let mut log = reopened_after_one(dir.path(), &events[0], compact_writer);
         for (k, e) in events.iter().enumerate().skip(1) {
             log.append(std::slice::from_ref(e)).unwrap();
             let seq = e.seq() + 1;
@@ -1163,22 +1162,35 @@ proptest! {
 /// neither chunk records nor compact records, whichever was asked before.
 #[test]
 fn chunk_records_off_turns_compact_records_off() {
-    use surfacelog::{NoSurface, Store, StoreOptions, kinds};
+    use surfacelog::StoreOptions;
     let scratch = common::scratch("compact-records", "off");
     let options = StoreOptions::new()
         .compact_records(true)
         .chunk_records(false);
-    let store = Store::open_or_create(scratch.join("store"), options).unwrap();
+    assert_eq!(one_turn_store(&scratch.join("store"), options), [0]);
+}
+
+/// The `incompat_features` of the segments of the log of session "s", one `turn/start`,
+/// created in a new store at `dir` with `options`; the session reads back its events.
+fn one_turn_store(dir: &Path, options: surfacelog::StoreOptions) -> Vec<u16> {
+    use surfacelog::{NoSurface, Store, kinds};
+    let store = Store::open_or_create(dir, options).unwrap();
     let mut s = store.create("s", None, None).unwrap();
     s.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
         .unwrap();
+    let appended = s.seq_next();
     s.close().unwrap();
+    assert_eq!(store.inspect("s").unwrap().seq_next(), appended);
     let log = store.follow("s").unwrap();
-    let headers: Vec<u16> = segments(log.log().dir())
+    features(log.log().dir())
+}
+
+/// The `incompat_features` of the segments of the log in `dir`, in order.
+fn features(dir: &Path) -> Vec<u16> {
+    segments(dir)
         .iter()
         .map(|(h, _)| h.incompat_features)
-        .collect();
-    assert_eq!(headers, [0]);
+        .collect()
 }
 
 /// SEG-9, §4.2: compact records are the default. A log of `LogOptions::default()` and a
@@ -1188,8 +1200,8 @@ fn chunk_records_off_turns_compact_records_off() {
 /// every event reads back.
 #[test]
 fn compact_records_are_the_default() {
+    use surfacelog::StoreOptions;
     use surfacelog::internals::log::segment::CHUNK_RECORDS;
-    use surfacelog::{NoSurface, Store, StoreOptions, kinds};
     assert!(LogOptions::default().compact_records);
     assert_eq!(LogOptions::default().segment_features(), COMPACT_RECORDS);
     let dir = tempfile::tempdir().unwrap();
@@ -1198,11 +1210,7 @@ fn compact_records_are_the_default() {
     let (mut log, _) = DiskLog::open(dir.path(), LogOptions::default()).unwrap();
     log.append(&events).unwrap();
     log.close().unwrap();
-    let headers: Vec<u16> = segments(dir.path())
-        .iter()
-        .map(|(h, _)| h.incompat_features)
-        .collect();
-    assert_eq!(headers, [COMPACT_RECORDS]);
+    assert_eq!(features(dir.path()), [COMPACT_RECORDS]);
     assert_eq!(records(dir.path()), vec![0..1]);
     assert_read_back(dir.path(), &events).unwrap();
 
@@ -1220,19 +1228,8 @@ fn compact_records_are_the_default() {
             0,
         ),
     ] {
-        let store = Store::open_or_create(scratch.join(name), options).unwrap();
-        let mut s = store.create("s", None, None).unwrap();
-        s.append::<kinds::TurnStart>(r#"{"turn":1}"#, NoSurface)
-            .unwrap();
-        let appended = s.seq_next();
-        s.close().unwrap();
-        let log = store.follow("s").unwrap();
-        let headers: Vec<u16> = segments(log.log().dir())
-            .iter()
-            .map(|(h, _)| h.incompat_features)
-            .collect();
-        assert_eq!(headers, [features], "{name}");
-        assert_eq!(store.inspect("s").unwrap().seq_next(), appended, "{name}");
+        let found = one_turn_store(&scratch.join(name), options);
+        assert_eq!(found, [features], "{name}");
     }
 }
 
