@@ -69,18 +69,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let index =
         std::fs::read(log_dir.join(surfacelog::internals::log::segment::index_name(0))).ok();
 
-    // recovery: a flags byte, then the segment after its header (or whole, flag 1).
-    for flags in [0u8, 2, 8, 0x32, 0x54] {
-        let mut seed = vec![flags];
-        seed.extend_from_slice(&segment[SEGMENT_HEADER_LEN..]);
-        write(out, "recovery", &format!("records-{flags:02x}"), &seed)?;
-    }
-    let mut whole = vec![1u8];
-    whole.extend_from_slice(&segment);
-    write(out, "recovery", "whole", &whole)?;
-    let half = segment.len() / 2 + 3;
-    write(out, "recovery", "torn", &whole[..half])?;
-
+    recovery_seeds(out, &segment)?;
+    compact_recovery_seeds(out)?;
     compressed_seeds(out, &segment)?;
 
     // index: the real index, and fields.
@@ -244,11 +234,77 @@ fn compressed_seeds(out: &Path, segment: &[u8]) -> Result<(), Box<dyn std::error
 
 /// A segment's header and records, without the zeros after them.
 fn records_of(segment: &[u8]) -> Vec<u8> {
+    use surfacelog::internals::log::segment::SegmentHeader;
+    let Ok(header) = SegmentHeader::decode(segment) else {
+        return segment.to_vec();
+    };
     let mut at = SEGMENT_HEADER_LEN;
-    while let Some(Ok((_, len))) = segment.get(at..).map(surfacelog::internals::record::decode) {
+    while let Some(Ok((_, len))) = segment
+        .get(at..)
+        .map(|bytes| surfacelog::internals::record::decode_as(header.format(), bytes))
+    {
         at += len;
     }
     segment[..at.min(segment.len())].to_vec()
+}
+
+/// recovery: a flags byte, then the segment after its header (or whole, flag 1).
+fn recovery_seeds(out: &Path, segment: &[u8]) -> std::io::Result<()> {
+    for flags in [0u8, 2, 8, 0x32, 0x54] {
+        let mut seed = vec![flags];
+        seed.extend_from_slice(&segment[SEGMENT_HEADER_LEN..]);
+        write(out, "recovery", &format!("records-{flags:02x}"), &seed)?;
+    }
+    let mut whole = vec![1u8];
+    whole.extend_from_slice(segment);
+    write(out, "recovery", "whole", &whole)?;
+    let half = segment.len() / 2 + 3;
+    write(out, "recovery", "torn", &whole[..half])
+}
+
+/// recovery: the segment of a session in compact records (log-format.md §4.2), turns as
+/// above and a run of five text deltas (`Manual` durability: they join one record), its
+/// records after the made header that sets `COMPACT_RECORDS` (flag 128) with the flags of
+/// the version 1 seeds, and whole.
+fn compact_recovery_seeds(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let scratch = tempfile::tempdir()?;
+    let options = StoreOptions::new()
+        .clock(Arc::new(ManualClock::new(1_000)))
+        .durability(surfacelog::Durability::Manual)
+        .compact_records(true);
+    let store = Store::open_or_create(scratch.path(), options)?;
+    let mut session = store.create("seed", None, None)?;
+    for turn in 1..=2u64 {
+        turn_of(&mut session, turn)?;
+    }
+    session.append::<kinds::TurnStart>(r#"{"turn":3}"#, NoSurface)?;
+    session.append::<kinds::StepStart>(r#"{"turn":3,"step":1}"#, NoSurface)?;
+    for part in 0..5 {
+        session.append::<kinds::AssistantChunk>(
+            &format!(
+                r#"{{"turn":3,"step":1,"chunk":{{"type":"text-delta","index":0,"text":"part {part}"}}}}"#
+            ),
+            NoSurface,
+        )?;
+    }
+    session.close()?;
+    let segment = records_of(&std::fs::read(
+        find(scratch.path(), "log")?.join(surfacelog::internals::log::segment::segment_name(0)),
+    )?);
+    for flags in [0x80u8, 0x82, 0x88, 0xb2, 0xd4, 0xf6] {
+        let mut seed = vec![flags];
+        seed.extend_from_slice(&segment[SEGMENT_HEADER_LEN..]);
+        write(
+            out,
+            "recovery",
+            &format!("compact-records-{flags:02x}"),
+            &seed,
+        )?;
+    }
+    let mut whole = vec![1u8];
+    whole.extend_from_slice(&segment);
+    write(out, "recovery", "compact-whole", &whole)?;
+    Ok(())
 }
 
 /// The first path under `root` named `name`.

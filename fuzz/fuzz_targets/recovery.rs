@@ -1,5 +1,6 @@
 //! Recovery from arbitrary bytes (log-format.md §7, RCV-*): the input is the last segment
-//! of a log, after a valid header or whole, with or without an index or a limit beside it.
+//! of a log, after a valid header (of version 1 records or of compact records, §4.2) or
+//! whole, with or without an index or a limit beside it.
 //! A reader and a writer open it; neither may panic. A reader returns only events that are
 //! the segment's own records, in order; when the writer's recovery accepts the log, every
 //! event the reader returned is still there, identical, and the writer keeps exactly the
@@ -14,8 +15,9 @@ use libfuzzer_sys::fuzz_target;
 use surfacelog::internals::event::EventSource;
 use surfacelog::internals::log::limit::{Limit, limit_name};
 use surfacelog::internals::log::segment::{
-    SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name,
+    COMPACT_RECORDS, SEGMENT_HEADER_LEN, SegmentHeader, index_name, segment_name,
 };
+use surfacelog::internals::record::decode_as;
 use surfacelog::internals::log::{Durability, LogOptions, LogReader, LogWriter, encode_index};
 
 /// The log's identity in a made header.
@@ -25,7 +27,8 @@ const CAPACITY: u64 = 64 << 10;
 
 // The flags byte: 1 the input is the whole file (no made header); 2 an index built from
 // the records found; 4 a limit at one of them; 8 the file padded with zeros to its
-// capacity; the high nibble picks the record the index or limit stops at.
+// capacity; bits 4..7 pick the record the index or limit stops at; 128 the made header
+// sets `COMPACT_RECORDS` (§4.2).
 fuzz_target!(|bytes: &[u8]| {
     let Some((&flags, body)) = bytes.split_first() else {
         return;
@@ -39,7 +42,7 @@ fuzz_target!(|bytes: &[u8]| {
         index: 0,
         first_seq: 0,
         capacity: CAPACITY,
-        incompat_features: 0,
+        incompat_features: if flags & 128 == 128 { COMPACT_RECORDS } else { 0 },
     };
     let mut file = if flags & 1 == 1 {
         body.to_vec()
@@ -48,15 +51,22 @@ fuzz_target!(|bytes: &[u8]| {
         file.extend_from_slice(body);
         file
     };
-    // The records a sequential decode finds after the header: what a reader may return.
+    // The events a sequential decode finds after the header, each with its record's
+    // offset and end (a run's members share them, IDX-1): what a reader may return.
     let mut records: Vec<(u32, u32, String)> = Vec::new();
     if let Ok(found) = SegmentHeader::decode(&file) {
         let mut at = SEGMENT_HEADER_LEN;
-        while let Ok((event, len)) = surfacelog::internals::record::decode(&file[at..]) {
-            if event.seq != found.first_seq + records.len() as u64 {
+        while let Ok((record, len)) = decode_as(found.format(), &file[at..]) {
+            let next = found.first_seq + records.len() as u64;
+            if record.first_seq() != next {
                 break;
             }
-            records.push((at as u32, (at + len) as u32, event.text().into_owned()));
+            for seq in next..record.seq_end() {
+                let Some(event) = record.event(seq) else {
+                    break;
+                };
+                records.push((at as u32, (at + len) as u32, event.text().into_owned()));
+            }
             at += len;
         }
     }
@@ -64,17 +74,22 @@ fuzz_target!(|bytes: &[u8]| {
         file.resize(CAPACITY as usize, 0);
     }
     std::fs::write(dir.join(segment_name(0)), &file).unwrap();
-    let pick = usize::from(flags >> 4);
-    if flags & 2 == 2 && !records.is_empty() {
-        let last = pick % records.len();
+    // An index or a limit stops at a record's last event (IDX-2, LIM-3): the last
+    // member of a run.
+    let ends: Vec<usize> = (0..records.len())
+        .filter(|&i| records.get(i + 1).is_none_or(|next| next.0 != records[i].0))
+        .collect();
+    let pick = usize::from((flags >> 4) & 7);
+    if flags & 2 == 2 && !ends.is_empty() {
+        let last = ends[pick % ends.len()];
         let offsets: Vec<u32> = records[..=last].iter().map(|r| r.0).collect();
         let end = records[last].1;
         let crc = crc32c(&file[SEGMENT_HEADER_LEN..end as usize]);
         let index = encode_index(&LOG_ID, 0, &offsets, end, crc);
         std::fs::write(dir.join(index_name(0)), index).unwrap();
     }
-    if flags & 4 == 4 && !records.is_empty() {
-        let last = pick % records.len();
+    if flags & 4 == 4 && !ends.is_empty() {
+        let last = ends[pick % ends.len()];
         let limit = Limit {
             log_id: LOG_ID,
             first_seq: 0,
