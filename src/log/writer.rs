@@ -111,12 +111,12 @@ struct State {
     /// The active segment is limited (LIM-4): nothing is written to it; the first append
     /// starts the next segment.
     limited: bool,
-    /// The next seq, counting the records still in `buffer`.
+    /// The next seq, counting the events still in `buffer` and `open_run`.
     seq_next: u64,
     poisoned: bool,
-    /// Encoded records not yet written, destined for `write_offset`. Invariant: it holds
-    /// exactly `pending` records, with `open_run`'s; both are empty in `Sync` durability
-    /// between appends.
+    /// Encoded records not yet written, destined for `write_offset`. Invariant: they and
+    /// `open_run` hold exactly `pending` events (a run's members each count); both are
+    /// empty in `Sync` durability between appends.
     buffer: Vec<u8>,
     pending: u64,
     /// The compact chunk run (§4.2) whose record comes after `buffer`'s, not encoded yet:
@@ -513,7 +513,9 @@ impl Shared {
                 self.write_compact(state, event)?;
                 continue;
             }
-            // A compact segment that became limited (LIM-4) may end with an open run.
+            // Nothing is buffered after an open run (its offset is where the buffer ends);
+            // none is open here, in a segment of version 1 records or a limited one, whose
+            // writer never buffers into it, but should one be, it is closed first.
             close_run(state);
             let mut stored = stored_form(&state.header, event);
             let len = frame_len(body_len(&stored)) as u64;
