@@ -496,19 +496,32 @@ pub fn write(
     surface: &Surface,
     log: &impl EventSource,
 ) -> crate::Result<u64> {
-    use crate::Error;
     let (seqs, seq_next, last_text_crc) = contents(dir, surface, log)?;
+    stream(storage, dir, &seqs, seq_next, last_text_crc, log)?;
+    Ok(seq_next)
+}
+
+/// [`write`] of the pack [`contents`] gave, streamed through the bounded buffer of
+/// [`build`] (MSP-6).
+fn stream(
+    storage: &dyn Storage,
+    dir: &Path,
+    seqs: &[u64],
+    seq_next: u64,
+    last_text_crc: u32,
+    log: &impl EventSource,
+) -> crate::Result<()> {
+    use crate::Error;
     install(storage, dir, |tmp| {
         let file = storage
             .create_file(tmp, 0)
             .map_err(|e| Error::io("create", tmp, &e))?;
-        build(&seqs, seq_next, last_text_crc, log, &mut |offset, bytes| {
+        build(seqs, seq_next, last_text_crc, log, &mut |offset, bytes| {
             storage
                 .write_at(&file, offset, bytes)
                 .map_err(|e| Error::io("write", tmp, &e))
         })
-    })?;
-    Ok(seq_next)
+    })
 }
 
 /// [`write`] of a pack compressed at Zstandard level `level` (MSP-8): built in memory,
@@ -577,20 +590,28 @@ fn write_compressed_within(
     });
     if too_large {
         drop(bytes);
-        return write(storage, dir, surface, log);
+        stream(storage, dir, &seqs, seq_next, last_text_crc, log)?;
+        return Ok(seq_next);
     }
     built?;
     if install_bytes(storage, dir, &bytes, level)?.is_none() {
         install(storage, dir, |tmp| {
-            let file = storage
-                .create_file(tmp, 0)
-                .map_err(|e| crate::Error::io("create", tmp, &e))?;
-            storage
-                .write_at(&file, 0, &bytes)
-                .map_err(|e| crate::Error::io("write", tmp, &e))
+            created_with(storage, tmp, &bytes).map(drop)
         })?;
     }
     Ok(seq_next)
+}
+
+/// The new file `tmp`, holding `bytes`.
+#[cfg(feature = "compress")]
+fn created_with(storage: &dyn Storage, tmp: &Path, bytes: &[u8]) -> crate::Result<std::fs::File> {
+    let file = storage
+        .create_file(tmp, 0)
+        .map_err(|e| crate::Error::io("create", tmp, &e))?;
+    storage
+        .write_at(&file, 0, bytes)
+        .map_err(|e| crate::Error::io("write", tmp, &e))?;
+    Ok(file)
 }
 
 /// What a pack of `surface` holds besides its texts: its nodes, sorted; its `seq_next`;
@@ -840,12 +861,7 @@ fn install_bytes(
         return Ok(None);
     }
     install(storage, dir, |tmp| {
-        let file = storage
-            .create_file(tmp, 0)
-            .map_err(|e| Error::io("create", tmp, &e))?;
-        storage
-            .write_at(&file, 0, &packed)
-            .map_err(|e| Error::io("write", tmp, &e))?;
+        let file = created_with(storage, tmp, &packed)?;
         crate::log::compressed::check_logical(&file, tmp, &layout, bytes)
     })?;
     Ok(Some(packed.len() as u64))
